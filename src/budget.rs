@@ -1,0 +1,173 @@
+//! The static memory budget: what KeepPeek may hold at most, by component, computed from
+//! `src/limits.rs` and the config before anything starts. The daemon refuses a config whose
+//! budget exceeds its share of the board's RAM ([`limits::RAM_SHARE_PERCENT`]).
+
+use std::fmt;
+
+use crate::config::Config;
+use crate::limits;
+
+/// One line of the budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Line {
+    pub component: &'static str,
+    pub bytes: u64,
+    pub why: String,
+}
+
+/// The whole budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Budget {
+    pub lines: Vec<Line>,
+    pub allowed_bytes: u64,
+}
+
+impl Budget {
+    pub fn total_bytes(&self) -> u64 {
+        self.lines.iter().map(|l| l.bytes).sum()
+    }
+
+    pub fn fits(&self) -> bool {
+        self.total_bytes() <= self.allowed_bytes
+    }
+}
+
+/// Computes the budget of `config`.
+pub fn compute(config: &Config) -> Budget {
+    let streams: u64 = config
+        .cameras
+        .iter()
+        .map(|c| c.streams().count() as u64)
+        .sum();
+    let recorded: u64 = config
+        .cameras
+        .iter()
+        .filter(|c| c.record)
+        .map(|c| c.streams().count() as u64)
+        .sum();
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    let mut lines = vec![
+        Line {
+            component: "process",
+            bytes: limits::PROCESS_BASE_BYTES as u64,
+            why: "code, async runtime, allocator slack (PROCESS_BASE_BYTES)".into(),
+        },
+        Line {
+            component: "rtsp sessions",
+            bytes: streams * limits::RTSP_SESSION_OVERHEAD_BYTES as u64,
+            why: format!(
+                "{streams} streams × {:.1} MiB (RTSP_SESSION_OVERHEAD_BYTES)",
+                mib(limits::RTSP_SESSION_OVERHEAD_BYTES as u64)
+            ),
+        },
+        Line {
+            component: "ingest queues",
+            bytes: recorded * limits::INGEST_QUEUE_BYTES_PER_STREAM as u64,
+            why: format!(
+                "{recorded} recorded streams × {:.1} MiB (INGEST_QUEUE_BYTES_PER_STREAM)",
+                mib(limits::INGEST_QUEUE_BYTES_PER_STREAM as u64)
+            ),
+        },
+        Line {
+            component: "fragment buffers",
+            bytes: recorded * (limits::FRAGMENT_MAX_BYTES + limits::MOOF_MAX_BYTES) as u64,
+            why: format!(
+                "{recorded} recorded streams × {:.1} MiB (FRAGMENT_MAX_BYTES + MOOF_MAX_BYTES)",
+                mib((limits::FRAGMENT_MAX_BYTES + limits::MOOF_MAX_BYTES) as u64)
+            ),
+        },
+        Line {
+            component: "catalog cache",
+            bytes: limits::CATALOG_CACHE_BYTES as u64,
+            why: "redb page cache (CATALOG_CACHE_BYTES)".into(),
+        },
+        Line {
+            component: "catalog pending rows",
+            bytes: limits::CATALOG_PENDING_FRAGMENTS_MAX as u64 * 256,
+            why: format!(
+                "{} rows × 256 B (CATALOG_PENDING_FRAGMENTS_MAX)",
+                limits::CATALOG_PENDING_FRAGMENTS_MAX
+            ),
+        },
+        Line {
+            component: "thread stacks",
+            bytes: (recorded + 1) * limits::THREAD_STACK_BYTES as u64,
+            why: format!(
+                "{} recorder and flusher threads × {} KiB (THREAD_STACK_BYTES)",
+                recorded + 1,
+                limits::THREAD_STACK_BYTES >> 10
+            ),
+        },
+    ];
+    lines.retain(|l| l.bytes > 0 || l.component == "process");
+    Budget {
+        lines,
+        allowed_bytes: config.ram_class_bytes * limits::RAM_SHARE_PERCENT as u64 / 100,
+    }
+}
+
+impl fmt::Display for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+        for l in &self.lines {
+            writeln!(
+                f,
+                "{:<22} {:>9.1} MiB  {}",
+                l.component,
+                mib(l.bytes),
+                l.why
+            )?;
+        }
+        writeln!(f, "{:<22} {:>9.1} MiB", "total", mib(self.total_bytes()))?;
+        write!(
+            f,
+            "{:<22} {:>9.1} MiB  {}% of the board's RAM: {}",
+            "allowed",
+            mib(self.allowed_bytes),
+            limits::RAM_SHARE_PERCENT,
+            if self.fits() { "fits" } else { "DOES NOT FIT" }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Camera, Source};
+
+    fn config_with(cameras: usize, ram_class_bytes: u64) -> Config {
+        let mut c = Config::demo("/data".into());
+        c.ram_class_bytes = ram_class_bytes;
+        c.cameras = (0..cameras)
+            .map(|i| Camera {
+                name: format!("c{i}"),
+                record: true,
+                username: None,
+                password: None,
+                main: Source::Builtin,
+                sub: Some(Source::Builtin),
+            })
+            .collect();
+        c
+    }
+
+    #[test]
+    fn the_budget_grows_with_streams_and_refuses_what_does_not_fit() {
+        let small = compute(&config_with(1, 1 << 30));
+        let big = compute(&config_with(16, 1 << 30));
+        assert!(big.total_bytes() > small.total_bytes());
+        assert!(small.fits());
+        assert!(!compute(&config_with(limits::CAMERAS_MAX, 512 << 20)).fits());
+        let text = small.to_string();
+        for component in [
+            "process",
+            "rtsp sessions",
+            "ingest queues",
+            "fragment buffers",
+            "catalog cache",
+            "total",
+        ] {
+            assert!(text.contains(component), "{component} in {text}");
+        }
+    }
+}

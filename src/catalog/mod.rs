@@ -1,0 +1,440 @@
+//! The catalog: one redb file that says what media exists and where.
+//!
+//! Tables:
+//! - `meta`: schema version and id counters.
+//! - `streams`: stream id → `camera/kind` name.
+//! - `recordings`: recording id → [`RecordingRow`] (one segment file). Ids grow with time.
+//! - `fragments`: (recording id, sequence) → [`FragmentRow`].
+//! - `keyframes`: (stream id, wall µs) → (recording id, byte offset of the fragment).
+//! - `garbage`: paths of files to delete. A file is listed here in the same commit that
+//!   drops its rows, and unlisted only after it is gone, so a crash in between never leaves
+//!   a file that nothing will delete.
+//!
+//! Crash order (the recorder keeps it): a recording row is committed before its file is
+//! created; a fragment's bytes are fsynced before the commit that adds its row. Every commit
+//! here is `Durability::Immediate`: the recorder groups a flush interval's rows into one.
+//!
+//! One writer (the recorder's catalog thread); readers open their own read transactions.
+
+pub mod rows;
+
+use std::path::Path;
+
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+
+pub use rows::{FragmentRow, RecordingRow, RowError};
+
+use crate::limits;
+
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const STREAMS: TableDefinition<u32, &str> = TableDefinition::new("streams");
+const RECORDINGS: TableDefinition<u64, &[u8]> = TableDefinition::new("recordings");
+const FRAGMENTS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("fragments");
+const KEYFRAMES: TableDefinition<(u32, i64), (u64, u64)> = TableDefinition::new("keyframes");
+const GARBAGE: TableDefinition<&str, ()> = TableDefinition::new("garbage");
+
+const SCHEMA_VERSION: u64 = 1;
+
+/// Why a catalog operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CatalogError {
+    #[error("catalog storage: {0}")]
+    Storage(#[from] redb::Error),
+    #[error(transparent)]
+    Row(#[from] RowError),
+    #[error("catalog schema version {found} is not {SCHEMA_VERSION}: made by other firmware")]
+    Schema { found: u64 },
+    #[error("catalog has no recording {0}")]
+    NoRecording(u64),
+    #[error("path of {len_bytes} bytes exceeds the maximum of {max} (RECORDING_PATH_MAX_BYTES)", max = limits::RECORDING_PATH_MAX_BYTES)]
+    PathTooLong { len_bytes: usize },
+}
+
+/// Maps redb's per-operation errors into [`CatalogError`].
+trait OrStorage<T> {
+    fn storage(self) -> Result<T, CatalogError>;
+}
+
+impl<T, E: Into<redb::Error>> OrStorage<T> for Result<T, E> {
+    fn storage(self) -> Result<T, CatalogError> {
+        self.map_err(|e| CatalogError::Storage(e.into()))
+    }
+}
+
+/// A keyframe's place: for seeking without scanning fragments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keyframe {
+    pub wall_us: i64,
+    pub fragment_start_byte: u64,
+}
+
+/// One durable commit's worth of recorder output.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// New fragment rows, with the recording they extend.
+    pub fragments: Vec<(u64, u32, FragmentRow)>,
+    pub keyframes: Vec<(u32, u64, Keyframe)>,
+    /// Updated recording rows (totals, end, open flag).
+    pub recordings: Vec<(u64, RecordingRow)>,
+    /// Garbage entries whose files are gone.
+    pub garbage_done: Vec<String>,
+}
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.fragments.is_empty() && self.recordings.is_empty() && self.garbage_done.is_empty()
+    }
+}
+
+/// The open catalog.
+pub struct Catalog {
+    db: Database,
+}
+
+impl Catalog {
+    /// Opens (or creates) the catalog file, with the page cache bounded by
+    /// [`limits::CATALOG_CACHE_BYTES`]. After an unclean shutdown redb repairs the file here.
+    pub fn open(path: &Path) -> Result<Catalog, CatalogError> {
+        let db = Database::builder()
+            .set_cache_size(limits::CATALOG_CACHE_BYTES)
+            .create(path)
+            .storage()?;
+        let me = Catalog { db };
+        me.init_schema()?;
+        Ok(me)
+    }
+
+    fn init_schema(&self) -> Result<(), CatalogError> {
+        let txn = self.db.begin_write().storage()?;
+        {
+            let mut meta = txn.open_table(META).storage()?;
+            let found = meta.get("schema_version").storage()?.map(|v| v.value());
+            match found {
+                None => {
+                    meta.insert("schema_version", SCHEMA_VERSION).storage()?;
+                }
+                Some(SCHEMA_VERSION) => {}
+                Some(found) => return Err(CatalogError::Schema { found }),
+            }
+            txn.open_table(STREAMS).storage()?;
+            txn.open_table(RECORDINGS).storage()?;
+            txn.open_table(FRAGMENTS).storage()?;
+            txn.open_table(KEYFRAMES).storage()?;
+            txn.open_table(GARBAGE).storage()?;
+        }
+        txn.commit().storage()
+    }
+
+    /// The id of stream `name` (`camera/kind`), created if new.
+    pub fn stream_id(&self, name: &str) -> Result<u32, CatalogError> {
+        let txn = self.db.begin_write().storage()?;
+        let id = {
+            let mut streams = txn.open_table(STREAMS).storage()?;
+            let mut found = None;
+            let mut max = 0;
+            for entry in streams.iter().storage()? {
+                let (k, v) = entry.storage()?;
+                max = max.max(k.value());
+                if v.value() == name {
+                    found = Some(k.value());
+                }
+            }
+            match found {
+                Some(id) => id,
+                None => {
+                    streams.insert(max + 1, name).storage()?;
+                    max + 1
+                }
+            }
+        };
+        txn.commit().storage()?;
+        Ok(id)
+    }
+
+    /// All streams, by id.
+    pub fn streams(&self) -> Result<Vec<(u32, String)>, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let t = txn.open_table(STREAMS).storage()?;
+        let mut out = Vec::new();
+        for entry in t.iter().storage()? {
+            let (k, v) = entry.storage()?;
+            out.push((k.value(), v.value().to_string()));
+        }
+        Ok(out)
+    }
+
+    /// Allocates a run id (durably, with the next commit that uses it).
+    pub fn next_run_id(&self) -> Result<u64, CatalogError> {
+        self.bump("next_run_id")
+    }
+
+    fn bump(&self, key: &str) -> Result<u64, CatalogError> {
+        let txn = self.db.begin_write().storage()?;
+        let id = {
+            let mut meta = txn.open_table(META).storage()?;
+            let id = meta.get(key).storage()?.map_or(1, |v| v.value());
+            meta.insert(key, id + 1).storage()?;
+            id
+        };
+        txn.commit().storage()?;
+        Ok(id)
+    }
+
+    /// Inserts a new, open recording and commits it durably, before its file exists.
+    /// `make_path` turns the new id into the file's path relative to the data directory.
+    pub fn begin_recording(
+        &self,
+        mut row: RecordingRow,
+        make_path: impl FnOnce(u64) -> String,
+    ) -> Result<(u64, RecordingRow), CatalogError> {
+        let mut txn = self.db.begin_write().storage()?;
+        txn.set_durability(Durability::Immediate).storage()?;
+        let id = {
+            let mut meta = txn.open_table(META).storage()?;
+            let id = meta
+                .get("next_recording_id")
+                .storage()?
+                .map_or(1, |v| v.value());
+            meta.insert("next_recording_id", id + 1).storage()?;
+            row.path = make_path(id);
+            if row.path.len() > limits::RECORDING_PATH_MAX_BYTES {
+                return Err(CatalogError::PathTooLong {
+                    len_bytes: row.path.len(),
+                });
+            }
+            let mut recs = txn.open_table(RECORDINGS).storage()?;
+            recs.insert(id, row.encode().as_slice()).storage()?;
+            id
+        };
+        txn.commit().storage()?;
+        Ok((id, row))
+    }
+
+    /// Applies a batch in one durable commit. The caller has fsynced every byte its fragment
+    /// rows point at.
+    pub fn commit(&self, batch: &Batch) -> Result<(), CatalogError> {
+        let mut txn = self.db.begin_write().storage()?;
+        txn.set_durability(Durability::Immediate).storage()?;
+        {
+            let mut frags = txn.open_table(FRAGMENTS).storage()?;
+            for (rec, seq, row) in &batch.fragments {
+                frags
+                    .insert((*rec, *seq), row.encode().as_slice())
+                    .storage()?;
+            }
+            let mut keys = txn.open_table(KEYFRAMES).storage()?;
+            for (stream, rec, k) in &batch.keyframes {
+                keys.insert((*stream, k.wall_us), (*rec, k.fragment_start_byte))
+                    .storage()?;
+            }
+            let mut recs = txn.open_table(RECORDINGS).storage()?;
+            for (id, row) in &batch.recordings {
+                recs.insert(*id, row.encode().as_slice()).storage()?;
+            }
+            let mut garbage = txn.open_table(GARBAGE).storage()?;
+            for path in &batch.garbage_done {
+                garbage.remove(path.as_str()).storage()?;
+            }
+        }
+        txn.commit().storage()
+    }
+
+    /// Drops a recording's rows and lists its file as garbage, in one durable commit.
+    /// Returns the row that was dropped. The caller deletes the file, then reports it in a
+    /// later batch's `garbage_done`.
+    pub fn delete_recording(&self, id: u64) -> Result<RecordingRow, CatalogError> {
+        let mut txn = self.db.begin_write().storage()?;
+        txn.set_durability(Durability::Immediate).storage()?;
+        let row = {
+            let mut recs = txn.open_table(RECORDINGS).storage()?;
+            let row = match recs.remove(id).storage()? {
+                Some(v) => RecordingRow::decode(v.value())?,
+                None => return Err(CatalogError::NoRecording(id)),
+            };
+            let mut frags = txn.open_table(FRAGMENTS).storage()?;
+            frags
+                .retain_in((id, 0)..=(id, u32::MAX), |_, _| false)
+                .storage()?;
+            let mut keys = txn.open_table(KEYFRAMES).storage()?;
+            keys.retain_in(
+                (row.stream_id, row.wall_start_us)..=(row.stream_id, row.wall_end_us),
+                |_, (rec, _)| rec != id,
+            )
+            .storage()?;
+            let mut garbage = txn.open_table(GARBAGE).storage()?;
+            garbage.insert(row.path.as_str(), ()).storage()?;
+            row
+        };
+        txn.commit().storage()?;
+        Ok(row)
+    }
+
+    /// Lists a file as garbage without any rows (a file the catalog never knew).
+    pub fn add_garbage(&self, path: &str) -> Result<(), CatalogError> {
+        let mut txn = self.db.begin_write().storage()?;
+        txn.set_durability(Durability::Immediate).storage()?;
+        txn.open_table(GARBAGE)
+            .storage()?
+            .insert(path, ())
+            .storage()?;
+        txn.commit().storage()
+    }
+
+    /// Files waiting to be deleted.
+    pub fn garbage(&self) -> Result<Vec<String>, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let t = txn.open_table(GARBAGE).storage()?;
+        let mut out = Vec::new();
+        for entry in t.iter().storage()? {
+            out.push(entry.storage()?.0.value().to_string());
+        }
+        Ok(out)
+    }
+
+    /// All recordings, oldest first.
+    pub fn recordings(&self) -> Result<Vec<(u64, RecordingRow)>, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let t = txn.open_table(RECORDINGS).storage()?;
+        let mut out = Vec::new();
+        for entry in t.iter().storage()? {
+            let (k, v) = entry.storage()?;
+            out.push((k.value(), RecordingRow::decode(v.value())?));
+        }
+        Ok(out)
+    }
+
+    /// One recording's fragments, in order.
+    pub fn fragments(&self, id: u64) -> Result<Vec<(u32, FragmentRow)>, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let t = txn.open_table(FRAGMENTS).storage()?;
+        let mut out = Vec::new();
+        for entry in t.range((id, 0)..=(id, u32::MAX)).storage()? {
+            let (k, v) = entry.storage()?;
+            out.push((k.value().1, FragmentRow::decode(v.value())?));
+        }
+        Ok(out)
+    }
+
+    /// A stream's keyframes in a wall-time range.
+    pub fn keyframes(
+        &self,
+        stream_id: u32,
+        from_us: i64,
+        to_us: i64,
+    ) -> Result<Vec<(u64, Keyframe)>, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let t = txn.open_table(KEYFRAMES).storage()?;
+        let mut out = Vec::new();
+        for entry in t
+            .range((stream_id, from_us)..=(stream_id, to_us))
+            .storage()?
+        {
+            let (k, v) = entry.storage()?;
+            let (rec, off) = v.value();
+            out.push((
+                rec,
+                Keyframe {
+                    wall_us: k.value().1,
+                    fragment_start_byte: off,
+                },
+            ));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::Codec;
+
+    fn row(stream_id: u32) -> RecordingRow {
+        RecordingRow {
+            stream_id,
+            run_id: 1,
+            codec: Codec::H264,
+            width: 640,
+            height: 360,
+            wall_start_us: 1_000,
+            wall_end_us: 1_000,
+            media_duration_90k: 0,
+            bytes: 0,
+            init_bytes: 0,
+            frames: 0,
+            fragments: 0,
+            open: true,
+            path: String::new(),
+        }
+    }
+
+    #[test]
+    fn recordings_fragments_and_deletion_go_through_the_garbage_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("catalog.redb")).unwrap();
+        let s = cat.stream_id("cam/main").unwrap();
+        assert_eq!(cat.stream_id("cam/main").unwrap(), s);
+        assert_ne!(cat.stream_id("cam/sub").unwrap(), s);
+        let (id, mut r) = cat
+            .begin_recording(row(s), |id| format!("rec/{id}.mp4"))
+            .unwrap();
+        assert_eq!(r.path, format!("rec/{id}.mp4"));
+        let f = FragmentRow {
+            wall_start_us: 1_000,
+            wall_end_us: 2_000,
+            media_start_90k: 0,
+            duration_90k: 90,
+            start_byte: 700,
+            end_byte: 900,
+            frames: 1,
+            keyframes: 1,
+        };
+        r.fragments = 1;
+        r.wall_end_us = 2_000;
+        cat.commit(&Batch {
+            fragments: vec![(id, 1, f)],
+            keyframes: vec![(
+                s,
+                id,
+                Keyframe {
+                    wall_us: 1_000,
+                    fragment_start_byte: 700,
+                },
+            )],
+            recordings: vec![(id, r.clone())],
+            garbage_done: vec![],
+        })
+        .unwrap();
+        assert_eq!(cat.recordings().unwrap(), vec![(id, r.clone())]);
+        assert_eq!(cat.fragments(id).unwrap(), vec![(1, f)]);
+        assert_eq!(cat.keyframes(s, 0, i64::MAX).unwrap().len(), 1);
+
+        assert_eq!(cat.delete_recording(id).unwrap(), r);
+        assert!(cat.recordings().unwrap().is_empty());
+        assert!(cat.fragments(id).unwrap().is_empty());
+        assert!(cat.keyframes(s, 0, i64::MAX).unwrap().is_empty());
+        assert_eq!(cat.garbage().unwrap(), vec![r.path.clone()]);
+        cat.commit(&Batch {
+            garbage_done: vec![r.path],
+            ..Batch::default()
+        })
+        .unwrap();
+        assert!(cat.garbage().unwrap().is_empty());
+        assert!(matches!(
+            cat.delete_recording(id),
+            Err(CatalogError::NoRecording(_))
+        ));
+    }
+
+    #[test]
+    fn an_overlong_path_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();
+        let long = "x".repeat(limits::RECORDING_PATH_MAX_BYTES + 1);
+        assert!(matches!(
+            cat.begin_recording(row(1), |_| long),
+            Err(CatalogError::PathTooLong { .. })
+        ));
+        assert!(cat.recordings().unwrap().is_empty());
+    }
+}

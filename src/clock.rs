@@ -1,0 +1,155 @@
+//! Time: the monotonic clock, the wall clock, and media (90 kHz) time, and how a recording
+//! run maps one onto the other.
+//!
+//! - Frames are stamped with both clocks at receipt ([`Clocks`]).
+//! - A run's wall time is anchored once, at its first frame; from there its duration follows
+//!   the camera's clock, slewed toward the local monotonic clock by at most
+//!   [`limits::CLOCK_SLEW_MAX_PPM`] ([`RunClock`]).
+//! - A step of the wall clock against the monotonic clock larger than
+//!   [`limits::CLOCK_STEP_MAX_US`] ends the run; the next frame starts a new one. Nothing is
+//!   re-stamped or overwritten.
+//! - A wall clock earlier than the firmware's build time is not sane (a board without an RTC
+//!   before NTP): recording waits for it unless configured otherwise.
+
+use std::sync::OnceLock;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::limits;
+
+/// The build time, UTC µs: no correct clock reads earlier.
+pub const BUILD_WALL_US: i64 = match i64::from_str_radix(env!("KEEPPEEK_BUILD_UNIX_S"), 10) {
+    Ok(s) => s * 1_000_000,
+    Err(_) => 0,
+};
+
+/// True when `wall_us` could be the real time: not before this firmware was built.
+pub fn is_sane(wall_us: i64) -> bool {
+    wall_us >= BUILD_WALL_US
+}
+
+/// Reads the process's clocks. Monotonic time counts from the first read in the process.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Clocks;
+
+impl Clocks {
+    /// Monotonic µs since the process's monotonic origin.
+    pub fn mono_us(self) -> i64 {
+        static ORIGIN: OnceLock<Instant> = OnceLock::new();
+        ORIGIN.get_or_init(Instant::now).elapsed().as_micros() as i64
+    }
+
+    /// Wall clock (UTC) µs since the Unix epoch; negative before 1970.
+    pub fn wall_us(self) -> i64 {
+        match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(d) => d.as_micros() as i64,
+            Err(e) => -(e.duration().as_micros() as i64),
+        }
+    }
+}
+
+/// Converts 90 kHz media time to µs.
+pub fn ticks_90k_to_us(ticks: i64) -> i64 {
+    ((ticks as i128 * 1_000_000) / 90_000) as i64
+}
+
+/// Maps one run's media time onto wall time.
+///
+/// Lifecycle: [`RunClock::start`] at the run's first frame; [`RunClock::wall_us_at`] for
+/// every frame in media-time order; [`RunClock::is_stepped`] on every frame, and a `true`
+/// ends the run.
+#[derive(Clone, Debug)]
+pub struct RunClock {
+    wall_anchor_us: i64,
+    mono_anchor_us: i64,
+    pts_anchor_90k: i64,
+    /// Accumulated slew toward the local clock.
+    correction_us: i64,
+    last_media_elapsed_us: i64,
+}
+
+impl RunClock {
+    /// Anchors a run at its first frame.
+    pub fn start(pts_90k: i64, mono_us: i64, wall_us: i64) -> Self {
+        RunClock {
+            wall_anchor_us: wall_us,
+            mono_anchor_us: mono_us,
+            pts_anchor_90k: pts_90k,
+            correction_us: 0,
+            last_media_elapsed_us: 0,
+        }
+    }
+
+    /// The run's wall start.
+    pub fn wall_anchor_us(&self) -> i64 {
+        self.wall_anchor_us
+    }
+
+    /// True when the wall clock has stepped against the monotonic clock since the anchor.
+    pub fn is_stepped(&self, mono_us: i64, wall_us: i64) -> bool {
+        let drift = (wall_us - mono_us) - (self.wall_anchor_us - self.mono_anchor_us);
+        drift.abs() > limits::CLOCK_STEP_MAX_US
+    }
+
+    /// Wall time of the frame with media time `pts_90k`, received at `mono_us`. Calls must
+    /// come in media-time order; each may move the slew correction by at most
+    /// `CLOCK_SLEW_MAX_PPM` of the media time elapsed since the last call.
+    pub fn wall_us_at(&mut self, pts_90k: i64, mono_us: i64) -> i64 {
+        let media_elapsed_us = ticks_90k_to_us(pts_90k - self.pts_anchor_90k);
+        let step_us = (media_elapsed_us - self.last_media_elapsed_us).max(0);
+        let allowed_us = step_us * limits::CLOCK_SLEW_MAX_PPM / 1_000_000;
+        let local_elapsed_us = mono_us - self.mono_anchor_us;
+        let error_us = local_elapsed_us - (media_elapsed_us + self.correction_us);
+        self.correction_us += error_us.clamp(-allowed_us, allowed_us);
+        self.last_media_elapsed_us = self.last_media_elapsed_us.max(media_elapsed_us);
+        self.wall_anchor_us + media_elapsed_us + self.correction_us
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_camera_running_fast_is_slewed_toward_local_time_within_the_bound() {
+        // The camera's clock runs 1% fast: 101 s of media time per 100 s of local time.
+        let mut c = RunClock::start(0, 0, 1_000_000_000);
+        let mut last_wall = 1_000_000_000;
+        for sec in 1..=100i64 {
+            let wall = c.wall_us_at(sec * 90_000 * 101 / 100, sec * 1_000_000);
+            let media_us = sec * 1_010_000;
+            let bound = media_us * limits::CLOCK_SLEW_MAX_PPM / 1_000_000;
+            let off = wall - 1_000_000_000 - media_us;
+            assert!(
+                off <= 0 && -off <= bound,
+                "offset {off} µs outside ±{bound}"
+            );
+            assert!(wall > last_wall, "wall time must keep increasing");
+            last_wall = wall;
+        }
+    }
+
+    #[test]
+    fn a_matching_clock_is_not_corrected() {
+        let mut c = RunClock::start(1000, 5, 7);
+        assert_eq!(
+            c.wall_us_at(1000 + 90_000 * 3600, 5 + 3_600_000_000),
+            7 + 3_600_000_000
+        );
+    }
+
+    #[test]
+    fn a_wall_clock_step_is_detected_and_slew_is_not() {
+        let c = RunClock::start(0, 1_000_000, 50_000_000);
+        assert!(!c.is_stepped(11_000_000, 60_000_000));
+        assert!(!c.is_stepped(11_000_000, 60_000_000 + limits::CLOCK_STEP_MAX_US));
+        assert!(c.is_stepped(11_000_000, 60_000_000 + limits::CLOCK_STEP_MAX_US + 1));
+        assert!(c.is_stepped(11_000_000, 0));
+    }
+
+    #[test]
+    fn a_clock_before_the_build_is_not_sane() {
+        assert!(is_sane(Clocks.wall_us()));
+        assert!(!is_sane(0));
+        assert!(!is_sane(BUILD_WALL_US - 1));
+    }
+}

@@ -1,0 +1,612 @@
+//! The TOML config file, parsed into a typed, validated [`Config`].
+//!
+//! A config that KeepPeek cannot run is refused at start, with the file, the key path and
+//! the reason (`cameras[2].main.url: scheme must be rtsp or file`), never a panic. Parsing
+//! is bounded: the file's size is capped and every string and list is checked against
+//! `src/limits.rs` before it is used.
+
+mod size;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+pub use size::parse_bytes;
+
+use crate::limits;
+
+/// Why a config cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The config file, or `<built-in>`.
+    pub file: String,
+    /// Key path of the offending value (`cameras[0].main.url`), or `line L, column C` for a
+    /// syntax error, or empty for the file as a whole.
+    pub key: String,
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}: {}", self.file, self.reason)
+        } else {
+            write!(f, "{}: {}: {}", self.file, self.key, self.reason)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// RTP transport for one stream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    #[default]
+    Tcp,
+    Udp,
+}
+
+/// Where a stream's frames come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// An RTSP camera. The URL carries no credentials; they are in [`Camera`].
+    Rtsp { url: url::Url, transport: Transport },
+    /// A plain MP4 file looped at real time (tests that need no network).
+    File { path: PathBuf },
+    /// The clip built into the binary (the demo).
+    Builtin,
+}
+
+/// Which of a camera's streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StreamKind {
+    Main,
+    Sub,
+}
+
+impl StreamKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            StreamKind::Main => "main",
+            StreamKind::Sub => "sub",
+        }
+    }
+}
+
+/// A validated camera.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Camera {
+    pub name: String,
+    pub record: bool,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub main: Source,
+    pub sub: Option<Source>,
+}
+
+impl Camera {
+    /// The camera's streams, main first.
+    pub fn streams(&self) -> impl Iterator<Item = (StreamKind, &Source)> {
+        std::iter::once((StreamKind::Main, &self.main))
+            .chain(self.sub.iter().map(|s| (StreamKind::Sub, s)))
+    }
+}
+
+/// Retention caps, in bytes of stored media.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    pub stream_max_bytes: u64,
+    pub total_max_bytes: u64,
+}
+
+/// A validated config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub flush_interval_s: u64,
+    pub require_sane_clock: bool,
+    pub ram_class_bytes: u64,
+    pub retention: Retention,
+    pub cameras: Vec<Camera>,
+}
+
+/// Default flush interval. Each flush is one fdatasync per open segment and one catalog
+/// commit (a few 4 KiB pages): at 10 s that is under 1% of the writes of a 1 Mbit/s stream,
+/// so flash wear is set by the video itself, while a power cut loses at most 10 s.
+pub const FLUSH_INTERVAL_DEFAULT_S: u64 = 10;
+
+// ---- the file's shape: what serde reads before validation ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    data_dir: String,
+    #[serde(default = "default_flush_interval_s")]
+    flush_interval_s: u64,
+    #[serde(default = "default_true")]
+    require_sane_clock: bool,
+    #[serde(default = "default_ram_class")]
+    ram_class: RawBytes,
+    retention: RawRetention,
+    #[serde(default)]
+    cameras: Vec<RawCamera>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetention {
+    stream_max_bytes: RawBytes,
+    total_max_bytes: RawBytes,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCamera {
+    name: String,
+    #[serde(default = "default_true")]
+    record: bool,
+    username: Option<String>,
+    password: Option<String>,
+    main: RawStream,
+    sub: Option<RawStream>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStream {
+    url: String,
+    #[serde(default)]
+    transport: Transport,
+}
+
+/// A byte count written as a number or as a string with a unit ("8 GiB").
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawBytes {
+    Number(u64),
+    Text(String),
+}
+
+fn default_flush_interval_s() -> u64 {
+    FLUSH_INTERVAL_DEFAULT_S
+}
+fn default_true() -> bool {
+    true
+}
+fn default_ram_class() -> RawBytes {
+    RawBytes::Number(1 << 30)
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let whole = |reason: String| ConfigError {
+            file: file.clone(),
+            key: String::new(),
+            reason,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| whole(format!("cannot read: {e}")))?;
+        if meta.len() > limits::CONFIG_FILE_MAX_BYTES {
+            return Err(whole(format!(
+                "file is {} bytes, over the maximum of {} (CONFIG_FILE_MAX_BYTES)",
+                meta.len(),
+                limits::CONFIG_FILE_MAX_BYTES
+            )));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| whole(format!("cannot read: {e}")))?;
+        Config::parse(&text, &file, path.parent().unwrap_or(Path::new(".")))
+    }
+
+    /// Parses and validates config text. `file` names it in errors; relative paths in it
+    /// are taken relative to `base_dir`.
+    pub fn parse(text: &str, file: &str, base_dir: &Path) -> Result<Config, ConfigError> {
+        let err = |key: String, reason: String| ConfigError {
+            file: file.to_string(),
+            key,
+            reason,
+        };
+        let de = toml::Deserializer::parse(text)
+            .map_err(|e| err(toml_position(text, &e), e.message().to_string()))?;
+        let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            let key = if key == "." {
+                toml_position(text, &inner)
+            } else {
+                key
+            };
+            err(key, inner.message().trim().to_string())
+        })?;
+        raw.validate(base_dir)
+            .map_err(|(key, reason)| err(key, reason))
+    }
+
+    /// The demo's config: the built-in camera recorded into `data_dir`.
+    pub fn demo(data_dir: PathBuf) -> Config {
+        Config {
+            data_dir,
+            flush_interval_s: FLUSH_INTERVAL_DEFAULT_S,
+            require_sane_clock: false,
+            ram_class_bytes: 1 << 30,
+            retention: Retention {
+                stream_max_bytes: 1 << 30,
+                total_max_bytes: 1 << 30,
+            },
+            cameras: vec![Camera {
+                name: "demo".into(),
+                record: true,
+                username: None,
+                password: None,
+                main: Source::Builtin,
+                sub: None,
+            }],
+        }
+    }
+}
+
+fn toml_position(text: &str, e: &toml::de::Error) -> String {
+    let Some(span) = e.span() else {
+        return String::new();
+    };
+    let before = &text[..span.start.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    format!("line {line}, column {column}")
+}
+
+type Invalid = (String, String);
+
+impl RawBytes {
+    fn resolve(&self, key: &str) -> Result<u64, Invalid> {
+        match self {
+            RawBytes::Number(n) => Ok(*n),
+            RawBytes::Text(t) => parse_bytes(t).map_err(|reason| (key.to_string(), reason)),
+        }
+    }
+}
+
+impl RawConfig {
+    fn validate(self, base_dir: &Path) -> Result<Config, Invalid> {
+        if self.data_dir.trim().is_empty() {
+            return Err(("data_dir".into(), "must not be empty".into()));
+        }
+        if !(1..=limits::FLUSH_INTERVAL_MAX_S).contains(&self.flush_interval_s) {
+            return Err((
+                "flush_interval_s".into(),
+                format!(
+                    "must be 1 to {} (FLUSH_INTERVAL_MAX_S)",
+                    limits::FLUSH_INTERVAL_MAX_S
+                ),
+            ));
+        }
+        let ram_class_bytes = self.ram_class.resolve("ram_class")?;
+        if ram_class_bytes < 64 << 20 {
+            return Err(("ram_class".into(), "must be at least 64 MiB".into()));
+        }
+        let retention = Retention {
+            stream_max_bytes: self
+                .retention
+                .stream_max_bytes
+                .resolve("retention.stream_max_bytes")?,
+            total_max_bytes: self
+                .retention
+                .total_max_bytes
+                .resolve("retention.total_max_bytes")?,
+        };
+        // Below two segments, retention would delete the segment it just closed.
+        let floor = 2 * limits::SEGMENT_MAX_BYTES.min(16 << 20);
+        for (key, v) in [
+            ("retention.stream_max_bytes", retention.stream_max_bytes),
+            ("retention.total_max_bytes", retention.total_max_bytes),
+        ] {
+            if v < floor {
+                return Err((key.into(), format!("must be at least {floor} bytes")));
+            }
+        }
+        if self.cameras.len() > limits::CAMERAS_MAX {
+            return Err((
+                "cameras".into(),
+                format!(
+                    "{} cameras, over the maximum of {} (CAMERAS_MAX)",
+                    self.cameras.len(),
+                    limits::CAMERAS_MAX
+                ),
+            ));
+        }
+        let mut cameras: Vec<Camera> = Vec::with_capacity(self.cameras.len());
+        for (i, c) in self.cameras.into_iter().enumerate() {
+            let at = format!("cameras[{i}]");
+            let cam = c.validate(&at, base_dir)?;
+            if cameras.iter().any(|o| o.name == cam.name) {
+                return Err((
+                    format!("{at}.name"),
+                    format!("\"{}\" is used by another camera", cam.name),
+                ));
+            }
+            cameras.push(cam);
+        }
+        Ok(Config {
+            data_dir: base_dir.join(self.data_dir),
+            flush_interval_s: self.flush_interval_s,
+            require_sane_clock: self.require_sane_clock,
+            ram_class_bytes,
+            retention,
+            cameras,
+        })
+    }
+}
+
+impl RawCamera {
+    fn validate(self, at: &str, base_dir: &Path) -> Result<Camera, Invalid> {
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= limits::CAMERA_NAME_MAX_BYTES
+            && self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+            && !self.name.starts_with('-');
+        if !name_ok {
+            return Err((
+                format!("{at}.name"),
+                format!(
+                    "must be 1 to {} characters of a-z, 0-9, '-' and '_' (it names a directory)",
+                    limits::CAMERA_NAME_MAX_BYTES
+                ),
+            ));
+        }
+        for (key, v) in [("username", &self.username), ("password", &self.password)] {
+            if v.as_ref()
+                .is_some_and(|v| v.len() > limits::CAMERA_CREDENTIAL_MAX_BYTES)
+            {
+                return Err((
+                    format!("{at}.{key}"),
+                    format!(
+                        "longer than {} bytes (CAMERA_CREDENTIAL_MAX_BYTES)",
+                        limits::CAMERA_CREDENTIAL_MAX_BYTES
+                    ),
+                ));
+            }
+        }
+        if self.username.is_some() != self.password.is_some() {
+            return Err((
+                format!("{at}.password"),
+                "username and password go together".into(),
+            ));
+        }
+        let main = self.main.validate(&format!("{at}.main"), base_dir)?;
+        let sub = self
+            .sub
+            .map(|s| s.validate(&format!("{at}.sub"), base_dir))
+            .transpose()?;
+        Ok(Camera {
+            name: self.name,
+            record: self.record,
+            username: self.username,
+            password: self.password,
+            main,
+            sub,
+        })
+    }
+}
+
+impl RawStream {
+    fn validate(self, at: &str, base_dir: &Path) -> Result<Source, Invalid> {
+        let key = format!("{at}.url");
+        if self.url.len() > limits::CAMERA_URL_MAX_BYTES {
+            return Err((
+                key,
+                format!(
+                    "longer than {} bytes (CAMERA_URL_MAX_BYTES)",
+                    limits::CAMERA_URL_MAX_BYTES
+                ),
+            ));
+        }
+        let url =
+            url::Url::parse(&self.url).map_err(|e| (key.clone(), format!("not a URL: {e}")))?;
+        match url.scheme() {
+            "rtsp" => {
+                if !url.username().is_empty() || url.password().is_some() {
+                    return Err((
+                        key,
+                        "must not carry credentials: set the camera's username and password".into(),
+                    ));
+                }
+                if url.host_str().is_none_or(str::is_empty) {
+                    return Err((key, "has no host".into()));
+                }
+                Ok(Source::Rtsp {
+                    url,
+                    transport: self.transport,
+                })
+            }
+            "file" => {
+                let path = url
+                    .to_file_path()
+                    .map_err(|()| (key.clone(), "not a local file path".into()))?;
+                Ok(Source::File {
+                    path: base_dir.join(path),
+                })
+            }
+            other => Err((key, format!("scheme must be rtsp or file, not \"{other}\""))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+data_dir = "data"
+[retention]
+stream_max_bytes = "1 GiB"
+total_max_bytes = 4294967296
+[[cameras]]
+name = "front"
+username = "admin"
+password = "pw"
+main = { url = "rtsp://192.0.2.1/main" }
+sub = { url = "rtsp://192.0.2.1/sub", transport = "udp" }
+[[cameras]]
+name = "file-cam"
+record = false
+main = { url = "file:///clips/a.mp4" }
+"#;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, "test.toml", Path::new("/etc/kp"))
+    }
+
+    fn error_of(text: &str) -> String {
+        parse(text).expect_err("must be refused").to_string()
+    }
+
+    #[test]
+    fn a_good_config_parses_with_defaults() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.data_dir, Path::new("/etc/kp/data"));
+        assert_eq!(c.flush_interval_s, FLUSH_INTERVAL_DEFAULT_S);
+        assert!(c.require_sane_clock);
+        assert_eq!(c.retention.stream_max_bytes, 1 << 30);
+        assert_eq!(c.cameras.len(), 2);
+        assert!(matches!(
+            c.cameras[0].sub,
+            Some(Source::Rtsp {
+                transport: Transport::Udp,
+                ..
+            })
+        ));
+        assert!(matches!(
+            c.cameras[0].main,
+            Source::Rtsp {
+                transport: Transport::Tcp,
+                ..
+            }
+        ));
+        assert_eq!(
+            c.cameras[1].main,
+            Source::File {
+                path: "/clips/a.mp4".into()
+            }
+        );
+        assert!(!c.cameras[1].record);
+    }
+
+    #[test]
+    fn each_mistake_names_the_key_and_the_reason() {
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "rtsp://192.0.2.1/main",
+                "http://192.0.2.1/main",
+                "test.toml: cameras[0].main.url: scheme must be rtsp or file",
+            ),
+            (
+                "rtsp://192.0.2.1/main",
+                "rtsp://u:p@192.0.2.1/main",
+                "cameras[0].main.url: must not carry credentials",
+            ),
+            (
+                "rtsp://192.0.2.1/main",
+                "not a url",
+                "cameras[0].main.url: not a URL",
+            ),
+            (
+                "transport = \"udp\"",
+                "transport = \"sctp\"",
+                "cameras[0].sub.transport: unknown variant `sctp`",
+            ),
+            (
+                "name = \"front\"",
+                "name = \"Front Door\"",
+                "cameras[0].name: must be 1 to 32 characters",
+            ),
+            (
+                "name = \"file-cam\"",
+                "name = \"front\"",
+                "cameras[1].name: \"front\" is used by another camera",
+            ),
+            (
+                "\"1 GiB\"",
+                "\"1 GB of love\"",
+                "retention.stream_max_bytes: ",
+            ),
+            (
+                "\"1 GiB\"",
+                "\"1 KiB\"",
+                "retention.stream_max_bytes: must be at least",
+            ),
+            (
+                "password = \"pw\"\n",
+                "",
+                "cameras[0].password: username and password go together",
+            ),
+            (
+                "data_dir = \"data\"",
+                "data_dir = \"data\"\nflush_interval_s = 0",
+                "flush_interval_s: must be 1 to 300",
+            ),
+            (
+                "data_dir = \"data\"",
+                "data_dir = \"data\"\nflush_intervl_s = 5",
+                "unknown field `flush_intervl_s`",
+            ),
+            (
+                "data_dir = \"data\"",
+                "data_dir = 7",
+                "data_dir: invalid type: integer `7`, expected a string",
+            ),
+            ("[retention]", "[retention", "line 3, column"),
+            ("data_dir = \"data\"", "", "missing field `data_dir`"),
+        ];
+        for (from, to, want) in cases {
+            assert!(GOOD.contains(from), "{from}");
+            let got = error_of(&GOOD.replacen(from, to, 1));
+            assert!(got.contains(want), "want {want:?} in {got:?}");
+        }
+    }
+
+    #[test]
+    fn too_many_cameras_is_refused_at_the_ceiling() {
+        let mut text = String::from(
+            "data_dir = \"d\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n",
+        );
+        for i in 0..=limits::CAMERAS_MAX {
+            text.push_str(&format!(
+                "[[cameras]]\nname = \"c{i}\"\nmain = {{ url = \"rtsp://h/{i}\" }}\n"
+            ));
+        }
+        assert!(error_of(&text).contains("over the maximum of 32 (CAMERAS_MAX)"));
+        let at_ceiling = text.rsplitn(2, "[[cameras]]").last().unwrap().to_string();
+        assert_eq!(
+            parse(&at_ceiling).unwrap().cameras.len(),
+            limits::CAMERAS_MAX
+        );
+    }
+
+    #[test]
+    fn the_annotated_example_config_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("keeppeek.example.toml");
+        let c = Config::load(&path).unwrap();
+        assert!(!c.cameras.is_empty());
+    }
+
+    #[test]
+    fn an_oversized_file_is_refused_before_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.toml");
+        std::fs::write(
+            &path,
+            vec![b'#'; limits::CONFIG_FILE_MAX_BYTES as usize + 1],
+        )
+        .unwrap();
+        assert!(
+            Config::load(&path)
+                .unwrap_err()
+                .reason
+                .contains("CONFIG_FILE_MAX_BYTES")
+        );
+    }
+}

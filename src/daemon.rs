@@ -1,0 +1,128 @@
+//! The daemon: checks the budget, opens and recovers the catalog, starts the recorder and
+//! one ingest task per stream, and on SIGTERM or SIGINT stops them in order so nothing
+//! recorded before the signal is lost.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::{error, info};
+
+use crate::budget;
+use crate::catalog::{Catalog, CatalogError};
+use crate::config::Config;
+use crate::ingest::{self, StreamInput, state::StreamState};
+use crate::limits;
+use crate::record::{Recorder, recovery};
+
+/// The catalog's file name in the data directory.
+pub const CATALOG_FILE: &str = "catalog.redb";
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("the memory budget does not fit this board:\n{0}")]
+    Budget(budget::Budget),
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error(transparent)]
+    Recovery(#[from] recovery::RecoveryError),
+}
+
+/// Runs until SIGTERM or SIGINT.
+pub async fn run(config: Config) -> Result<(), DaemonError> {
+    let budget = budget::compute(&config);
+    if !budget.fits() {
+        return Err(DaemonError::Budget(budget));
+    }
+    info!(
+        "memory budget {} MiB of {} MiB allowed",
+        budget.total_bytes() >> 20,
+        budget.allowed_bytes >> 20
+    );
+    let data_dir = config.data_dir.clone();
+    std::fs::create_dir_all(&data_dir).map_err(|source| DaemonError::DataDir {
+        path: data_dir.clone(),
+        source,
+    })?;
+    let catalog = Arc::new(Catalog::open(&data_dir.join(CATALOG_FILE))?);
+    recovery::recover(&catalog, &data_dir)?;
+    let (recorder, recorded) = Recorder::start(&config, catalog.clone())?;
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut senders: std::collections::HashMap<(String, &'static str), _> = recorded
+        .into_iter()
+        .map(|r| ((r.camera.clone(), r.kind.name()), r.sender))
+        .collect();
+    let mut tasks = Vec::new();
+    let mut states = Vec::new();
+    for camera in &config.cameras {
+        for (kind, source) in camera.streams() {
+            let state = Arc::new(StreamState::default());
+            let name = format!("{}/{}", camera.name, kind.name());
+            states.push((name.clone(), state.clone()));
+            let input = StreamInput {
+                name,
+                source: source.clone(),
+                credentials: camera.username.clone().zip(camera.password.clone()),
+                recorder: senders.remove(&(camera.name.clone(), kind.name())),
+                state,
+            };
+            tasks.push(tokio::spawn(ingest::supervise(input, shutdown_rx.clone())));
+        }
+    }
+    info!(cameras = config.cameras.len(), data_dir = %data_dir.display(), "recording");
+
+    let status = tokio::spawn(log_status(states));
+    wait_for_signal().await;
+    info!("stopping");
+    status.abort();
+    let _ = shutdown_tx.send(true);
+    let deadline = Duration::from_millis(limits::SHUTDOWN_TIMEOUT_MS);
+    for t in tasks {
+        if tokio::time::timeout(deadline, t).await.is_err() {
+            error!("an ingest task did not stop in time");
+        }
+    }
+    tokio::task::spawn_blocking(move || recorder.shutdown())
+        .await
+        .ok();
+    info!("stopped");
+    Ok(())
+}
+
+/// One line a minute per stream, so a log shows what each camera is doing.
+async fn log_status(states: Vec<(String, Arc<StreamState>)>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        for (name, st) in &states {
+            let s = st.snapshot();
+            info!(
+                stream = %name,
+                connected = s.connected,
+                codec = ?s.codec,
+                fps = s.fps,
+                bitrate_bps = s.bitrate_bps,
+                last_error = s.last_error.as_deref().unwrap_or(""),
+                "status"
+            );
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -1,0 +1,210 @@
+//! Camera ingest: one supervised task per stream that keeps a session up forever and hands
+//! each frame to the stream's consumers.
+//!
+//! The supervisor reconnects with capped exponential backoff and jitter
+//! ([`backoff_ms`]); a session that delivered frames for a while resets it, and answers that
+//! retrying soon cannot fix (401, 404) wait the longest. A frame over
+//! [`limits::FRAME_MAX_BYTES`] is dropped and counted, never buffered.
+
+pub mod file;
+pub mod rtsp;
+pub mod state;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use retina::client::SessionGroup;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::clock::Clocks;
+use crate::config::Source;
+use crate::limits;
+use crate::media::{Frame, VideoParams};
+use crate::record::FrameSender;
+use state::StreamState;
+
+/// Why a camera session ended.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IngestError {
+    #[error("RTSP: {0}")]
+    Rtsp(#[from] retina::Error),
+    #[error("no answer to {0} in time")]
+    Timeout(&'static str),
+    #[error("connected, but no video frame for {} s", limits::INGEST_NO_FRAMES_TIMEOUT_MS / 1000)]
+    NoFrames,
+    #[error("the camera ended the stream")]
+    Ended,
+    #[error("the camera offers no H.264 or H.265 video")]
+    NoVideo,
+    #[error("{0}")]
+    Source(String),
+}
+
+impl IngestError {
+    /// True when retrying soon cannot help: wrong credentials, a wrong path.
+    fn is_configuration(&self) -> bool {
+        matches!(self, IngestError::Rtsp(e) if matches!(e.status_code(), Some(401 | 403 | 404)))
+    }
+}
+
+/// The consumers of one stream's frames, and its live state.
+pub struct Sink<'a> {
+    pub recorder: Option<&'a mut FrameSender>,
+    pub state: &'a StreamState,
+}
+
+impl Sink<'_> {
+    fn connected(&mut self, params: &VideoParams) {
+        self.state.connected(params);
+    }
+
+    /// Hands one frame on, unless it is over the frame ceiling.
+    fn deliver(&mut self, frame: Frame) {
+        if frame.data.len() > limits::FRAME_MAX_BYTES {
+            self.state.oversized();
+            if let Some(r) = self.recorder.as_deref_mut() {
+                r.reject();
+            }
+            return;
+        }
+        self.state.frame(frame.data.len(), frame.received_mono_us);
+        if let Some(r) = self.recorder.as_deref_mut() {
+            r.send(frame);
+        }
+    }
+}
+
+/// How long to wait before reconnect attempt `attempt` (0-based): doubling from
+/// [`limits::RECONNECT_BACKOFF_MIN_MS`] up to [`limits::RECONNECT_BACKOFF_MAX_MS`], then
+/// scaled by a jitter in [0.5, 1.0) so cameras that fell together do not return together.
+pub fn backoff_ms(attempt: u32, jitter: f64) -> u64 {
+    let base = limits::RECONNECT_BACKOFF_MIN_MS.saturating_mul(1u64 << attempt.min(20));
+    let capped = base.min(limits::RECONNECT_BACKOFF_MAX_MS);
+    (capped as f64 * (0.5 + jitter.clamp(0.0, 1.0) / 2.0)) as u64
+}
+
+/// A small PRNG for jitter (xorshift); no crate needed for something this unimportant.
+fn jitter(seed: &mut u64) -> f64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    (*seed >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// What the supervisor of one stream needs.
+pub struct StreamInput {
+    pub name: String,
+    pub source: Source,
+    pub credentials: Option<(String, String)>,
+    pub recorder: Option<FrameSender>,
+    pub state: Arc<StreamState>,
+}
+
+/// Keeps one stream's session up until `shutdown` turns true. Dropping the returned future
+/// (or shutdown) drops the recorder's sender, which lets the recorder close its files.
+pub async fn supervise(mut input: StreamInput, mut shutdown: watch::Receiver<bool>) {
+    let group = Arc::new(SessionGroup::default().named(input.name.clone()));
+    let clip = match &input.source {
+        Source::Builtin => Some(file::Clip::parse(file::BUILTIN_CLIP)),
+        Source::File { path } => Some(read_clip(path).await),
+        Source::Rtsp { .. } => None,
+    };
+    let mut seed = (Clocks.wall_us() as u64) | 1;
+    let mut attempt: u32 = 0;
+    while !*shutdown.borrow() {
+        let started = Instant::now();
+        let mut sink = Sink {
+            recorder: input.recorder.as_mut(),
+            state: &input.state,
+        };
+        let session = async {
+            match (&input.source, &clip) {
+                (Source::Rtsp { url, transport }, _) => {
+                    let credentials = input
+                        .credentials
+                        .as_ref()
+                        .map(|(u, p)| (u.as_str(), p.as_str()));
+                    let target = rtsp::Target {
+                        url,
+                        transport: *transport,
+                        credentials,
+                        group: &group,
+                    };
+                    rtsp::run(&target, &mut sink).await
+                }
+                (_, Some(Ok(clip))) => file::run(clip, &mut sink).await,
+                (_, Some(Err(e))) => Err(IngestError::Source(e.to_string())),
+                (_, None) => Err(IngestError::Source("no source".into())),
+            }
+        };
+        let result = tokio::select! {
+            r = session => r,
+            _ = shutdown.changed() => break,
+        };
+        if let Some(r) = input.recorder.as_mut() {
+            r.session_ended();
+        }
+        let err = match result {
+            Ok(()) => IngestError::Ended,
+            Err(e) => e,
+        };
+        if started.elapsed() >= Duration::from_millis(limits::RECONNECT_HEALTHY_AFTER_MS) {
+            attempt = 0;
+        }
+        let wait_ms = if err.is_configuration() {
+            limits::RECONNECT_BACKOFF_MAX_MS
+        } else {
+            backoff_ms(attempt, jitter(&mut seed))
+        };
+        attempt = attempt.saturating_add(1);
+        warn!(stream = %input.name, retry_in_ms = wait_ms, "camera session ended: {err}");
+        input.state.disconnected(err.to_string());
+        // retina tears old sessions down in the background; do not pile new ones on a camera
+        // that limits its sessions, but do not wait on it forever either.
+        let stale = group.stale_sessions();
+        let _ = tokio::time::timeout(
+            Duration::from_millis(limits::RTSP_TEARDOWN_WAIT_MS),
+            group.await_stale_sessions(&stale),
+        )
+        .await;
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    info!(stream = %input.name, "ingest stopped");
+}
+
+async fn read_clip(path: &std::path::Path) -> Result<file::Clip, IngestError> {
+    let bad = |e: std::io::Error| IngestError::Source(format!("{}: {e}", path.display()));
+    let len = tokio::fs::metadata(path).await.map_err(bad)?.len();
+    if len > limits::FILE_SOURCE_MAX_BYTES {
+        return Err(IngestError::Source(format!(
+            "{}: over FILE_SOURCE_MAX_BYTES",
+            path.display()
+        )));
+    }
+    file::Clip::parse(&tokio::fs::read(path).await.map_err(bad)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap_with_jitter_in_bounds() {
+        assert_eq!(backoff_ms(0, 1.0), limits::RECONNECT_BACKOFF_MIN_MS);
+        assert_eq!(backoff_ms(1, 1.0), 2 * limits::RECONNECT_BACKOFF_MIN_MS);
+        assert_eq!(backoff_ms(0, 0.0), limits::RECONNECT_BACKOFF_MIN_MS / 2);
+        assert_eq!(backoff_ms(30, 1.0), limits::RECONNECT_BACKOFF_MAX_MS);
+        assert_eq!(backoff_ms(u32::MAX, 1.0), limits::RECONNECT_BACKOFF_MAX_MS);
+        let mut seed = 12345;
+        for _ in 0..1000 {
+            let j = jitter(&mut seed);
+            assert!((0.0..1.0).contains(&j));
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Every ceiling KeepPeek enforces, with its unit in its name and the reason beside it.
+//!
+//! Nothing in the firmware queues, buffers or allocates without one of these bounds. Work
+//! that would pass a ceiling fails fast with an error that names the constant. The static
+//! memory budget (`keeppeek budget`) is computed from these values and the config, so the
+//! daemon knows before it starts whether it fits the board.
+//!
+//! `docs/limits.md` is checked against this file by a unit test: change both together.
+
+// ---- media ----
+
+/// One encoded frame. A 4K I-frame at high quality stays under 2 MiB; anything larger is a
+/// broken or hostile camera, dropped and counted rather than buffered.
+pub const FRAME_MAX_BYTES: usize = 4 << 20;
+
+/// Codec parameters (an `avc1`/`hvc1` sample entry with SPS/PPS/VPS). Real ones are under
+/// 200 bytes; this bounds what a camera's SDP can make us store per segment.
+pub const SAMPLE_ENTRY_MAX_BYTES: usize = 4 << 10;
+
+/// Frames waiting between ingest and the recorder, per stream. At 30 fps this is two seconds
+/// of slack for a slow disk; past it frames are dropped until the next keyframe.
+pub const INGEST_QUEUE_FRAMES: usize = 64;
+
+/// Bytes of frames waiting between ingest and the recorder, per stream (the byte side of the
+/// same queue: 64 frames of a 16 Mbit/s stream fit).
+pub const INGEST_QUEUE_BYTES_PER_STREAM: usize = 8 << 20;
+
+/// Bytes a file camera (demo and tests) may load into memory. The built-in clip is ~0.5 MB.
+pub const FILE_SOURCE_MAX_BYTES: u64 = 64 << 20;
+
+// ---- fragments and segments ----
+
+/// A fragment is one GOP, cut early at this media duration for cameras with long GOPs so a
+/// power cut loses little and playback can seek.
+pub const FRAGMENT_MAX_DURATION_90K: i64 = 4 * 90_000;
+
+/// Samples in one fragment: bounds the `moof` (one 12-byte `trun` entry each). 4 s at 60 fps
+/// is 240.
+pub const FRAGMENT_MAX_SAMPLES: usize = 512;
+
+/// Media bytes held for one fragment before it is written: 4 s of a 32 Mbit/s stream.
+pub const FRAGMENT_MAX_BYTES: usize = 16 << 20;
+
+/// The encoded `moof` (and `prft`) of one fragment, written into a fixed buffer.
+pub const MOOF_MAX_BYTES: usize = 64 + FRAGMENT_MAX_SAMPLES * 12 + 256;
+
+/// The init segment (`ftyp` + `moov`), written into a fixed buffer.
+pub const INIT_SEGMENT_MAX_BYTES: usize = SAMPLE_ENTRY_MAX_BYTES + 1024;
+
+/// A segment file closes at the first keyframe past this media duration, so retention can
+/// free space in small steps and a file stays easy to copy.
+pub const SEGMENT_MAX_DURATION_90K: i64 = 5 * 60 * 90_000;
+
+/// A segment file closes at the first keyframe past this size.
+pub const SEGMENT_MAX_BYTES: u64 = 256 << 20;
+
+/// A clock step bigger than this between the wall clock and the monotonic clock ends a run.
+/// NTP slews small errors; anything this large is a step (first sync, manual change).
+pub const CLOCK_STEP_MAX_US: i64 = 2_000_000;
+
+/// How fast a run's wall time may be pulled toward the local clock, in parts per million of
+/// elapsed media time. Camera clocks drift by tens of ppm; 1000 ppm corrects that without
+/// visible jumps.
+pub const CLOCK_SLEW_MAX_PPM: i64 = 1_000;
+
+// ---- catalog ----
+
+/// redb's page cache. Its default is 1 GiB, the whole RAM of a small board; the catalog's hot
+/// set (open recordings, recent fragments) is a few MiB.
+pub const CATALOG_CACHE_BYTES: usize = 16 << 20;
+
+/// Commands waiting for the catalog writer thread, across all streams.
+pub const CATALOG_QUEUE_COMMANDS: usize = 1024;
+
+/// Fragment rows waiting for the next durable commit, across all streams. At 32 streams with
+/// one fragment per second and a 60 s flush interval this is 1920; past it we commit early.
+pub const CATALOG_PENDING_FRAGMENTS_MAX: usize = 4096;
+
+/// Longest accepted flush interval: the most video a power cut may take.
+pub const FLUSH_INTERVAL_MAX_S: u64 = 300;
+
+/// Bytes kept free on the data filesystem: retention deletes before the disk is full so a
+/// write rarely meets ENOSPC at all.
+pub const DISK_RESERVE_BYTES: u64 = 64 << 20;
+
+/// Bytes of a catalog file path (relative to the data directory).
+pub const RECORDING_PATH_MAX_BYTES: usize = 255;
+
+// ---- cameras and config ----
+
+/// Cameras in one config: a 2-core board with 1 GiB records this many sub+main pairs.
+pub const CAMERAS_MAX: usize = 32;
+
+/// Streams: a main and an optional sub stream per camera.
+pub const STREAMS_MAX: usize = CAMERAS_MAX * 2;
+
+/// Bytes of a config file.
+pub const CONFIG_FILE_MAX_BYTES: u64 = 256 << 10;
+
+/// Bytes of a camera name. Names become directory names, so they are short ASCII.
+pub const CAMERA_NAME_MAX_BYTES: usize = 32;
+
+/// Bytes of a camera URL.
+pub const CAMERA_URL_MAX_BYTES: usize = 1024;
+
+/// Bytes of a camera user name or password.
+pub const CAMERA_CREDENTIAL_MAX_BYTES: usize = 128;
+
+// ---- ingest timing ----
+
+/// Bound on TCP connect plus DESCRIBE: a camera that accepts and never answers is given up.
+pub const RTSP_DESCRIBE_TIMEOUT_MS: u64 = 10_000;
+
+/// Bound on each SETUP and on PLAY.
+pub const RTSP_SETUP_PLAY_TIMEOUT_MS: u64 = 10_000;
+
+/// A connected session that delivers no frame for this long is restarted.
+pub const INGEST_NO_FRAMES_TIMEOUT_MS: u64 = 10_000;
+
+/// The first reconnect waits this long (then doubles, with jitter).
+pub const RECONNECT_BACKOFF_MIN_MS: u64 = 500;
+
+/// Reconnect attempts never wait longer than this.
+pub const RECONNECT_BACKOFF_MAX_MS: u64 = 30_000;
+
+/// A session that delivered frames for this long resets the backoff.
+pub const RECONNECT_HEALTHY_AFTER_MS: u64 = 30_000;
+
+/// Old RTSP sessions are given this long to send TEARDOWN before a reconnect goes ahead.
+pub const RTSP_TEARDOWN_WAIT_MS: u64 = 5_000;
+
+/// Shutdown closes fragments and commits within this bound, then exits regardless.
+pub const SHUTDOWN_TIMEOUT_MS: u64 = 5_000;
+
+// ---- memory budget ----
+
+/// Estimated heap of one RTSP session (retina's read buffer, depacketizer, reassembly).
+pub const RTSP_SESSION_OVERHEAD_BYTES: usize = 1 << 20;
+
+/// Stack reserved per OS thread we start (the recorder and catalog threads).
+pub const THREAD_STACK_BYTES: usize = 256 << 10;
+
+/// Fixed overhead of the process: code, runtime, allocator slack.
+pub const PROCESS_BASE_BYTES: usize = 24 << 20;
+
+/// The share of the board's RAM KeepPeek may plan to use; the rest is the kernel's page
+/// cache (which recording depends on) and the OS.
+pub const RAM_SHARE_PERCENT: usize = 50;

@@ -1,0 +1,418 @@
+//! Fragmented MP4 box writing: the init segment at a segment file's head and the header of
+//! each fragment. Sans-IO: boxes are encoded into a caller-supplied fixed buffer and an
+//! encoding that would overflow it fails with [`BufferFull`] instead of growing.
+//!
+//! The `mp4` crate cannot write fragmented MP4 nor carry an `hvcC` through, so KeepPeek
+//! writes the few boxes it needs itself. A segment file is:
+//!
+//! ```text
+//! ftyp
+//! moov
+//!   mvhd
+//!   trak
+//!     tkhd
+//!     mdia
+//!       mdhd            timescale 90 000
+//!       hdlr            vide
+//!       minf
+//!         vmhd
+//!         dinf/dref/url
+//!         stbl
+//!           stsd        the camera's avc1/hvc1 sample entry, verbatim
+//!           stts stsc stsz stco   (empty: samples live in fragments)
+//!   mvex
+//!     trex
+//! then, once per fragment (one GOP, or a time-bounded part of a long one):
+//! prft                  wall time (NTP) of the fragment's first sample: crash recovery
+//!                       reads it back to place a fragment the catalog never saw
+//! moof
+//!   mfhd                sequence number
+//!   traf
+//!     tfhd              default-base-is-moof
+//!     tfdt              decode time of the first sample (v1, 64-bit)
+//!     trun              per sample: duration, size, flags
+//! mdat                  the samples' bytes, in order
+//! ```
+
+use crate::limits;
+
+/// The one track of a segment file.
+pub const TRACK_ID: u32 = 1;
+
+/// Media timescale of every track KeepPeek writes.
+pub const TIMESCALE_90K: u32 = 90_000;
+
+/// Seconds between the NTP epoch (1900) and the Unix epoch (1970).
+const NTP_UNIX_OFFSET_S: i64 = 2_208_988_800;
+
+/// `trun` sample flags of a sync sample: depends on no other sample.
+pub const SAMPLE_FLAGS_SYNC: u32 = 0x0200_0000;
+/// `trun` sample flags of a non-sync sample: depends on others, not a sync sample.
+pub const SAMPLE_FLAGS_NON_SYNC: u32 = 0x0101_0000;
+
+/// `tfhd` flag: offsets are relative to the `moof`.
+const TFHD_DEFAULT_BASE_IS_MOOF: u32 = 0x02_0000;
+/// `trun` flags: data offset, and per-sample duration, size and flags present.
+const TRUN_FLAGS: u32 = 0x000001 | 0x000100 | 0x000200 | 0x000400;
+
+/// The fixed buffer given to an encoder was too small for what it had to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("fMP4 box does not fit its {capacity_bytes}-byte buffer")]
+pub struct BufferFull {
+    pub capacity_bytes: usize,
+}
+
+/// One sample of a fragment, as described in its `trun`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SampleEntry {
+    pub duration_90k: u32,
+    pub size_bytes: u32,
+    pub is_key: bool,
+}
+
+/// A cursor over a fixed byte buffer that writes big-endian fields and nested boxes.
+struct BoxBuf<'a> {
+    buf: &'a mut [u8],
+    pos: usize,
+}
+
+impl<'a> BoxBuf<'a> {
+    fn new(buf: &'a mut [u8]) -> Self {
+        BoxBuf { buf, pos: 0 }
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> Result<(), BufferFull> {
+        let end = self.pos + bytes.len();
+        let capacity_bytes = self.buf.len();
+        let dst = self
+            .buf
+            .get_mut(self.pos..end)
+            .ok_or(BufferFull { capacity_bytes })?;
+        dst.copy_from_slice(bytes);
+        self.pos = end;
+        Ok(())
+    }
+
+    fn u8(&mut self, v: u8) -> Result<(), BufferFull> {
+        self.put(&[v])
+    }
+    fn u16(&mut self, v: u16) -> Result<(), BufferFull> {
+        self.put(&v.to_be_bytes())
+    }
+    fn u32(&mut self, v: u32) -> Result<(), BufferFull> {
+        self.put(&v.to_be_bytes())
+    }
+    fn u64(&mut self, v: u64) -> Result<(), BufferFull> {
+        self.put(&v.to_be_bytes())
+    }
+    fn zeros(&mut self, n: usize) -> Result<(), BufferFull> {
+        for _ in 0..n {
+            self.u8(0)?;
+        }
+        Ok(())
+    }
+
+    /// Opens a box: writes a placeholder size and the type; returns where it starts.
+    fn open(&mut self, fourcc: &[u8; 4]) -> Result<usize, BufferFull> {
+        let start = self.pos;
+        self.u32(0)?;
+        self.put(fourcc)?;
+        Ok(start)
+    }
+
+    /// Opens a full box (version and flags).
+    fn open_full(
+        &mut self,
+        fourcc: &[u8; 4],
+        version: u8,
+        flags: u32,
+    ) -> Result<usize, BufferFull> {
+        let start = self.open(fourcc)?;
+        self.u32((u32::from(version) << 24) | (flags & 0x00ff_ffff))?;
+        Ok(start)
+    }
+
+    /// Closes the box opened at `start` by patching its size.
+    fn close(&mut self, start: usize) {
+        let size = (self.pos - start) as u32;
+        self.buf[start..start + 4].copy_from_slice(&size.to_be_bytes());
+    }
+
+    /// The unity transformation matrix of `mvhd` and `tkhd`.
+    fn matrix(&mut self) -> Result<(), BufferFull> {
+        for v in [0x0001_0000u32, 0, 0, 0, 0x0001_0000, 0, 0, 0, 0x4000_0000] {
+            self.u32(v)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes the init segment (`ftyp` + `moov`) for one video track into `buf`; returns its
+/// length.
+pub fn write_init_segment(
+    buf: &mut [u8],
+    sample_entry: &[u8],
+    width: u16,
+    height: u16,
+) -> Result<usize, BufferFull> {
+    let mut b = BoxBuf::new(buf);
+    let ftyp = b.open(b"ftyp")?;
+    b.put(b"iso5")?;
+    b.u32(0x200)?;
+    for brand in [b"iso5", b"iso6", b"mp41"] {
+        b.put(brand)?;
+    }
+    b.close(ftyp);
+
+    let moov = b.open(b"moov")?;
+    let mvhd = b.open_full(b"mvhd", 0, 0)?;
+    b.u32(0)?; // creation time
+    b.u32(0)?; // modification time
+    b.u32(1000)?; // movie timescale
+    b.u32(0)?; // duration: unknown, fragments carry it
+    b.u32(0x0001_0000)?; // rate 1.0
+    b.u16(0x0100)?; // volume 1.0
+    b.zeros(10)?;
+    b.matrix()?;
+    b.zeros(24)?;
+    b.u32(TRACK_ID + 1)?; // next track id
+    b.close(mvhd);
+
+    let trak = b.open(b"trak")?;
+    let tkhd = b.open_full(b"tkhd", 0, 0x3)?; // enabled, in movie
+    b.u32(0)?;
+    b.u32(0)?;
+    b.u32(TRACK_ID)?;
+    b.u32(0)?;
+    b.u32(0)?; // duration
+    b.zeros(8)?;
+    b.u16(0)?; // layer
+    b.u16(0)?; // alternate group
+    b.u16(0)?; // volume: video
+    b.u16(0)?;
+    b.matrix()?;
+    b.u32(u32::from(width) << 16)?;
+    b.u32(u32::from(height) << 16)?;
+    b.close(tkhd);
+
+    let mdia = b.open(b"mdia")?;
+    let mdhd = b.open_full(b"mdhd", 0, 0)?;
+    b.u32(0)?;
+    b.u32(0)?;
+    b.u32(TIMESCALE_90K)?;
+    b.u32(0)?;
+    b.u16(0x55c4)?; // language "und"
+    b.u16(0)?;
+    b.close(mdhd);
+    let hdlr = b.open_full(b"hdlr", 0, 0)?;
+    b.u32(0)?;
+    b.put(b"vide")?;
+    b.zeros(12)?;
+    b.put(b"KeepPeek video\0")?;
+    b.close(hdlr);
+
+    let minf = b.open(b"minf")?;
+    let vmhd = b.open_full(b"vmhd", 0, 1)?;
+    b.zeros(8)?;
+    b.close(vmhd);
+    let dinf = b.open(b"dinf")?;
+    let dref = b.open_full(b"dref", 0, 0)?;
+    b.u32(1)?;
+    let url = b.open_full(b"url ", 0, 1)?; // media is in this file
+    b.close(url);
+    b.close(dref);
+    b.close(dinf);
+    let stbl = b.open(b"stbl")?;
+    let stsd = b.open_full(b"stsd", 0, 0)?;
+    b.u32(1)?;
+    b.put(sample_entry)?;
+    b.close(stsd);
+    for fourcc in [b"stts", b"stsc", b"stco"] {
+        let empty = b.open_full(fourcc, 0, 0)?;
+        b.u32(0)?;
+        b.close(empty);
+    }
+    let stsz = b.open_full(b"stsz", 0, 0)?;
+    b.u32(0)?;
+    b.u32(0)?;
+    b.close(stsz);
+    b.close(stbl);
+    b.close(minf);
+    b.close(mdia);
+    b.close(trak);
+
+    let mvex = b.open(b"mvex")?;
+    let trex = b.open_full(b"trex", 0, 0)?;
+    b.u32(TRACK_ID)?;
+    b.u32(1)?; // sample description index
+    b.u32(0)?;
+    b.u32(0)?;
+    b.u32(0)?;
+    b.close(trex);
+    b.close(mvex);
+    b.close(moov);
+    Ok(b.pos)
+}
+
+/// Converts UTC µs since the Unix epoch to a 64-bit NTP timestamp.
+pub fn wall_us_to_ntp(wall_us: i64) -> u64 {
+    let secs = wall_us.div_euclid(1_000_000) + NTP_UNIX_OFFSET_S;
+    let frac_us = wall_us.rem_euclid(1_000_000) as u64;
+    ((secs as u64 & 0xffff_ffff) << 32) | ((frac_us << 32) / 1_000_000)
+}
+
+/// Converts a 64-bit NTP timestamp to UTC µs since the Unix epoch. NTP seconds wrap in
+/// 2036; as RFC 4330 suggests, a value with the top bit clear is taken to be after the wrap,
+/// which covers 1968 to 2104.
+pub fn ntp_to_wall_us(ntp: u64) -> i64 {
+    let mut ntp_secs = (ntp >> 32) as i64;
+    if ntp_secs & 0x8000_0000 == 0 {
+        ntp_secs += 1 << 32;
+    }
+    let secs = ntp_secs - NTP_UNIX_OFFSET_S;
+    let frac_us = (((ntp & 0xffff_ffff) * 1_000_000 + (1 << 31)) >> 32) as i64;
+    secs * 1_000_000 + frac_us
+}
+
+/// Writes everything of a fragment that precedes the sample bytes: `prft`, `moof` and the
+/// `mdat` header. Returns its length; the caller appends the samples' bytes in order.
+///
+/// `base_decode_90k` is the decode time of the first sample since the segment's start;
+/// `wall_us` the wall time of that first sample.
+pub fn write_fragment_header(
+    buf: &mut [u8],
+    sequence: u32,
+    base_decode_90k: u64,
+    wall_us: i64,
+    samples: &[SampleEntry],
+) -> Result<usize, BufferFull> {
+    let mut b = BoxBuf::new(buf);
+    let prft = b.open_full(b"prft", 1, 0)?;
+    b.u32(TRACK_ID)?;
+    b.u64(wall_us_to_ntp(wall_us))?;
+    b.u64(base_decode_90k)?;
+    b.close(prft);
+
+    let moof = b.open(b"moof")?;
+    let mfhd = b.open_full(b"mfhd", 0, 0)?;
+    b.u32(sequence)?;
+    b.close(mfhd);
+    let traf = b.open(b"traf")?;
+    let tfhd = b.open_full(b"tfhd", 0, TFHD_DEFAULT_BASE_IS_MOOF)?;
+    b.u32(TRACK_ID)?;
+    b.close(tfhd);
+    let tfdt = b.open_full(b"tfdt", 1, 0)?;
+    b.u64(base_decode_90k)?;
+    b.close(tfdt);
+    let trun = b.open_full(b"trun", 0, TRUN_FLAGS)?;
+    b.u32(samples.len() as u32)?;
+    let data_offset_at = b.pos;
+    b.u32(0)?; // data offset, patched below
+    let mut mdat_payload_bytes: u64 = 0;
+    for s in samples {
+        b.u32(s.duration_90k)?;
+        b.u32(s.size_bytes)?;
+        b.u32(if s.is_key {
+            SAMPLE_FLAGS_SYNC
+        } else {
+            SAMPLE_FLAGS_NON_SYNC
+        })?;
+        mdat_payload_bytes += u64::from(s.size_bytes);
+    }
+    b.close(trun);
+    b.close(traf);
+    b.close(moof);
+
+    // A fragment's bytes are bounded by FRAGMENT_MAX_BYTES, so a 32-bit mdat size suffices.
+    debug_assert!(mdat_payload_bytes + 8 <= u64::from(u32::MAX));
+    let data_offset = (b.pos - moof + 8) as u32;
+    b.buf[data_offset_at..data_offset_at + 4].copy_from_slice(&data_offset.to_be_bytes());
+    b.u32((mdat_payload_bytes + 8) as u32)?;
+    b.put(b"mdat")?;
+    Ok(b.pos)
+}
+
+/// A fixed buffer sized for any fragment header KeepPeek writes.
+pub fn fragment_header_buffer() -> Box<[u8; limits::MOOF_MAX_BYTES]> {
+    Box::new([0u8; limits::MOOF_MAX_BYTES])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ntp_round_trips_wall_time_to_the_microsecond() {
+        // 1970, 2023, after the NTP wrap of 2036, and 2096.
+        for wall_us in [
+            0,
+            1,
+            999_999,
+            1_700_000_000_123_456,
+            2_085_978_496_000_001,
+            4_000_000_000_000_001,
+        ] {
+            assert_eq!(ntp_to_wall_us(wall_us_to_ntp(wall_us)), wall_us);
+        }
+    }
+
+    #[test]
+    fn fragment_header_points_trun_at_the_mdat_payload() {
+        let mut buf = fragment_header_buffer();
+        let samples = [
+            SampleEntry {
+                duration_90k: 6000,
+                size_bytes: 100,
+                is_key: true,
+            },
+            SampleEntry {
+                duration_90k: 6000,
+                size_bytes: 50,
+                is_key: false,
+            },
+        ];
+        let n = write_fragment_header(&mut buf[..], 7, 12_000, 1_700_000_000_000_000, &samples)
+            .expect("fits");
+        let head = &buf[..n];
+        assert_eq!(&head[n - 4..], b"mdat");
+        let mdat_size = u32::from_be_bytes(head[n - 8..n - 4].try_into().unwrap());
+        assert_eq!(mdat_size, 8 + 150);
+        let prft_len = u32::from_be_bytes(head[0..4].try_into().unwrap()) as usize;
+        assert_eq!(&head[prft_len + 4..prft_len + 8], b"moof");
+        // data offset is relative to the moof and lands just past the mdat header.
+        let pos = head.windows(4).position(|w| w == b"trun").unwrap();
+        let data_offset = u32::from_be_bytes(head[pos + 12..pos + 16].try_into().unwrap());
+        assert_eq!(data_offset as usize, n - prft_len);
+    }
+
+    #[test]
+    fn a_full_buffer_is_an_error_not_a_panic() {
+        let mut small = [0u8; 64];
+        let samples = [SampleEntry {
+            duration_90k: 1,
+            size_bytes: 1,
+            is_key: true,
+        }; 8];
+        assert_eq!(
+            write_fragment_header(&mut small, 1, 0, 0, &samples),
+            Err(BufferFull { capacity_bytes: 64 })
+        );
+        assert!(write_init_segment(&mut small, &[0; 100], 640, 360).is_err());
+    }
+
+    #[test]
+    fn the_largest_fragment_fits_the_header_buffer() {
+        let mut buf = fragment_header_buffer();
+        let samples = vec![
+            SampleEntry {
+                duration_90k: 1,
+                size_bytes: 1,
+                is_key: false
+            };
+            limits::FRAGMENT_MAX_SAMPLES
+        ];
+        assert!(
+            write_fragment_header(&mut buf[..], u32::MAX, u64::MAX, i64::MAX / 2, &samples).is_ok()
+        );
+    }
+}

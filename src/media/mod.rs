@@ -1,0 +1,80 @@
+//! Encoded media as it flows through KeepPeek: frames, codec parameters, and the fragmented
+//! MP4 boxes they are stored in.
+//!
+//! Invariants: a [`Frame`]'s data is one access unit of 4-byte length-prefixed NAL units
+//! (the MP4 form; parameter sets travel in the sample entry, not in the frame). Frames are
+//! shared as [`Bytes`] and never copied per consumer. Media time is in 90 kHz units.
+
+pub mod avc;
+pub mod fmp4;
+pub mod fmp4_read;
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+/// The video codecs KeepPeek records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Codec {
+    H264,
+    H265,
+}
+
+impl Codec {
+    /// The codec of an ISO BMFF video sample entry, from its box type.
+    pub fn from_sample_entry(entry: &[u8]) -> Option<Codec> {
+        match entry.get(4..8)? {
+            b"avc1" | b"avc3" => Some(Codec::H264),
+            b"hvc1" | b"hev1" => Some(Codec::H265),
+            _ => None,
+        }
+    }
+
+    /// Lower-case name used in logs, the API and file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::H264 => "h264",
+            Codec::H265 => "h265",
+        }
+    }
+}
+
+impl fmt::Display for Codec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Codec parameters of a video stream: what a decoder needs before the first frame.
+///
+/// Two streams with equal parameters can share one MP4 init segment; any change closes the
+/// segment being written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VideoParams {
+    pub codec: Codec,
+    /// RFC 6381 codec string, e.g. `avc1.4d001f`.
+    pub rfc6381: String,
+    pub width: u16,
+    pub height: u16,
+    /// The whole `avc1`/`hvc1` sample entry box, as it goes into `stsd`.
+    pub sample_entry: Bytes,
+}
+
+/// One encoded video frame (access unit) and when it arrived.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    /// Presentation time on the camera's clock, 90 kHz, relative to the session's start.
+    /// Restarts from an arbitrary base on every camera session.
+    pub pts_90k: i64,
+    /// The monotonic clock at receipt, µs since the process's monotonic origin.
+    pub received_mono_us: i64,
+    /// The wall clock (UTC) at receipt, µs since the Unix epoch.
+    pub received_wall_us: i64,
+    /// An IDR (H.264) or IRAP (H.265): decoding can start here.
+    pub is_key: bool,
+    /// 4-byte length-prefixed NAL units.
+    pub data: Bytes,
+    /// The codec parameters in effect for this frame.
+    pub params: Arc<VideoParams>,
+}

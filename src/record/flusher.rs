@@ -1,0 +1,323 @@
+//! The catalog writer thread: groups recorder output into one durable commit per flush
+//! interval, and runs retention after each.
+//!
+//! Commit protocol, per flush: fdatasync every segment file written since the last flush
+//! (and the directory of every new file), then commit all their fragment rows in one
+//! `Durability::Immediate` transaction. So a row never points at bytes that are not on disk,
+//! and a power cut loses at most one flush interval (less: recovery indexes whole fragments
+//! found past the last row).
+//!
+//! Rows wait in memory between flushes rather than in non-durable redb commits: each redb
+//! commit rewrites B-tree pages, and on flash those writes would rival the video's own.
+//!
+//! Deletion: drop rows and list the file as garbage (one durable commit), unlink, then
+//! unlist it with the next commit.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::time::{Duration, Instant};
+
+use tracing::{debug, error, info, warn};
+
+use super::retention::{self, Disk, Entry, Index};
+use crate::catalog::{Batch, Catalog, FragmentRow, Keyframe, RecordingRow};
+use crate::config::Retention;
+use crate::limits;
+
+/// Messages to the flusher.
+pub enum ToFlusher {
+    /// A fragment was appended (not yet synced) to the recording's file.
+    Fragment {
+        rec_id: u64,
+        sequence: u32,
+        row: FragmentRow,
+        keyframes: Vec<Keyframe>,
+        recording: RecordingRow,
+    },
+    /// A segment was closed; this is its final row.
+    Closed {
+        rec_id: u64,
+        recording: RecordingRow,
+    },
+    /// A new segment file exists: its directory entry must be synced before its rows.
+    Created {
+        rec_id: u64,
+        recording: RecordingRow,
+    },
+    /// A write met a full disk: free what retention can, reply with the bytes freed.
+    NeedSpace { reply: SyncSender<u64> },
+    /// Commit everything now (shutdown); reply when done.
+    Flush { reply: SyncSender<()> },
+}
+
+/// What the flusher has done, for `/metrics` and the benchmarks.
+#[derive(Debug, Default)]
+pub struct FlusherStats {
+    pub commits: AtomicU64,
+    pub file_syncs: AtomicU64,
+    pub commit_errors: AtomicU64,
+    pub recordings_deleted: AtomicU64,
+    pub bytes_deleted: AtomicU64,
+}
+
+pub struct Flusher {
+    catalog: Arc<Catalog>,
+    data_dir: PathBuf,
+    interval: Duration,
+    caps: Retention,
+    fragments: Vec<(u64, u32, FragmentRow)>,
+    keyframes: Vec<(u32, u64, Keyframe)>,
+    recordings: BTreeMap<u64, RecordingRow>,
+    garbage_done: Vec<String>,
+    /// Files written since the last flush.
+    dirty: BTreeSet<u64>,
+    /// Directories with new entries since the last flush.
+    new_dirs: BTreeSet<PathBuf>,
+    index: Index,
+    paths: BTreeMap<u64, String>,
+    stats: Arc<FlusherStats>,
+}
+
+impl Flusher {
+    pub fn new(
+        catalog: Arc<Catalog>,
+        data_dir: PathBuf,
+        interval: Duration,
+        caps: Retention,
+    ) -> Result<Self, crate::catalog::CatalogError> {
+        let mut index = Index::new();
+        let mut paths = BTreeMap::new();
+        for (id, r) in catalog.recordings()? {
+            index.insert(
+                id,
+                Entry {
+                    stream_id: r.stream_id,
+                    bytes: r.bytes,
+                    open: r.open,
+                },
+            );
+            paths.insert(id, r.path);
+        }
+        Ok(Flusher {
+            catalog,
+            data_dir,
+            interval,
+            caps,
+            fragments: Vec::new(),
+            keyframes: Vec::new(),
+            recordings: BTreeMap::new(),
+            garbage_done: Vec::new(),
+            dirty: BTreeSet::new(),
+            new_dirs: BTreeSet::new(),
+            index,
+            paths,
+            stats: Arc::default(),
+        })
+    }
+
+    pub fn stats(&self) -> Arc<FlusherStats> {
+        self.stats.clone()
+    }
+
+    /// The thread's body: runs until every sender is gone.
+    pub fn run(mut self, rx: Receiver<ToFlusher>) {
+        let mut next = Instant::now() + self.interval;
+        // Retention runs once at start too: the caps may have shrunk.
+        self.enforce_retention(false);
+        loop {
+            let wait = next.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(msg) => self.handle(msg),
+                Err(RecvTimeoutError::Timeout) => {
+                    self.flush();
+                    self.enforce_retention(false);
+                    next = Instant::now() + self.interval;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        self.flush();
+    }
+
+    fn track(&mut self, rec_id: u64, recording: RecordingRow) {
+        self.index.insert(
+            rec_id,
+            Entry {
+                stream_id: recording.stream_id,
+                bytes: recording.bytes,
+                open: recording.open,
+            },
+        );
+        self.paths.insert(rec_id, recording.path.clone());
+        self.recordings.insert(rec_id, recording);
+    }
+
+    fn handle(&mut self, msg: ToFlusher) {
+        match msg {
+            ToFlusher::Fragment {
+                rec_id,
+                sequence,
+                row,
+                keyframes,
+                recording,
+            } => {
+                let stream_id = recording.stream_id;
+                self.fragments.push((rec_id, sequence, row));
+                self.keyframes
+                    .extend(keyframes.into_iter().map(|k| (stream_id, rec_id, k)));
+                self.dirty.insert(rec_id);
+                self.track(rec_id, recording);
+                if self.fragments.len() >= limits::CATALOG_PENDING_FRAGMENTS_MAX {
+                    self.flush();
+                }
+            }
+            ToFlusher::Created { rec_id, recording } => {
+                if let Some(dir) = self.data_dir.join(&recording.path).parent() {
+                    self.new_dirs.insert(dir.to_path_buf());
+                }
+                self.dirty.insert(rec_id);
+                self.track(rec_id, recording);
+            }
+            ToFlusher::Closed { rec_id, recording } => {
+                self.dirty.insert(rec_id);
+                self.track(rec_id, recording);
+            }
+            ToFlusher::NeedSpace { reply } => {
+                self.flush();
+                let freed = self.enforce_retention(true);
+                let _ = reply.send(freed);
+            }
+            ToFlusher::Flush { reply } => {
+                self.flush();
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    /// Syncs what was written and commits its rows.
+    fn flush(&mut self) {
+        if self.fragments.is_empty() && self.recordings.is_empty() && self.garbage_done.is_empty() {
+            return;
+        }
+        for rec_id in std::mem::take(&mut self.dirty) {
+            let Some(rel) = self.paths.get(&rec_id) else {
+                continue;
+            };
+            let path = self.data_dir.join(rel);
+            match std::fs::File::open(&path).and_then(|f| f.sync_data()) {
+                Ok(()) => {
+                    self.stats.file_syncs.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    // Its bytes may not be on disk: its rows must not be committed.
+                    error!(path = %path.display(), "cannot sync segment, dropping its new rows: {e}");
+                    self.fragments.retain(|(r, _, _)| *r != rec_id);
+                    self.keyframes.retain(|(_, r, _)| *r != rec_id);
+                    self.recordings.remove(&rec_id);
+                }
+            }
+        }
+        for dir in std::mem::take(&mut self.new_dirs) {
+            if let Err(e) = sync_dir(&dir) {
+                warn!(dir = %dir.display(), "cannot sync directory: {e}");
+            }
+        }
+        let batch = Batch {
+            fragments: std::mem::take(&mut self.fragments),
+            keyframes: std::mem::take(&mut self.keyframes),
+            recordings: std::mem::take(&mut self.recordings).into_iter().collect(),
+            garbage_done: std::mem::take(&mut self.garbage_done),
+        };
+        match self.catalog.commit(&batch) {
+            Ok(()) => {
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                debug!(fragments = batch.fragments.len(), "catalog commit");
+            }
+            Err(e) => {
+                self.stats.commit_errors.fetch_add(1, Ordering::Relaxed);
+                error!("catalog commit failed, retrying at the next flush: {e}");
+                if batch.fragments.len() < limits::CATALOG_PENDING_FRAGMENTS_MAX {
+                    self.fragments = batch.fragments;
+                    self.keyframes = batch.keyframes;
+                    self.recordings = batch.recordings.into_iter().collect();
+                    self.garbage_done = batch.garbage_done;
+                } else {
+                    error!(
+                        "dropping {} fragment rows over CATALOG_PENDING_FRAGMENTS_MAX",
+                        batch.fragments.len()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Deletes what retention asks for. With `urgent`, a write is waiting on a full disk:
+    /// delete at least the oldest closed recording. Returns the bytes freed.
+    fn enforce_retention(&mut self, urgent: bool) -> u64 {
+        let disk = disk_space(&self.data_dir);
+        let mut doomed = retention::plan(&self.index, &self.caps, disk);
+        if urgent && doomed.is_empty() {
+            doomed.extend(self.index.iter().find(|(_, e)| !e.open).map(|(&id, _)| id));
+        }
+        let mut freed = 0;
+        for id in doomed {
+            match self.catalog.delete_recording(id) {
+                Ok(row) => {
+                    let path = self.data_dir.join(&row.path);
+                    match std::fs::remove_file(&path) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => {
+                            // Stays on the garbage list; the next start tries again.
+                            warn!(path = %path.display(), "cannot delete: {e}");
+                            continue;
+                        }
+                    }
+                    freed += row.bytes;
+                    self.stats
+                        .recordings_deleted
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.stats
+                        .bytes_deleted
+                        .fetch_add(row.bytes, Ordering::Relaxed);
+                    info!(
+                        recording = id,
+                        bytes = row.bytes,
+                        "retention deleted {}",
+                        row.path
+                    );
+                    self.index.remove(&id);
+                    self.paths.remove(&id);
+                    self.garbage_done.push(row.path);
+                }
+                Err(e) => error!(recording = id, "retention cannot delete: {e}"),
+            }
+        }
+        freed
+    }
+}
+
+/// Free and reserved space of the filesystem holding `dir`. The reserve is
+/// [`limits::DISK_RESERVE_BYTES`], or a sixteenth of a smaller filesystem.
+pub fn disk_space(dir: &Path) -> Option<Disk> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `s` a valid out-pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return None;
+    }
+    let frsize = s.f_frsize as u64;
+    let total = s.f_blocks as u64 * frsize;
+    Some(Disk {
+        free_bytes: s.f_bavail as u64 * frsize,
+        reserve_bytes: limits::DISK_RESERVE_BYTES.min(total / 16),
+    })
+}
+
+/// Makes a directory's entries durable (a new file's name, a removal).
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}

@@ -1,0 +1,467 @@
+//! Cuts one stream's frames into runs, segments and fragments. Sans-IO: frames go in, and
+//! [`Event`]s come out for the segment writer to act on, in order.
+//!
+//! - A *run* is a stretch of frames with one continuous camera clock and a steady wall
+//!   clock. It starts at a keyframe and ends at a discontinuity (reconnect, dropped frames),
+//!   a timestamp that goes backwards or jumps, a wall-clock step, or shutdown.
+//! - A *segment* (one file) is a part of a run with one set of codec parameters. It starts
+//!   at a keyframe and closes at the first keyframe past its duration or size bound, or at a
+//!   parameter change.
+//! - A *fragment* is one GOP, cut early at [`limits::FRAGMENT_MAX_DURATION_90K`],
+//!   [`limits::FRAGMENT_MAX_SAMPLES`] or [`limits::FRAGMENT_MAX_BYTES`]. A sample's duration
+//!   is known only when the next frame arrives, so a fragment is emitted when the frame after
+//!   its last arrives; at the end of a run the last frame repeats the previous duration.
+
+use std::sync::Arc;
+
+use crate::clock::{self, RunClock};
+use crate::limits;
+use crate::media::fmp4::SampleEntry;
+use crate::media::{Frame, VideoParams};
+
+/// A gap in camera time larger than this between consecutive frames is a discontinuity.
+const FRAME_GAP_MAX_90K: i64 = 10 * 90_000;
+
+/// Duration assumed for a run's only frame when there is no previous one (30 fps).
+const FALLBACK_FRAME_DURATION_90K: i64 = 3_000;
+
+/// What the segment writer must do, in order.
+#[derive(Debug)]
+pub enum Event {
+    /// Open a new segment file for these parameters. `new_run` when it starts a run.
+    StartSegment {
+        params: Arc<VideoParams>,
+        new_run: bool,
+        wall_start_us: i64,
+    },
+    /// Append one fragment to the open segment.
+    Fragment(FragmentOut),
+    /// Close the open segment.
+    EndSegment,
+}
+
+/// One fragment, ready to be written.
+#[derive(Debug)]
+pub struct FragmentOut {
+    /// 1-based within the segment.
+    pub sequence: u32,
+    /// Decode time of the first sample since the segment's start.
+    pub base_decode_90k: u64,
+    pub wall_start_us: i64,
+    pub wall_end_us: i64,
+    pub samples: Vec<SampleEntry>,
+    pub frames: Vec<Frame>,
+}
+
+impl FragmentOut {
+    pub fn duration_90k(&self) -> u64 {
+        self.samples.iter().map(|s| u64::from(s.duration_90k)).sum()
+    }
+    pub fn payload_bytes(&self) -> u64 {
+        self.samples.iter().map(|s| u64::from(s.size_bytes)).sum()
+    }
+}
+
+/// Bounds on one segment.
+#[derive(Clone, Copy, Debug)]
+pub struct SegmentBounds {
+    pub max_duration_90k: i64,
+    pub max_bytes: u64,
+}
+
+/// Counters of frames the fragmenter did not record, and why.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Skipped {
+    /// Waiting for a keyframe to start a run.
+    pub before_keyframe: u64,
+    /// Waiting for a sane wall clock.
+    pub clock_not_sane: u64,
+}
+
+struct Segment {
+    params: Arc<VideoParams>,
+    start_pts_90k: i64,
+    bytes: u64,
+    next_sequence: u32,
+}
+
+/// The per-stream state machine. Lifecycle: [`Fragmenter::push`] each frame;
+/// [`Fragmenter::finish`] at a discontinuity or shutdown (the next frame may start again).
+pub struct Fragmenter {
+    bounds: SegmentBounds,
+    require_sane_clock: bool,
+    clock: Option<RunClock>,
+    /// The run has started and its first segment is not yet open.
+    run_starting: bool,
+    segment: Option<Segment>,
+    pending: Vec<Frame>,
+    pending_bytes: usize,
+    last_pts_90k: i64,
+    last_duration_90k: i64,
+    skipped: Skipped,
+}
+
+impl Fragmenter {
+    pub fn new(bounds: SegmentBounds, require_sane_clock: bool) -> Self {
+        Fragmenter {
+            bounds,
+            require_sane_clock,
+            clock: None,
+            run_starting: false,
+            segment: None,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            last_pts_90k: 0,
+            last_duration_90k: FALLBACK_FRAME_DURATION_90K,
+            skipped: Skipped::default(),
+        }
+    }
+
+    pub fn skipped(&self) -> Skipped {
+        self.skipped
+    }
+
+    /// True while a run is being recorded.
+    pub fn in_run(&self) -> bool {
+        self.clock.is_some()
+    }
+
+    /// Takes one frame; appends what must be done to `out`.
+    pub fn push(&mut self, frame: Frame, out: &mut Vec<Event>) {
+        if let Some(clock) = &self.clock {
+            let delta = frame.pts_90k - self.last_pts_90k;
+            let broken = delta <= 0
+                || delta > FRAME_GAP_MAX_90K
+                || clock.is_stepped(frame.received_mono_us, frame.received_wall_us);
+            if broken {
+                self.finish(out);
+            }
+        }
+        if self.clock.is_none() {
+            if !frame.is_key {
+                self.skipped.before_keyframe += 1;
+                return;
+            }
+            if self.require_sane_clock && !clock::is_sane(frame.received_wall_us) {
+                self.skipped.clock_not_sane += 1;
+                return;
+            }
+            self.clock = Some(RunClock::start(
+                frame.pts_90k,
+                frame.received_mono_us,
+                frame.received_wall_us,
+            ));
+            self.run_starting = true;
+        }
+
+        let params_changed = self
+            .segment
+            .as_ref()
+            .is_some_and(|s| !Arc::ptr_eq(&s.params, &frame.params) && *s.params != *frame.params);
+        if let Some(first) = self.pending.first() {
+            let full = frame.is_key
+                || params_changed
+                || frame.pts_90k - first.pts_90k >= limits::FRAGMENT_MAX_DURATION_90K
+                || self.pending.len() >= limits::FRAGMENT_MAX_SAMPLES
+                || self.pending_bytes + frame.data.len() > limits::FRAGMENT_MAX_BYTES;
+            if full {
+                self.emit_fragment(frame.pts_90k, frame.received_mono_us, out);
+            }
+        }
+        if params_changed && !frame.is_key {
+            // New parameters must start a segment, and a segment must start on a keyframe.
+            self.finish(out);
+            self.skipped.before_keyframe += 1;
+            return;
+        }
+        if frame.is_key
+            && let Some(seg) = &self.segment
+        {
+            let too_long = frame.pts_90k - seg.start_pts_90k >= self.bounds.max_duration_90k;
+            if too_long || seg.bytes >= self.bounds.max_bytes || params_changed {
+                self.segment = None;
+                out.push(Event::EndSegment);
+            }
+        }
+        if self.segment.is_none() {
+            let clock = self.clock.as_mut().expect("a run is open");
+            let wall_start_us = clock.wall_us_at(frame.pts_90k, frame.received_mono_us);
+            let new_run = std::mem::take(&mut self.run_starting);
+            out.push(Event::StartSegment {
+                params: frame.params.clone(),
+                new_run,
+                wall_start_us,
+            });
+            self.segment = Some(Segment {
+                params: frame.params.clone(),
+                start_pts_90k: frame.pts_90k,
+                bytes: frame.params.sample_entry.len() as u64 + 800,
+                next_sequence: 1,
+            });
+        }
+        if let Some(prev) = self.pending.last() {
+            self.last_duration_90k = frame.pts_90k - prev.pts_90k;
+        }
+        self.last_pts_90k = frame.pts_90k;
+        self.pending_bytes += frame.data.len();
+        self.pending.push(frame);
+    }
+
+    /// Ends the run: emits the pending fragment (its last frame repeating the previous
+    /// duration) and closes the segment.
+    pub fn finish(&mut self, out: &mut Vec<Event>) {
+        if !self.pending.is_empty() {
+            let last = self.pending.last().expect("non-empty");
+            let end_pts = last.pts_90k + self.last_duration_90k;
+            let end_mono = last.received_mono_us + clock::ticks_90k_to_us(self.last_duration_90k);
+            self.emit_fragment(end_pts, end_mono, out);
+        }
+        if self.segment.take().is_some() {
+            out.push(Event::EndSegment);
+        }
+        self.clock = None;
+        self.last_duration_90k = FALLBACK_FRAME_DURATION_90K;
+    }
+
+    fn emit_fragment(&mut self, end_pts_90k: i64, end_mono_us: i64, out: &mut Vec<Event>) {
+        let frames = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        let (Some(seg), Some(clock)) = (self.segment.as_mut(), self.clock.as_mut()) else {
+            return;
+        };
+        let mut samples = Vec::with_capacity(frames.len());
+        for (i, f) in frames.iter().enumerate() {
+            let next_pts = frames.get(i + 1).map_or(end_pts_90k, |n| n.pts_90k);
+            samples.push(SampleEntry {
+                duration_90k: (next_pts - f.pts_90k) as u32,
+                size_bytes: f.data.len() as u32,
+                is_key: f.is_key,
+            });
+        }
+        let first = &frames[0];
+        let wall_start_us = clock.wall_us_at(first.pts_90k, first.received_mono_us);
+        let wall_end_us = clock.wall_us_at(end_pts_90k, end_mono_us);
+        let fragment = FragmentOut {
+            sequence: seg.next_sequence,
+            base_decode_90k: (first.pts_90k - seg.start_pts_90k) as u64,
+            wall_start_us,
+            wall_end_us,
+            samples,
+            frames,
+        };
+        seg.next_sequence += 1;
+        seg.bytes += fragment.payload_bytes() + 64 + 12 * fragment.samples.len() as u64;
+        out.push(Event::Fragment(fragment));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::Codec;
+    use bytes::Bytes;
+
+    const WALL0: i64 = 1_800_000_000_000_000;
+
+    fn params(width: u16) -> Arc<VideoParams> {
+        Arc::new(VideoParams {
+            codec: Codec::H264,
+            rfc6381: "avc1.4d001f".into(),
+            width,
+            height: 360,
+            sample_entry: Bytes::from(crate::media::avc::test_sample_entry()),
+        })
+    }
+
+    /// A 15 fps stream with a keyframe every `gop` frames.
+    fn frame(i: i64, gop: i64, p: &Arc<VideoParams>) -> Frame {
+        Frame {
+            pts_90k: 1000 + i * 6000,
+            received_mono_us: i * 66_667,
+            received_wall_us: WALL0 + i * 66_667,
+            is_key: i % gop == 0,
+            data: Bytes::from(vec![0u8; 100]),
+            params: p.clone(),
+        }
+    }
+
+    fn bounds() -> SegmentBounds {
+        SegmentBounds {
+            max_duration_90k: 10 * 90_000,
+            max_bytes: u64::MAX,
+        }
+    }
+
+    fn fragments(events: &[Event]) -> Vec<&FragmentOut> {
+        events
+            .iter()
+            .filter_map(|e| {
+                if let Event::Fragment(f) = e {
+                    Some(f)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_fragment_per_gop_with_durations_that_add_up() {
+        let p = params(640);
+        let mut fr = Fragmenter::new(bounds(), true);
+        let mut out = Vec::new();
+        for i in 0..46 {
+            fr.push(frame(i, 15, &p), &mut out);
+        }
+        fr.finish(&mut out);
+        assert!(matches!(out[0], Event::StartSegment { new_run: true, .. }));
+        assert!(matches!(out.last(), Some(Event::EndSegment)));
+        let frags = fragments(&out);
+        assert_eq!(
+            frags.iter().map(|f| f.samples.len()).collect::<Vec<_>>(),
+            [15, 15, 15, 1]
+        );
+        for (n, f) in frags.iter().enumerate() {
+            assert_eq!(f.sequence, n as u32 + 1);
+            assert!(f.samples[0].is_key);
+            assert_eq!(f.base_decode_90k, n as u64 * 15 * 6000);
+            assert!(f.samples.iter().all(|s| s.duration_90k == 6000));
+        }
+        // Wall times are continuous from fragment to fragment.
+        for w in frags.windows(2) {
+            assert_eq!(w[0].wall_end_us, w[1].wall_start_us);
+        }
+        assert_eq!(frags[0].wall_start_us, WALL0);
+    }
+
+    #[test]
+    fn a_run_waits_for_a_keyframe() {
+        let p = params(640);
+        let mut fr = Fragmenter::new(bounds(), true);
+        let mut out = Vec::new();
+        for i in 5..20 {
+            fr.push(frame(i, 15, &p), &mut out);
+        }
+        assert_eq!(fr.skipped().before_keyframe, 10);
+        assert!(matches!(out[0], Event::StartSegment { .. }));
+    }
+
+    #[test]
+    fn long_gops_are_cut_at_the_fragment_time_bound() {
+        let p = params(640);
+        let mut fr = Fragmenter::new(bounds(), true);
+        let mut out = Vec::new();
+        for i in 0..150 {
+            fr.push(frame(i, 150, &p), &mut out);
+        }
+        let frags = fragments(&out);
+        assert!(!frags.is_empty());
+        for f in &frags {
+            assert!(f.duration_90k() <= limits::FRAGMENT_MAX_DURATION_90K as u64);
+        }
+        assert!(!frags[1].samples[0].is_key);
+    }
+
+    #[test]
+    fn segments_close_at_a_keyframe_past_the_bound_and_on_new_parameters() {
+        let p = params(640);
+        let mut fr = Fragmenter::new(bounds(), true);
+        let mut out = Vec::new();
+        for i in 0..(15 * 25) {
+            fr.push(frame(i, 15, &p), &mut out);
+        }
+        let starts = out
+            .iter()
+            .filter(|e| matches!(e, Event::StartSegment { .. }))
+            .count();
+        assert_eq!(starts, 3, "25 s in 10 s segments");
+        let news = out
+            .iter()
+            .filter(|e| matches!(e, Event::StartSegment { new_run: true, .. }))
+            .count();
+        assert_eq!(news, 1, "one run");
+
+        out.clear();
+        let q = params(1280);
+        fr.push(frame(15 * 25, 15, &q), &mut out);
+        assert!(matches!(
+            out[..],
+            [
+                Event::Fragment(_),
+                Event::EndSegment,
+                Event::StartSegment { new_run: false, .. }
+            ]
+        ));
+    }
+
+    #[test]
+    fn backwards_time_or_a_clock_step_ends_the_run() {
+        let p = params(640);
+        let mut fr = Fragmenter::new(bounds(), true);
+        let mut out = Vec::new();
+        for i in 0..20 {
+            fr.push(frame(i, 15, &p), &mut out);
+        }
+        out.clear();
+        let mut stepped = frame(30, 15, &p);
+        stepped.received_wall_us += limits::CLOCK_STEP_MAX_US + 1;
+        fr.push(stepped, &mut out);
+        assert!(matches!(
+            out[..],
+            [
+                Event::Fragment(_),
+                Event::EndSegment,
+                Event::StartSegment { new_run: true, .. }
+            ]
+        ));
+
+        out.clear();
+        fr.push(frame(2, 15, &p), &mut out); // goes backwards, not a keyframe
+        assert!(matches!(out[..], [Event::Fragment(_), Event::EndSegment]));
+        assert!(!fr.in_run());
+    }
+
+    #[test]
+    fn an_insane_clock_holds_recording_unless_allowed() {
+        let p = params(640);
+        let mut early = frame(0, 15, &p);
+        early.received_wall_us = 0;
+        let mut out = Vec::new();
+        let mut strict = Fragmenter::new(bounds(), true);
+        strict.push(early.clone(), &mut out);
+        assert!(out.is_empty());
+        assert_eq!(strict.skipped().clock_not_sane, 1);
+        let mut lax = Fragmenter::new(bounds(), false);
+        lax.push(early, &mut out);
+        assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn fragments_stay_within_sample_and_byte_ceilings() {
+        let p = params(640);
+        let mut fr = Fragmenter::new(bounds(), true);
+        let mut out = Vec::new();
+        for i in 0..(limits::FRAGMENT_MAX_SAMPLES as i64 + 10) {
+            let mut f = frame(i, i64::MAX, &p);
+            f.pts_90k = 1000 + i * 10; // tiny durations: only the sample ceiling cuts
+            f.is_key = i == 0;
+            fr.push(f, &mut out);
+        }
+        assert_eq!(
+            fragments(&out)[0].samples.len(),
+            limits::FRAGMENT_MAX_SAMPLES
+        );
+
+        let mut fr = Fragmenter::new(bounds(), true);
+        out.clear();
+        for i in 0..8 {
+            let mut f = frame(i, i64::MAX, &p);
+            f.is_key = i == 0;
+            f.data = Bytes::from(vec![0u8; limits::FRAME_MAX_BYTES]);
+            fr.push(f, &mut out);
+        }
+        for f in fragments(&out) {
+            assert!(f.payload_bytes() <= limits::FRAGMENT_MAX_BYTES as u64);
+        }
+    }
+}

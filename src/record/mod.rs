@@ -1,0 +1,167 @@
+//! Recording: frames in, segment files and catalog rows out, crash-safe, within retention.
+//!
+//! Threads: one recorder thread per recorded stream ([`stream::StreamRecorder`]), fed by a
+//! bounded [`queue`] from ingest, and one flusher thread ([`flusher::Flusher`]) that owns the
+//! grouped catalog commits and retention. Disk I/O never runs on the async runtime.
+//!
+//! Lifecycle: [`recovery::recover`] runs first, then [`Recorder::start`]. To stop, drop every
+//! [`queue::FrameSender`] (the ingest tasks do when they end) and call
+//! [`Recorder::shutdown`]: each recorder closes its fragment and segment, the flusher syncs
+//! and commits, and the threads exit.
+
+pub mod flusher;
+pub mod fragmenter;
+pub mod queue;
+pub mod recovery;
+pub mod retention;
+pub mod stream;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::SyncSender;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tracing::warn;
+
+use crate::catalog::{Catalog, CatalogError};
+use crate::config::{Config, StreamKind};
+use crate::limits;
+
+pub use flusher::FlusherStats;
+pub use queue::{FrameSender, QueueStats};
+pub use stream::RecorderStats;
+
+/// One recorded stream's handles.
+pub struct RecordedStream {
+    pub camera: String,
+    pub kind: StreamKind,
+    pub stream_id: u32,
+    pub sender: FrameSender,
+    pub queue: Arc<QueueStats>,
+    pub stats: Arc<RecorderStats>,
+}
+
+/// The running recorder.
+pub struct Recorder {
+    flusher_tx: SyncSender<flusher::ToFlusher>,
+    flusher: JoinHandle<()>,
+    streams: Vec<JoinHandle<()>>,
+    pub flusher_stats: Arc<FlusherStats>,
+}
+
+/// The segment bounds for a config: a segment is at most an eighth of a stream's retention
+/// cap, so retention frees space in small steps.
+pub fn segment_bounds(config: &Config, stream_count: usize) -> fragmenter::SegmentBounds {
+    let per_stream_total = config.retention.total_max_bytes / stream_count.max(1) as u64;
+    let max_bytes = limits::SEGMENT_MAX_BYTES
+        .min(config.retention.stream_max_bytes / 8)
+        .min(per_stream_total / 8)
+        .max(64 << 10);
+    fragmenter::SegmentBounds {
+        max_duration_90k: limits::SEGMENT_MAX_DURATION_90K,
+        max_bytes,
+    }
+}
+
+impl Recorder {
+    /// Starts the flusher and one recorder thread per recorded stream of `config`.
+    pub fn start(
+        config: &Config,
+        catalog: Arc<Catalog>,
+    ) -> Result<(Recorder, Vec<RecordedStream>), CatalogError> {
+        let data_dir: PathBuf = config.data_dir.clone();
+        let f = flusher::Flusher::new(
+            catalog.clone(),
+            data_dir.clone(),
+            Duration::from_secs(config.flush_interval_s),
+            config.retention,
+        )?;
+        let flusher_stats = f.stats();
+        let (flusher_tx, flusher_rx) =
+            std::sync::mpsc::sync_channel(limits::CATALOG_QUEUE_COMMANDS);
+        let flusher = spawn("kp-flusher", move || f.run(flusher_rx));
+
+        let recorded: Vec<_> = config
+            .cameras
+            .iter()
+            .filter(|c| c.record)
+            .flat_map(|c| c.streams().map(move |(kind, _)| (c.name.clone(), kind)))
+            .collect();
+        let bounds = segment_bounds(config, recorded.len());
+        let mut handles = Vec::new();
+        let mut streams = Vec::new();
+        for (camera, kind) in recorded {
+            let stream_id = catalog.stream_id(&format!("{camera}/{}", kind.name()))?;
+            let (sender, receiver, queue) = queue::channel();
+            let rec = stream::StreamRecorder::new(
+                stream_id,
+                format!("{}/{camera}/{}", recovery::RECORDINGS_DIR, kind.name()),
+                data_dir.clone(),
+                catalog.clone(),
+                flusher_tx.clone(),
+                fragmenter::Fragmenter::new(bounds, config.require_sane_clock),
+            );
+            let stats = rec.stats.clone();
+            handles.push(spawn(&format!("kp-rec-{stream_id}"), move || {
+                rec.run(receiver)
+            }));
+            streams.push(RecordedStream {
+                camera,
+                kind,
+                stream_id,
+                sender,
+                queue,
+                stats,
+            });
+        }
+        Ok((
+            Recorder {
+                flusher_tx,
+                flusher,
+                streams: handles,
+                flusher_stats,
+            },
+            streams,
+        ))
+    }
+
+    /// Waits (bounded by [`limits::SHUTDOWN_TIMEOUT_MS`]) for the recorder threads to close
+    /// their files, then has the flusher commit. Every `FrameSender` must be dropped first.
+    pub fn shutdown(self) {
+        let deadline = Instant::now() + Duration::from_millis(limits::SHUTDOWN_TIMEOUT_MS);
+        for h in self.streams {
+            while !h.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if !h.is_finished() {
+                warn!("a recorder thread did not stop in time");
+                continue;
+            }
+            let _ = h.join();
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        if self
+            .flusher_tx
+            .send(flusher::ToFlusher::Flush { reply: tx })
+            .is_ok()
+        {
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_secs(1));
+            if rx.recv_timeout(left).is_err() {
+                warn!("the final catalog commit did not finish in time");
+            }
+        }
+        drop(self.flusher_tx);
+        let _ = self.flusher.join();
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .stack_size(limits::THREAD_STACK_BYTES)
+        .spawn(f)
+        .expect("spawning a recorder thread")
+}

@@ -1,0 +1,244 @@
+//! Start-up reconciliation of the catalog with the files on disk, before recording starts.
+//!
+//! 1. Files on the garbage list are deleted and unlisted.
+//! 2. Every recording still marked open (the power went while it was written) is read past
+//!    its last cataloged fragment: each whole, valid fragment found there is indexed (its
+//!    wall time comes from its `prft`); the first torn or invalid one and everything after it
+//!    is cut off. A recording left with no fragment is deleted.
+//! 3. Files under `recordings/` that the catalog does not know are deleted through the
+//!    garbage list.
+//!
+//! After this every file is an init segment plus whole fragments, every cataloged fragment
+//! is inside its file, and no file is unknown.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+use tracing::{info, warn};
+
+use super::flusher::sync_dir;
+use crate::catalog::{Batch, Catalog, CatalogError, FragmentRow, Keyframe, RecordingRow};
+use crate::clock::ticks_90k_to_us;
+use crate::media::fmp4_read::SegmentReader;
+
+/// Where recordings live under the data directory.
+pub const RECORDINGS_DIR: &str = "recordings";
+
+/// What recovery did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub garbage_deleted: usize,
+    pub recordings_closed: usize,
+    pub fragments_indexed: usize,
+    pub bytes_cut: u64,
+    pub recordings_dropped: usize,
+    pub unknown_files_deleted: usize,
+}
+
+/// Why recovery could not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoveryError {
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error("recovery: {path}: {source}")]
+    Io { path: String, source: io::Error },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> RecoveryError + '_ {
+    move |source| RecoveryError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Reconciles the catalog and the data directory.
+pub fn recover(catalog: &Catalog, data_dir: &Path) -> Result<Report, RecoveryError> {
+    let mut report = Report::default();
+    let mut batch = Batch::default();
+
+    for rel in catalog.garbage()? {
+        remove(&data_dir.join(&rel))?;
+        batch.garbage_done.push(rel);
+        report.garbage_deleted += 1;
+    }
+
+    let mut known = BTreeSet::new();
+    for (id, row) in catalog.recordings()? {
+        if !row.open {
+            known.insert(row.path);
+            continue;
+        }
+        match recover_one(id, row, data_dir, &mut batch, &mut report)? {
+            Some(path) => {
+                known.insert(path);
+            }
+            None => {
+                let row = catalog.delete_recording(id)?;
+                remove(&data_dir.join(&row.path))?;
+                batch.garbage_done.push(row.path);
+                report.recordings_dropped += 1;
+            }
+        }
+    }
+
+    let root = data_dir.join(RECORDINGS_DIR);
+    let mut unknown = Vec::new();
+    walk(&root, data_dir, 0, &mut |rel| {
+        if !known.contains(rel) {
+            unknown.push(rel.to_string());
+        }
+    })?;
+    for rel in unknown {
+        catalog.add_garbage(&rel)?;
+        remove(&data_dir.join(&rel))?;
+        batch.garbage_done.push(rel);
+        report.unknown_files_deleted += 1;
+    }
+    if !batch.is_empty() {
+        catalog.commit(&batch)?;
+    }
+    if report != Report::default() {
+        info!(?report, "recovered the catalog after an unclean stop");
+    }
+    Ok(report)
+}
+
+/// Indexes the whole fragments past `row`'s last cataloged one and cuts the rest. Returns the
+/// path if the recording keeps any fragment.
+fn recover_one(
+    id: u64,
+    mut row: RecordingRow,
+    data_dir: &Path,
+    batch: &mut Batch,
+    report: &mut Report,
+) -> Result<Option<String>, RecoveryError> {
+    let path = data_dir.join(&row.path);
+    let file = match File::options().read(true).write(true).open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(&path)(e)),
+    };
+    let len_bytes = file.metadata().map_err(io_err(&path))?.len();
+    let (mut reader, init) = match SegmentReader::open(&file, len_bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            warn!(path = %path.display(), "unreadable init segment, dropping the file: {e}");
+            return Ok(None);
+        }
+    };
+    let mut valid_end = if row.fragments > 0 {
+        row.bytes
+    } else {
+        init.end_byte
+    };
+    reader.seek_to(valid_end);
+    loop {
+        let frag = match reader.next_fragment() {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                warn!(path = %path.display(), "cutting a torn fragment: {e}");
+                break;
+            }
+        };
+        let first_ok = row.fragments > 0 || frag.samples.first().is_some_and(|s| s.is_key);
+        let (Some(wall_start_us), true, true) =
+            (frag.wall_us, frag.sequence == row.fragments + 1, first_ok)
+        else {
+            warn!(path = %path.display(), "cutting a fragment out of sequence");
+            break;
+        };
+        let duration_90k = frag.duration_90k();
+        let fr = FragmentRow {
+            wall_start_us,
+            wall_end_us: wall_start_us + ticks_90k_to_us(duration_90k as i64),
+            media_start_90k: frag.base_decode_90k,
+            duration_90k,
+            start_byte: frag.start_byte,
+            end_byte: frag.end_byte,
+            frames: frag.samples.len() as u32,
+            keyframes: frag.samples.iter().filter(|s| s.is_key).count() as u32,
+        };
+        let mut offset_90k = 0i64;
+        for s in &frag.samples {
+            if s.is_key {
+                batch.keyframes.push((
+                    row.stream_id,
+                    id,
+                    Keyframe {
+                        wall_us: wall_start_us + ticks_90k_to_us(offset_90k),
+                        fragment_start_byte: frag.start_byte,
+                    },
+                ));
+            }
+            offset_90k += i64::from(s.duration_90k);
+        }
+        row.fragments += 1;
+        row.frames += u64::from(fr.frames);
+        row.wall_end_us = fr.wall_end_us;
+        row.media_duration_90k = fr.media_start_90k + fr.duration_90k;
+        row.bytes = fr.end_byte;
+        row.init_bytes = init.end_byte;
+        valid_end = fr.end_byte;
+        batch.fragments.push((id, row.fragments, fr));
+        report.fragments_indexed += 1;
+    }
+    if row.fragments == 0 {
+        return Ok(None);
+    }
+    if valid_end < len_bytes {
+        file.set_len(valid_end).map_err(io_err(&path))?;
+        report.bytes_cut += len_bytes - valid_end;
+    }
+    // Whatever was only in the page cache (a killed process, not a power cut) is made
+    // durable before the rows that now point at it.
+    file.sync_all().map_err(io_err(&path))?;
+    row.open = false;
+    let rel = row.path.clone();
+    batch.recordings.push((id, row));
+    report.recordings_closed += 1;
+    Ok(Some(rel))
+}
+
+fn remove(path: &Path) -> Result<(), RecoveryError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {
+            if let Some(dir) = path.parent() {
+                let _ = sync_dir(dir);
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err(path)(e)),
+    }
+}
+
+/// Calls `f` with the data-relative path of every file under `dir`, three levels deep at
+/// most (`recordings/<camera>/<stream>/<file>`).
+fn walk(
+    dir: &Path,
+    data_dir: &Path,
+    depth: usize,
+    f: &mut dyn FnMut(&str),
+) -> Result<(), RecoveryError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err(dir)(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io_err(dir))?;
+        let path = entry.path();
+        let kind = entry.file_type().map_err(io_err(&path))?;
+        if kind.is_dir() && depth < 2 {
+            walk(&path, data_dir, depth + 1, f)?;
+        } else if kind.is_file()
+            && let Some(rel) = path.strip_prefix(data_dir).ok().and_then(|p| p.to_str())
+        {
+            f(rel);
+        }
+    }
+    Ok(())
+}

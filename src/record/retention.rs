@@ -1,0 +1,124 @@
+//! Which recordings to delete, oldest first, to keep each stream under its byte cap, all
+//! streams under the total cap, and the disk above its free-space reserve. Pure: the caller
+//! deletes, through the catalog's garbage list.
+//!
+//! An open recording (still being written) is never chosen; everything else is fair game,
+//! so a full disk always gives way to new video.
+
+use std::collections::BTreeMap;
+
+use crate::config::Retention;
+
+/// What retention needs to know of one recording.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub stream_id: u32,
+    pub bytes: u64,
+    pub open: bool,
+}
+
+/// Recordings by id; ids grow with time, so the first is the oldest.
+pub type Index = BTreeMap<u64, Entry>;
+
+/// The disk's state, when known.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Disk {
+    pub free_bytes: u64,
+    pub reserve_bytes: u64,
+}
+
+/// Recording ids to delete, oldest first.
+pub fn plan(index: &Index, caps: &Retention, disk: Option<Disk>) -> Vec<u64> {
+    let mut per_stream: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut total: u64 = 0;
+    for e in index.values() {
+        *per_stream.entry(e.stream_id).or_default() += e.bytes;
+        total += e.bytes;
+    }
+    let mut freed: u64 = 0;
+    let mut doomed = Vec::new();
+    for (&id, e) in index {
+        if e.open {
+            continue;
+        }
+        let stream_bytes = per_stream.get_mut(&e.stream_id).expect("counted above");
+        let over_stream = *stream_bytes > caps.stream_max_bytes;
+        let over_total = total > caps.total_max_bytes;
+        let short_of_disk = disk.is_some_and(|d| d.free_bytes + freed < d.reserve_bytes);
+        if over_stream || over_total || short_of_disk {
+            *stream_bytes -= e.bytes;
+            total -= e.bytes;
+            freed += e.bytes;
+            doomed.push(id);
+        }
+    }
+    doomed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(stream: u64, total: u64) -> Retention {
+        Retention {
+            stream_max_bytes: stream,
+            total_max_bytes: total,
+        }
+    }
+
+    fn index(entries: &[(u64, u32, u64, bool)]) -> Index {
+        entries
+            .iter()
+            .map(|&(id, stream_id, bytes, open)| {
+                (
+                    id,
+                    Entry {
+                        stream_id,
+                        bytes,
+                        open,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn per_stream_cap_deletes_that_streams_oldest() {
+        let i = index(&[
+            (1, 1, 10, false),
+            (2, 2, 10, false),
+            (3, 1, 10, false),
+            (4, 1, 10, true),
+        ]);
+        assert_eq!(plan(&i, &caps(20, 1000), None), vec![1]);
+        assert_eq!(plan(&i, &caps(10, 1000), None), vec![1, 3]);
+    }
+
+    #[test]
+    fn total_cap_deletes_the_oldest_of_any_stream() {
+        let i = index(&[(1, 2, 10, false), (2, 1, 10, false), (3, 1, 10, true)]);
+        assert_eq!(plan(&i, &caps(100, 25), None), vec![1]);
+        assert_eq!(plan(&i, &caps(100, 10), None), vec![1, 2]);
+    }
+
+    #[test]
+    fn open_recordings_are_never_deleted() {
+        let i = index(&[(1, 1, 100, true)]);
+        assert!(plan(&i, &caps(1, 1), None).is_empty());
+    }
+
+    #[test]
+    fn a_short_disk_frees_until_the_reserve_is_met() {
+        let i = index(&[(1, 1, 10, false), (2, 1, 10, false), (3, 1, 10, false)]);
+        let disk = Disk {
+            free_bytes: 5,
+            reserve_bytes: 20,
+        };
+        assert_eq!(plan(&i, &caps(100, 100), Some(disk)), vec![1, 2]);
+        let fine = Disk {
+            free_bytes: 50,
+            reserve_bytes: 20,
+        };
+        assert!(plan(&i, &caps(100, 100), Some(fine)).is_empty());
+    }
+}

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Generate the small fixture clips the tests and the simulated RTSP camera use.
+#
+# Usage: tools/make-fixtures.sh OUT_DIR
+#
+# Every clip is 640x360 at 15 fps: testsrc2 with a burned-in frame counter
+# ("f=<frame> t=<time>") so a test can read from a screenshot or a decoded frame
+# exactly which frame it is looking at. Encoding is deterministic in shape:
+# no B-frames (PTS == DTS, so the camera can stamp frames itself) and a fixed GOP
+# without scene-cut keyframes, so keyframe positions are known in advance.
+#
+#   h264.mp4           10 s, H.264 Main + mono AAC, plain (non-fragmented) MP4, GOP 1 s
+#   h264.264           the same video as a raw Annex-B elementary stream
+#   h265.265           10 s, H.265 raw Annex-B, GOP 1 s, parameter sets with every IDR
+#   h264-long-gop.264  20 s, H.264 raw Annex-B, GOP 10 s (long-GOP tests)
+#
+# Files that already exist are kept (idempotent): delete one to regenerate it.
+# Needs ffmpeg with libx264, libx265 and drawtext (Debian's ffmpeg has all three)
+# and a TrueType font (fonts-dejavu-core; override with FIXTURE_FONT).
+set -euo pipefail
+
+if [[ $# -ne 1 ]]; then
+    echo "usage: $0 OUT_DIR" >&2
+    exit 2
+fi
+out_dir=$1
+mkdir -p "$out_dir"
+
+font=${FIXTURE_FONT:-/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf}
+if [[ ! -r $font ]]; then
+    echo "$0: font $font not found (install fonts-dejavu-core or set FIXTURE_FONT)" >&2
+    exit 1
+fi
+command -v ffmpeg >/dev/null || { echo "$0: ffmpeg not found" >&2; exit 1; }
+
+readonly FPS=15
+readonly SIZE=640x360
+
+# Test pattern with a large counter in a dark box at the top left. `\:` escapes the
+# colon inside the pts expansion from the filter-graph parser.
+video_src() {
+    local seconds=$1
+    printf '%s' "testsrc2=size=${SIZE}:rate=${FPS}:duration=${seconds},"
+    printf '%s' "drawtext=fontfile='${font}':text='f=%{frame_num} t=%{pts\\:hms}'"
+    printf '%s' ":fontsize=36:fontcolor=white:box=1:boxcolor=black@0.7:boxborderw=8:x=16:y=16"
+}
+
+# Common H.264 settings. -bf 0: no B-frames. -g/-keyint_min equal and
+# -sc_threshold 0: keyframes exactly every GOP frames, never on scene cuts.
+# CRF 32 keeps a 10 s clip in the low hundreds of kB.
+x264_args() {
+    local gop=$1
+    echo -c:v libx264 -preset veryfast -crf 32 -profile:v main -pix_fmt yuv420p \
+        -bf 0 -g "$gop" -keyint_min "$gop" -sc_threshold 0
+}
+
+ff() { ffmpeg -hide_banner -nostdin -loglevel error -y "$@"; }
+
+# Run a generator into a temporary name and rename on success, so an
+# interrupted run never leaves a truncated file that a later run would keep.
+generate() {
+    local name=$1; shift
+    local dest="$out_dir/$name"
+    if [[ -e $dest ]]; then
+        return 0
+    fi
+    local tmp="$out_dir/.tmp.$$.$name"
+    # shellcheck disable=SC2064  # expand $tmp now, not when the trap fires
+    trap "rm -f $(printf %q "$tmp")" EXIT
+    local start=$SECONDS
+    "$@" "$tmp"
+    mv -f "$tmp" "$dest"
+    trap - EXIT
+    echo "made $dest ($(stat -c %s "$dest") bytes, $((SECONDS - start)) s)"
+}
+
+gen_h264_mp4() {
+    # shellcheck disable=SC2046  # x264_args is word-split on purpose
+    ff -f lavfi -i "$(video_src 10)" \
+        -f lavfi -i "sine=frequency=440:sample_rate=48000:duration=10" \
+        $(x264_args $FPS) \
+        -c:a aac -b:a 32k -ac 1 \
+        -t 10 -movflags +faststart -f mp4 "$1"
+}
+
+gen_h264_annexb() {
+    # Same bitstream as h264.mp4. The bitstream filter turns length-prefixed NAL units
+    # into start codes and puts SPS/PPS (kept only in the MP4's avcC) before every IDR,
+    # which a receiver joining a loop at any keyframe needs.
+    ff -i "$out_dir/h264.mp4" -an -c:v copy -bsf:v h264_mp4toannexb -f h264 "$1"
+}
+
+gen_h265_annexb() {
+    # open-gop=0: real IDRs every GOP. Otherwise x265 emits CRA pictures after the
+    # first IDR, and clients that count only IDRs as keyframes (retina) see one per clip.
+    # repeat-headers=1: VPS/SPS/PPS with every keyframe, as a camera sends them.
+    # (-tag:v hvc1 only matters for MP4; it is harmless for a raw stream.)
+    ff -f lavfi -i "$(video_src 10)" \
+        -c:v libx265 -preset veryfast -crf 32 -pix_fmt yuv420p -tag:v hvc1 \
+        -x265-params "log-level=error:keyint=${FPS}:min-keyint=${FPS}:scenecut=0:bframes=0:repeat-headers=1:open-gop=0" \
+        -t 10 -f hevc "$1"
+}
+
+gen_h264_long_gop() {
+    # 150-frame GOP (10 s) over 20 s: exactly two keyframes, at 0 s and 10 s.
+    # libx264 writing a raw stream repeats SPS/PPS before each IDR by itself.
+    # shellcheck disable=SC2046
+    ff -f lavfi -i "$(video_src 20)" $(x264_args 150) -t 20 -f h264 "$1"
+}
+
+generate h264.mp4 gen_h264_mp4
+generate h264.264 gen_h264_annexb
+generate h265.265 gen_h265_annexb
+generate h264-long-gop.264 gen_h264_long_gop

@@ -1,0 +1,206 @@
+#!/usr/bin/python3
+"""A simulated IP camera: an RTSP server that loops the fixture clips forever.
+
+Built on gst-rtsp-server through PyGObject (Debian: python3-gi,
+gir1.2-gst-rtsp-server-1.0, gstreamer1.0-plugins-base/-good/-bad). It must run
+under Debian's /usr/bin/python3: other interpreters usually lack `gi`.
+
+Paths (fixtures from tools/make-fixtures.sh):
+  /h264           h264.264, 15 fps, keyframe every 1 s
+  /h265           h265.265, 15 fps, keyframe every 1 s
+  /h264-auth      h264.264; with --user/--password it needs credentials
+  /h264-long-gop  h264-long-gop.264, 15 fps, keyframe every 10 s
+
+Each path is one shared pipeline: the first client starts it at frame 0, later
+clients join mid-stream, as with a real camera. RTP over TCP (interleaved) and
+UDP are both offered. The server listens on 127.0.0.1 only.
+
+With --ready-file, "ready\\n" is written to that file once the socket listens
+and the main loop runs, so a test can wait for the file instead of polling the
+port. SIGTERM / SIGINT stop the server cleanly (exit status 0).
+"""
+
+import argparse
+import os
+import signal
+import sys
+
+import gi
+
+gi.require_version("Gst", "1.0")
+gi.require_version("GstRtsp", "1.0")
+gi.require_version("GstRtspServer", "1.0")
+from gi.repository import GLib, Gst, GstRtsp, GstRtspServer  # noqa: E402
+
+FPS_NUM, FPS_DEN = 15, 1
+
+# name -> (fixture file, codec). The codec selects parser and payloader.
+PATHS = {
+    "/h264": ("h264.264", "h264"),
+    "/h265": ("h265.265", "h265"),
+    "/h264-auth": ("h264.264", "h264"),
+    "/h264-long-gop": ("h264-long-gop.264", "h264"),
+}
+
+# Roles for gst-rtsp-server's permission checks.
+ROLE_ANON = "anonymous"
+ROLE_USER = "user"
+
+
+def frame_time(n):
+    """Timestamp in ns of frame n, exact (no accumulated rounding drift)."""
+    return n * Gst.SECOND * FPS_DEN // FPS_NUM
+
+
+def stamp_frames(pad, info, state):
+    """Pad probe: give every access unit PTS = DTS = n / 15 s.
+
+    A raw elementary stream carries no timestamps. Without this every RTP packet
+    gets the same timestamp (and the sinks, which sync on timestamps, would not
+    pace the stream). The counter lives with the pipeline, so it keeps growing
+    when multifilesrc wraps around: timestamps stay monotonic across loops.
+    The clips have no B-frames, so decode order is presentation order.
+    """
+    buf = info.get_buffer()
+    if buf is not None:
+        n = state["frame"]
+        state["frame"] = n + 1
+        buf.pts = frame_time(n)
+        buf.dts = buf.pts
+        buf.duration = frame_time(n + 1) - buf.pts
+    return Gst.PadProbeReturn.OK
+
+
+class LoopingClipFactory(GstRtspServer.RTSPMediaFactory):
+    """Serves one Annex-B file in a loop, timestamped at 15 fps."""
+
+    def __init__(self, location, codec):
+        super().__init__()
+        self.location = location
+        self.codec = codec
+
+    def do_create_element(self, url):
+        c = self.codec
+        # alignment=au: the payloader gets whole access units, so the probe on
+        # the parser's output counts frames, not NAL units.
+        # config-interval=-1: send the parameter sets in-band with every IDR,
+        # so a client that joins mid-stream can decode from its first keyframe.
+        desc = (
+            f"multifilesrc name=src loop=true"
+            f" ! video/x-{c},stream-format=byte-stream,framerate={FPS_NUM}/{FPS_DEN}"
+            f" ! {c}parse name=parse"
+            f" ! video/x-{c},stream-format=byte-stream,alignment=au"
+            f" ! rtp{c}pay name=pay0 pt=96 config-interval=-1"
+        )
+        # A bin (not a pipeline): gst-rtsp-media puts it into its own pipeline.
+        bin_ = Gst.parse_bin_from_description(desc, False)
+        # Set the path as a property, not inside the launch string: no quoting issues.
+        bin_.get_by_name("src").set_property("location", self.location)
+        # create_element runs once per media; with shared media that is once per
+        # pipeline, so each pipeline has its own frame counter starting at 0.
+        parse_src = bin_.get_by_name("parse").get_static_pad("src")
+        parse_src.add_probe(Gst.PadProbeType.BUFFER, stamp_frames, {"frame": 0})
+        return bin_
+
+
+def build_server(args):
+    server = GstRtspServer.RTSPServer()
+    server.set_address("127.0.0.1")
+    server.set_service(str(args.port))
+
+    auth_paths = set(args.auth_path or ["/h264-auth"])
+    unknown = auth_paths - PATHS.keys()
+    if unknown:
+        sys.exit(f"rtsp-camera: unknown --auth-path {sorted(unknown)}; known: {sorted(PATHS)}")
+    use_auth = args.user is not None
+
+    if use_auth:
+        auth = GstRtspServer.RTSPAuth()
+        # Offer both schemes, as many cameras do: Basic and Digest each appear
+        # as a WWW-Authenticate header in the 401, and either is accepted.
+        auth.set_supported_methods(GstRtsp.RTSPAuthMethod.BASIC | GstRtsp.RTSPAuthMethod.DIGEST)
+        auth.set_realm("KeepPeek test camera")
+        user_token = GstRtspServer.RTSPToken.new_empty()
+        user_token.set_string(GstRtspServer.RTSP_TOKEN_MEDIA_FACTORY_ROLE, ROLE_USER)
+        auth.add_basic(GstRtspServer.RTSPAuth.make_basic(args.user, args.password), user_token)
+        auth.add_digest(args.user, args.password, user_token)
+        # Clients without credentials get the anonymous role: they may use the
+        # open paths, and get 401 on the protected ones.
+        anon_token = GstRtspServer.RTSPToken.new_empty()
+        anon_token.set_string(GstRtspServer.RTSP_TOKEN_MEDIA_FACTORY_ROLE, ROLE_ANON)
+        auth.set_default_token(anon_token)
+        server.set_auth(auth)
+
+    mounts = server.get_mount_points()
+    for path, (filename, codec) in PATHS.items():
+        location = os.path.join(args.fixtures, filename)
+        if not os.path.isfile(location):
+            sys.exit(f"rtsp-camera: missing fixture {location} (run tools/make-fixtures.sh)")
+        factory = LoopingClipFactory(os.path.abspath(location), codec)
+        factory.set_shared(True)
+        factory.set_protocols(GstRtsp.RTSPLowerTrans.TCP | GstRtsp.RTSPLowerTrans.UDP)
+        if use_auth:
+            roles = [ROLE_USER] if path in auth_paths else [ROLE_USER, ROLE_ANON]
+            perms = GstRtspServer.RTSPPermissions()
+            for role in roles:
+                perms.add_role_empty(role)
+                perms.add_permission_for_role(role, GstRtspServer.RTSP_PERM_MEDIA_FACTORY_ACCESS, True)
+                perms.add_permission_for_role(role, GstRtspServer.RTSP_PERM_MEDIA_FACTORY_CONSTRUCT, True)
+            factory.set_permissions(perms)
+        mounts.add_factory(path, factory)
+    return server
+
+
+def main():
+    p = argparse.ArgumentParser(description="Simulated RTSP IP camera serving looping fixture clips.")
+    p.add_argument("--port", type=int, required=True, help="TCP port to listen on (127.0.0.1)")
+    p.add_argument("--fixtures", default="fixtures",
+                   help="directory with h264.264, h265.265, h264-long-gop.264 (default: %(default)s)")
+    p.add_argument("--user", help="username required on the --auth-path paths")
+    p.add_argument("--password", help="password for --user")
+    p.add_argument("--auth-path", action="append", metavar="PATH",
+                   help="path that needs credentials when --user is given; repeatable "
+                        "(default: /h264-auth)")
+    p.add_argument("--ready-file", help='write "ready\\n" here once the server accepts connections')
+    args = p.parse_args()
+    if not 0 < args.port < 65536:
+        p.error("--port must be 1..65535")
+    if (args.user is None) != (args.password is None):
+        p.error("--user and --password go together")
+
+    Gst.init(None)
+    server = build_server(args)
+    loop = GLib.MainLoop()
+
+    # attach() binds and listens; it returns 0 when the port is taken or invalid.
+    if server.attach(None) == 0:
+        sys.exit(f"rtsp-camera: cannot listen on 127.0.0.1:{args.port}")
+
+    def on_signal():
+        loop.quit()
+        return GLib.SOURCE_REMOVE
+
+    # Handled inside the main loop (a Python signal handler would only run
+    # when the loop happens to return to Python).
+    GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGTERM, on_signal)
+    GLib.unix_signal_add(GLib.PRIORITY_HIGH, signal.SIGINT, on_signal)
+
+    def announce_ready():
+        if args.ready_file:
+            # Write-then-rename: a waiting test never reads a half-written file.
+            tmp = args.ready_file + ".tmp"
+            with open(tmp, "w") as f:
+                f.write("ready\n")
+            os.replace(tmp, args.ready_file)
+        print(f"rtsp-camera: listening on rtsp://127.0.0.1:{server.get_bound_port()}"
+              f" ({', '.join(PATHS)})", flush=True)
+        return GLib.SOURCE_REMOVE
+
+    # Runs as soon as the loop is up, i.e. when connections are actually served.
+    GLib.idle_add(announce_ready)
+    loop.run()
+    print("rtsp-camera: stopping", flush=True)
+
+
+if __name__ == "__main__":
+    main()

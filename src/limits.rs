@@ -79,6 +79,10 @@ pub const CATALOG_PENDING_FRAGMENTS_MAX: usize = 4096;
 /// Longest accepted flush interval: the most video a power cut may take.
 pub const FLUSH_INTERVAL_MAX_S: u64 = 300;
 
+/// Smallest retention cap accepted: segments are an eighth of the cap, and smaller ones
+/// would hold only a few fragments each.
+pub const RETENTION_MIN_BYTES: u64 = 1 << 20;
+
 /// Bytes kept free on the data filesystem: retention deletes before the disk is full so a
 /// write rarely meets ENOSPC at all.
 pub const DISK_RESERVE_BYTES: u64 = 64 << 20;

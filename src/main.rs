@@ -35,6 +35,9 @@ enum Command {
     CheckConfig { config: PathBuf },
     /// Print the static memory budget of a config.
     Budget { config: PathBuf },
+    /// Recover the catalog as a start would, then check every recording against its file
+    /// (the recorder must be stopped). Prints JSON; fails on any disagreement.
+    Check { config: PathBuf },
     /// Summarize the recordings in a config's catalog (the recorder must be stopped).
     Recordings {
         config: PathBuf,
@@ -105,6 +108,21 @@ fn dispatch(command: Command) -> Result<(), String> {
                 Err("the budget does not fit this board".into())
             }
         }
+        Command::Check { config } => {
+            let c = Config::load(&config).map_err(|e| e.to_string())?;
+            let catalog = open_catalog(&c.data_dir)?;
+            let v = keeppeek::record::verify::check(&catalog, &c.data_dir)
+                .map_err(|e| e.to_string())?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+            );
+            if v.problems.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} problems", v.problems.len()))
+            }
+        }
         Command::Recordings { config, json } => {
             let c = Config::load(&config).map_err(|e| e.to_string())?;
             print_recordings(&c.data_dir, json)
@@ -121,12 +139,16 @@ fn run_daemon(config: Config) -> Result<(), String> {
     rt.block_on(daemon::run(config)).map_err(|e| e.to_string())
 }
 
-fn print_recordings(data_dir: &Path, json: bool) -> Result<(), String> {
+fn open_catalog(data_dir: &Path) -> Result<Catalog, String> {
     let path = data_dir.join(daemon::CATALOG_FILE);
     if !path.exists() {
         return Err(format!("no catalog at {}", path.display()));
     }
-    let catalog = Catalog::open(&path).map_err(|e| e.to_string())?;
+    Catalog::open(&path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn print_recordings(data_dir: &Path, json: bool) -> Result<(), String> {
+    let catalog = open_catalog(data_dir)?;
     if json {
         let dump = report::dump(&catalog).map_err(|e| e.to_string())?;
         println!(

@@ -21,6 +21,7 @@ port. SIGTERM / SIGINT stop the server cleanly (exit status 0).
 """
 
 import argparse
+import ctypes
 import os
 import signal
 import sys
@@ -45,6 +46,34 @@ PATHS = {
 # Roles for gst-rtsp-server's permission checks.
 ROLE_ANON = "anonymous"
 ROLE_USER = "user"
+
+
+def enable_basic_and_digest(auth):
+    """auth.set_supported_methods(BASIC | DIGEST).
+
+    GstRTSPAuthMethod is a bitmask in C, but the introspection data declares it
+    a plain enum, so PyGObject refuses the combined value 3 ("invalid enum
+    value"). Call the C function directly with the object's pointer instead.
+    """
+    both = int(GstRtsp.RTSPAuthMethod.BASIC) | int(GstRtsp.RTSPAuthMethod.DIGEST)
+    try:
+        auth.set_supported_methods(GstRtsp.RTSPAuthMethod(both))
+        return
+    except (TypeError, ValueError):
+        pass
+    lib = ctypes.CDLL("libgstrtspserver-1.0.so.0")  # already loaded by gi
+    capsule_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+    capsule_ptr.restype = ctypes.c_void_p
+    capsule_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    set_methods = lib.gst_rtsp_auth_set_supported_methods
+    set_methods.restype = None
+    set_methods.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    set_methods(capsule_ptr(auth.__gpointer__, None), both)
+    get_methods = lib.gst_rtsp_auth_get_supported_methods
+    get_methods.restype = ctypes.c_int
+    get_methods.argtypes = [ctypes.c_void_p]
+    if get_methods(capsule_ptr(auth.__gpointer__, None)) != both:
+        sys.exit("rtsp-camera: could not enable Basic + Digest authentication")
 
 
 def frame_time(n):
@@ -118,15 +147,15 @@ def build_server(args):
         auth = GstRtspServer.RTSPAuth()
         # Offer both schemes, as many cameras do: Basic and Digest each appear
         # as a WWW-Authenticate header in the 401, and either is accepted.
-        auth.set_supported_methods(GstRtsp.RTSPAuthMethod.BASIC | GstRtsp.RTSPAuthMethod.DIGEST)
+        enable_basic_and_digest(auth)
         auth.set_realm("KeepPeek test camera")
-        user_token = GstRtspServer.RTSPToken.new_empty()
+        user_token = GstRtspServer.RTSPToken()
         user_token.set_string(GstRtspServer.RTSP_TOKEN_MEDIA_FACTORY_ROLE, ROLE_USER)
         auth.add_basic(GstRtspServer.RTSPAuth.make_basic(args.user, args.password), user_token)
         auth.add_digest(args.user, args.password, user_token)
         # Clients without credentials get the anonymous role: they may use the
         # open paths, and get 401 on the protected ones.
-        anon_token = GstRtspServer.RTSPToken.new_empty()
+        anon_token = GstRtspServer.RTSPToken()
         anon_token.set_string(GstRtspServer.RTSP_TOKEN_MEDIA_FACTORY_ROLE, ROLE_ANON)
         auth.set_default_token(anon_token)
         server.set_auth(auth)
@@ -140,12 +169,15 @@ def build_server(args):
         factory.set_shared(True)
         factory.set_protocols(GstRtsp.RTSPLowerTrans.TCP | GstRtsp.RTSPLowerTrans.UDP)
         if use_auth:
-            roles = [ROLE_USER] if path in auth_paths else [ROLE_USER, ROLE_ANON]
+            # gst-rtsp-server answers a missing "access" permission with 404 and a
+            # missing "construct" permission with 401 + WWW-Authenticate. Clients
+            # (ffmpeg, retina) send credentials only after a 401 challenge, so on a
+            # protected path anonymous may "access" but not "construct".
+            anon_may_play = path not in auth_paths
             perms = GstRtspServer.RTSPPermissions()
-            for role in roles:
-                perms.add_role_empty(role)
+            for role, may_play in ((ROLE_USER, True), (ROLE_ANON, anon_may_play)):
                 perms.add_permission_for_role(role, GstRtspServer.RTSP_PERM_MEDIA_FACTORY_ACCESS, True)
-                perms.add_permission_for_role(role, GstRtspServer.RTSP_PERM_MEDIA_FACTORY_CONSTRUCT, True)
+                perms.add_permission_for_role(role, GstRtspServer.RTSP_PERM_MEDIA_FACTORY_CONSTRUCT, may_play)
             factory.set_permissions(perms)
         mounts.add_factory(path, factory)
     return server

@@ -296,14 +296,18 @@ impl RawConfig {
                 .total_max_bytes
                 .resolve("retention.total_max_bytes")?,
         };
-        // Below two segments, retention would delete the segment it just closed.
-        let floor = 2 * limits::SEGMENT_MAX_BYTES.min(16 << 20);
+        // A segment is an eighth of the cap (record::segment_bounds); below this floor a
+        // segment would be a handful of fragments.
+        let floor = limits::RETENTION_MIN_BYTES;
         for (key, v) in [
             ("retention.stream_max_bytes", retention.stream_max_bytes),
             ("retention.total_max_bytes", retention.total_max_bytes),
         ] {
             if v < floor {
-                return Err((key.into(), format!("must be at least {floor} bytes")));
+                return Err((
+                    key.into(),
+                    format!("must be at least {floor} bytes (RETENTION_MIN_BYTES)"),
+                ));
             }
         }
         if self.cameras.len() > limits::CAMERAS_MAX {

@@ -15,6 +15,7 @@ pub mod queue;
 pub mod recovery;
 pub mod retention;
 pub mod stream;
+pub mod verify;
 
 use std::path::PathBuf;
 use std::sync::Arc;

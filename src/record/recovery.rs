@@ -217,7 +217,7 @@ fn remove(path: &Path) -> Result<(), RecoveryError> {
 
 /// Calls `f` with the data-relative path of every file under `dir`, three levels deep at
 /// most (`recordings/<camera>/<stream>/<file>`).
-fn walk(
+pub(crate) fn walk(
     dir: &Path,
     data_dir: &Path,
     depth: usize,

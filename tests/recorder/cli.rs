@@ -1,0 +1,138 @@
+//! The command line: config mistakes get clear errors, `budget` prints each component, and
+//! the demo records with no setup.
+
+use std::time::Duration;
+
+use crate::common::*;
+
+#[test]
+fn each_config_mistake_gets_its_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = "data_dir = \"d\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"2 GiB\"\n";
+    let cases = [
+        (
+            "[[cameras]]\nname = \"x\"\nmain = { url = \"http://cam/1\" }\n",
+            "cameras[0].main.url: scheme must be rtsp or file",
+        ),
+        (
+            "[[cameras]]\nname = \"x\"\nmain = { url = \"rtsp://u:p@cam/1\" }\n",
+            "cameras[0].main.url: must not carry credentials",
+        ),
+        (
+            "[[cameras]]\nname = \"x\"\nmain = { url = \"rtsp://cam/1\", transport = \"quic\" }\n",
+            "cameras[0].main.transport: unknown variant `quic`",
+        ),
+        (
+            "[[cameras]]\nname = \"Bad Name\"\nmain = { url = \"rtsp://cam/1\" }\n",
+            "cameras[0].name: must be 1 to 32 characters",
+        ),
+        (
+            "flush_interval_s = 9999\n",
+            "flush_interval_s: must be 1 to 300",
+        ),
+        ("colour = \"blue\"\n", "unknown field `colour`"),
+    ];
+    for (i, (extra, want)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("bad{i}.toml"));
+        // Top-level keys go before the first table.
+        let text = if extra.starts_with("[[") {
+            format!("{base}{extra}")
+        } else {
+            format!("{extra}{base}")
+        };
+        std::fs::write(&path, text).unwrap();
+        let out = keeppeek().arg("check-config").arg(&path).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{want}: accepted");
+        assert!(
+            err.contains(&format!("bad{i}.toml")) && err.contains(want),
+            "want {want:?} in {err:?}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+        // `run` refuses the same config at start.
+        let out = keeppeek()
+            .args(["run", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains(want));
+    }
+    succeed(
+        keeppeek()
+            .arg("check-config")
+            .arg(repo().join("keeppeek.example.toml")),
+    );
+}
+
+#[test]
+fn budget_prints_a_figure_per_component() {
+    let out = succeed(
+        keeppeek()
+            .arg("budget")
+            .arg(repo().join("keeppeek.example.toml")),
+    );
+    let text = String::from_utf8_lossy(&out);
+    for component in [
+        "process",
+        "rtsp sessions",
+        "ingest queues",
+        "fragment buffers",
+        "catalog cache",
+        "thread stacks",
+        "total",
+        "allowed",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(component))
+            .unwrap_or_else(|| panic!("no {component} in {text}"));
+        assert!(line.contains(" MiB"), "{line}");
+    }
+    // Too many cameras for a small board: refused.
+    let dir = tempfile::tempdir().unwrap();
+    let mut body = String::from(
+        "ram_class = \"128 MiB\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n",
+    );
+    for i in 0..16 {
+        body.push_str(&format!("[[cameras]]\nname = \"c{i}\"\nmain = {{ url = \"rtsp://cam/{i}\" }}\nsub = {{ url = \"rtsp://cam/{i}s\" }}\n"));
+    }
+    let config = write_config(dir.path(), &body);
+    let out = keeppeek().arg("budget").arg(&config).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stdout).contains("DOES NOT FIT"));
+    let out = keeppeek()
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success()
+            && String::from_utf8_lossy(&out.stderr).contains("memory budget does not fit")
+    );
+}
+
+#[test]
+fn the_demo_records_the_builtin_camera_with_no_setup() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("demo");
+    let mut child = keeppeek()
+        .args(["demo", "--data-dir"])
+        .arg(&data)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let main = data.join("recordings/demo/main");
+    let recorded = wait_until(Duration::from_secs(20), || dir_bytes(&main) > 100_000);
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert!(
+        recorded,
+        "the demo recorded nothing into {}",
+        main.display()
+    );
+    assert!(status.success());
+    for entry in std::fs::read_dir(&main).unwrap() {
+        let packets = ffprobe_packets(&entry.unwrap().path());
+        assert!(packets[0].key && packets.len() > 15);
+    }
+}

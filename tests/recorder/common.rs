@@ -1,0 +1,425 @@
+//! The shared harness: starts the real `keeppeek` binary and real peers (the gst-rtsp-server
+//! camera, ffprobe), and fails loudly when a peer cannot start.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The fixture clips, generated once by `tools/make-fixtures.sh` and cached under `target/`.
+pub fn fixtures() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = repo().join("target/fixtures");
+        let out = Command::new("bash")
+            .arg(repo().join("tools/make-fixtures.sh"))
+            .arg(&dir)
+            .output()
+            .expect("running tools/make-fixtures.sh");
+        assert!(
+            out.status.success(),
+            "make-fixtures failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    })
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn wall_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
+}
+
+/// Polls `f` until it is true or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    f()
+}
+
+pub const CAMERA_USER: &str = "kp";
+pub const CAMERA_PASSWORD: &str = "s3cret";
+
+/// The simulated IP camera (`tools/rtsp-camera.py`), killed on drop.
+pub struct Camera {
+    child: Child,
+    pub port: u16,
+}
+
+impl Camera {
+    pub fn start() -> Camera {
+        Camera::start_on(free_port())
+    }
+
+    pub fn start_on(port: u16) -> Camera {
+        let dir = tempfile::tempdir().unwrap();
+        let ready = dir.path().join("ready");
+        let child = Command::new("/usr/bin/python3")
+            .arg(repo().join("tools/rtsp-camera.py"))
+            .args(["--port", &port.to_string(), "--fixtures"])
+            .arg(fixtures())
+            .args([
+                "--user",
+                CAMERA_USER,
+                "--password",
+                CAMERA_PASSWORD,
+                "--ready-file",
+            ])
+            .arg(&ready)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting the RTSP camera: is /usr/bin/python3 with gi installed?");
+        let mut cam = Camera { child, port };
+        let up = wait_until(Duration::from_secs(20), || {
+            ready.exists() || cam.child.try_wait().unwrap().is_some()
+        });
+        assert!(
+            up && ready.exists(),
+            "the RTSP camera on port {port} did not become ready"
+        );
+        cam
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("rtsp://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Camera {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A running `keeppeek run`, with its config and log in a temporary directory.
+pub struct Daemon {
+    child: Option<Child>,
+    pub dir: PathBuf,
+    pub config: PathBuf,
+    pub log: PathBuf,
+}
+
+/// Writes `dir/keeppeek.toml` with `data_dir = "data"` and `body`.
+pub fn write_config(dir: &Path, body: &str) -> PathBuf {
+    let config = dir.join("keeppeek.toml");
+    std::fs::write(&config, format!("data_dir = \"data\"\n{body}")).unwrap();
+    config
+}
+
+pub fn keeppeek() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_keeppeek"))
+}
+
+/// Runs a command that must succeed; returns its stdout.
+pub fn succeed(cmd: &mut Command) -> Vec<u8> {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+impl Daemon {
+    /// Starts `keeppeek run` on the config in `dir` (see [`write_config`]).
+    pub fn start(dir: &Path) -> Daemon {
+        let config = dir.join("keeppeek.toml");
+        let log = dir.join("keeppeek.log");
+        let log_file = std::fs::File::create(&log).unwrap();
+        let child = keeppeek()
+            .args(["run", "--config"])
+            .arg(&config)
+            .env("KEEPPEEK_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .expect("starting keeppeek");
+        Daemon {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+            config,
+            log,
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    /// Waits until the log contains `needle` at least `count` times.
+    pub fn wait_log(&self, needle: &str, count: usize, timeout: Duration) {
+        let ok = wait_until(timeout, || self.log_text().matches(needle).count() >= count);
+        assert!(
+            ok,
+            "no {count}× {needle:?} in the log within {timeout:?}:\n{}",
+            self.log_text()
+        );
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
+    /// SIGTERM, and the exit must be clean and quick.
+    pub fn stop(&mut self) {
+        let mut child = self.child.take().expect("running");
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        let ok = wait_until(Duration::from_secs(10), || {
+            child.try_wait().unwrap().is_some()
+        });
+        assert!(ok, "keeppeek did not stop within 10 s of SIGTERM");
+        let status = child.wait().unwrap();
+        assert!(
+            status.success(),
+            "keeppeek exited with {status}:\n{}",
+            self.log_text()
+        );
+        eprintln!("keeppeek stopped in {:?}", start.elapsed());
+    }
+
+    /// A power cut, as far as the process can tell.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// Runs `keeppeek check`: recovery, then every fragment against its file.
+    pub fn check(&self) -> Value {
+        serde_json::from_slice(&succeed(keeppeek().arg("check").arg(&self.config))).unwrap()
+    }
+
+    /// Every recording with its fragments, from `keeppeek recordings --json`.
+    pub fn recordings(&self) -> Vec<Value> {
+        let out = succeed(keeppeek().args(["recordings", "--json"]).arg(&self.config));
+        serde_json::from_slice::<Value>(&out)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One packet as ffprobe sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Packet {
+    pub pts_s: f64,
+    pub duration_s: f64,
+    pub key: bool,
+}
+
+/// ffprobe's view of a file's video packets; any message from ffprobe fails the test.
+pub fn ffprobe_packets(path: &Path) -> Vec<Packet> {
+    let out = Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-select_streams",
+            "v:0",
+            "-show_entries",
+            "packet=pts_time,duration_time,flags",
+            "-of",
+            "csv=p=0",
+        ])
+        .arg(path)
+        .output()
+        .expect("running ffprobe: is ffmpeg installed?");
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "ffprobe {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Packet {
+                pts_s: f[0].parse().unwrap(),
+                duration_s: f[1].parse().unwrap_or(0.0),
+                key: f[2].starts_with('K'),
+            }
+        })
+        .collect()
+}
+
+/// Decodes the whole file with ffmpeg; any decoder message fails the test.
+pub fn assert_decodes(path: &Path) {
+    let out = Command::new("ffmpeg")
+        .args(["-v", "error", "-nostdin", "-i"])
+        .arg(path)
+        .args(["-f", "null", "-"])
+        .output()
+        .expect("running ffmpeg");
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "ffmpeg decode {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Checks one recorded file against its catalog row: plays in ffprobe with zero errors,
+/// starts on a keyframe, timestamps increase, and frame count and duration agree with the
+/// catalog within one frame.
+pub fn assert_recording_matches_file(data: &Path, rec: &Value) {
+    let path = data.join(rec["path"].as_str().unwrap());
+    let packets = ffprobe_packets(&path);
+    assert!(!packets.is_empty(), "{} has no packets", path.display());
+    assert!(
+        packets[0].key,
+        "{} does not start on a keyframe",
+        path.display()
+    );
+    for w in packets.windows(2) {
+        assert!(
+            w[1].pts_s > w[0].pts_s,
+            "{}: timestamps do not increase: {:?}",
+            path.display(),
+            w
+        );
+    }
+    let frames = rec["frames"].as_u64().unwrap() as i64;
+    assert!(
+        (packets.len() as i64 - frames).abs() <= 1,
+        "{}: {} packets, catalog {frames}",
+        path.display(),
+        packets.len()
+    );
+    let last = packets.last().unwrap();
+    let file_s = last.pts_s + last.duration_s - packets[0].pts_s;
+    let catalog_s = rec["media_duration_90k"].as_u64().unwrap() as f64 / 90_000.0;
+    assert!(
+        (file_s - catalog_s).abs() <= 1.0 / 15.0 + 1e-3,
+        "{}: {file_s} s in the file, {catalog_s} s in the catalog",
+        path.display()
+    );
+    let wall_s = (rec["wall_end_us"].as_i64().unwrap() - rec["wall_start_us"].as_i64().unwrap())
+        as f64
+        / 1e6;
+    assert!(
+        (wall_s - catalog_s).abs() <= 0.05 + catalog_s * 0.002,
+        "{}: wall {wall_s} s vs media {catalog_s} s",
+        path.display()
+    );
+}
+
+/// Recordings of one stream (`camera/kind`).
+pub fn of_stream<'a>(recs: &'a [Value], stream: &str) -> Vec<&'a Value> {
+    recs.iter().filter(|r| r["stream"] == stream).collect()
+}
+
+/// Total recorded seconds of a set of recordings.
+pub fn seconds(recs: &[&Value]) -> f64 {
+    recs.iter()
+        .map(|r| r["media_duration_90k"].as_u64().unwrap() as f64 / 90_000.0)
+        .sum()
+}
+
+/// Sum of the sizes of the files under `dir`.
+pub fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| {
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                dir_bytes(&e.path())
+            } else {
+                m.len()
+            }
+        })
+        .sum()
+}
+
+/// A TCP server that accepts connections and never answers: a hung camera.
+pub fn silent_server() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in l.incoming().flatten() {
+            held.push(s);
+            if held.len() > 64 {
+                held.remove(0);
+            }
+        }
+    });
+    port
+}
+
+/// Appends `bytes` of filler to `path`, stopping quietly at a full disk.
+pub fn fill(path: &Path, bytes: usize) {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    let chunk = vec![0x55u8; 64 << 10];
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        if f.write_all(&chunk[..n]).is_err() {
+            break;
+        }
+        left -= n;
+    }
+    let _ = f.sync_all();
+}

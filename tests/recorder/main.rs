@@ -1,0 +1,10 @@
+//! Integration tests of recording: the real binary against real peers. One test binary, so
+//! the slow, mostly waiting tests run side by side.
+
+mod common;
+
+mod camera_failures;
+mod cli;
+mod power_cut;
+mod retention;
+mod rtsp_recording;

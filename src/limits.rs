@@ -95,9 +95,6 @@ pub const RECORDING_PATH_MAX_BYTES: usize = 255;
 /// Cameras in one config: a 2-core board with 1 GiB records this many sub+main pairs.
 pub const CAMERAS_MAX: usize = 32;
 
-/// Streams: a main and an optional sub stream per camera.
-pub const STREAMS_MAX: usize = CAMERAS_MAX * 2;
-
 /// Bytes of a config file.
 pub const CONFIG_FILE_MAX_BYTES: u64 = 256 << 10;
 
@@ -150,3 +147,57 @@ pub const PROCESS_BASE_BYTES: usize = 24 << 20;
 /// The share of the board's RAM KeepPeek may plan to use; the rest is the kernel's page
 /// cache (which recording depends on) and the OS.
 pub const RAM_SHARE_PERCENT: usize = 50;
+
+#[cfg(test)]
+mod tests {
+    //! `docs/limits.md` is generated from this file: the test fails when they differ, and
+    //! `KEEPPEEK_BLESS=1 cargo test --lib limits` rewrites the doc.
+
+    /// Renders the doc from this file's source: one row per constant, with its reason.
+    fn render() -> String {
+        let src = include_str!("limits.rs");
+        let mut out = String::from(
+            "# Limits\n\nEvery ceiling KeepPeek enforces. Generated from `src/limits.rs` by its unit test \
+             (`KEEPPEEK_BLESS=1 cargo test --lib limits`); do not edit by hand.\n",
+        );
+        let mut doc = Vec::new();
+        for line in src.lines().take_while(|l| !l.starts_with("#[cfg(test)]")) {
+            let line = line.trim();
+            if let Some(section) = line
+                .strip_prefix("// ---- ")
+                .and_then(|s| s.strip_suffix(" ----"))
+            {
+                out.push_str(&format!(
+                    "\n## {section}\n\n| constant | value | why |\n| --- | --- | --- |\n"
+                ));
+            } else if let Some(d) = line.strip_prefix("/// ") {
+                doc.push(d.to_string());
+            } else if let Some(rest) = line.strip_prefix("pub const ") {
+                let (name, rest) = rest.split_once(':').expect("typed const");
+                let value = rest
+                    .split_once('=')
+                    .expect("valued const")
+                    .1
+                    .trim()
+                    .trim_end_matches(';');
+                out.push_str(&format!("| `{name}` | `{value}` | {} |\n", doc.join(" ")));
+                doc.clear();
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn docs_limits_md_is_generated_from_this_file() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/limits.md");
+        let want = render();
+        if std::env::var_os("KEEPPEEK_BLESS").is_some() {
+            std::fs::write(path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/limits.md is stale: run KEEPPEEK_BLESS=1 cargo test --lib limits"
+        );
+    }
+}

@@ -564,10 +564,30 @@ main = { url = "file:///clips/a.mp4" }
             ),
             ("[retention]", "[retention", "line 3, column"),
             ("data_dir = \"data\"", "", "missing field `data_dir`"),
+            (
+                "name = \"front\"",
+                "name = \"abcdefghijklmnopqrstuvwxyz0123456\"",
+                "cameras[0].name: must be 1 to 32",
+            ),
+            (
+                "password = \"pw\"",
+                "password = \"{long}\"",
+                "cameras[0].password: longer than 128 bytes (CAMERA_CREDENTIAL_MAX_BYTES)",
+            ),
+            (
+                "rtsp://192.0.2.1/main",
+                "rtsp://192.0.2.1/{url}",
+                "cameras[0].main.url: longer than 1024 bytes (CAMERA_URL_MAX_BYTES)",
+            ),
         ];
         for (from, to, want) in cases {
             assert!(GOOD.contains(from), "{from}");
-            let got = error_of(&GOOD.replacen(from, to, 1));
+            let to = to.replace(
+                "{long}",
+                &"p".repeat(limits::CAMERA_CREDENTIAL_MAX_BYTES + 1),
+            );
+            let to = to.replace("{url}", &"u".repeat(limits::CAMERA_URL_MAX_BYTES));
+            let got = error_of(&GOOD.replacen(from, &to, 1));
             assert!(got.contains(want), "want {want:?} in {got:?}");
         }
     }

@@ -137,6 +137,15 @@ mod tests {
     }
 
     #[test]
+    fn a_file_over_the_ceiling_is_refused_before_parsing() {
+        let big = vec![0u8; limits::FILE_SOURCE_MAX_BYTES as usize + 1];
+        let Err(IngestError::Source(why)) = Clip::parse(&big) else {
+            panic!("accepted")
+        };
+        assert!(why.contains("FILE_SOURCE_MAX_BYTES"), "{why}");
+    }
+
+    #[test]
     fn garbage_is_refused_with_a_reason() {
         assert!(Clip::parse(b"definitely not an mp4").is_err());
         assert!(Clip::parse(&BUILTIN_CLIP[..BUILTIN_CLIP.len() / 3]).is_err());

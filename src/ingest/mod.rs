@@ -194,6 +194,46 @@ async fn read_clip(path: &std::path::Path) -> Result<file::Clip, IngestError> {
 mod tests {
     use super::*;
 
+    use crate::media::{Codec, VideoParams};
+    use bytes::Bytes;
+
+    fn frame(len: usize) -> Frame {
+        Frame {
+            pts_90k: 0,
+            received_mono_us: 1,
+            received_wall_us: 1,
+            is_key: true,
+            data: Bytes::from(vec![0u8; len]),
+            params: Arc::new(VideoParams {
+                codec: Codec::H264,
+                rfc6381: String::new(),
+                width: 1,
+                height: 1,
+                sample_entry: Bytes::new(),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_frame_over_the_ceiling_is_dropped_and_counted_never_queued() {
+        let (mut tx, _rx, queue) = crate::record::queue::channel();
+        let state = StreamState::default();
+        let mut sink = Sink {
+            recorder: Some(&mut tx),
+            state: &state,
+        };
+        sink.deliver(frame(limits::FRAME_MAX_BYTES));
+        sink.deliver(frame(limits::FRAME_MAX_BYTES + 1));
+        assert_eq!(state.snapshot().frames_oversized, 1);
+        assert_eq!(state.snapshot().frames_received, 1);
+        use std::sync::atomic::Ordering;
+        assert_eq!(
+            queue.bytes_in_flight.load(Ordering::Relaxed),
+            limits::FRAME_MAX_BYTES
+        );
+        assert_eq!(queue.frames_dropped.load(Ordering::Relaxed), 1);
+    }
+
     #[test]
     fn backoff_doubles_to_the_cap_with_jitter_in_bounds() {
         assert_eq!(backoff_ms(0, 1.0), limits::RECONNECT_BACKOFF_MIN_MS);

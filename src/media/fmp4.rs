@@ -401,6 +401,13 @@ mod tests {
     }
 
     #[test]
+    fn the_largest_sample_entry_fits_the_init_buffer() {
+        let mut buf = vec![0u8; limits::INIT_SEGMENT_MAX_BYTES];
+        let entry = vec![0u8; limits::SAMPLE_ENTRY_MAX_BYTES];
+        assert!(write_init_segment(&mut buf, &entry, 3840, 2160).is_ok());
+    }
+
+    #[test]
     fn the_largest_fragment_fits_the_header_buffer() {
         let mut buf = fragment_header_buffer();
         let samples = vec![

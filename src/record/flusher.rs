@@ -321,3 +321,129 @@ pub fn disk_space(dir: &Path) -> Option<Disk> {
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::Codec;
+
+    fn recording(path: &str) -> RecordingRow {
+        RecordingRow {
+            stream_id: 1,
+            run_id: 1,
+            codec: Codec::H264,
+            width: 1,
+            height: 1,
+            wall_start_us: 0,
+            wall_end_us: 0,
+            media_duration_90k: 0,
+            bytes: 0,
+            init_bytes: 0,
+            frames: 0,
+            fragments: 0,
+            open: true,
+            path: path.into(),
+        }
+    }
+
+    fn fragment(i: u32) -> FragmentRow {
+        FragmentRow {
+            wall_start_us: i64::from(i),
+            wall_end_us: i64::from(i) + 1,
+            media_start_90k: u64::from(i),
+            duration_90k: 1,
+            start_byte: u64::from(i),
+            end_byte: u64::from(i) + 1,
+            frames: 1,
+            keyframes: 0,
+        }
+    }
+
+    #[test]
+    fn rows_wait_for_the_interval_unless_the_pending_ceiling_is_reached() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
+        let (id, row) = catalog
+            .begin_recording(recording(""), |_| "seg.mp4".into())
+            .unwrap();
+        std::fs::write(dir.path().join("seg.mp4"), b"bytes").unwrap();
+        let caps = Retention {
+            stream_max_bytes: u64::MAX,
+            total_max_bytes: u64::MAX,
+        };
+        let mut f = Flusher::new(
+            catalog.clone(),
+            dir.path().into(),
+            Duration::from_secs(3600),
+            caps,
+        )
+        .unwrap();
+        let stats = f.stats();
+        for i in 1..limits::CATALOG_PENDING_FRAGMENTS_MAX as u32 {
+            f.handle(ToFlusher::Fragment {
+                rec_id: id,
+                sequence: i,
+                row: fragment(i),
+                keyframes: vec![],
+                recording: row.clone(),
+            });
+        }
+        assert_eq!(
+            stats.commits.load(Ordering::Relaxed),
+            0,
+            "below the ceiling rows wait"
+        );
+        assert!(catalog.fragments(id).unwrap().is_empty());
+        let last = limits::CATALOG_PENDING_FRAGMENTS_MAX as u32;
+        f.handle(ToFlusher::Fragment {
+            rec_id: id,
+            sequence: last,
+            row: fragment(last),
+            keyframes: vec![],
+            recording: row,
+        });
+        assert_eq!(
+            stats.commits.load(Ordering::Relaxed),
+            1,
+            "the ceiling forces a commit"
+        );
+        assert_eq!(
+            stats.file_syncs.load(Ordering::Relaxed),
+            1,
+            "the file was synced first"
+        );
+        assert_eq!(
+            catalog.fragments(id).unwrap().len(),
+            limits::CATALOG_PENDING_FRAGMENTS_MAX
+        );
+    }
+
+    #[test]
+    fn rows_of_a_file_that_cannot_be_synced_are_not_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
+        let (id, row) = catalog
+            .begin_recording(recording(""), |_| "missing.mp4".into())
+            .unwrap();
+        let caps = Retention {
+            stream_max_bytes: u64::MAX,
+            total_max_bytes: u64::MAX,
+        };
+        let mut f = Flusher::new(
+            catalog.clone(),
+            dir.path().into(),
+            Duration::from_secs(3600),
+            caps,
+        )
+        .unwrap();
+        f.handle(ToFlusher::Fragment {
+            rec_id: id,
+            sequence: 1,
+            row: fragment(1),
+            keyframes: vec![],
+            recording: row,
+        });
+        f.flush();
+        assert!(catalog.fragments(id).unwrap().is_empty());
+    }
+}

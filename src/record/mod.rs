@@ -166,3 +166,24 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
         .spawn(f)
         .expect("spawning a recorder thread")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_are_an_eighth_of_the_smallest_cap_and_never_past_the_ceiling() {
+        let mut c = Config::demo("/d".into());
+        c.retention.stream_max_bytes = u64::MAX;
+        c.retention.total_max_bytes = u64::MAX;
+        assert_eq!(segment_bounds(&c, 1).max_bytes, limits::SEGMENT_MAX_BYTES);
+        assert_eq!(
+            segment_bounds(&c, 1).max_duration_90k,
+            limits::SEGMENT_MAX_DURATION_90K
+        );
+        c.retention.stream_max_bytes = 8 << 20;
+        assert_eq!(segment_bounds(&c, 1).max_bytes, 1 << 20);
+        c.retention.total_max_bytes = 16 << 20;
+        assert_eq!(segment_bounds(&c, 8).max_bytes, 256 << 10);
+    }
+}

@@ -242,3 +242,158 @@ pub(crate) fn walk(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Batch;
+    use crate::limits;
+    use crate::media::fmp4::{
+        SampleEntry, fragment_header_buffer, write_fragment_header, write_init_segment,
+    };
+    use crate::media::{Codec, avc};
+
+    const WALL0: i64 = 1_800_000_000_000_000;
+
+    /// Init segment plus `n` one-second fragments of 15 frames; returns the bytes and each
+    /// fragment's (start, end).
+    fn segment(n: u32) -> (Vec<u8>, Vec<(u64, u64)>) {
+        let mut init = vec![0u8; limits::INIT_SEGMENT_MAX_BYTES];
+        let len = write_init_segment(&mut init, &avc::test_sample_entry(), 640, 360).unwrap();
+        let mut out = init[..len].to_vec();
+        let mut bounds = Vec::new();
+        let mut head = fragment_header_buffer();
+        for i in 0..n {
+            let samples: Vec<_> = (0..15)
+                .map(|k| SampleEntry {
+                    duration_90k: 6000,
+                    size_bytes: 40,
+                    is_key: k == 0,
+                })
+                .collect();
+            let start = out.len() as u64;
+            let h = write_fragment_header(
+                &mut head[..],
+                i + 1,
+                u64::from(i) * 90_000,
+                WALL0 + i64::from(i) * 1_000_000,
+                &samples,
+            )
+            .unwrap();
+            out.extend_from_slice(&head[..h]);
+            out.extend(std::iter::repeat_n(7u8, 15 * 40));
+            bounds.push((start, out.len() as u64));
+        }
+        (out, bounds)
+    }
+
+    fn open_row(path: &str) -> RecordingRow {
+        RecordingRow {
+            stream_id: 1,
+            run_id: 1,
+            codec: Codec::H264,
+            width: 640,
+            height: 360,
+            wall_start_us: WALL0,
+            wall_end_us: WALL0,
+            media_duration_90k: 0,
+            bytes: 0,
+            init_bytes: 0,
+            frames: 0,
+            fragments: 0,
+            open: true,
+            path: path.into(),
+        }
+    }
+
+    #[test]
+    fn whole_fragments_past_the_catalog_are_indexed_and_a_torn_tail_is_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path();
+        let cat = Catalog::open(&data.join("c.redb")).unwrap();
+        let rel = "recordings/cam/main/a.mp4";
+        let (id, mut row) = cat.begin_recording(open_row(""), |_| rel.into()).unwrap();
+        let (mut bytes, bounds) = segment(3);
+        // The catalog knows the first fragment only.
+        row.fragments = 1;
+        row.frames = 15;
+        row.bytes = bounds[0].1;
+        let first = FragmentRow {
+            wall_start_us: WALL0,
+            wall_end_us: WALL0 + 1_000_000,
+            media_start_90k: 0,
+            duration_90k: 90_000,
+            start_byte: bounds[0].0,
+            end_byte: bounds[0].1,
+            frames: 15,
+            keyframes: 1,
+        };
+        cat.commit(&Batch {
+            fragments: vec![(id, 1, first)],
+            recordings: vec![(id, row)],
+            ..Batch::default()
+        })
+        .unwrap();
+        // A fourth fragment was being written when the power went.
+        let (torn, _) = segment(4);
+        let whole_len = bytes.len();
+        bytes.extend_from_slice(&torn[whole_len..whole_len + 100]);
+        std::fs::create_dir_all(data.join("recordings/cam/main")).unwrap();
+        std::fs::write(data.join(rel), &bytes).unwrap();
+        // A file the catalog never knew, and an open recording whose file never appeared.
+        std::fs::write(data.join("recordings/cam/main/stray.mp4"), b"junk").unwrap();
+        cat.begin_recording(open_row(""), |_| "recordings/cam/main/never.mp4".into())
+            .unwrap();
+
+        let report = recover(&cat, data).unwrap();
+        assert_eq!(
+            report,
+            Report {
+                garbage_deleted: 0,
+                recordings_closed: 1,
+                fragments_indexed: 2,
+                bytes_cut: 100,
+                recordings_dropped: 1,
+                unknown_files_deleted: 1,
+            }
+        );
+        let recs = cat.recordings().unwrap();
+        assert_eq!(recs.len(), 1);
+        let (_, r) = &recs[0];
+        assert!(!r.open);
+        assert_eq!((r.fragments, r.frames, r.bytes), (3, 45, bounds[2].1));
+        assert_eq!(r.wall_end_us, WALL0 + 3_000_000);
+        assert_eq!(
+            std::fs::metadata(data.join(rel)).unwrap().len(),
+            bounds[2].1
+        );
+        let frags = cat.fragments(id).unwrap();
+        assert_eq!(frags.len(), 3);
+        assert_eq!(frags[2].1.wall_start_us, WALL0 + 2_000_000);
+        assert_eq!(
+            cat.keyframes(1, 0, i64::MAX).unwrap().len(),
+            2,
+            "recovered keyframes indexed"
+        );
+        assert!(!data.join("recordings/cam/main/stray.mp4").exists());
+        assert!(cat.garbage().unwrap().is_empty());
+        // Recovery is idempotent.
+        assert_eq!(recover(&cat, data).unwrap(), Report::default());
+    }
+
+    #[test]
+    fn a_recording_with_no_whole_fragment_is_dropped_with_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path();
+        let cat = Catalog::open(&data.join("c.redb")).unwrap();
+        let rel = "recordings/cam/main/b.mp4";
+        cat.begin_recording(open_row(""), |_| rel.into()).unwrap();
+        let (bytes, bounds) = segment(1);
+        std::fs::create_dir_all(data.join("recordings/cam/main")).unwrap();
+        std::fs::write(data.join(rel), &bytes[..bounds[0].1 as usize - 1]).unwrap();
+        let report = recover(&cat, data).unwrap();
+        assert_eq!(report.recordings_dropped, 1);
+        assert!(cat.recordings().unwrap().is_empty());
+        assert!(!data.join(rel).exists());
+    }
+}

@@ -24,6 +24,8 @@ fn retries(log: &str, stream: &str) -> Vec<u64> {
 fn survives_cameras_that_are_down_die_refuse_or_hang() {
     let late_port = free_port();
     let silent_port = silent_server();
+    let hangs_port = fake_camera(FakeCamera::HangsOnSetup);
+    let mute_port = fake_camera(FakeCamera::SilentAfterPlay);
     let cam = Camera::start();
     let mut flaky = Camera::start();
     let dir = tempfile::tempdir().unwrap();
@@ -46,6 +48,12 @@ main = {{ url = "{auth}" }}
 [[cameras]]
 name = "silent"
 main = {{ url = "rtsp://127.0.0.1:{silent_port}/h264" }}
+[[cameras]]
+name = "hangs"
+main = {{ url = "rtsp://127.0.0.1:{hangs_port}/fake" }}
+[[cameras]]
+name = "mute"
+main = {{ url = "rtsp://127.0.0.1:{mute_port}/fake" }}
 [[cameras]]
 name = "flaky"
 main = {{ url = "{flaky}" }}
@@ -72,6 +80,14 @@ main = {{ url = "{flaky}" }}
     d.wait_log("401", 1, Duration::from_secs(20));
     // A camera that accepts and never answers is given up on.
     d.wait_log("no answer to DESCRIBE in time", 1, Duration::from_secs(25));
+
+    // One that stops answering after DESCRIBE, one that plays but sends nothing.
+    d.wait_log("no answer to SETUP in time", 1, Duration::from_secs(25));
+    d.wait_log(
+        "connected, but no video frame for 10 s",
+        1,
+        Duration::from_secs(25),
+    );
 
     // The camera that was down at start comes up.
     let _late = Camera::start_on(late_port);

@@ -423,3 +423,75 @@ pub fn fill(path: &Path, bytes: usize) {
     }
     let _ = f.sync_all();
 }
+
+/// How a scripted fake camera misbehaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FakeCamera {
+    /// Answers DESCRIBE, then never answers SETUP.
+    HangsOnSetup,
+    /// Answers DESCRIBE, SETUP and PLAY, then sends no media at all.
+    SilentAfterPlay,
+}
+
+/// A hand-scripted RTSP server on a free port that misbehaves as `mode` says; returns the
+/// port. Real servers do not misbehave on request, so this small one does.
+pub fn fake_camera(mode: FakeCamera) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in l.incoming().flatten() {
+            std::thread::spawn(move || serve_fake(stream, port, mode));
+        }
+    });
+    port
+}
+
+fn serve_fake(mut s: std::net::TcpStream, port: u16, mode: FakeCamera) {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(s.try_clone().unwrap());
+    let sdp = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=fake\r\nt=0 0\r\nm=video 0 RTP/AVP 96\r\n\
+               a=rtpmap:96 H264/90000\r\na=fmtp:96 packetization-mode=1\r\na=control:track1\r\n";
+    loop {
+        // Read one request head.
+        let mut head = Vec::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if line == "\r\n" {
+                break;
+            }
+            head.push(line);
+        }
+        let method = head
+            .first()
+            .and_then(|l| l.split_whitespace().next())
+            .unwrap_or("")
+            .to_string();
+        let cseq = head
+            .iter()
+            .find_map(|l| l.strip_prefix("CSeq:").map(|v| v.trim().to_string()))
+            .unwrap_or_default();
+        let reply = match (method.as_str(), mode) {
+            ("DESCRIBE", _) => format!(
+                "RTSP/1.0 200 OK\r\nCSeq: {cseq}\r\nContent-Base: rtsp://127.0.0.1:{port}/fake/\r\n\
+                 Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{sdp}",
+                sdp.len()
+            ),
+            ("SETUP", FakeCamera::HangsOnSetup) => {
+                std::thread::sleep(Duration::from_secs(3600));
+                return;
+            }
+            ("SETUP", _) => format!(
+                "RTSP/1.0 200 OK\r\nCSeq: {cseq}\r\nTransport: RTP/AVP/TCP;unicast;interleaved=0-1\r\n\
+                 Session: 4242;timeout=60\r\n\r\n"
+            ),
+            ("PLAY", _) => format!("RTSP/1.0 200 OK\r\nCSeq: {cseq}\r\nSession: 4242\r\n\r\n"),
+            _ => format!("RTSP/1.0 200 OK\r\nCSeq: {cseq}\r\nSession: 4242\r\n\r\n"),
+        };
+        if s.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}

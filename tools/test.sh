@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# KeepPeek's one test command: installs what the tests need when it is missing (Debian
+# packages, rustup targets), then runs every test: unit tests on the host and on aarch64
+# under qemu-user, the integration tests against real peers, the fuzz corpus, and the
+# benchmarks in smoke mode. Run as root on Debian bookworm (as CI does).
+#
+# Usage: tools/test.sh            everything
+#        tools/test.sh --no-setup skip the install checks
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBIAN_PACKAGES=(
+    ffmpeg fonts-dejavu-core mediainfo
+    python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-tools
+    gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
+    qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+)
+RUST_TARGETS=(aarch64-unknown-linux-musl)
+
+step() { printf '\n== %s\n' "$*"; }
+
+setup() {
+    local missing=()
+    for p in "${DEBIAN_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+        step "installing Debian packages: ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    fi
+    local installed
+    installed=$(rustup target list --installed)
+    for t in "${RUST_TARGETS[@]}"; do
+        grep -qx "$t" <<<"$installed" || { step "adding rustup target $t"; rustup target add "$t"; }
+    done
+}
+
+[[ ${1:-} == --no-setup ]] || setup
+
+step "format"
+cargo fmt --check
+
+step "fixtures"
+bash tools/make-fixtures.sh target/fixtures
+
+step "unit tests (host)"
+cargo test --lib --bins
+
+step "unit tests (aarch64-unknown-linux-musl under qemu-user)"
+cargo test --lib --target aarch64-unknown-linux-musl
+
+step "integration tests against real peers"
+# The tests mostly wait on real time (cameras at 15 fps, flush intervals): run them side by
+# side rather than two at a time.
+cargo test --test recorder -- --test-threads 8

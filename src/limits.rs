@@ -25,6 +25,11 @@ pub const INGEST_QUEUE_FRAMES: usize = 64;
 /// same queue: 64 frames of a 16 Mbit/s stream fit).
 pub const INGEST_QUEUE_BYTES_PER_STREAM: usize = 8 << 20;
 
+/// A recorder thread drains its queue this often instead of waking for every frame: a
+/// thread wake per frame costs more CPU than recording the frame. The queue holds 2 s at
+/// 30 fps, eight times this.
+pub const RECORDER_POLL_INTERVAL_MS: u64 = 250;
+
 /// Bytes a file camera (demo and tests) may load into memory. The built-in clip is ~0.5 MB.
 pub const FILE_SOURCE_MAX_BYTES: u64 = 64 << 20;
 

@@ -60,14 +60,49 @@ fn main() -> ExitCode {
 }
 
 fn init_logging() {
-    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::prelude::*;
     // retina logs through `log`; bridge it into tracing.
-    let _ = tracing_log::LogTracer::init();
-    let filter = EnvFilter::try_from_env("KEEPPEEK_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    // Its per-packet debug logs stop at `log`'s own level check unless asked for.
+    let max = if std::env::var_os("KEEPPEEK_LOG").is_some() {
+        log_level_max()
+    } else {
+        tracing_log::log::LevelFilter::Info
+    };
+    let _ = tracing_log::LogTracer::builder().with_max_level(max).init();
+    // KEEPPEEK_LOG takes `level` or `target=level,...` (e.g. `info,retina=debug`). The
+    // targets filter needs no regex engine, which keeps the binary (and so its resident
+    // code) small.
+    let filter = std::env::var("KEEPPEEK_LOG")
+        .ok()
+        .and_then(|s| s.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO));
+    let ansi = std::env::var_os("NO_COLOR").is_none();
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(ansi);
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(filter)
         .try_init();
+}
+
+/// The most verbose `log` level any directive of KEEPPEEK_LOG could want.
+fn log_level_max() -> tracing_log::log::LevelFilter {
+    let v = std::env::var("KEEPPEEK_LOG")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    use tracing_log::log::LevelFilter as L;
+    [
+        ("trace", L::Trace),
+        ("debug", L::Debug),
+        ("info", L::Info),
+        ("warn", L::Warn),
+        ("error", L::Error),
+    ]
+    .into_iter()
+    .find(|(name, _)| v.contains(name))
+    .map_or(L::Info, |(_, l)| l)
 }
 
 fn dispatch(command: Command) -> Result<(), String> {
@@ -131,8 +166,10 @@ fn dispatch(command: Command) -> Result<(), String> {
 }
 
 fn run_daemon(config: Config) -> Result<(), String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread runs every camera session: ingest is light I/O, and a multi-threaded
+    // runtime spends more CPU waking its workers than the sessions spend working. Disk I/O
+    // has threads of its own (the recorder).
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("starting the runtime: {e}"))?;

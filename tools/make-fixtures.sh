@@ -13,6 +13,9 @@
 #   h264.264           the same video as a raw Annex-B elementary stream
 #   h265.265           10 s, H.265 raw Annex-B, GOP 1 s, parameter sets with every IDR
 #   h264-long-gop.264  20 s, H.264 raw Annex-B, GOP 10 s (long-GOP tests)
+#   aac.adts           ~10 s of 440 Hz sine, AAC-LC mono 48 kHz 32 kb/s, raw ADTS:
+#                      exactly 469 frames of 1024 samples = 10.0053 s (the camera's
+#                      /h264-aac audio; see gen_aac_adts)
 #
 # Files that already exist are kept (idempotent): delete one to regenerate it.
 # Needs ffmpeg with libx264, libx265 and drawtext (Debian's ffmpeg has all three)
@@ -108,7 +111,23 @@ gen_h264_long_gop() {
     ff -f lavfi -i "$(video_src 20)" $(x264_args 150) -t 20 -f h264 "$1"
 }
 
+gen_aac_adts() {
+    # The RTSP camera loops this next to the 10 s h264.264 and stamps each frame
+    # itself (n * 1024 / 48000 s), so audio timestamps run at real time whatever the
+    # file's length. Its content cannot loop in exactly 10 s (10 s at 48 kHz is
+    # 468.75 frames), so it is cut at a whole 469 frames (10.0053 s): the audio
+    # content drifts 5.3 ms per loop against the video's, the timestamps do not.
+    # The tone's phase also jumps at the wrap, and ffmpeg's AAC encoder puts one
+    # frame of priming (encoder delay) first, which raw ADTS cannot signal: a decoder
+    # plays a one-frame (21 ms) dip at every loop point. Harmless for a test tone.
+    # 48 kHz mono 32 kb/s is the same audio as in h264.mp4.
+    ff -f lavfi -i "sine=frequency=440:sample_rate=48000:duration=11" \
+        -c:a aac -profile:a aac_low -b:a 32k -ac 1 -ar 48000 \
+        -frames:a 469 -f adts "$1"
+}
+
 generate h264.mp4 gen_h264_mp4
 generate h264.264 gen_h264_annexb
 generate h265.265 gen_h265_annexb
 generate h264-long-gop.264 gen_h264_long_gop
+generate aac.adts gen_aac_adts

@@ -10,6 +10,9 @@ Paths (fixtures from tools/make-fixtures.sh):
   /h265           h265.265, 15 fps, keyframe every 1 s
   /h264-auth      h264.264; with --user/--password it needs credentials
   /h264-long-gop  h264-long-gop.264, 15 fps, keyframe every 10 s
+  /h264-aac       h264.264 as on /h264 (pay0) plus aac.adts (pay1): AAC-LC mono
+                  48 kHz as RTP mpeg4-generic (RFC 3640, AAC-hbr, config= in the
+                  SDP fmtp), payload type 97, as most IP cameras send it
 
 Each path is one shared pipeline: the first client starts it at frame 0, later
 clients join mid-stream, as with a real camera. RTP over TCP (interleaved) and
@@ -35,13 +38,18 @@ from gi.repository import GLib, Gst, GstRtsp, GstRtspServer  # noqa: E402
 
 FPS_NUM, FPS_DEN = 15, 1
 
-# name -> (fixture file, codec). The codec selects parser and payloader.
+# name -> (video fixture, codec, audio fixture or None). The codec selects parser
+# and payloader; the audio fixture is raw ADTS AAC.
 PATHS = {
-    "/h264": ("h264.264", "h264"),
-    "/h265": ("h265.265", "h265"),
-    "/h264-auth": ("h264.264", "h264"),
-    "/h264-long-gop": ("h264-long-gop.264", "h264"),
+    "/h264": ("h264.264", "h264", None),
+    "/h265": ("h265.265", "h265", None),
+    "/h264-auth": ("h264.264", "h264", None),
+    "/h264-long-gop": ("h264-long-gop.264", "h264", None),
+    "/h264-aac": ("h264.264", "h264", "aac.adts"),
 }
+
+# AAC-LC: every frame (ADTS or RTP access unit) holds 1024 samples per channel.
+AAC_FRAME_SAMPLES = 1024
 
 # Roles for gst-rtsp-server's permission checks.
 ROLE_ANON = "anonymous"
@@ -100,13 +108,40 @@ def stamp_frames(pad, info, state):
     return Gst.PadProbeReturn.OK
 
 
-class LoopingClipFactory(GstRtspServer.RTSPMediaFactory):
-    """Serves one Annex-B file in a loop, timestamped at 15 fps."""
+def stamp_aac_frames(pad, info, state):
+    """Pad probe: give every AAC frame PTS = DTS = n * 1024 / rate s.
 
-    def __init__(self, location, codec):
+    The audio counterpart of stamp_frames. aacparse would interpolate timestamps
+    itself, but the looped file gives no guarantee about them at the wrap; counting
+    samples here keeps them monotonic and exactly at real time across loops, with
+    the same origin (0) as the video, so the two streams start together.
+    """
+    buf = info.get_buffer()
+    if buf is not None:
+        rate = state.get("rate")
+        if rate is None:
+            caps = pad.get_current_caps()
+            ok, rate = caps.get_structure(0).get_int("rate") if caps else (False, 0)
+            if not ok or rate <= 0:
+                return Gst.PadProbeReturn.OK  # cannot happen after aacparse negotiated
+            state["rate"] = rate
+        n = state["frame"]
+        state["frame"] = n + 1
+        buf.pts = n * AAC_FRAME_SAMPLES * Gst.SECOND // rate
+        buf.dts = buf.pts
+        buf.duration = (n + 1) * AAC_FRAME_SAMPLES * Gst.SECOND // rate - buf.pts
+    return Gst.PadProbeReturn.OK
+
+
+class LoopingClipFactory(GstRtspServer.RTSPMediaFactory):
+    """Serves one Annex-B file in a loop, timestamped at 15 fps, and optionally
+    an ADTS AAC file in a loop next to it as a second stream."""
+
+    def __init__(self, location, codec, audio_location=None):
         super().__init__()
         self.location = location
         self.codec = codec
+        self.audio_location = audio_location
 
     def do_create_element(self, url):
         c = self.codec
@@ -121,6 +156,17 @@ class LoopingClipFactory(GstRtspServer.RTSPMediaFactory):
             f" ! video/x-{c},stream-format=byte-stream,alignment=au"
             f" ! rtp{c}pay name=pay0 pt=96 config-interval=-1"
         )
+        if self.audio_location:
+            # aacparse turns ADTS into raw AAC frames with codec_data (the
+            # AudioSpecificConfig), which rtpmp4gpay puts into the SDP as config=.
+            # rtpmp4gpay: RFC 3640 "mpeg4-generic", mode AAC-hbr, as IP cameras send.
+            desc += (
+                " multifilesrc name=asrc loop=true"
+                " ! audio/mpeg,mpegversion=4,stream-format=adts"
+                " ! aacparse name=aparse"
+                " ! audio/mpeg,mpegversion=4,stream-format=raw"
+                " ! rtpmp4gpay name=pay1 pt=97"
+            )
         # A bin (not a pipeline): gst-rtsp-media puts it into its own pipeline.
         bin_ = Gst.parse_bin_from_description(desc, False)
         # Set the path as a property, not inside the launch string: no quoting issues.
@@ -129,7 +175,19 @@ class LoopingClipFactory(GstRtspServer.RTSPMediaFactory):
         # pipeline, so each pipeline has its own frame counter starting at 0.
         parse_src = bin_.get_by_name("parse").get_static_pad("src")
         parse_src.add_probe(Gst.PadProbeType.BUFFER, stamp_frames, {"frame": 0})
+        if self.audio_location:
+            bin_.get_by_name("asrc").set_property("location", self.audio_location)
+            aparse_src = bin_.get_by_name("aparse").get_static_pad("src")
+            aparse_src.add_probe(Gst.PadProbeType.BUFFER, stamp_aac_frames, {"frame": 0})
         return bin_
+
+
+def fixture_path(fixtures, filename):
+    """Absolute path of a fixture file; exits if it is missing."""
+    location = os.path.join(fixtures, filename)
+    if not os.path.isfile(location):
+        sys.exit(f"rtsp-camera: missing fixture {location} (run tools/make-fixtures.sh)")
+    return os.path.abspath(location)
 
 
 def build_server(args):
@@ -161,11 +219,10 @@ def build_server(args):
         server.set_auth(auth)
 
     mounts = server.get_mount_points()
-    for path, (filename, codec) in PATHS.items():
-        location = os.path.join(args.fixtures, filename)
-        if not os.path.isfile(location):
-            sys.exit(f"rtsp-camera: missing fixture {location} (run tools/make-fixtures.sh)")
-        factory = LoopingClipFactory(os.path.abspath(location), codec)
+    for path, (filename, codec, audio_filename) in PATHS.items():
+        location = fixture_path(args.fixtures, filename)
+        audio_location = fixture_path(args.fixtures, audio_filename) if audio_filename else None
+        factory = LoopingClipFactory(location, codec, audio_location)
         factory.set_shared(True)
         factory.set_protocols(GstRtsp.RTSPLowerTrans.TCP | GstRtsp.RTSPLowerTrans.UDP)
         if use_auth:
@@ -187,7 +244,8 @@ def main():
     p = argparse.ArgumentParser(description="Simulated RTSP IP camera serving looping fixture clips.")
     p.add_argument("--port", type=int, required=True, help="TCP port to listen on (127.0.0.1)")
     p.add_argument("--fixtures", default="fixtures",
-                   help="directory with h264.264, h265.265, h264-long-gop.264 (default: %(default)s)")
+                   help="directory with h264.264, h265.265, h264-long-gop.264, aac.adts"
+                        " (default: %(default)s)")
     p.add_argument("--user", help="username required on the --auth-path paths")
     p.add_argument("--password", help="password for --user")
     p.add_argument("--auth-path", action="append", metavar="PATH",

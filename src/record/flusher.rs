@@ -264,37 +264,58 @@ impl Flusher {
         }
         let mut freed = 0;
         for id in doomed {
-            match self.catalog.delete_recording(id) {
-                Ok(row) => {
-                    let path = self.data_dir.join(&row.path);
-                    match std::fs::remove_file(&path) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            let row = match self.catalog.delete_recording(id) {
+                Ok(row) => row,
+                Err(e) if urgent => {
+                    // The disk may be too full for the catalog to commit even a deletion.
+                    // Unlink first to make room, then drop the rows; a crash in between
+                    // leaves rows without a file, which recovery drops at the next start.
+                    warn!(
+                        recording = id,
+                        "catalog cannot commit on a full disk ({e}); unlinking first"
+                    );
+                    if let Some(rel) = self.paths.get(&id) {
+                        let _ = std::fs::remove_file(self.data_dir.join(rel));
+                    }
+                    match self.catalog.delete_recording(id) {
+                        Ok(row) => row,
                         Err(e) => {
-                            // Stays on the garbage list; the next start tries again.
-                            warn!(path = %path.display(), "cannot delete: {e}");
+                            error!(recording = id, "retention cannot delete: {e}");
                             continue;
                         }
                     }
-                    freed += row.bytes;
-                    self.stats
-                        .recordings_deleted
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.stats
-                        .bytes_deleted
-                        .fetch_add(row.bytes, Ordering::Relaxed);
-                    info!(
-                        recording = id,
-                        bytes = row.bytes,
-                        "retention deleted {}",
-                        row.path
-                    );
-                    self.index.remove(&id);
-                    self.paths.remove(&id);
-                    self.garbage_done.push(row.path);
                 }
-                Err(e) => error!(recording = id, "retention cannot delete: {e}"),
+                Err(e) => {
+                    error!(recording = id, "retention cannot delete: {e}");
+                    continue;
+                }
+            };
+            let path = self.data_dir.join(&row.path);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    // Stays on the garbage list; the next start tries again.
+                    warn!(path = %path.display(), "cannot delete: {e}");
+                    continue;
+                }
             }
+            freed += row.bytes;
+            self.stats
+                .recordings_deleted
+                .fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .bytes_deleted
+                .fetch_add(row.bytes, Ordering::Relaxed);
+            info!(
+                recording = id,
+                bytes = row.bytes,
+                "retention deleted {}",
+                row.path
+            );
+            self.index.remove(&id);
+            self.paths.remove(&id);
+            self.garbage_done.push(row.path);
         }
         freed
     }
@@ -314,6 +335,7 @@ pub fn disk_space(dir: &Path) -> Option<Disk> {
     Some(Disk {
         free_bytes: s.f_bavail as u64 * frsize,
         reserve_bytes: limits::DISK_RESERVE_BYTES.min(total / 16),
+        total_bytes: total,
     })
 }
 

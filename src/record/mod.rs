@@ -23,7 +23,9 @@ use std::sync::mpsc::SyncSender;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tracing::warn;
+use std::sync::atomic::Ordering;
+
+use tracing::{info, warn};
 
 use crate::catalog::{Catalog, CatalogError};
 use crate::config::{Config, StreamKind};
@@ -51,13 +53,19 @@ pub struct Recorder {
     pub flusher_stats: Arc<FlusherStats>,
 }
 
-/// The segment bounds for a config: a segment is at most an eighth of a stream's retention
-/// cap, so retention frees space in small steps.
-pub fn segment_bounds(config: &Config, stream_count: usize) -> fragmenter::SegmentBounds {
+/// The segment bounds for a config: a segment is at most an eighth of a stream's share of
+/// the retention caps, and a sixteenth of the data filesystem, so retention and a full disk
+/// free space in small steps.
+pub fn segment_bounds(
+    config: &Config,
+    stream_count: usize,
+    fs_bytes: Option<u64>,
+) -> fragmenter::SegmentBounds {
     let per_stream_total = config.retention.total_max_bytes / stream_count.max(1) as u64;
     let max_bytes = limits::SEGMENT_MAX_BYTES
         .min(config.retention.stream_max_bytes / 8)
         .min(per_stream_total / 8)
+        .min(fs_bytes.map_or(u64::MAX, |b| b / 16 / stream_count.max(1) as u64))
         .max(64 << 10);
     fragmenter::SegmentBounds {
         max_duration_90k: limits::SEGMENT_MAX_DURATION_90K,
@@ -89,7 +97,8 @@ impl Recorder {
             .filter(|c| c.record)
             .flat_map(|c| c.streams().map(move |(kind, _)| (c.name.clone(), kind)))
             .collect();
-        let bounds = segment_bounds(config, recorded.len());
+        let fs_bytes = flusher::disk_space(&data_dir).map(|d| d.total_bytes);
+        let bounds = segment_bounds(config, recorded.len(), fs_bytes);
         let mut handles = Vec::new();
         let mut streams = Vec::new();
         for (camera, kind) in recorded {
@@ -131,12 +140,15 @@ impl Recorder {
     /// their files, then has the flusher commit. Every `FrameSender` must be dropped first.
     pub fn shutdown(self) {
         let deadline = Instant::now() + Duration::from_millis(limits::SHUTDOWN_TIMEOUT_MS);
+        // The flusher ends when every recorder's sender is gone: join it only if they are.
+        let mut all_stopped = true;
         for h in self.streams {
             while !h.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
             }
             if !h.is_finished() {
                 warn!("a recorder thread did not stop in time");
+                all_stopped = false;
                 continue;
             }
             let _ = h.join();
@@ -155,7 +167,16 @@ impl Recorder {
             }
         }
         drop(self.flusher_tx);
-        let _ = self.flusher.join();
+        if all_stopped {
+            let _ = self.flusher.join();
+        }
+        let s = &self.flusher_stats;
+        info!(
+            catalog_commits = s.commits.load(Ordering::Relaxed),
+            file_syncs = s.file_syncs.load(Ordering::Relaxed),
+            recordings_deleted = s.recordings_deleted.load(Ordering::Relaxed),
+            "recorder stopped"
+        );
     }
 }
 
@@ -176,14 +197,18 @@ mod tests {
         let mut c = Config::demo("/d".into());
         c.retention.stream_max_bytes = u64::MAX;
         c.retention.total_max_bytes = u64::MAX;
-        assert_eq!(segment_bounds(&c, 1).max_bytes, limits::SEGMENT_MAX_BYTES);
         assert_eq!(
-            segment_bounds(&c, 1).max_duration_90k,
+            segment_bounds(&c, 1, None).max_bytes,
+            limits::SEGMENT_MAX_BYTES
+        );
+        assert_eq!(
+            segment_bounds(&c, 1, None).max_duration_90k,
             limits::SEGMENT_MAX_DURATION_90K
         );
         c.retention.stream_max_bytes = 8 << 20;
-        assert_eq!(segment_bounds(&c, 1).max_bytes, 1 << 20);
+        assert_eq!(segment_bounds(&c, 1, None).max_bytes, 1 << 20);
         c.retention.total_max_bytes = 16 << 20;
-        assert_eq!(segment_bounds(&c, 8).max_bytes, 256 << 10);
+        assert_eq!(segment_bounds(&c, 8, None).max_bytes, 256 << 10);
+        assert_eq!(segment_bounds(&c, 2, Some(64 << 20)).max_bytes, 1 << 20);
     }
 }

@@ -113,16 +113,29 @@ impl FrameSender {
 }
 
 impl FrameReceiver {
-    /// Blocks the (non-async) recorder thread for the next message; `None` once every sender
-    /// is gone and the queue is drained.
-    pub fn blocking_recv(&mut self) -> Option<StreamMsg> {
-        let msg = self.rx.blocking_recv()?;
-        if let StreamMsg::Frame { frame, .. } = &msg {
-            self.stats
-                .bytes_in_flight
-                .fetch_sub(frame.data.len(), Ordering::Relaxed);
+    /// The next message for the (non-async) recorder thread; `None` once every sender is
+    /// gone and the queue is drained. When the queue is empty it sleeps
+    /// [`limits::RECORDER_POLL_INTERVAL_MS`] and looks again, so a stream costs a few thread
+    /// wakes a second rather than one per frame.
+    pub fn recv(&mut self) -> Option<StreamMsg> {
+        loop {
+            match self.rx.try_recv() {
+                Ok(msg) => {
+                    if let StreamMsg::Frame { frame, .. } = &msg {
+                        self.stats
+                            .bytes_in_flight
+                            .fetch_sub(frame.data.len(), Ordering::Relaxed);
+                    }
+                    return Some(msg);
+                }
+                Err(mpsc::error::TryRecvError::Disconnected) => return None,
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    std::thread::sleep(std::time::Duration::from_millis(
+                        limits::RECORDER_POLL_INTERVAL_MS,
+                    ));
+                }
+            }
         }
-        Some(msg)
     }
 }
 
@@ -157,7 +170,7 @@ mod tests {
         }
         assert!(!tx.send(frame(10, false)), "the queue is full");
         assert_eq!(stats.frames_dropped.load(Ordering::Relaxed), 1);
-        let first = rx.blocking_recv().unwrap();
+        let first = rx.recv().unwrap();
         assert!(matches!(
             first,
             StreamMsg::Frame {

@@ -67,7 +67,15 @@ pub fn recover(catalog: &Catalog, data_dir: &Path) -> Result<Report, RecoveryErr
     let mut known = BTreeSet::new();
     for (id, row) in catalog.recordings()? {
         if !row.open {
-            known.insert(row.path);
+            if data_dir.join(&row.path).exists() {
+                known.insert(row.path);
+            } else {
+                // Unlinked ahead of its rows on a full disk (or removed by hand).
+                warn!(recording = id, path = %row.path, "closed recording has no file; dropping its rows");
+                let row = catalog.delete_recording(id)?;
+                batch.garbage_done.push(row.path);
+                report.recordings_dropped += 1;
+            }
             continue;
         }
         match recover_one(id, row, data_dir, &mut batch, &mut report)? {
@@ -395,5 +403,20 @@ mod tests {
         assert_eq!(report.recordings_dropped, 1);
         assert!(cat.recordings().unwrap().is_empty());
         assert!(!data.join(rel).exists());
+    }
+
+    #[test]
+    fn a_closed_recording_whose_file_is_gone_loses_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();
+        let mut row = open_row("");
+        row.open = false;
+        let (id, _) = cat
+            .begin_recording(row, |_| "recordings/cam/main/gone.mp4".into())
+            .unwrap();
+        let report = recover(&cat, dir.path()).unwrap();
+        assert_eq!(report.recordings_dropped, 1);
+        assert!(cat.recordings().unwrap().is_empty());
+        assert!(cat.fragments(id).unwrap().is_empty());
     }
 }

@@ -25,6 +25,7 @@ pub type Index = BTreeMap<u64, Entry>;
 pub struct Disk {
     pub free_bytes: u64,
     pub reserve_bytes: u64,
+    pub total_bytes: u64,
 }
 
 /// Recording ids to delete, oldest first.
@@ -113,11 +114,13 @@ mod tests {
         let disk = Disk {
             free_bytes: 5,
             reserve_bytes: 20,
+            total_bytes: 100,
         };
         assert_eq!(plan(&i, &caps(100, 100), Some(disk)), vec![1, 2]);
         let fine = Disk {
             free_bytes: 50,
             reserve_bytes: 20,
+            total_bytes: 100,
         };
         assert!(plan(&i, &caps(100, 100), Some(fine)).is_empty());
     }

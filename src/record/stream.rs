@@ -93,7 +93,7 @@ impl StreamRecorder {
     /// The thread's body: records until the queue closes, then closes what is open.
     pub fn run(mut self, mut rx: FrameReceiver) {
         let mut events = Vec::new();
-        while let Some(msg) = rx.blocking_recv() {
+        while let Some(msg) = rx.recv() {
             match msg {
                 StreamMsg::Frame { frame, after_gap } => {
                     if after_gap {

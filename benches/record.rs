@@ -1,0 +1,340 @@
+//! Recording benchmark: KeepPeek against the baseline NVR users run today, one
+//! `ffmpeg -rtsp_transport tcp -i … -c copy -f segment` process per stream (as Frigate does),
+//! both recording the same simulated camera in the same run.
+//!
+//! For N = 1, 4 and 16 streams it reports, per stream: CPU (% of one core), peak RSS and PSS,
+//! bytes written per recorded hour, and for KeepPeek the catalog commits and file syncs per
+//! recorded hour; then the ratios KeepPeek / ffmpeg. Reports: `target/bench/record.json` and
+//! `target/bench/record.md`.
+//!
+//! `cargo bench --bench record`            the full run (60 s per side and N)
+//! `cargo bench --bench record -- --smoke` N = 1 for 8 s per side (CI)
+
+use std::fmt::Write as _;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// What one process used, read from /proc.
+#[derive(Clone, Copy, Default, Serialize)]
+struct Usage {
+    cpu_s: f64,
+    peak_rss_bytes: u64,
+    pss_bytes: u64,
+    written_bytes: u64,
+}
+
+impl std::ops::Add for Usage {
+    type Output = Usage;
+    fn add(self, o: Usage) -> Usage {
+        Usage {
+            cpu_s: self.cpu_s + o.cpu_s,
+            peak_rss_bytes: self.peak_rss_bytes + o.peak_rss_bytes,
+            pss_bytes: self.pss_bytes + o.pss_bytes,
+            written_bytes: self.written_bytes + o.written_bytes,
+        }
+    }
+}
+
+fn proc_field(pid: u32, file: &str, key: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// CPU time of every live thread of `pid`, to the nanosecond (`/proc/*/stat` counts in
+/// 10 ms ticks, too coarse for one quiet stream). The threads measured live for the whole
+/// run, so none of their time is lost with an exited thread.
+fn cpu_s(pid: u32) -> f64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("process is alive");
+    let ns: u64 = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    ns as f64 / 1e9
+}
+
+fn usage(pid: u32) -> Usage {
+    Usage {
+        cpu_s: cpu_s(pid),
+        peak_rss_bytes: proc_field(pid, "status", "VmHWM:") * 1024,
+        pss_bytes: proc_field(pid, "smaps_rollup", "Pss:") * 1024,
+        written_bytes: proc_field(pid, "io", "wchar:"),
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Camera(Child);
+
+impl Drop for Camera {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_camera(fixtures: &Path, port: u16, work: &Path) -> Camera {
+    let ready = work.join("camera.ready");
+    let _ = std::fs::remove_file(&ready);
+    let child = Command::new("/usr/bin/python3")
+        .arg(repo().join("tools/rtsp-camera.py"))
+        .args(["--port", &port.to_string(), "--fixtures"])
+        .arg(fixtures)
+        .arg("--ready-file")
+        .arg(&ready)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting the RTSP camera");
+    let end = Instant::now() + Duration::from_secs(20);
+    while !ready.exists() {
+        assert!(Instant::now() < end, "the RTSP camera did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Camera(child)
+}
+
+fn sigterm(child: &mut Child) {
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+}
+
+/// Runs KeepPeek on `n` streams; returns its usage over `secs` after warm-up and its log.
+fn run_keeppeek(url: &str, n: usize, secs: u64, work: &Path) -> (Usage, String) {
+    let dir = work.join(format!("keeppeek-{n}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut config = String::from(
+        "data_dir = \"data\"\nram_class = \"2 GiB\"\n[retention]\nstream_max_bytes = \"10 GiB\"\ntotal_max_bytes = \"100 GiB\"\n",
+    );
+    for i in 0..n {
+        config.push_str(&format!(
+            "[[cameras]]\nname = \"c{i}\"\nmain = {{ url = \"{url}\" }}\n"
+        ));
+    }
+    std::fs::write(dir.join("keeppeek.toml"), config).unwrap();
+    let log = dir.join("log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keeppeek"))
+        .args(["run", "--config"])
+        .arg(dir.join("keeppeek.toml"))
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    std::thread::sleep(Duration::from_secs(2));
+    let before = usage(pid);
+    std::thread::sleep(Duration::from_secs(secs));
+    let after = usage(pid);
+    sigterm(&mut child);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.matches("recording to").count() >= n,
+        "KeepPeek did not record all {n} streams:\n{text}"
+    );
+    let u = Usage {
+        cpu_s: after.cpu_s - before.cpu_s,
+        written_bytes: after.written_bytes - before.written_bytes,
+        ..after
+    };
+    (u, text)
+}
+
+/// Runs `n` ffmpeg processes; returns their summed usage over `secs` after warm-up.
+fn run_ffmpeg(url: &str, n: usize, secs: u64, work: &Path) -> Usage {
+    let dir = work.join(format!("ffmpeg-{n}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut children: Vec<Child> = (0..n)
+        .map(|i| {
+            Command::new("ffmpeg")
+                .args([
+                    "-nostdin",
+                    "-loglevel",
+                    "error",
+                    "-rtsp_transport",
+                    "tcp",
+                    "-i",
+                    url,
+                ])
+                .args([
+                    "-c",
+                    "copy",
+                    "-f",
+                    "segment",
+                    "-segment_time",
+                    "60",
+                    "-reset_timestamps",
+                    "1",
+                ])
+                .arg(dir.join(format!("s{i}-%03d.mp4")))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("starting ffmpeg")
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let before: Vec<Usage> = children.iter().map(|c| usage(c.id())).collect();
+    std::thread::sleep(Duration::from_secs(secs));
+    let mut total = Usage::default();
+    for (c, b) in children.iter().zip(&before) {
+        let a = usage(c.id());
+        total = total
+            + Usage {
+                cpu_s: a.cpu_s - b.cpu_s,
+                written_bytes: a.written_bytes - b.written_bytes,
+                ..a
+            };
+    }
+    for c in &mut children {
+        sigterm(c);
+    }
+    let written: u64 = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(written > 0, "ffmpeg recorded nothing");
+    total
+}
+
+/// The number after `key=` in the last log line that has it.
+fn log_number(log: &str, key: &str) -> u64 {
+    log.lines()
+        .rev()
+        .find_map(|l| {
+            l.split(key)
+                .nth(1)?
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+#[derive(Serialize)]
+struct Row {
+    streams: usize,
+    seconds: u64,
+    keeppeek: Usage,
+    ffmpeg: Usage,
+    keeppeek_catalog_commits_per_hour: f64,
+    keeppeek_file_syncs_per_stream_hour: f64,
+    cpu_ratio: f64,
+    rss_ratio: f64,
+    pss_ratio: f64,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let smoke = args.iter().any(|a| a == "--smoke");
+    let (counts, secs): (&[usize], u64) = if smoke { (&[1], 8) } else { (&[1, 4, 16], 60) };
+    let out_dir = repo().join("target/bench");
+    let work = out_dir.join("record-work");
+    std::fs::create_dir_all(&work).unwrap();
+    let fixtures = repo().join("target/fixtures");
+    let status = Command::new("bash")
+        .arg(repo().join("tools/make-fixtures.sh"))
+        .arg(&fixtures)
+        .status()
+        .unwrap();
+    assert!(status.success(), "making fixtures");
+    let port = free_port();
+    let _camera = start_camera(&fixtures, port, &work);
+    let url = format!("rtsp://127.0.0.1:{port}/h264");
+
+    let mut rows = Vec::new();
+    for &n in counts {
+        let (kp, log) = run_keeppeek(&url, n, secs, &work);
+        let ff = run_ffmpeg(&url, n, secs, &work);
+        // Commits and syncs are counted over the whole run (warm-up and shutdown included),
+        // so the per-hour figures are slightly high.
+        let run_hours = (secs + 2) as f64 / 3600.0;
+        let row = Row {
+            streams: n,
+            seconds: secs,
+            keeppeek: kp,
+            ffmpeg: ff,
+            keeppeek_catalog_commits_per_hour: log_number(&log, "catalog_commits=") as f64
+                / run_hours,
+            keeppeek_file_syncs_per_stream_hour: log_number(&log, "file_syncs=") as f64
+                / run_hours
+                / n as f64,
+            cpu_ratio: kp.cpu_s / ff.cpu_s.max(1e-9),
+            rss_ratio: kp.peak_rss_bytes as f64 / ff.peak_rss_bytes.max(1) as f64,
+            pss_ratio: kp.pss_bytes as f64 / ff.pss_bytes.max(1) as f64,
+        };
+        eprintln!(
+            "N={n}: keeppeek {:.2} cpu-s, ffmpeg {:.2} cpu-s; ratios cpu {:.3} rss {:.3}",
+            kp.cpu_s, ff.cpu_s, row.cpu_ratio, row.rss_ratio
+        );
+        rows.push(row);
+    }
+
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let mut md = String::from(
+        "| streams | side | CPU % of a core / stream | peak RSS MiB / stream | PSS MiB / stream | MiB written / stream-hour | catalog commits / hour | file syncs / stream-hour |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for r in &rows {
+        let n = r.streams as f64;
+        let per_hour = 3600.0 / r.seconds as f64;
+        for (side, u) in [("KeepPeek", &r.keeppeek), ("ffmpeg ×N", &r.ffmpeg)] {
+            let kp = side == "KeepPeek";
+            let _ = writeln!(
+                md,
+                "| {} | {side} | {:.2} | {:.1} | {:.1} | {:.0} | {} | {} |",
+                r.streams,
+                u.cpu_s / r.seconds as f64 / n * 100.0,
+                mib(u.peak_rss_bytes) / n,
+                mib(u.pss_bytes) / n,
+                mib(u.written_bytes) / n * per_hour,
+                if kp {
+                    format!("{:.0}", r.keeppeek_catalog_commits_per_hour)
+                } else {
+                    "–".into()
+                },
+                if kp {
+                    format!("{:.0}", r.keeppeek_file_syncs_per_stream_hour)
+                } else {
+                    "–".into()
+                },
+            );
+        }
+    }
+    md.push_str("\n| streams | CPU ratio (goal ≤ 0.333) | peak RSS ratio (goal ≤ 0.1) | PSS ratio |\n| --- | --- | --- | --- |\n");
+    for r in &rows {
+        let _ = writeln!(
+            md,
+            "| {} | {:.3} | {:.3} | {:.3} |",
+            r.streams, r.cpu_ratio, r.rss_ratio, r.pss_ratio
+        );
+    }
+    let mode = if smoke { "smoke" } else { "full" };
+    let header = format!("# Recording benchmark ({mode}: {secs} s per side)\n\n");
+    std::fs::write(out_dir.join("record.md"), format!("{header}{md}")).unwrap();
+    std::fs::write(
+        out_dir.join("record.json"),
+        serde_json::to_string_pretty(&rows).unwrap(),
+    )
+    .unwrap();
+    println!("{header}{md}");
+}

@@ -73,11 +73,7 @@ fn usage(pid: u32) -> Usage {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 struct Camera(Child);
@@ -124,9 +120,7 @@ fn run_keeppeek(url: &str, n: usize, secs: u64, work: &Path) -> (Usage, String) 
         "data_dir = \"data\"\nram_class = \"2 GiB\"\n[retention]\nstream_max_bytes = \"10 GiB\"\ntotal_max_bytes = \"100 GiB\"\n",
     );
     for i in 0..n {
-        config.push_str(&format!(
-            "[[cameras]]\nname = \"c{i}\"\nmain = {{ url = \"{url}\" }}\n"
-        ));
+        config.push_str(&format!("[[cameras]]\nname = \"c{i}\"\nmain = {{ url = \"{url}\" }}\n"));
     }
     std::fs::write(dir.join("keeppeek.toml"), config).unwrap();
     let log = dir.join("log");
@@ -145,15 +139,9 @@ fn run_keeppeek(url: &str, n: usize, secs: u64, work: &Path) -> (Usage, String) 
     let after = usage(pid);
     sigterm(&mut child);
     let text = std::fs::read_to_string(&log).unwrap();
-    assert!(
-        text.matches("recording to").count() >= n,
-        "KeepPeek did not record all {n} streams:\n{text}"
-    );
-    let u = Usage {
-        cpu_s: after.cpu_s - before.cpu_s,
-        written_bytes: after.written_bytes - before.written_bytes,
-        ..after
-    };
+    assert!(text.matches("recording to").count() >= n, "KeepPeek did not record all {n} streams:\n{text}");
+    let u =
+        Usage { cpu_s: after.cpu_s - before.cpu_s, written_bytes: after.written_bytes - before.written_bytes, ..after };
     (u, text)
 }
 
@@ -165,25 +153,8 @@ fn run_ffmpeg(url: &str, n: usize, secs: u64, work: &Path) -> Usage {
     let mut children: Vec<Child> = (0..n)
         .map(|i| {
             Command::new("ffmpeg")
-                .args([
-                    "-nostdin",
-                    "-loglevel",
-                    "error",
-                    "-rtsp_transport",
-                    "tcp",
-                    "-i",
-                    url,
-                ])
-                .args([
-                    "-c",
-                    "copy",
-                    "-f",
-                    "segment",
-                    "-segment_time",
-                    "60",
-                    "-reset_timestamps",
-                    "1",
-                ])
+                .args(["-nostdin", "-loglevel", "error", "-rtsp_transport", "tcp", "-i", url])
+                .args(["-c", "copy", "-f", "segment", "-segment_time", "60", "-reset_timestamps", "1"])
                 .arg(dir.join(format!("s{i}-%03d.mp4")))
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -197,20 +168,12 @@ fn run_ffmpeg(url: &str, n: usize, secs: u64, work: &Path) -> Usage {
     let mut total = Usage::default();
     for (c, b) in children.iter().zip(&before) {
         let a = usage(c.id());
-        total = total
-            + Usage {
-                cpu_s: a.cpu_s - b.cpu_s,
-                written_bytes: a.written_bytes - b.written_bytes,
-                ..a
-            };
+        total = total + Usage { cpu_s: a.cpu_s - b.cpu_s, written_bytes: a.written_bytes - b.written_bytes, ..a };
     }
     for c in &mut children {
         sigterm(c);
     }
-    let written: u64 = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().metadata().unwrap().len())
-        .sum();
+    let written: u64 = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
     assert!(written > 0, "ffmpeg recorded nothing");
     total
 }
@@ -219,14 +182,7 @@ fn run_ffmpeg(url: &str, n: usize, secs: u64, work: &Path) -> Usage {
 fn log_number(log: &str, key: &str) -> u64 {
     log.lines()
         .rev()
-        .find_map(|l| {
-            l.split(key)
-                .nth(1)?
-                .split(|c: char| !c.is_ascii_digit())
-                .next()?
-                .parse()
-                .ok()
-        })
+        .find_map(|l| l.split(key).nth(1)?.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
         .unwrap_or(0)
 }
 
@@ -251,11 +207,7 @@ fn main() {
     let work = out_dir.join("record-work");
     std::fs::create_dir_all(&work).unwrap();
     let fixtures = repo().join("target/fixtures");
-    let status = Command::new("bash")
-        .arg(repo().join("tools/make-fixtures.sh"))
-        .arg(&fixtures)
-        .status()
-        .unwrap();
+    let status = Command::new("bash").arg(repo().join("tools/make-fixtures.sh")).arg(&fixtures).status().unwrap();
     assert!(status.success(), "making fixtures");
     let port = free_port();
     let _camera = start_camera(&fixtures, port, &work);
@@ -273,11 +225,8 @@ fn main() {
             seconds: secs,
             keeppeek: kp,
             ffmpeg: ff,
-            keeppeek_catalog_commits_per_hour: log_number(&log, "catalog_commits=") as f64
-                / run_hours,
-            keeppeek_file_syncs_per_stream_hour: log_number(&log, "file_syncs=") as f64
-                / run_hours
-                / n as f64,
+            keeppeek_catalog_commits_per_hour: log_number(&log, "catalog_commits=") as f64 / run_hours,
+            keeppeek_file_syncs_per_stream_hour: log_number(&log, "file_syncs=") as f64 / run_hours / n as f64,
             cpu_ratio: kp.cpu_s / ff.cpu_s.max(1e-9),
             rss_ratio: kp.peak_rss_bytes as f64 / ff.peak_rss_bytes.max(1) as f64,
             pss_ratio: kp.pss_bytes as f64 / ff.pss_bytes.max(1) as f64,
@@ -307,34 +256,18 @@ fn main() {
                 mib(u.peak_rss_bytes) / n,
                 mib(u.pss_bytes) / n,
                 mib(u.written_bytes) / n * per_hour,
-                if kp {
-                    format!("{:.0}", r.keeppeek_catalog_commits_per_hour)
-                } else {
-                    "–".into()
-                },
-                if kp {
-                    format!("{:.0}", r.keeppeek_file_syncs_per_stream_hour)
-                } else {
-                    "–".into()
-                },
+                if kp { format!("{:.0}", r.keeppeek_catalog_commits_per_hour) } else { "–".into() },
+                if kp { format!("{:.0}", r.keeppeek_file_syncs_per_stream_hour) } else { "–".into() },
             );
         }
     }
     md.push_str("\n| streams | CPU ratio (goal ≤ 0.333) | peak RSS ratio (goal ≤ 0.1) | PSS ratio |\n| --- | --- | --- | --- |\n");
     for r in &rows {
-        let _ = writeln!(
-            md,
-            "| {} | {:.3} | {:.3} | {:.3} |",
-            r.streams, r.cpu_ratio, r.rss_ratio, r.pss_ratio
-        );
+        let _ = writeln!(md, "| {} | {:.3} | {:.3} | {:.3} |", r.streams, r.cpu_ratio, r.rss_ratio, r.pss_ratio);
     }
     let mode = if smoke { "smoke" } else { "full" };
     let header = format!("# Recording benchmark ({mode}: {secs} s per side)\n\n");
     std::fs::write(out_dir.join("record.md"), format!("{header}{md}")).unwrap();
-    std::fs::write(
-        out_dir.join("record.json"),
-        serde_json::to_string_pretty(&rows).unwrap(),
-    )
-    .unwrap();
+    std::fs::write(out_dir.join("record.json"), serde_json::to_string_pretty(&rows).unwrap()).unwrap();
     println!("{header}{md}");
 }

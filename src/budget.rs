@@ -34,17 +34,8 @@ impl Budget {
 
 /// Computes the budget of `config`.
 pub fn compute(config: &Config) -> Budget {
-    let streams: u64 = config
-        .cameras
-        .iter()
-        .map(|c| c.streams().count() as u64)
-        .sum();
-    let recorded: u64 = config
-        .cameras
-        .iter()
-        .filter(|c| c.record)
-        .map(|c| c.streams().count() as u64)
-        .sum();
+    let streams: u64 = config.cameras.iter().map(|c| c.streams().count() as u64).sum();
+    let recorded: u64 = config.cameras.iter().filter(|c| c.record).map(|c| c.streams().count() as u64).sum();
     let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
     let mut lines = vec![
         Line {
@@ -84,10 +75,7 @@ pub fn compute(config: &Config) -> Budget {
         Line {
             component: "catalog pending rows",
             bytes: limits::CATALOG_PENDING_FRAGMENTS_MAX as u64 * 256,
-            why: format!(
-                "{} rows × 256 B (CATALOG_PENDING_FRAGMENTS_MAX)",
-                limits::CATALOG_PENDING_FRAGMENTS_MAX
-            ),
+            why: format!("{} rows × 256 B (CATALOG_PENDING_FRAGMENTS_MAX)", limits::CATALOG_PENDING_FRAGMENTS_MAX),
         },
         Line {
             component: "thread stacks",
@@ -100,23 +88,14 @@ pub fn compute(config: &Config) -> Budget {
         },
     ];
     lines.retain(|l| l.bytes > 0 || l.component == "process");
-    Budget {
-        lines,
-        allowed_bytes: config.ram_class_bytes * limits::RAM_SHARE_PERCENT as u64 / 100,
-    }
+    Budget { lines, allowed_bytes: config.ram_class_bytes * limits::RAM_SHARE_PERCENT as u64 / 100 }
 }
 
 impl fmt::Display for Budget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
         for l in &self.lines {
-            writeln!(
-                f,
-                "{:<22} {:>9.1} MiB  {}",
-                l.component,
-                mib(l.bytes),
-                l.why
-            )?;
+            writeln!(f, "{:<22} {:>9.1} MiB  {}", l.component, mib(l.bytes), l.why)?;
         }
         writeln!(f, "{:<22} {:>9.1} MiB", "total", mib(self.total_bytes()))?;
         write!(
@@ -159,14 +138,7 @@ mod tests {
         assert!(small.fits());
         assert!(!compute(&config_with(limits::CAMERAS_MAX, 512 << 20)).fits());
         let text = small.to_string();
-        for component in [
-            "process",
-            "rtsp sessions",
-            "ingest queues",
-            "fragment buffers",
-            "catalog cache",
-            "total",
-        ] {
+        for component in ["process", "rtsp sessions", "ingest queues", "fragment buffers", "catalog cache", "total"] {
             assert!(text.contains(component), "{component} in {text}");
         }
     }

@@ -119,10 +119,7 @@ mod tests {
             let media_us = sec * 1_010_000;
             let bound = media_us * limits::CLOCK_SLEW_MAX_PPM / 1_000_000;
             let off = wall - 1_000_000_000 - media_us;
-            assert!(
-                off <= 0 && -off <= bound,
-                "offset {off} µs outside ±{bound}"
-            );
+            assert!(off <= 0 && -off <= bound, "offset {off} µs outside ±{bound}");
             assert!(wall > last_wall, "wall time must keep increasing");
             last_wall = wall;
         }
@@ -131,10 +128,7 @@ mod tests {
     #[test]
     fn a_matching_clock_is_not_corrected() {
         let mut c = RunClock::start(1000, 5, 7);
-        assert_eq!(
-            c.wall_us_at(1000 + 90_000 * 3600, 5 + 3_600_000_000),
-            7 + 3_600_000_000
-        );
+        assert_eq!(c.wall_us_at(1000 + 90_000 * 3600, 5 + 3_600_000_000), 7 + 3_600_000_000);
     }
 
     #[test]

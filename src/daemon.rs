@@ -25,10 +25,7 @@ pub enum DaemonError {
     #[error("the memory budget does not fit this board:\n{0}")]
     Budget(budget::Budget),
     #[error("data directory {path}: {source}")]
-    DataDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    DataDir { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Catalog(#[from] CatalogError),
     #[error(transparent)]
@@ -41,25 +38,16 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     if !budget.fits() {
         return Err(DaemonError::Budget(budget));
     }
-    info!(
-        "memory budget {} MiB of {} MiB allowed",
-        budget.total_bytes() >> 20,
-        budget.allowed_bytes >> 20
-    );
+    info!("memory budget {} MiB of {} MiB allowed", budget.total_bytes() >> 20, budget.allowed_bytes >> 20);
     let data_dir = config.data_dir.clone();
-    std::fs::create_dir_all(&data_dir).map_err(|source| DaemonError::DataDir {
-        path: data_dir.clone(),
-        source,
-    })?;
+    std::fs::create_dir_all(&data_dir).map_err(|source| DaemonError::DataDir { path: data_dir.clone(), source })?;
     let catalog = Arc::new(Catalog::open(&data_dir.join(CATALOG_FILE))?);
     recovery::recover(&catalog, &data_dir)?;
     let (recorder, recorded) = Recorder::start(&config, catalog.clone())?;
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let mut senders: std::collections::HashMap<(String, &'static str), _> = recorded
-        .into_iter()
-        .map(|r| ((r.camera.clone(), r.kind.name()), r.sender))
-        .collect();
+    let mut senders: std::collections::HashMap<(String, &'static str), _> =
+        recorded.into_iter().map(|r| ((r.camera.clone(), r.kind.name()), r.sender)).collect();
     let mut tasks = Vec::new();
     let mut states = Vec::new();
     for camera in &config.cameras {
@@ -90,9 +78,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
             error!("an ingest task did not stop in time");
         }
     }
-    tokio::task::spawn_blocking(move || recorder.shutdown())
-        .await
-        .ok();
+    tokio::task::spawn_blocking(move || recorder.shutdown()).await.ok();
     info!("stopped");
     Ok(())
 }

@@ -43,14 +43,20 @@ pub const FRAGMENT_MAX_DURATION_90K: i64 = 4 * 90_000;
 /// is 240.
 pub const FRAGMENT_MAX_SAMPLES: usize = 512;
 
+/// Audio frames in one fragment. AAC at 48 kHz makes 47 a second; a fragment is at most
+/// 4 s of video, and audio beyond this is dropped and counted.
+pub const FRAGMENT_MAX_AUDIO_SAMPLES: usize = 256;
+
 /// Media bytes held for one fragment before it is written: 4 s of a 32 Mbit/s stream.
 pub const FRAGMENT_MAX_BYTES: usize = 16 << 20;
 
-/// The encoded `moof` (and `prft`) of one fragment, written into a fixed buffer.
-pub const MOOF_MAX_BYTES: usize = 64 + FRAGMENT_MAX_SAMPLES * 12 + 256;
+/// The encoded `prft`, `moof` (video and audio `traf`s) and `mdat` header of one fragment,
+/// written into a fixed buffer.
+pub const MOOF_MAX_BYTES: usize = 128 + (FRAGMENT_MAX_SAMPLES + FRAGMENT_MAX_AUDIO_SAMPLES) * 12 + 256;
 
-/// The init segment (`ftyp` + `moov`), written into a fixed buffer.
-pub const INIT_SEGMENT_MAX_BYTES: usize = SAMPLE_ENTRY_MAX_BYTES + 1024;
+/// The init segment (`ftyp` + `moov` with a video and an audio track), written into a fixed
+/// buffer.
+pub const INIT_SEGMENT_MAX_BYTES: usize = 2 * SAMPLE_ENTRY_MAX_BYTES + 2048;
 
 /// A segment file closes at the first keyframe past this media duration, so retention can
 /// free space in small steps and a file stays easy to copy.
@@ -168,23 +174,13 @@ mod tests {
         let mut doc = Vec::new();
         for line in src.lines().take_while(|l| !l.starts_with("#[cfg(test)]")) {
             let line = line.trim();
-            if let Some(section) = line
-                .strip_prefix("// ---- ")
-                .and_then(|s| s.strip_suffix(" ----"))
-            {
-                out.push_str(&format!(
-                    "\n## {section}\n\n| constant | value | why |\n| --- | --- | --- |\n"
-                ));
+            if let Some(section) = line.strip_prefix("// ---- ").and_then(|s| s.strip_suffix(" ----")) {
+                out.push_str(&format!("\n## {section}\n\n| constant | value | why |\n| --- | --- | --- |\n"));
             } else if let Some(d) = line.strip_prefix("/// ") {
                 doc.push(d.to_string());
             } else if let Some(rest) = line.strip_prefix("pub const ") {
                 let (name, rest) = rest.split_once(':').expect("typed const");
-                let value = rest
-                    .split_once('=')
-                    .expect("valued const")
-                    .1
-                    .trim()
-                    .trim_end_matches(';');
+                let value = rest.split_once('=').expect("valued const").1.trim().trim_end_matches(';');
                 out.push_str(&format!("| `{name}` | `{value}` | {} |\n", doc.join(" ")));
                 doc.clear();
             }
@@ -200,9 +196,6 @@ mod tests {
             std::fs::write(path, &want).unwrap();
         }
         let have = std::fs::read_to_string(path).unwrap_or_default();
-        assert!(
-            have == want,
-            "docs/limits.md is stale: run KEEPPEEK_BLESS=1 cargo test --lib limits"
-        );
+        assert!(have == want, "docs/limits.md is stale: run KEEPPEEK_BLESS=1 cargo test --lib limits");
     }
 }

@@ -64,11 +64,8 @@ fn init_logging() {
     use tracing_subscriber::prelude::*;
     // retina logs through `log`; bridge it into tracing.
     // Its per-packet debug logs stop at `log`'s own level check unless asked for.
-    let max = if std::env::var_os("KEEPPEEK_LOG").is_some() {
-        log_level_max()
-    } else {
-        tracing_log::log::LevelFilter::Info
-    };
+    let max =
+        if std::env::var_os("KEEPPEEK_LOG").is_some() { log_level_max() } else { tracing_log::log::LevelFilter::Info };
     let _ = tracing_log::LogTracer::builder().with_max_level(max).init();
     // KEEPPEEK_LOG takes `level` or `target=level,...` (e.g. `info,retina=debug`). The
     // targets filter needs no regex engine, which keeps the binary (and so its resident
@@ -78,31 +75,18 @@ fn init_logging() {
         .and_then(|s| s.parse::<Targets>().ok())
         .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO));
     let ansi = std::env::var_os("NO_COLOR").is_none();
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
-    let _ = tracing_subscriber::registry()
-        .with(fmt)
-        .with(filter)
-        .try_init();
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
+    let _ = tracing_subscriber::registry().with(fmt).with(filter).try_init();
 }
 
 /// The most verbose `log` level any directive of KEEPPEEK_LOG could want.
 fn log_level_max() -> tracing_log::log::LevelFilter {
-    let v = std::env::var("KEEPPEEK_LOG")
-        .unwrap_or_default()
-        .to_ascii_lowercase();
+    let v = std::env::var("KEEPPEEK_LOG").unwrap_or_default().to_ascii_lowercase();
     use tracing_log::log::LevelFilter as L;
-    [
-        ("trace", L::Trace),
-        ("debug", L::Debug),
-        ("info", L::Info),
-        ("warn", L::Warn),
-        ("error", L::Error),
-    ]
-    .into_iter()
-    .find(|(name, _)| v.contains(name))
-    .map_or(L::Info, |(_, l)| l)
+    [("trace", L::Trace), ("debug", L::Debug), ("info", L::Info), ("warn", L::Warn), ("error", L::Error)]
+        .into_iter()
+        .find(|(name, _)| v.contains(name))
+        .map_or(L::Info, |(_, l)| l)
 }
 
 fn dispatch(command: Command) -> Result<(), String> {
@@ -116,47 +100,27 @@ fn dispatch(command: Command) -> Result<(), String> {
                 Some(d) => d,
                 None => make_temp_dir()?,
             };
-            println!(
-                "KeepPeek demo: recording the built-in camera into {}",
-                data_dir.display()
-            );
+            println!("KeepPeek demo: recording the built-in camera into {}", data_dir.display());
             println!("(the web face for {listen} comes with the HTTP server; stop with Ctrl-C)");
             run_daemon(Config::demo(data_dir))
         }
         Command::CheckConfig { config } => {
             let c = Config::load(&config).map_err(|e| e.to_string())?;
-            println!(
-                "{}: ok, {} cameras, data in {}",
-                config.display(),
-                c.cameras.len(),
-                c.data_dir.display()
-            );
+            println!("{}: ok, {} cameras, data in {}", config.display(), c.cameras.len(), c.data_dir.display());
             Ok(())
         }
         Command::Budget { config } => {
             let c = Config::load(&config).map_err(|e| e.to_string())?;
             let b = budget::compute(&c);
             println!("{b}");
-            if b.fits() {
-                Ok(())
-            } else {
-                Err("the budget does not fit this board".into())
-            }
+            if b.fits() { Ok(()) } else { Err("the budget does not fit this board".into()) }
         }
         Command::Check { config } => {
             let c = Config::load(&config).map_err(|e| e.to_string())?;
             let catalog = open_catalog(&c.data_dir)?;
-            let v = keeppeek::record::verify::check(&catalog, &c.data_dir)
-                .map_err(|e| e.to_string())?;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
-            );
-            if v.problems.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("{} problems", v.problems.len()))
-            }
+            let v = keeppeek::record::verify::check(&catalog, &c.data_dir).map_err(|e| e.to_string())?;
+            println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+            if v.problems.is_empty() { Ok(()) } else { Err(format!("{} problems", v.problems.len())) }
         }
         Command::Recordings { config, json } => {
             let c = Config::load(&config).map_err(|e| e.to_string())?;
@@ -188,10 +152,7 @@ fn print_recordings(data_dir: &Path, json: bool) -> Result<(), String> {
     let catalog = open_catalog(data_dir)?;
     if json {
         let dump = report::dump(&catalog).map_err(|e| e.to_string())?;
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&dump).map_err(|e| e.to_string())?
-        );
+        println!("{}", serde_json::to_string_pretty(&dump).map_err(|e| e.to_string())?);
         return Ok(());
     }
     for s in report::summarize(&catalog).map_err(|e| e.to_string())? {
@@ -209,10 +170,7 @@ fn print_recordings(data_dir: &Path, json: bool) -> Result<(), String> {
             s.gaps.len()
         );
         for (from, to) in &s.gaps {
-            println!(
-                "  gap {:.1} s from {from} to {to}",
-                (to - from) as f64 / 1e6
-            );
+            println!("  gap {:.1} s from {from} to {to}", (to - from) as f64 / 1e6);
         }
     }
     Ok(())

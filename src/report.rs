@@ -32,6 +32,7 @@ pub struct RecordingDump {
     pub path: String,
     pub codec: String,
     pub open: bool,
+    pub has_audio: bool,
     pub wall_start_us: i64,
     pub wall_end_us: i64,
     pub media_duration_90k: u64,
@@ -51,14 +52,7 @@ pub fn summarize(catalog: &Catalog) -> Result<Vec<StreamReport>, CatalogError> {
     for (_, r) in catalog.recordings()? {
         let (s, runs) = out.entry(r.stream_id).or_insert_with(|| {
             let stream = names.get(&r.stream_id).cloned().unwrap_or_default();
-            (
-                StreamReport {
-                    stream,
-                    start_us: r.wall_start_us,
-                    ..Default::default()
-                },
-                Vec::new(),
-            )
+            (StreamReport { stream, start_us: r.wall_start_us, ..Default::default() }, Vec::new())
         });
         if s.recordings > 0 && r.wall_start_us - s.end_us > GAP_MIN_US {
             s.gaps.push((s.end_us, r.wall_start_us));
@@ -87,6 +81,7 @@ pub fn dump(catalog: &Catalog) -> Result<Vec<RecordingDump>, CatalogError> {
             run_id: r.run_id,
             codec: r.codec.name().into(),
             open: r.open,
+            has_audio: r.has_audio,
             wall_start_us: r.wall_start_us,
             wall_end_us: r.wall_end_us,
             media_duration_90k: r.media_duration_90k,

@@ -96,10 +96,7 @@ impl Catalog {
     /// Opens (or creates) the catalog file, with the page cache bounded by
     /// [`limits::CATALOG_CACHE_BYTES`]. After an unclean shutdown redb repairs the file here.
     pub fn open(path: &Path) -> Result<Catalog, CatalogError> {
-        let db = Database::builder()
-            .set_cache_size(limits::CATALOG_CACHE_BYTES)
-            .create(path)
-            .storage()?;
+        let db = Database::builder().set_cache_size(limits::CATALOG_CACHE_BYTES).create(path).storage()?;
         let me = Catalog { db };
         me.init_schema()?;
         Ok(me)
@@ -192,16 +189,11 @@ impl Catalog {
         txn.set_durability(Durability::Immediate).storage()?;
         let id = {
             let mut meta = txn.open_table(META).storage()?;
-            let id = meta
-                .get("next_recording_id")
-                .storage()?
-                .map_or(1, |v| v.value());
+            let id = meta.get("next_recording_id").storage()?.map_or(1, |v| v.value());
             meta.insert("next_recording_id", id + 1).storage()?;
             row.path = make_path(id);
             if row.path.len() > limits::RECORDING_PATH_MAX_BYTES {
-                return Err(CatalogError::PathTooLong {
-                    len_bytes: row.path.len(),
-                });
+                return Err(CatalogError::PathTooLong { len_bytes: row.path.len() });
             }
             let mut recs = txn.open_table(RECORDINGS).storage()?;
             recs.insert(id, row.encode().as_slice()).storage()?;
@@ -219,14 +211,11 @@ impl Catalog {
         {
             let mut frags = txn.open_table(FRAGMENTS).storage()?;
             for (rec, seq, row) in &batch.fragments {
-                frags
-                    .insert((*rec, *seq), row.encode().as_slice())
-                    .storage()?;
+                frags.insert((*rec, *seq), row.encode().as_slice()).storage()?;
             }
             let mut keys = txn.open_table(KEYFRAMES).storage()?;
             for (stream, rec, k) in &batch.keyframes {
-                keys.insert((*stream, k.wall_us), (*rec, k.fragment_start_byte))
-                    .storage()?;
+                keys.insert((*stream, k.wall_us), (*rec, k.fragment_start_byte)).storage()?;
             }
             let mut recs = txn.open_table(RECORDINGS).storage()?;
             for (id, row) in &batch.recordings {
@@ -253,14 +242,11 @@ impl Catalog {
                 None => return Err(CatalogError::NoRecording(id)),
             };
             let mut frags = txn.open_table(FRAGMENTS).storage()?;
-            frags
-                .retain_in((id, 0)..=(id, u32::MAX), |_, _| false)
-                .storage()?;
+            frags.retain_in((id, 0)..=(id, u32::MAX), |_, _| false).storage()?;
             let mut keys = txn.open_table(KEYFRAMES).storage()?;
-            keys.retain_in(
-                (row.stream_id, row.wall_start_us)..=(row.stream_id, row.wall_end_us),
-                |_, (rec, _)| rec != id,
-            )
+            keys.retain_in((row.stream_id, row.wall_start_us)..=(row.stream_id, row.wall_end_us), |_, (rec, _)| {
+                rec != id
+            })
             .storage()?;
             let mut garbage = txn.open_table(GARBAGE).storage()?;
             garbage.insert(row.path.as_str(), ()).storage()?;
@@ -274,10 +260,7 @@ impl Catalog {
     pub fn add_garbage(&self, path: &str) -> Result<(), CatalogError> {
         let mut txn = self.db.begin_write().storage()?;
         txn.set_durability(Durability::Immediate).storage()?;
-        txn.open_table(GARBAGE)
-            .storage()?
-            .insert(path, ())
-            .storage()?;
+        txn.open_table(GARBAGE).storage()?.insert(path, ()).storage()?;
         txn.commit().storage()
     }
 
@@ -317,28 +300,14 @@ impl Catalog {
     }
 
     /// A stream's keyframes in a wall-time range.
-    pub fn keyframes(
-        &self,
-        stream_id: u32,
-        from_us: i64,
-        to_us: i64,
-    ) -> Result<Vec<(u64, Keyframe)>, CatalogError> {
+    pub fn keyframes(&self, stream_id: u32, from_us: i64, to_us: i64) -> Result<Vec<(u64, Keyframe)>, CatalogError> {
         let txn = self.db.begin_read().storage()?;
         let t = txn.open_table(KEYFRAMES).storage()?;
         let mut out = Vec::new();
-        for entry in t
-            .range((stream_id, from_us)..=(stream_id, to_us))
-            .storage()?
-        {
+        for entry in t.range((stream_id, from_us)..=(stream_id, to_us)).storage()? {
             let (k, v) = entry.storage()?;
             let (rec, off) = v.value();
-            out.push((
-                rec,
-                Keyframe {
-                    wall_us: k.value().1,
-                    fragment_start_byte: off,
-                },
-            ));
+            out.push((rec, Keyframe { wall_us: k.value().1, fragment_start_byte: off }));
         }
         Ok(out)
     }
@@ -364,6 +333,7 @@ mod tests {
             frames: 0,
             fragments: 0,
             open: true,
+            has_audio: false,
             path: String::new(),
         }
     }
@@ -375,9 +345,7 @@ mod tests {
         let s = cat.stream_id("cam/main").unwrap();
         assert_eq!(cat.stream_id("cam/main").unwrap(), s);
         assert_ne!(cat.stream_id("cam/sub").unwrap(), s);
-        let (id, mut r) = cat
-            .begin_recording(row(s), |id| format!("rec/{id}.mp4"))
-            .unwrap();
+        let (id, mut r) = cat.begin_recording(row(s), |id| format!("rec/{id}.mp4")).unwrap();
         assert_eq!(r.path, format!("rec/{id}.mp4"));
         let f = FragmentRow {
             wall_start_us: 1_000,
@@ -393,14 +361,7 @@ mod tests {
         r.wall_end_us = 2_000;
         cat.commit(&Batch {
             fragments: vec![(id, 1, f)],
-            keyframes: vec![(
-                s,
-                id,
-                Keyframe {
-                    wall_us: 1_000,
-                    fragment_start_byte: 700,
-                },
-            )],
+            keyframes: vec![(s, id, Keyframe { wall_us: 1_000, fragment_start_byte: 700 })],
             recordings: vec![(id, r.clone())],
             garbage_done: vec![],
         })
@@ -414,16 +375,9 @@ mod tests {
         assert!(cat.fragments(id).unwrap().is_empty());
         assert!(cat.keyframes(s, 0, i64::MAX).unwrap().is_empty());
         assert_eq!(cat.garbage().unwrap(), vec![r.path.clone()]);
-        cat.commit(&Batch {
-            garbage_done: vec![r.path],
-            ..Batch::default()
-        })
-        .unwrap();
+        cat.commit(&Batch { garbage_done: vec![r.path], ..Batch::default() }).unwrap();
         assert!(cat.garbage().unwrap().is_empty());
-        assert!(matches!(
-            cat.delete_recording(id),
-            Err(CatalogError::NoRecording(_))
-        ));
+        assert!(matches!(cat.delete_recording(id), Err(CatalogError::NoRecording(_))));
     }
 
     #[test]
@@ -431,10 +385,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();
         let long = "x".repeat(limits::RECORDING_PATH_MAX_BYTES + 1);
-        assert!(matches!(
-            cat.begin_recording(row(1), |_| long),
-            Err(CatalogError::PathTooLong { .. })
-        ));
+        assert!(matches!(cat.begin_recording(row(1), |_| long), Err(CatalogError::PathTooLong { .. })));
         assert!(cat.recordings().unwrap().is_empty());
     }
 }

@@ -35,6 +35,8 @@ pub struct RecordingRow {
     pub fragments: u32,
     /// Still being written (or was, when the power went).
     pub open: bool,
+    /// The file has an audio track.
+    pub has_audio: bool,
     /// Path relative to the data directory.
     pub path: String,
 }
@@ -91,22 +93,13 @@ impl<'a> Dec<'a> {
     fn new(b: &'a [u8], table: &'static str) -> Result<Self, RowError> {
         match b.split_first() {
             Some((&ROW_VERSION, rest)) => Ok(Dec { b: rest, table }),
-            Some(_) => Err(RowError {
-                table,
-                why: "unknown layout version",
-            }),
-            None => Err(RowError {
-                table,
-                why: "empty",
-            }),
+            Some(_) => Err(RowError { table, why: "unknown layout version" }),
+            None => Err(RowError { table, why: "empty" }),
         }
     }
     fn take<const N: usize>(&mut self) -> Result<[u8; N], RowError> {
         if self.b.len() < N {
-            return Err(RowError {
-                table: self.table,
-                why: "cut short",
-            });
+            return Err(RowError { table: self.table, why: "cut short" });
         }
         let (head, rest) = self.b.split_at(N);
         self.b = rest;
@@ -152,6 +145,7 @@ impl RecordingRow {
             .u64(self.frames)
             .u32(self.fragments)
             .u8(u8::from(self.open))
+            .u8(u8::from(self.has_audio))
             .u16(self.path.len() as u16);
         e.0.extend_from_slice(self.path.as_bytes());
         e.0
@@ -166,10 +160,7 @@ impl RecordingRow {
             1 => Codec::H264,
             2 => Codec::H265,
             _ => {
-                return Err(RowError {
-                    table,
-                    why: "unknown codec",
-                });
+                return Err(RowError { table, why: "unknown codec" });
             }
         };
         let row = RecordingRow {
@@ -186,18 +177,13 @@ impl RecordingRow {
             frames: d.u64()?,
             fragments: d.u32()?,
             open: d.u8()? != 0,
+            has_audio: d.u8()? != 0,
             path: {
                 let n = usize::from(d.u16()?);
                 if d.b.len() != n {
-                    return Err(RowError {
-                        table,
-                        why: "path length does not match",
-                    });
+                    return Err(RowError { table, why: "path length does not match" });
                 }
-                String::from_utf8(d.b.to_vec()).map_err(|_| RowError {
-                    table,
-                    why: "path is not UTF-8",
-                })?
+                String::from_utf8(d.b.to_vec()).map_err(|_| RowError { table, why: "path is not UTF-8" })?
             },
         };
         Ok(row)
@@ -231,10 +217,7 @@ impl FragmentRow {
             keyframes: d.u32()?,
         };
         if !d.b.is_empty() {
-            return Err(RowError {
-                table: "fragments",
-                why: "trailing bytes",
-            });
+            return Err(RowError { table: "fragments", why: "trailing bytes" });
         }
         Ok(row)
     }
@@ -259,6 +242,7 @@ mod tests {
             frames: 900,
             fragments: 60,
             open: true,
+            has_audio: true,
             path: "recordings/front/main/0001700000000000000-7.mp4".into(),
         }
     }
@@ -288,9 +272,6 @@ mod tests {
         }
         let mut other_version = enc.clone();
         other_version[0] = 2;
-        assert_eq!(
-            RecordingRow::decode(&other_version).unwrap_err().why,
-            "unknown layout version"
-        );
+        assert_eq!(RecordingRow::decode(&other_version).unwrap_err().why, "unknown layout version");
     }
 }

@@ -89,8 +89,7 @@ pub struct Camera {
 impl Camera {
     /// The camera's streams, main first.
     pub fn streams(&self) -> impl Iterator<Item = (StreamKind, &Source)> {
-        std::iter::once((StreamKind::Main, &self.main))
-            .chain(self.sub.iter().map(|s| (StreamKind::Sub, s)))
+        std::iter::once((StreamKind::Main, &self.main)).chain(self.sub.iter().map(|s| (StreamKind::Sub, s)))
     }
 }
 
@@ -183,11 +182,7 @@ impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
-        let whole = |reason: String| ConfigError {
-            file: file.clone(),
-            key: String::new(),
-            reason,
-        };
+        let whole = |reason: String| ConfigError { file: file.clone(), key: String::new(), reason };
         let meta = std::fs::metadata(path).map_err(|e| whole(format!("cannot read: {e}")))?;
         if meta.len() > limits::CONFIG_FILE_MAX_BYTES {
             return Err(whole(format!(
@@ -203,25 +198,15 @@ impl Config {
     /// Parses and validates config text. `file` names it in errors; relative paths in it
     /// are taken relative to `base_dir`.
     pub fn parse(text: &str, file: &str, base_dir: &Path) -> Result<Config, ConfigError> {
-        let err = |key: String, reason: String| ConfigError {
-            file: file.to_string(),
-            key,
-            reason,
-        };
-        let de = toml::Deserializer::parse(text)
-            .map_err(|e| err(toml_position(text, &e), e.message().to_string()))?;
+        let err = |key: String, reason: String| ConfigError { file: file.to_string(), key, reason };
+        let de = toml::Deserializer::parse(text).map_err(|e| err(toml_position(text, &e), e.message().to_string()))?;
         let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
             let key = e.path().to_string();
             let inner = e.into_inner();
-            let key = if key == "." {
-                toml_position(text, &inner)
-            } else {
-                key
-            };
+            let key = if key == "." { toml_position(text, &inner) } else { key };
             err(key, inner.message().trim().to_string())
         })?;
-        raw.validate(base_dir)
-            .map_err(|(key, reason)| err(key, reason))
+        raw.validate(base_dir).map_err(|(key, reason)| err(key, reason))
     }
 
     /// The demo's config: the built-in camera recorded into `data_dir`.
@@ -231,10 +216,7 @@ impl Config {
             flush_interval_s: FLUSH_INTERVAL_DEFAULT_S,
             require_sane_clock: false,
             ram_class_bytes: 1 << 30,
-            retention: Retention {
-                stream_max_bytes: 1 << 30,
-                total_max_bytes: 1 << 30,
-            },
+            retention: Retention { stream_max_bytes: 1 << 30, total_max_bytes: 1 << 30 },
             cameras: vec![Camera {
                 name: "demo".into(),
                 record: true,
@@ -276,10 +258,7 @@ impl RawConfig {
         if !(1..=limits::FLUSH_INTERVAL_MAX_S).contains(&self.flush_interval_s) {
             return Err((
                 "flush_interval_s".into(),
-                format!(
-                    "must be 1 to {} (FLUSH_INTERVAL_MAX_S)",
-                    limits::FLUSH_INTERVAL_MAX_S
-                ),
+                format!("must be 1 to {} (FLUSH_INTERVAL_MAX_S)", limits::FLUSH_INTERVAL_MAX_S),
             ));
         }
         let ram_class_bytes = self.ram_class.resolve("ram_class")?;
@@ -287,14 +266,8 @@ impl RawConfig {
             return Err(("ram_class".into(), "must be at least 64 MiB".into()));
         }
         let retention = Retention {
-            stream_max_bytes: self
-                .retention
-                .stream_max_bytes
-                .resolve("retention.stream_max_bytes")?,
-            total_max_bytes: self
-                .retention
-                .total_max_bytes
-                .resolve("retention.total_max_bytes")?,
+            stream_max_bytes: self.retention.stream_max_bytes.resolve("retention.stream_max_bytes")?,
+            total_max_bytes: self.retention.total_max_bytes.resolve("retention.total_max_bytes")?,
         };
         // A segment is an eighth of the cap (record::segment_bounds); below this floor a
         // segment would be a handful of fragments.
@@ -304,20 +277,13 @@ impl RawConfig {
             ("retention.total_max_bytes", retention.total_max_bytes),
         ] {
             if v < floor {
-                return Err((
-                    key.into(),
-                    format!("must be at least {floor} bytes (RETENTION_MIN_BYTES)"),
-                ));
+                return Err((key.into(), format!("must be at least {floor} bytes (RETENTION_MIN_BYTES)")));
             }
         }
         if self.cameras.len() > limits::CAMERAS_MAX {
             return Err((
                 "cameras".into(),
-                format!(
-                    "{} cameras, over the maximum of {} (CAMERAS_MAX)",
-                    self.cameras.len(),
-                    limits::CAMERAS_MAX
-                ),
+                format!("{} cameras, over the maximum of {} (CAMERAS_MAX)", self.cameras.len(), limits::CAMERAS_MAX),
             ));
         }
         let mut cameras: Vec<Camera> = Vec::with_capacity(self.cameras.len());
@@ -325,10 +291,7 @@ impl RawConfig {
             let at = format!("cameras[{i}]");
             let cam = c.validate(&at, base_dir)?;
             if cameras.iter().any(|o| o.name == cam.name) {
-                return Err((
-                    format!("{at}.name"),
-                    format!("\"{}\" is used by another camera", cam.name),
-                ));
+                return Err((format!("{at}.name"), format!("\"{}\" is used by another camera", cam.name)));
             }
             cameras.push(cam);
         }
@@ -347,10 +310,7 @@ impl RawCamera {
     fn validate(self, at: &str, base_dir: &Path) -> Result<Camera, Invalid> {
         let name_ok = !self.name.is_empty()
             && self.name.len() <= limits::CAMERA_NAME_MAX_BYTES
-            && self
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+            && self.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
             && !self.name.starts_with('-');
         if !name_ok {
             return Err((
@@ -362,37 +322,19 @@ impl RawCamera {
             ));
         }
         for (key, v) in [("username", &self.username), ("password", &self.password)] {
-            if v.as_ref()
-                .is_some_and(|v| v.len() > limits::CAMERA_CREDENTIAL_MAX_BYTES)
-            {
+            if v.as_ref().is_some_and(|v| v.len() > limits::CAMERA_CREDENTIAL_MAX_BYTES) {
                 return Err((
                     format!("{at}.{key}"),
-                    format!(
-                        "longer than {} bytes (CAMERA_CREDENTIAL_MAX_BYTES)",
-                        limits::CAMERA_CREDENTIAL_MAX_BYTES
-                    ),
+                    format!("longer than {} bytes (CAMERA_CREDENTIAL_MAX_BYTES)", limits::CAMERA_CREDENTIAL_MAX_BYTES),
                 ));
             }
         }
         if self.username.is_some() != self.password.is_some() {
-            return Err((
-                format!("{at}.password"),
-                "username and password go together".into(),
-            ));
+            return Err((format!("{at}.password"), "username and password go together".into()));
         }
         let main = self.main.validate(&format!("{at}.main"), base_dir)?;
-        let sub = self
-            .sub
-            .map(|s| s.validate(&format!("{at}.sub"), base_dir))
-            .transpose()?;
-        Ok(Camera {
-            name: self.name,
-            record: self.record,
-            username: self.username,
-            password: self.password,
-            main,
-            sub,
-        })
+        let sub = self.sub.map(|s| s.validate(&format!("{at}.sub"), base_dir)).transpose()?;
+        Ok(Camera { name: self.name, record: self.record, username: self.username, password: self.password, main, sub })
     }
 }
 
@@ -400,39 +342,22 @@ impl RawStream {
     fn validate(self, at: &str, base_dir: &Path) -> Result<Source, Invalid> {
         let key = format!("{at}.url");
         if self.url.len() > limits::CAMERA_URL_MAX_BYTES {
-            return Err((
-                key,
-                format!(
-                    "longer than {} bytes (CAMERA_URL_MAX_BYTES)",
-                    limits::CAMERA_URL_MAX_BYTES
-                ),
-            ));
+            return Err((key, format!("longer than {} bytes (CAMERA_URL_MAX_BYTES)", limits::CAMERA_URL_MAX_BYTES)));
         }
-        let url =
-            url::Url::parse(&self.url).map_err(|e| (key.clone(), format!("not a URL: {e}")))?;
+        let url = url::Url::parse(&self.url).map_err(|e| (key.clone(), format!("not a URL: {e}")))?;
         match url.scheme() {
             "rtsp" => {
                 if !url.username().is_empty() || url.password().is_some() {
-                    return Err((
-                        key,
-                        "must not carry credentials: set the camera's username and password".into(),
-                    ));
+                    return Err((key, "must not carry credentials: set the camera's username and password".into()));
                 }
                 if url.host_str().is_none_or(str::is_empty) {
                     return Err((key, "has no host".into()));
                 }
-                Ok(Source::Rtsp {
-                    url,
-                    transport: self.transport,
-                })
+                Ok(Source::Rtsp { url, transport: self.transport })
             }
             "file" => {
-                let path = url
-                    .to_file_path()
-                    .map_err(|()| (key.clone(), "not a local file path".into()))?;
-                Ok(Source::File {
-                    path: base_dir.join(path),
-                })
+                let path = url.to_file_path().map_err(|()| (key.clone(), "not a local file path".into()))?;
+                Ok(Source::File { path: base_dir.join(path) })
             }
             other => Err((key, format!("scheme must be rtsp or file, not \"{other}\""))),
         }
@@ -476,26 +401,9 @@ main = { url = "file:///clips/a.mp4" }
         assert!(c.require_sane_clock);
         assert_eq!(c.retention.stream_max_bytes, 1 << 30);
         assert_eq!(c.cameras.len(), 2);
-        assert!(matches!(
-            c.cameras[0].sub,
-            Some(Source::Rtsp {
-                transport: Transport::Udp,
-                ..
-            })
-        ));
-        assert!(matches!(
-            c.cameras[0].main,
-            Source::Rtsp {
-                transport: Transport::Tcp,
-                ..
-            }
-        ));
-        assert_eq!(
-            c.cameras[1].main,
-            Source::File {
-                path: "/clips/a.mp4".into()
-            }
-        );
+        assert!(matches!(c.cameras[0].sub, Some(Source::Rtsp { transport: Transport::Udp, .. })));
+        assert!(matches!(c.cameras[0].main, Source::Rtsp { transport: Transport::Tcp, .. }));
+        assert_eq!(c.cameras[1].main, Source::File { path: "/clips/a.mp4".into() });
         assert!(!c.cameras[1].record);
     }
 
@@ -507,68 +415,20 @@ main = { url = "file:///clips/a.mp4" }
                 "http://192.0.2.1/main",
                 "test.toml: cameras[0].main.url: scheme must be rtsp or file",
             ),
-            (
-                "rtsp://192.0.2.1/main",
-                "rtsp://u:p@192.0.2.1/main",
-                "cameras[0].main.url: must not carry credentials",
-            ),
-            (
-                "rtsp://192.0.2.1/main",
-                "not a url",
-                "cameras[0].main.url: not a URL",
-            ),
-            (
-                "transport = \"udp\"",
-                "transport = \"sctp\"",
-                "cameras[0].sub.transport: unknown variant `sctp`",
-            ),
-            (
-                "name = \"front\"",
-                "name = \"Front Door\"",
-                "cameras[0].name: must be 1 to 32 characters",
-            ),
-            (
-                "name = \"file-cam\"",
-                "name = \"front\"",
-                "cameras[1].name: \"front\" is used by another camera",
-            ),
-            (
-                "\"1 GiB\"",
-                "\"1 GB of love\"",
-                "retention.stream_max_bytes: ",
-            ),
-            (
-                "\"1 GiB\"",
-                "\"1 KiB\"",
-                "retention.stream_max_bytes: must be at least",
-            ),
-            (
-                "password = \"pw\"\n",
-                "",
-                "cameras[0].password: username and password go together",
-            ),
-            (
-                "data_dir = \"data\"",
-                "data_dir = \"data\"\nflush_interval_s = 0",
-                "flush_interval_s: must be 1 to 300",
-            ),
-            (
-                "data_dir = \"data\"",
-                "data_dir = \"data\"\nflush_intervl_s = 5",
-                "unknown field `flush_intervl_s`",
-            ),
-            (
-                "data_dir = \"data\"",
-                "data_dir = 7",
-                "data_dir: invalid type: integer `7`, expected a string",
-            ),
+            ("rtsp://192.0.2.1/main", "rtsp://u:p@192.0.2.1/main", "cameras[0].main.url: must not carry credentials"),
+            ("rtsp://192.0.2.1/main", "not a url", "cameras[0].main.url: not a URL"),
+            ("transport = \"udp\"", "transport = \"sctp\"", "cameras[0].sub.transport: unknown variant `sctp`"),
+            ("name = \"front\"", "name = \"Front Door\"", "cameras[0].name: must be 1 to 32 characters"),
+            ("name = \"file-cam\"", "name = \"front\"", "cameras[1].name: \"front\" is used by another camera"),
+            ("\"1 GiB\"", "\"1 GB of love\"", "retention.stream_max_bytes: "),
+            ("\"1 GiB\"", "\"1 KiB\"", "retention.stream_max_bytes: must be at least"),
+            ("password = \"pw\"\n", "", "cameras[0].password: username and password go together"),
+            ("data_dir = \"data\"", "data_dir = \"data\"\nflush_interval_s = 0", "flush_interval_s: must be 1 to 300"),
+            ("data_dir = \"data\"", "data_dir = \"data\"\nflush_intervl_s = 5", "unknown field `flush_intervl_s`"),
+            ("data_dir = \"data\"", "data_dir = 7", "data_dir: invalid type: integer `7`, expected a string"),
             ("[retention]", "[retention", "line 3, column"),
             ("data_dir = \"data\"", "", "missing field `data_dir`"),
-            (
-                "name = \"front\"",
-                "name = \"abcdefghijklmnopqrstuvwxyz0123456\"",
-                "cameras[0].name: must be 1 to 32",
-            ),
+            ("name = \"front\"", "name = \"abcdefghijklmnopqrstuvwxyz0123456\"", "cameras[0].name: must be 1 to 32"),
             (
                 "password = \"pw\"",
                 "password = \"{long}\"",
@@ -582,10 +442,7 @@ main = { url = "file:///clips/a.mp4" }
         ];
         for (from, to, want) in cases {
             assert!(GOOD.contains(from), "{from}");
-            let to = to.replace(
-                "{long}",
-                &"p".repeat(limits::CAMERA_CREDENTIAL_MAX_BYTES + 1),
-            );
+            let to = to.replace("{long}", &"p".repeat(limits::CAMERA_CREDENTIAL_MAX_BYTES + 1));
             let to = to.replace("{url}", &"u".repeat(limits::CAMERA_URL_MAX_BYTES));
             let got = error_of(&GOOD.replacen(from, &to, 1));
             assert!(got.contains(want), "want {want:?} in {got:?}");
@@ -594,20 +451,14 @@ main = { url = "file:///clips/a.mp4" }
 
     #[test]
     fn too_many_cameras_is_refused_at_the_ceiling() {
-        let mut text = String::from(
-            "data_dir = \"d\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n",
-        );
+        let mut text =
+            String::from("data_dir = \"d\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n");
         for i in 0..=limits::CAMERAS_MAX {
-            text.push_str(&format!(
-                "[[cameras]]\nname = \"c{i}\"\nmain = {{ url = \"rtsp://h/{i}\" }}\n"
-            ));
+            text.push_str(&format!("[[cameras]]\nname = \"c{i}\"\nmain = {{ url = \"rtsp://h/{i}\" }}\n"));
         }
         assert!(error_of(&text).contains("over the maximum of 32 (CAMERAS_MAX)"));
         let at_ceiling = text.rsplitn(2, "[[cameras]]").last().unwrap().to_string();
-        assert_eq!(
-            parse(&at_ceiling).unwrap().cameras.len(),
-            limits::CAMERAS_MAX
-        );
+        assert_eq!(parse(&at_ceiling).unwrap().cameras.len(), limits::CAMERAS_MAX);
     }
 
     #[test]
@@ -621,16 +472,7 @@ main = { url = "file:///clips/a.mp4" }
     fn an_oversized_file_is_refused_before_it_is_read() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("big.toml");
-        std::fs::write(
-            &path,
-            vec![b'#'; limits::CONFIG_FILE_MAX_BYTES as usize + 1],
-        )
-        .unwrap();
-        assert!(
-            Config::load(&path)
-                .unwrap_err()
-                .reason
-                .contains("CONFIG_FILE_MAX_BYTES")
-        );
+        std::fs::write(&path, vec![b'#'; limits::CONFIG_FILE_MAX_BYTES as usize + 1]).unwrap();
+        assert!(Config::load(&path).unwrap_err().reason.contains("CONFIG_FILE_MAX_BYTES"));
     }
 }

@@ -7,9 +7,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     if t.is_empty() || t.len() > 32 {
         return Err(format!("\"{text}\" is not a byte count such as \"8 GiB\""));
     }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
     let scale: u64 = match unit.trim() {
         "" | "B" => 1,
@@ -22,9 +20,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         "GiB" => 1 << 30,
         "TiB" => 1 << 40,
         other => {
-            return Err(format!(
-                "unknown unit \"{other}\" (use B, KiB, MiB, GiB, TiB or KB, MB, GB, TB)"
-            ));
+            return Err(format!("unknown unit \"{other}\" (use B, KiB, MiB, GiB, TiB or KB, MB, GB, TB)"));
         }
     };
     let bad = || format!("\"{text}\" is not a byte count such as \"8 GiB\"");
@@ -40,10 +36,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         // frac has at most 6 digits, so this cannot overflow for any scale up to TiB.
         (u128::from(digits) * u128::from(scale) / 10u128.pow(frac.len() as u32)) as u64
     };
-    whole
-        .checked_mul(scale)
-        .and_then(|w| w.checked_add(frac_scaled))
-        .ok_or_else(|| format!("\"{text}\" is too large"))
+    whole.checked_mul(scale).and_then(|w| w.checked_add(frac_scaled)).ok_or_else(|| format!("\"{text}\" is too large"))
 }
 
 #[cfg(test)]
@@ -62,22 +55,10 @@ mod tests {
 
     #[test]
     fn nonsense_is_refused_with_a_reason() {
-        for bad in [
-            "",
-            "GiB",
-            "1.2.3 MiB",
-            "-1",
-            "1 GB of love",
-            "99999999999999999999",
-            "20000000 TiB",
-            "1.1234567 B",
-        ] {
+        for bad in ["", "GiB", "1.2.3 MiB", "-1", "1 GB of love", "99999999999999999999", "20000000 TiB", "1.1234567 B"]
+        {
             assert!(parse_bytes(bad).is_err(), "{bad}");
         }
-        assert!(
-            parse_bytes(&"9".repeat(40))
-                .unwrap_err()
-                .contains("not a byte count")
-        );
+        assert!(parse_bytes(&"9".repeat(40)).unwrap_err().contains("not a byte count"));
     }
 }

@@ -21,7 +21,7 @@ use tracing::{info, warn};
 use crate::clock::Clocks;
 use crate::config::Source;
 use crate::limits;
-use crate::media::{Frame, VideoParams};
+use crate::media::{AudioFrame, Frame, VideoParams};
 use crate::record::FrameSender;
 use state::StreamState;
 
@@ -59,6 +59,17 @@ pub struct Sink<'a> {
 impl Sink<'_> {
     fn connected(&mut self, params: &VideoParams) {
         self.state.connected(params);
+    }
+
+    /// Hands one audio frame on, unless it is over the frame ceiling.
+    fn deliver_audio(&mut self, frame: AudioFrame) {
+        if frame.data.len() > limits::FRAME_MAX_BYTES {
+            self.state.oversized();
+            return;
+        }
+        if let Some(r) = self.recorder.as_deref_mut() {
+            r.send_audio(frame);
+        }
     }
 
     /// Hands one frame on, unless it is over the frame ceiling.
@@ -116,23 +127,12 @@ pub async fn supervise(mut input: StreamInput, mut shutdown: watch::Receiver<boo
     let mut attempt: u32 = 0;
     while !*shutdown.borrow() {
         let started = Instant::now();
-        let mut sink = Sink {
-            recorder: input.recorder.as_mut(),
-            state: &input.state,
-        };
+        let mut sink = Sink { recorder: input.recorder.as_mut(), state: &input.state };
         let session = async {
             match (&input.source, &clip) {
                 (Source::Rtsp { url, transport }, _) => {
-                    let credentials = input
-                        .credentials
-                        .as_ref()
-                        .map(|(u, p)| (u.as_str(), p.as_str()));
-                    let target = rtsp::Target {
-                        url,
-                        transport: *transport,
-                        credentials,
-                        group: &group,
-                    };
+                    let credentials = input.credentials.as_ref().map(|(u, p)| (u.as_str(), p.as_str()));
+                    let target = rtsp::Target { url, transport: *transport, credentials, group: &group };
                     rtsp::run(&target, &mut sink).await
                 }
                 (_, Some(Ok(clip))) => file::run(clip, &mut sink).await,
@@ -182,10 +182,7 @@ async fn read_clip(path: &std::path::Path) -> Result<file::Clip, IngestError> {
     let bad = |e: std::io::Error| IngestError::Source(format!("{}: {e}", path.display()));
     let len = tokio::fs::metadata(path).await.map_err(bad)?.len();
     if len > limits::FILE_SOURCE_MAX_BYTES {
-        return Err(IngestError::Source(format!(
-            "{}: over FILE_SOURCE_MAX_BYTES",
-            path.display()
-        )));
+        return Err(IngestError::Source(format!("{}: over FILE_SOURCE_MAX_BYTES", path.display())));
     }
     file::Clip::parse(&tokio::fs::read(path).await.map_err(bad)?)
 }
@@ -211,6 +208,7 @@ mod tests {
                 height: 1,
                 sample_entry: Bytes::new(),
             }),
+            audio: None,
         }
     }
 
@@ -218,19 +216,13 @@ mod tests {
     fn a_frame_over_the_ceiling_is_dropped_and_counted_never_queued() {
         let (mut tx, _rx, queue) = crate::record::queue::channel();
         let state = StreamState::default();
-        let mut sink = Sink {
-            recorder: Some(&mut tx),
-            state: &state,
-        };
+        let mut sink = Sink { recorder: Some(&mut tx), state: &state };
         sink.deliver(frame(limits::FRAME_MAX_BYTES));
         sink.deliver(frame(limits::FRAME_MAX_BYTES + 1));
         assert_eq!(state.snapshot().frames_oversized, 1);
         assert_eq!(state.snapshot().frames_received, 1);
         use std::sync::atomic::Ordering;
-        assert_eq!(
-            queue.bytes_in_flight.load(Ordering::Relaxed),
-            limits::FRAME_MAX_BYTES
-        );
+        assert_eq!(queue.bytes_in_flight.load(Ordering::Relaxed), limits::FRAME_MAX_BYTES);
         assert_eq!(queue.frames_dropped.load(Ordering::Relaxed), 1);
     }
 

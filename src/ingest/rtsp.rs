@@ -10,16 +10,18 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::StreamExt;
 use retina::client::{PlayOptions, Session, SessionGroup, SessionOptions, SetupOptions};
 use retina::codec::{CodecItem, FrameFormat, ParametersRef, VideoParameters};
 use tokio::time::{Instant, timeout, timeout_at};
+use tracing::warn;
 
 use super::{IngestError, Sink};
 use crate::clock::Clocks;
 use crate::config::Transport;
 use crate::limits;
-use crate::media::{Codec, Frame, VideoParams};
+use crate::media::{AudioFrame, AudioParams, Codec, Frame, VideoParams};
 
 /// Where and how to reach one camera stream.
 pub struct Target<'a> {
@@ -39,19 +41,13 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
         .creds(
             target
                 .credentials
-                .map(|(u, p)| retina::client::Credentials {
-                    username: u.to_string(),
-                    password: p.to_string(),
-                }),
+                .map(|(u, p)| retina::client::Credentials { username: u.to_string(), password: p.to_string() }),
         )
         .user_agent(format!("KeepPeek/{}", env!("CARGO_PKG_VERSION")))
         .session_group(target.group.clone());
-    let mut session = timeout(
-        ms(limits::RTSP_DESCRIBE_TIMEOUT_MS),
-        Session::describe(target.url.clone(), options),
-    )
-    .await
-    .map_err(|_| IngestError::Timeout("DESCRIBE"))??;
+    let mut session = timeout(ms(limits::RTSP_DESCRIBE_TIMEOUT_MS), Session::describe(target.url.clone(), options))
+        .await
+        .map_err(|_| IngestError::Timeout("DESCRIBE"))??;
     let video_i = session
         .streams()
         .iter()
@@ -61,17 +57,24 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
         Transport::Tcp => retina::client::Transport::Tcp(Default::default()),
         Transport::Udp => retina::client::Transport::Udp(Default::default()),
     };
-    let setup = SetupOptions::default()
-        .transport(transport)
-        .frame_format(FrameFormat::MP4);
-    timeout(
-        ms(limits::RTSP_SETUP_PLAY_TIMEOUT_MS),
-        session.setup(video_i, setup),
-    )
-    .await
-    .map_err(|_| IngestError::Timeout("SETUP"))??;
-    let play = PlayOptions::default()
-        .enforce_timestamps_with_max_jump_secs(NonZeroU32::new(10).expect("nonzero"));
+    let setup = || SetupOptions::default().transport(transport.clone()).frame_format(FrameFormat::MP4);
+    timeout(ms(limits::RTSP_SETUP_PLAY_TIMEOUT_MS), session.setup(video_i, setup()))
+        .await
+        .map_err(|_| IngestError::Timeout("SETUP"))??;
+    // AAC audio is recorded along with the video when the camera offers it. Its parameters
+    // come from the SDP, so they are known before the first frame.
+    let audio_i = session.streams().iter().position(|s| s.media() == "audio" && s.encoding_name() == "mpeg4-generic");
+    let mut audio: Option<(usize, Arc<AudioParams>)> = None;
+    if let Some(i) = audio_i {
+        timeout(ms(limits::RTSP_SETUP_PLAY_TIMEOUT_MS), session.setup(i, setup()))
+            .await
+            .map_err(|_| IngestError::Timeout("SETUP"))??;
+        match session.streams()[i].parameters() {
+            Some(ParametersRef::Audio(a)) => audio = Some((i, Arc::new(audio_params(a)?))),
+            _ => warn!(url = %target.url, "audio stream without usable parameters; recording video only"),
+        }
+    }
+    let play = PlayOptions::default().enforce_timestamps_with_max_jump_secs(NonZeroU32::new(10).expect("nonzero"));
     let session = timeout(ms(limits::RTSP_SETUP_PLAY_TIMEOUT_MS), session.play(play))
         .await
         .map_err(|_| IngestError::Timeout("PLAY"))??;
@@ -86,18 +89,28 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
             Ok(None) => return Err(IngestError::Ended),
             Ok(Some(item)) => item?,
         };
-        let CodecItem::VideoFrame(frame) = item else {
-            continue;
+        let frame = match item {
+            CodecItem::VideoFrame(f) if f.stream_id() == video_i => f,
+            CodecItem::AudioFrame(a) => {
+                if let Some((i, p)) = &audio
+                    && a.stream_id() == *i
+                {
+                    let ts = a.timestamp();
+                    sink.deliver_audio(AudioFrame {
+                        pts_90k: ts.elapsed() * 90_000 / i64::from(ts.clock_rate().get()),
+                        duration_samples: a.frame_length().get(),
+                        data: Bytes::copy_from_slice(a.data()),
+                        params: p.clone(),
+                    });
+                }
+                continue;
+            }
+            _ => continue,
         };
-        if frame.stream_id() != video_i {
-            continue;
-        }
         deadline = Instant::now() + watchdog;
         if params.is_none() || frame.has_new_parameters() {
             let Some(ParametersRef::Video(v)) = demuxed.streams()[video_i].parameters() else {
-                return Err(IngestError::Source(
-                    "video stream without parameters".into(),
-                ));
+                return Err(IngestError::Source("video stream without parameters".into()));
             };
             let p = Arc::new(video_params(v)?);
             sink.connected(&p);
@@ -106,11 +119,7 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
         let p = params.as_ref().expect("set above");
         let ts = frame.timestamp();
         let rate = i64::from(ts.clock_rate().get());
-        let pts_90k = if rate == 90_000 {
-            ts.elapsed()
-        } else {
-            ts.elapsed() * 90_000 / rate
-        };
+        let pts_90k = if rate == 90_000 { ts.elapsed() } else { ts.elapsed() * 90_000 / rate };
         let is_key = frame.is_random_access_point();
         sink.deliver(Frame {
             pts_90k,
@@ -119,8 +128,22 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
             is_key,
             data: frame.into_data().into(),
             params: p.clone(),
+            audio: audio.as_ref().map(|(_, a)| a.clone()),
         });
     }
+}
+
+/// Our form of retina's audio parameters, bounded.
+fn audio_params(a: &retina::codec::AudioParameters) -> Result<AudioParams, IngestError> {
+    let entry = a.mp4_sample_entry().build().map_err(|e| IngestError::Source(format!("audio sample entry: {e}")))?;
+    if entry.len() > limits::SAMPLE_ENTRY_MAX_BYTES {
+        return Err(IngestError::Source("audio parameters over SAMPLE_ENTRY_MAX_BYTES".into()));
+    }
+    Ok(AudioParams {
+        rfc6381: a.rfc6381_codec().unwrap_or("mp4a.40.2").to_string(),
+        sample_rate: a.clock_rate(),
+        sample_entry: entry.into(),
+    })
 }
 
 /// Our form of retina's video parameters, bounded.
@@ -131,26 +154,13 @@ fn video_params(v: &VideoParameters) -> Result<VideoParams, IngestError> {
         Some("hvc1" | "hev1") => Codec::H265,
         _ => return Err(IngestError::Source(format!("unsupported codec {rfc6381}"))),
     };
-    let entry = v
-        .mp4_sample_entry()
-        .build()
-        .map_err(|e| IngestError::Source(format!("sample entry: {e}")))?;
+    let entry = v.mp4_sample_entry().build().map_err(|e| IngestError::Source(format!("sample entry: {e}")))?;
     if entry.len() > limits::SAMPLE_ENTRY_MAX_BYTES {
-        return Err(IngestError::Source(
-            "codec parameters over SAMPLE_ENTRY_MAX_BYTES".into(),
-        ));
+        return Err(IngestError::Source("codec parameters over SAMPLE_ENTRY_MAX_BYTES".into()));
     }
     let (w, h) = v.pixel_dimensions();
     let (Ok(width), Ok(height)) = (u16::try_from(w), u16::try_from(h)) else {
-        return Err(IngestError::Source(format!(
-            "picture size {w}x{h} out of range"
-        )));
+        return Err(IngestError::Source(format!("picture size {w}x{h} out of range")));
     };
-    Ok(VideoParams {
-        codec,
-        rfc6381,
-        width,
-        height,
-        sample_entry: entry.into(),
-    })
+    Ok(VideoParams { codec, rfc6381, width, height, sample_entry: entry.into() })
 }

@@ -82,11 +82,7 @@ impl StreamState {
         if elapsed_us >= RATE_WINDOW.as_micros() as i64 {
             s.fps = (f64::from(w.frames) * 1e6 / elapsed_us as f64) as f32;
             s.bitrate_bps = (w.bytes as f64 * 8.0 * 1e6 / elapsed_us as f64) as u64;
-            *w = RateWindow {
-                start_mono_us: mono_us,
-                frames: 0,
-                bytes: 0,
-            };
+            *w = RateWindow { start_mono_us: mono_us, frames: 0, bytes: 0 };
         }
     }
 }
@@ -103,16 +99,9 @@ mod tests {
         }
         let s = st.snapshot();
         assert!((s.fps - 15.0).abs() < 0.6, "{}", s.fps);
-        assert!(
-            (s.bitrate_bps as i64 - 120_000).abs() < 5_000,
-            "{}",
-            s.bitrate_bps
-        );
+        assert!((s.bitrate_bps as i64 - 120_000).abs() < 5_000, "{}", s.bitrate_bps);
         st.disconnected("camera went away".into());
-        assert_eq!(
-            st.snapshot().last_error.as_deref(),
-            Some("camera went away")
-        );
+        assert_eq!(st.snapshot().last_error.as_deref(), Some("camera went away"));
         assert!(!st.snapshot().connected);
     }
 }

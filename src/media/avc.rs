@@ -18,16 +18,9 @@ pub enum AvcError {
 
 /// Builds [`VideoParams`] for an H.264 stream from one SPS and one PPS (NAL units without
 /// start codes or length prefixes) and the picture size.
-pub fn video_params(
-    sps: &[u8],
-    pps: &[u8],
-    width: u16,
-    height: u16,
-) -> Result<VideoParams, AvcError> {
+pub fn video_params(sps: &[u8], pps: &[u8], width: u16, height: u16) -> Result<VideoParams, AvcError> {
     if sps.len() < 4 {
-        return Err(AvcError::ShortSps {
-            len_bytes: sps.len(),
-        });
+        return Err(AvcError::ShortSps { len_bytes: sps.len() });
     }
     // 86 bytes of visual sample entry and avcC framing, plus the two parameter sets.
     if 86 + sps.len() + pps.len() > limits::SAMPLE_ENTRY_MAX_BYTES {
@@ -78,10 +71,7 @@ pub fn video_params(
 pub(crate) fn test_sample_entry() -> Vec<u8> {
     let sps = [0x67, 0x4d, 0x00, 0x1f, 0x9a, 0x66, 0x02, 0x80, 0x2d, 0xd8];
     let pps = [0x68, 0xee, 0x3c, 0x80];
-    video_params(&sps, &pps, 640, 360)
-        .unwrap()
-        .sample_entry
-        .to_vec()
+    video_params(&sps, &pps, 640, 360).unwrap().sample_entry.to_vec()
 }
 
 #[cfg(test)]
@@ -94,20 +84,14 @@ mod tests {
         let p = video_params(&sps, &[0x68, 0xeb], 1920, 1080).unwrap();
         assert_eq!(p.rfc6381, "avc1.640028");
         let e = &p.sample_entry;
-        assert_eq!(
-            u32::from_be_bytes(e[0..4].try_into().unwrap()) as usize,
-            e.len()
-        );
+        assert_eq!(u32::from_be_bytes(e[0..4].try_into().unwrap()) as usize, e.len());
         assert_eq!(Codec::from_sample_entry(e), Some(Codec::H264));
         assert_eq!(&e[90..94], b"avcC");
     }
 
     #[test]
     fn oversized_or_short_parameter_sets_are_refused() {
-        assert_eq!(
-            video_params(&[0x67, 1], &[], 1, 1),
-            Err(AvcError::ShortSps { len_bytes: 2 })
-        );
+        assert_eq!(video_params(&[0x67, 1], &[], 1, 1), Err(AvcError::ShortSps { len_bytes: 2 }));
         let big = vec![0x67; limits::SAMPLE_ENTRY_MAX_BYTES];
         assert_eq!(video_params(&big, &[0x68], 1, 1), Err(AvcError::TooLarge));
     }

@@ -36,8 +36,10 @@
 
 use crate::limits;
 
-/// The one track of a segment file.
-pub const TRACK_ID: u32 = 1;
+/// The video track of a segment file.
+pub const VIDEO_TRACK_ID: u32 = 1;
+/// The audio track of a segment file, when the camera sends audio.
+pub const AUDIO_TRACK_ID: u32 = 2;
 
 /// Media timescale of every track KeepPeek writes.
 pub const TIMESCALE_90K: u32 = 90_000;
@@ -65,7 +67,8 @@ pub struct BufferFull {
 /// One sample of a fragment, as described in its `trun`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SampleEntry {
-    pub duration_90k: u32,
+    /// In the track's timescale (90 kHz for video, the sample rate for audio).
+    pub duration: u32,
     pub size_bytes: u32,
     pub is_key: bool,
 }
@@ -84,10 +87,7 @@ impl<'a> BoxBuf<'a> {
     fn put(&mut self, bytes: &[u8]) -> Result<(), BufferFull> {
         let end = self.pos + bytes.len();
         let capacity_bytes = self.buf.len();
-        let dst = self
-            .buf
-            .get_mut(self.pos..end)
-            .ok_or(BufferFull { capacity_bytes })?;
+        let dst = self.buf.get_mut(self.pos..end).ok_or(BufferFull { capacity_bytes })?;
         dst.copy_from_slice(bytes);
         self.pos = end;
         Ok(())
@@ -121,15 +121,14 @@ impl<'a> BoxBuf<'a> {
     }
 
     /// Opens a full box (version and flags).
-    fn open_full(
-        &mut self,
-        fourcc: &[u8; 4],
-        version: u8,
-        flags: u32,
-    ) -> Result<usize, BufferFull> {
+    fn open_full(&mut self, fourcc: &[u8; 4], version: u8, flags: u32) -> Result<usize, BufferFull> {
         let start = self.open(fourcc)?;
         self.u32((u32::from(version) << 24) | (flags & 0x00ff_ffff))?;
         Ok(start)
+    }
+
+    fn patch_u32(&mut self, at: usize, v: u32) {
+        self.buf[at..at + 4].copy_from_slice(&v.to_be_bytes());
     }
 
     /// Closes the box opened at `start` by patching its size.
@@ -147,13 +146,23 @@ impl<'a> BoxBuf<'a> {
     }
 }
 
-/// Writes the init segment (`ftyp` + `moov`) for one video track into `buf`; returns its
-/// length.
+/// The audio track of a segment, if it has one.
+#[derive(Clone, Copy, Debug)]
+pub struct AudioTrack<'a> {
+    /// The `mp4a` sample entry.
+    pub sample_entry: &'a [u8],
+    /// Samples per second: the track's timescale.
+    pub sample_rate: u32,
+}
+
+/// Writes the init segment (`ftyp` + `moov`) for the video track and, if given, an audio
+/// track into `buf`; returns its length.
 pub fn write_init_segment(
     buf: &mut [u8],
     sample_entry: &[u8],
     width: u16,
     height: u16,
+    audio: Option<AudioTrack<'_>>,
 ) -> Result<usize, BufferFull> {
     let mut b = BoxBuf::new(buf);
     let ftyp = b.open(b"ftyp")?;
@@ -175,46 +184,86 @@ pub fn write_init_segment(
     b.zeros(10)?;
     b.matrix()?;
     b.zeros(24)?;
-    b.u32(TRACK_ID + 1)?; // next track id
+    b.u32(AUDIO_TRACK_ID + 1)?; // next track id
     b.close(mvhd);
 
+    let video = Track { id: VIDEO_TRACK_ID, timescale: TIMESCALE_90K, width, height, sample_entry };
+    write_trak(&mut b, &video)?;
+    if let Some(a) = audio {
+        let track =
+            Track { id: AUDIO_TRACK_ID, timescale: a.sample_rate, width: 0, height: 0, sample_entry: a.sample_entry };
+        write_trak(&mut b, &track)?;
+    }
+
+    let mvex = b.open(b"mvex")?;
+    for id in std::iter::once(VIDEO_TRACK_ID).chain(audio.map(|_| AUDIO_TRACK_ID)) {
+        let trex = b.open_full(b"trex", 0, 0)?;
+        b.u32(id)?;
+        b.u32(1)?; // sample description index
+        b.u32(0)?;
+        b.u32(0)?;
+        b.u32(0)?;
+        b.close(trex);
+    }
+    b.close(mvex);
+    b.close(moov);
+    Ok(b.pos)
+}
+
+struct Track<'a> {
+    id: u32,
+    timescale: u32,
+    /// Zero for audio.
+    width: u16,
+    height: u16,
+    sample_entry: &'a [u8],
+}
+
+fn write_trak(b: &mut BoxBuf<'_>, t: &Track<'_>) -> Result<(), BufferFull> {
+    let is_video = t.id == VIDEO_TRACK_ID;
     let trak = b.open(b"trak")?;
     let tkhd = b.open_full(b"tkhd", 0, 0x3)?; // enabled, in movie
     b.u32(0)?;
     b.u32(0)?;
-    b.u32(TRACK_ID)?;
+    b.u32(t.id)?;
     b.u32(0)?;
     b.u32(0)?; // duration
     b.zeros(8)?;
     b.u16(0)?; // layer
-    b.u16(0)?; // alternate group
-    b.u16(0)?; // volume: video
+    b.u16(if is_video { 0 } else { 1 })?; // alternate group
+    b.u16(if is_video { 0 } else { 0x0100 })?; // volume
     b.u16(0)?;
     b.matrix()?;
-    b.u32(u32::from(width) << 16)?;
-    b.u32(u32::from(height) << 16)?;
+    b.u32(u32::from(t.width) << 16)?;
+    b.u32(u32::from(t.height) << 16)?;
     b.close(tkhd);
 
     let mdia = b.open(b"mdia")?;
     let mdhd = b.open_full(b"mdhd", 0, 0)?;
     b.u32(0)?;
     b.u32(0)?;
-    b.u32(TIMESCALE_90K)?;
+    b.u32(t.timescale)?;
     b.u32(0)?;
     b.u16(0x55c4)?; // language "und"
     b.u16(0)?;
     b.close(mdhd);
     let hdlr = b.open_full(b"hdlr", 0, 0)?;
     b.u32(0)?;
-    b.put(b"vide")?;
+    b.put(if is_video { b"vide" } else { b"soun" })?;
     b.zeros(12)?;
-    b.put(b"KeepPeek video\0")?;
+    b.put(if is_video { b"KeepPeek video\0".as_slice() } else { b"KeepPeek audio\0".as_slice() })?;
     b.close(hdlr);
 
     let minf = b.open(b"minf")?;
-    let vmhd = b.open_full(b"vmhd", 0, 1)?;
-    b.zeros(8)?;
-    b.close(vmhd);
+    if is_video {
+        let vmhd = b.open_full(b"vmhd", 0, 1)?;
+        b.zeros(8)?;
+        b.close(vmhd);
+    } else {
+        let smhd = b.open_full(b"smhd", 0, 0)?;
+        b.zeros(4)?; // balance, reserved
+        b.close(smhd);
+    }
     let dinf = b.open(b"dinf")?;
     let dref = b.open_full(b"dref", 0, 0)?;
     b.u32(1)?;
@@ -225,7 +274,7 @@ pub fn write_init_segment(
     let stbl = b.open(b"stbl")?;
     let stsd = b.open_full(b"stsd", 0, 0)?;
     b.u32(1)?;
-    b.put(sample_entry)?;
+    b.put(t.sample_entry)?;
     b.close(stsd);
     for fourcc in [b"stts", b"stsc", b"stco"] {
         let empty = b.open_full(fourcc, 0, 0)?;
@@ -240,18 +289,7 @@ pub fn write_init_segment(
     b.close(minf);
     b.close(mdia);
     b.close(trak);
-
-    let mvex = b.open(b"mvex")?;
-    let trex = b.open_full(b"trex", 0, 0)?;
-    b.u32(TRACK_ID)?;
-    b.u32(1)?; // sample description index
-    b.u32(0)?;
-    b.u32(0)?;
-    b.u32(0)?;
-    b.close(trex);
-    b.close(mvex);
-    b.close(moov);
-    Ok(b.pos)
+    Ok(())
 }
 
 /// Converts UTC µs since the Unix epoch to a 64-bit NTP timestamp.
@@ -274,62 +312,82 @@ pub fn ntp_to_wall_us(ntp: u64) -> i64 {
     secs * 1_000_000 + frac_us
 }
 
+/// One track's samples in a fragment.
+#[derive(Clone, Copy, Debug)]
+pub struct TrackRun<'a> {
+    /// Decode time of the first sample since the segment's start, in the track's timescale.
+    pub base_decode: u64,
+    pub samples: &'a [SampleEntry],
+}
+
+impl TrackRun<'_> {
+    fn payload_bytes(&self) -> u64 {
+        self.samples.iter().map(|s| u64::from(s.size_bytes)).sum()
+    }
+}
+
 /// Writes everything of a fragment that precedes the sample bytes: `prft`, `moof` and the
-/// `mdat` header. Returns its length; the caller appends the samples' bytes in order.
+/// `mdat` header. Returns its length; the caller appends the video samples' bytes, then the
+/// audio samples' bytes, in order.
 ///
-/// `base_decode_90k` is the decode time of the first sample since the segment's start;
-/// `wall_us` the wall time of that first sample.
+/// `wall_us` is the wall time of the first video sample.
 pub fn write_fragment_header(
     buf: &mut [u8],
     sequence: u32,
-    base_decode_90k: u64,
     wall_us: i64,
-    samples: &[SampleEntry],
+    video: TrackRun<'_>,
+    audio: Option<TrackRun<'_>>,
 ) -> Result<usize, BufferFull> {
     let mut b = BoxBuf::new(buf);
     let prft = b.open_full(b"prft", 1, 0)?;
-    b.u32(TRACK_ID)?;
+    b.u32(VIDEO_TRACK_ID)?;
     b.u64(wall_us_to_ntp(wall_us))?;
-    b.u64(base_decode_90k)?;
+    b.u64(video.base_decode)?;
     b.close(prft);
 
     let moof = b.open(b"moof")?;
     let mfhd = b.open_full(b"mfhd", 0, 0)?;
     b.u32(sequence)?;
     b.close(mfhd);
-    let traf = b.open(b"traf")?;
-    let tfhd = b.open_full(b"tfhd", 0, TFHD_DEFAULT_BASE_IS_MOOF)?;
-    b.u32(TRACK_ID)?;
-    b.close(tfhd);
-    let tfdt = b.open_full(b"tfdt", 1, 0)?;
-    b.u64(base_decode_90k)?;
-    b.close(tfdt);
-    let trun = b.open_full(b"trun", 0, TRUN_FLAGS)?;
-    b.u32(samples.len() as u32)?;
-    let data_offset_at = b.pos;
-    b.u32(0)?; // data offset, patched below
-    let mut mdat_payload_bytes: u64 = 0;
-    for s in samples {
-        b.u32(s.duration_90k)?;
-        b.u32(s.size_bytes)?;
-        b.u32(if s.is_key {
-            SAMPLE_FLAGS_SYNC
-        } else {
-            SAMPLE_FLAGS_NON_SYNC
-        })?;
-        mdat_payload_bytes += u64::from(s.size_bytes);
-    }
-    b.close(trun);
-    b.close(traf);
+    let video_offset_at = write_traf(&mut b, VIDEO_TRACK_ID, &video)?;
+    let audio_offset_at = audio.as_ref().map(|a| write_traf(&mut b, AUDIO_TRACK_ID, a)).transpose()?;
     b.close(moof);
 
-    // A fragment's bytes are bounded by FRAGMENT_MAX_BYTES, so a 32-bit mdat size suffices.
+    let video_bytes = video.payload_bytes();
+    let mdat_payload_bytes = video_bytes + audio.as_ref().map_or(0, TrackRun::payload_bytes);
+    // A fragment's bytes are bounded by FRAGMENT_MAX_BYTES, so 32-bit sizes suffice.
     debug_assert!(mdat_payload_bytes + 8 <= u64::from(u32::MAX));
     let data_offset = (b.pos - moof + 8) as u32;
-    b.buf[data_offset_at..data_offset_at + 4].copy_from_slice(&data_offset.to_be_bytes());
+    b.patch_u32(video_offset_at, data_offset);
+    if let Some(at) = audio_offset_at {
+        b.patch_u32(at, data_offset + video_bytes as u32);
+    }
     b.u32((mdat_payload_bytes + 8) as u32)?;
     b.put(b"mdat")?;
     Ok(b.pos)
+}
+
+/// Writes one `traf`; returns where its `trun` data offset is, to be patched.
+fn write_traf(b: &mut BoxBuf<'_>, track_id: u32, run: &TrackRun<'_>) -> Result<usize, BufferFull> {
+    let traf = b.open(b"traf")?;
+    let tfhd = b.open_full(b"tfhd", 0, TFHD_DEFAULT_BASE_IS_MOOF)?;
+    b.u32(track_id)?;
+    b.close(tfhd);
+    let tfdt = b.open_full(b"tfdt", 1, 0)?;
+    b.u64(run.base_decode)?;
+    b.close(tfdt);
+    let trun = b.open_full(b"trun", 0, TRUN_FLAGS)?;
+    b.u32(run.samples.len() as u32)?;
+    let data_offset_at = b.pos;
+    b.u32(0)?; // data offset, patched by the caller
+    for s in run.samples {
+        b.u32(s.duration)?;
+        b.u32(s.size_bytes)?;
+        b.u32(if s.is_key { SAMPLE_FLAGS_SYNC } else { SAMPLE_FLAGS_NON_SYNC })?;
+    }
+    b.close(trun);
+    b.close(traf);
+    Ok(data_offset_at)
 }
 
 /// A fixed buffer sized for any fragment header KeepPeek writes.
@@ -344,14 +402,7 @@ mod tests {
     #[test]
     fn ntp_round_trips_wall_time_to_the_microsecond() {
         // 1970, 2023, after the NTP wrap of 2036, and 2096.
-        for wall_us in [
-            0,
-            1,
-            999_999,
-            1_700_000_000_123_456,
-            2_085_978_496_000_001,
-            4_000_000_000_000_001,
-        ] {
+        for wall_us in [0, 1, 999_999, 1_700_000_000_123_456, 2_085_978_496_000_001, 4_000_000_000_000_001] {
             assert_eq!(ntp_to_wall_us(wall_us_to_ntp(wall_us)), wall_us);
         }
     }
@@ -360,19 +411,11 @@ mod tests {
     fn fragment_header_points_trun_at_the_mdat_payload() {
         let mut buf = fragment_header_buffer();
         let samples = [
-            SampleEntry {
-                duration_90k: 6000,
-                size_bytes: 100,
-                is_key: true,
-            },
-            SampleEntry {
-                duration_90k: 6000,
-                size_bytes: 50,
-                is_key: false,
-            },
+            SampleEntry { duration: 6000, size_bytes: 100, is_key: true },
+            SampleEntry { duration: 6000, size_bytes: 50, is_key: false },
         ];
-        let n = write_fragment_header(&mut buf[..], 7, 12_000, 1_700_000_000_000_000, &samples)
-            .expect("fits");
+        let video = TrackRun { base_decode: 12_000, samples: &samples };
+        let n = write_fragment_header(&mut buf[..], 7, 1_700_000_000_000_000, video, None).expect("fits");
         let head = &buf[..n];
         assert_eq!(&head[n - 4..], b"mdat");
         let mdat_size = u32::from_be_bytes(head[n - 8..n - 4].try_into().unwrap());
@@ -388,38 +431,28 @@ mod tests {
     #[test]
     fn a_full_buffer_is_an_error_not_a_panic() {
         let mut small = [0u8; 64];
-        let samples = [SampleEntry {
-            duration_90k: 1,
-            size_bytes: 1,
-            is_key: true,
-        }; 8];
-        assert_eq!(
-            write_fragment_header(&mut small, 1, 0, 0, &samples),
-            Err(BufferFull { capacity_bytes: 64 })
-        );
-        assert!(write_init_segment(&mut small, &[0; 100], 640, 360).is_err());
+        let samples = [SampleEntry { duration: 1, size_bytes: 1, is_key: true }; 8];
+        let video = TrackRun { base_decode: 0, samples: &samples };
+        assert_eq!(write_fragment_header(&mut small, 1, 0, video, None), Err(BufferFull { capacity_bytes: 64 }));
+        assert!(write_init_segment(&mut small, &[0; 100], 640, 360, None).is_err());
     }
 
     #[test]
     fn the_largest_sample_entry_fits_the_init_buffer() {
         let mut buf = vec![0u8; limits::INIT_SEGMENT_MAX_BYTES];
         let entry = vec![0u8; limits::SAMPLE_ENTRY_MAX_BYTES];
-        assert!(write_init_segment(&mut buf, &entry, 3840, 2160).is_ok());
+        let audio = AudioTrack { sample_entry: &entry, sample_rate: 48_000 };
+        assert!(write_init_segment(&mut buf, &entry, 3840, 2160, Some(audio)).is_ok());
     }
 
     #[test]
     fn the_largest_fragment_fits_the_header_buffer() {
         let mut buf = fragment_header_buffer();
-        let samples = vec![
-            SampleEntry {
-                duration_90k: 1,
-                size_bytes: 1,
-                is_key: false
-            };
-            limits::FRAGMENT_MAX_SAMPLES
-        ];
-        assert!(
-            write_fragment_header(&mut buf[..], u32::MAX, u64::MAX, i64::MAX / 2, &samples).is_ok()
-        );
+        let samples = vec![SampleEntry { duration: 1, size_bytes: 1, is_key: false }; limits::FRAGMENT_MAX_SAMPLES];
+        let audio =
+            vec![SampleEntry { duration: 1024, size_bytes: 1, is_key: true }; limits::FRAGMENT_MAX_AUDIO_SAMPLES];
+        let video = TrackRun { base_decode: u64::MAX, samples: &samples };
+        let audio = TrackRun { base_decode: u64::MAX, samples: &audio };
+        assert!(write_fragment_header(&mut buf[..], u32::MAX, i64::MAX / 2, video, Some(audio)).is_ok());
     }
 }

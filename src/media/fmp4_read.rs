@@ -24,11 +24,7 @@ pub enum ReadError {
     #[error("malformed segment at byte {at_byte}: {what}")]
     Malformed { at_byte: u64, what: &'static str },
     #[error("{what} at byte {at_byte} exceeds the maximum of {max} bytes")]
-    TooLarge {
-        at_byte: u64,
-        what: &'static str,
-        max: usize,
-    },
+    TooLarge { at_byte: u64, what: &'static str, max: usize },
 }
 
 /// What the init segment says about the file's one video track.
@@ -40,6 +36,16 @@ pub struct InitSegment {
     pub timescale: u32,
     pub width: u16,
     pub height: u16,
+    pub sample_entry: Vec<u8>,
+    pub video_track_id: u32,
+    pub audio: Option<AudioInit>,
+}
+
+/// The audio track of a segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AudioInit {
+    pub track_id: u32,
+    pub timescale: u32,
     pub sample_entry: Vec<u8>,
 }
 
@@ -56,13 +62,18 @@ pub struct FragmentIndex {
     pub base_decode_90k: u64,
     /// Wall time of the first sample, from `prft`, if the fragment has one.
     pub wall_us: Option<i64>,
+    /// The video samples.
     pub samples: Vec<SampleEntry>,
+    /// Decode time of the first audio sample, in the audio track's timescale.
+    pub audio_base_decode: u64,
+    /// The audio samples (empty without an audio track).
+    pub audio_samples: Vec<SampleEntry>,
 }
 
 impl FragmentIndex {
     /// Total duration of the fragment's samples, 90 kHz.
     pub fn duration_90k(&self) -> u64 {
-        self.samples.iter().map(|s| u64::from(s.duration_90k)).sum()
+        self.samples.iter().map(|s| u64::from(s.duration)).sum()
     }
 }
 
@@ -71,6 +82,8 @@ pub struct SegmentReader<R> {
     r: R,
     len_bytes: u64,
     pos_byte: u64,
+    video_track_id: u32,
+    audio_track_id: Option<u32>,
 }
 
 struct BoxHeader {
@@ -81,8 +94,10 @@ struct BoxHeader {
 }
 
 impl BoxHeader {
+    /// Where the box ends. Saturating: a hostile 64-bit size must not wrap around to an
+    /// offset inside the file (it would make the reader loop).
     fn end_byte(&self) -> u64 {
-        self.start_byte + self.size_bytes
+        self.start_byte.saturating_add(self.size_bytes)
     }
     fn body_bytes(&self) -> u64 {
         self.size_bytes - self.header_bytes
@@ -93,29 +108,22 @@ impl<R: Read + Seek> SegmentReader<R> {
     /// Reads the init segment of a file of `len_bytes` bytes.
     pub fn open(mut r: R, len_bytes: u64) -> Result<(Self, InitSegment), ReadError> {
         r.seek(SeekFrom::Start(0))?;
-        let mut me = SegmentReader {
-            r,
-            len_bytes,
-            pos_byte: 0,
-        };
+        let mut me = SegmentReader { r, len_bytes, pos_byte: 0, video_track_id: 0, audio_track_id: None };
         loop {
             let Some(h) = me.header()? else {
-                return Err(ReadError::Truncated {
-                    at_byte: me.pos_byte,
-                });
+                return Err(ReadError::Truncated { at_byte: me.pos_byte });
             };
             match &h.fourcc {
                 b"ftyp" | b"free" | b"skip" => me.skip(&h)?,
                 b"moov" => {
                     let body = me.body(&h, limits::INIT_SEGMENT_MAX_BYTES, "moov")?;
                     let init = parse_moov(&body, h.start_byte, h.end_byte())?;
+                    me.video_track_id = init.video_track_id;
+                    me.audio_track_id = init.audio.as_ref().map(|a| a.track_id);
                     return Ok((me, init));
                 }
                 _ => {
-                    return Err(ReadError::Malformed {
-                        at_byte: h.start_byte,
-                        what: "expected ftyp then moov",
-                    });
+                    return Err(ReadError::Malformed { at_byte: h.start_byte, what: "expected ftyp then moov" });
                 }
             }
         }
@@ -142,56 +150,66 @@ impl<R: Read + Seek> SegmentReader<R> {
         if &h.fourcc == b"prft" {
             let body = self.body(&h, 64, "prft")?;
             wall_us = Some(parse_prft(&body, h.start_byte)?);
-            h = self.header()?.ok_or(ReadError::Truncated {
-                at_byte: self.pos_byte,
-            })?;
+            h = self.header()?.ok_or(ReadError::Truncated { at_byte: self.pos_byte })?;
         }
         if &h.fourcc != b"moof" {
-            return Err(ReadError::Malformed {
-                at_byte: h.start_byte,
-                what: "expected moof",
-            });
+            return Err(ReadError::Malformed { at_byte: h.start_byte, what: "expected moof" });
         }
         let moof_start_byte = h.start_byte;
         let moof = self.body(&h, limits::MOOF_MAX_BYTES, "moof")?;
         let parsed = parse_moof(&moof, moof_start_byte)?;
-        let mdat = self.header()?.ok_or(ReadError::Truncated {
-            at_byte: self.pos_byte,
-        })?;
+        let mdat = self.header()?.ok_or(ReadError::Truncated { at_byte: self.pos_byte })?;
         if &mdat.fourcc != b"mdat" {
-            return Err(ReadError::Malformed {
-                at_byte: mdat.start_byte,
-                what: "expected mdat",
-            });
+            return Err(ReadError::Malformed { at_byte: mdat.start_byte, what: "expected mdat" });
         }
         if mdat.end_byte() > self.len_bytes {
-            return Err(ReadError::Truncated {
-                at_byte: mdat.start_byte,
-            });
+            return Err(ReadError::Truncated { at_byte: mdat.start_byte });
         }
         let data_start_byte = mdat.start_byte + mdat.header_bytes;
-        let payload_bytes: u64 = parsed.samples.iter().map(|s| u64::from(s.size_bytes)).sum();
-        if moof_start_byte + parsed.data_offset_bytes != data_start_byte {
-            return Err(ReadError::Malformed {
-                at_byte: moof_start_byte,
-                what: "trun data offset does not point at the mdat payload",
-            });
+        // The mdat holds the video samples, then the audio samples, back to back.
+        let mut video = None;
+        let mut audio = None;
+        for t in parsed.trafs {
+            if t.track_id == self.video_track_id && video.is_none() {
+                video = Some(t);
+            } else if Some(t.track_id) == self.audio_track_id && audio.is_none() {
+                audio = Some(t);
+            } else {
+                return Err(ReadError::Malformed {
+                    at_byte: moof_start_byte,
+                    what: "track fragment of an unknown track",
+                });
+            }
         }
-        if payload_bytes != mdat.body_bytes() {
+        let video = video.ok_or(ReadError::Malformed { at_byte: moof_start_byte, what: "fragment without video" })?;
+        let mut expect_offset = data_start_byte;
+        for t in std::iter::once(&video).chain(audio.as_ref()) {
+            if moof_start_byte + t.data_offset_bytes != expect_offset {
+                return Err(ReadError::Malformed {
+                    at_byte: moof_start_byte,
+                    what: "trun data offset does not point at its samples in the mdat",
+                });
+            }
+            expect_offset += t.payload_bytes();
+        }
+        if expect_offset != mdat.end_byte() {
             return Err(ReadError::Malformed {
                 at_byte: mdat.start_byte,
                 what: "sample sizes do not add up to the mdat payload",
             });
         }
         self.skip(&mdat)?;
+        let (audio_base_decode, audio_samples) = audio.map_or((0, Vec::new()), |a| (a.base_decode, a.samples));
         Ok(Some(FragmentIndex {
             start_byte,
             end_byte: mdat.end_byte(),
             data_start_byte,
             sequence: parsed.sequence,
-            base_decode_90k: parsed.base_decode_90k,
+            base_decode_90k: video.base_decode,
             wall_us,
-            samples: parsed.samples,
+            samples: video.samples,
+            audio_base_decode,
+            audio_samples,
         }))
     }
 
@@ -202,9 +220,7 @@ impl<R: Read + Seek> SegmentReader<R> {
             return Ok(None);
         }
         if self.len_bytes - start_byte < 8 {
-            return Err(ReadError::Truncated {
-                at_byte: start_byte,
-            });
+            return Err(ReadError::Truncated { at_byte: start_byte });
         }
         let mut head = [0u8; 16];
         self.r.seek(SeekFrom::Start(start_byte))?;
@@ -214,9 +230,7 @@ impl<R: Read + Seek> SegmentReader<R> {
         let mut header_bytes = 8;
         if size_bytes == 1 {
             if self.len_bytes - start_byte < 16 {
-                return Err(ReadError::Truncated {
-                    at_byte: start_byte,
-                });
+                return Err(ReadError::Truncated { at_byte: start_byte });
             }
             self.r.read_exact(&mut head[8..16])?;
             size_bytes = u64::from_be_bytes(head[8..16].try_into().expect("8 bytes"));
@@ -224,39 +238,20 @@ impl<R: Read + Seek> SegmentReader<R> {
         }
         if size_bytes < header_bytes {
             // Size 0 ("to end of file") never appears in our files; smaller sizes are garbage.
-            return Err(ReadError::Malformed {
-                at_byte: start_byte,
-                what: "box size too small",
-            });
+            return Err(ReadError::Malformed { at_byte: start_byte, what: "box size too small" });
         }
-        let h = BoxHeader {
-            fourcc,
-            start_byte,
-            header_bytes,
-            size_bytes,
-        };
+        let h = BoxHeader { fourcc, start_byte, header_bytes, size_bytes };
         if h.end_byte() > self.len_bytes && &fourcc != b"mdat" {
-            return Err(ReadError::Truncated {
-                at_byte: start_byte,
-            });
+            return Err(ReadError::Truncated { at_byte: start_byte });
         }
         self.pos_byte = start_byte + header_bytes;
         Ok(Some(h))
     }
 
-    fn body(
-        &mut self,
-        h: &BoxHeader,
-        max: usize,
-        what: &'static str,
-    ) -> Result<Vec<u8>, ReadError> {
+    fn body(&mut self, h: &BoxHeader, max: usize, what: &'static str) -> Result<Vec<u8>, ReadError> {
         let n = h.body_bytes();
         if n > max as u64 {
-            return Err(ReadError::TooLarge {
-                at_byte: h.start_byte,
-                what,
-                max,
-            });
+            return Err(ReadError::TooLarge { at_byte: h.start_byte, what, max });
         }
         let mut body = vec![0u8; n as usize];
         self.r.read_exact(&mut body)?;
@@ -266,9 +261,7 @@ impl<R: Read + Seek> SegmentReader<R> {
 
     fn skip(&mut self, h: &BoxHeader) -> Result<(), ReadError> {
         if h.end_byte() > self.len_bytes {
-            return Err(ReadError::Truncated {
-                at_byte: h.start_byte,
-            });
+            return Err(ReadError::Truncated { at_byte: h.start_byte });
         }
         self.pos_byte = h.end_byte();
         Ok(())
@@ -284,11 +277,7 @@ struct Children<'a> {
 }
 
 fn children(data: &[u8], base_byte: u64) -> Children<'_> {
-    Children {
-        data,
-        base_byte,
-        pos: 0,
-    }
+    Children { data, base_byte, pos: 0 }
 }
 
 impl<'a> Iterator for Children<'a> {
@@ -317,21 +306,14 @@ impl<'a> Iterator for Children<'a> {
 }
 
 /// Finds the first child of type `fourcc`.
-fn child<'a>(
-    data: &'a [u8],
-    base_byte: u64,
-    fourcc: &[u8; 4],
-) -> Result<(&'a [u8], u64), ReadError> {
+fn child<'a>(data: &'a [u8], base_byte: u64, fourcc: &[u8; 4]) -> Result<(&'a [u8], u64), ReadError> {
     for c in children(data, base_byte) {
         let (f, body, at) = c?;
         if &f == fourcc {
             return Ok((body, at));
         }
     }
-    Err(ReadError::Malformed {
-        at_byte: base_byte,
-        what: "a required box is missing",
-    })
+    Err(ReadError::Malformed { at_byte: base_byte, what: "a required box is missing" })
 }
 
 /// Big-endian field reader over a box body.
@@ -346,40 +328,39 @@ impl Fields<'_> {
         let s = self
             .data
             .get(self.pos..self.pos + n)
-            .ok_or(ReadError::Malformed {
-                at_byte: self.at_byte,
-                what: "box body cut short",
-            })?;
+            .ok_or(ReadError::Malformed { at_byte: self.at_byte, what: "box body cut short" })?;
         self.pos += n;
         Ok(s)
     }
     fn u32(&mut self) -> Result<u32, ReadError> {
-        Ok(u32::from_be_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
+        Ok(u32::from_be_bytes(self.take(4)?.try_into().expect("4 bytes")))
     }
     fn u64(&mut self) -> Result<u64, ReadError> {
-        Ok(u64::from_be_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ))
+        Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
 }
 
 fn fields(data: &[u8], at_byte: u64) -> Fields<'_> {
-    Fields {
-        data,
-        pos: 0,
-        at_byte,
-    }
+    Fields { data, pos: 0, at_byte }
 }
 
-fn parse_moov(moov: &[u8], moov_start_byte: u64, end_byte: u64) -> Result<InitSegment, ReadError> {
-    let base = moov_start_byte + 8;
-    let (trak, trak_at) = child(moov, base, b"trak")?;
+/// One `trak` of the init segment.
+struct ParsedTrak {
+    track_id: u32,
+    handler: [u8; 4],
+    timescale: u32,
+    width: u16,
+    height: u16,
+    sample_entry: Vec<u8>,
+}
+
+fn parse_trak(trak: &[u8], trak_at: u64) -> Result<ParsedTrak, ReadError> {
     let (tkhd, tkhd_at) = child(trak, trak_at, b"tkhd")?;
     let mut f = fields(tkhd, tkhd_at);
     let version = f.u32()? >> 24;
-    f.take(if version == 1 { 32 } else { 20 })?; // times, track id, reserved, duration
+    f.take(if version == 1 { 16 } else { 8 })?; // creation and modification times
+    let track_id = f.u32()?;
+    f.take(if version == 1 { 12 } else { 8 })?; // reserved, duration
     f.take(8 + 8 + 36)?; // reserved, layer..volume, matrix
     let width = (f.u32()? >> 16) as u16;
     let height = (f.u32()? >> 16) as u16;
@@ -390,43 +371,57 @@ fn parse_moov(moov: &[u8], moov_start_byte: u64, end_byte: u64) -> Result<InitSe
     f.take(if version == 1 { 16 } else { 8 })?;
     let timescale = f.u32()?;
     if timescale == 0 {
-        return Err(ReadError::Malformed {
-            at_byte: mdhd_at,
-            what: "zero timescale",
-        });
+        return Err(ReadError::Malformed { at_byte: mdhd_at, what: "zero timescale" });
     }
+    let (hdlr, hdlr_at) = child(mdia, mdia_at, b"hdlr")?;
+    let mut f = fields(hdlr, hdlr_at);
+    f.take(8)?; // version, flags, pre-defined
+    let handler: [u8; 4] = f.take(4)?.try_into().expect("4 bytes");
     let (minf, minf_at) = child(mdia, mdia_at, b"minf")?;
     let (stbl, stbl_at) = child(minf, minf_at, b"stbl")?;
     let (stsd, stsd_at) = child(stbl, stbl_at, b"stsd")?;
     let mut f = fields(stsd, stsd_at);
     f.u32()?;
     if f.u32()? == 0 {
-        return Err(ReadError::Malformed {
-            at_byte: stsd_at,
-            what: "no sample entry",
-        });
+        return Err(ReadError::Malformed { at_byte: stsd_at, what: "no sample entry" });
     }
     let entries = &stsd[8..];
     let entry_len = entries
         .get(0..4)
         .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")) as usize)
         .filter(|&n| n >= 8 && n <= entries.len())
-        .ok_or(ReadError::Malformed {
-            at_byte: stsd_at,
-            what: "sample entry out of bounds",
-        })?;
-    let sample_entry = entries[..entry_len].to_vec();
-    let codec = Codec::from_sample_entry(&sample_entry).ok_or(ReadError::Malformed {
-        at_byte: stsd_at,
-        what: "not an H.264 or H.265 track",
-    })?;
+        .ok_or(ReadError::Malformed { at_byte: stsd_at, what: "sample entry out of bounds" })?;
+    Ok(ParsedTrak { track_id, handler, timescale, width, height, sample_entry: entries[..entry_len].to_vec() })
+}
+
+fn parse_moov(moov: &[u8], moov_start_byte: u64, end_byte: u64) -> Result<InitSegment, ReadError> {
+    let base = moov_start_byte + 8;
+    let mut video = None;
+    let mut audio = None;
+    for c in children(moov, base) {
+        let (fourcc, body, at) = c?;
+        if &fourcc != b"trak" {
+            continue;
+        }
+        let t = parse_trak(body, at)?;
+        match &t.handler {
+            b"vide" if video.is_none() => video = Some(t),
+            b"soun" if audio.is_none() => audio = Some(t),
+            _ => {}
+        }
+    }
+    let v = video.ok_or(ReadError::Malformed { at_byte: moov_start_byte, what: "no video track" })?;
+    let codec = Codec::from_sample_entry(&v.sample_entry)
+        .ok_or(ReadError::Malformed { at_byte: moov_start_byte, what: "not an H.264 or H.265 track" })?;
     Ok(InitSegment {
         end_byte,
         codec,
-        timescale,
-        width,
-        height,
-        sample_entry,
+        video_track_id: v.track_id,
+        timescale: v.timescale,
+        width: v.width,
+        height: v.height,
+        sample_entry: v.sample_entry,
+        audio: audio.map(|a| AudioInit { track_id: a.track_id, timescale: a.timescale, sample_entry: a.sample_entry }),
     })
 }
 
@@ -443,12 +438,27 @@ fn parse_prft(body: &[u8], at_byte: u64) -> Result<i64, ReadError> {
     Ok(ntp_to_wall_us(ntp))
 }
 
-struct ParsedMoof {
-    sequence: u32,
-    base_decode_90k: u64,
+/// One `traf`: a track's samples in a fragment.
+struct ParsedTraf {
+    track_id: u32,
+    base_decode: u64,
     data_offset_bytes: u64,
     samples: Vec<SampleEntry>,
 }
+
+impl ParsedTraf {
+    fn payload_bytes(&self) -> u64 {
+        self.samples.iter().map(|s| u64::from(s.size_bytes)).sum()
+    }
+}
+
+struct ParsedMoof {
+    sequence: u32,
+    trafs: Vec<ParsedTraf>,
+}
+
+/// Track fragments per `moof`: KeepPeek writes one or two (video, audio).
+const TRAFS_MAX: usize = 2;
 
 fn parse_moof(moof: &[u8], moof_start_byte: u64) -> Result<ParsedMoof, ReadError> {
     let base = moof_start_byte + 8;
@@ -456,36 +466,38 @@ fn parse_moof(moof: &[u8], moof_start_byte: u64) -> Result<ParsedMoof, ReadError
     let mut f = fields(mfhd, mfhd_at);
     f.u32()?;
     let sequence = f.u32()?;
-    let (traf, traf_at) = child(moof, base, b"traf")?;
+    let mut trafs = Vec::new();
+    for c in children(moof, base) {
+        let (fourcc, body, at) = c?;
+        if &fourcc != b"traf" {
+            continue;
+        }
+        if trafs.len() == TRAFS_MAX {
+            return Err(ReadError::Malformed { at_byte: at, what: "more track fragments than tracks" });
+        }
+        trafs.push(parse_traf(body, at)?);
+    }
+    Ok(ParsedMoof { sequence, trafs })
+}
 
+fn parse_traf(traf: &[u8], traf_at: u64) -> Result<ParsedTraf, ReadError> {
     let (tfhd, tfhd_at) = child(traf, traf_at, b"tfhd")?;
     let mut f = fields(tfhd, tfhd_at);
     let flags = f.u32()? & 0x00ff_ffff;
-    f.u32()?; // track id: a segment has one track
+    let track_id = f.u32()?;
     if flags & 0x1 != 0 {
-        return Err(ReadError::Malformed {
-            at_byte: tfhd_at,
-            what: "explicit base data offset",
-        });
+        return Err(ReadError::Malformed { at_byte: tfhd_at, what: "explicit base data offset" });
     }
     if flags & 0x2 != 0 {
         f.u32()?;
     }
     let default_duration = if flags & 0x8 != 0 { f.u32()? } else { 0 };
     let default_size = if flags & 0x10 != 0 { f.u32()? } else { 0 };
-    let default_flags = if flags & 0x20 != 0 {
-        f.u32()?
-    } else {
-        SAMPLE_FLAGS_NON_SYNC
-    };
+    let default_flags = if flags & 0x20 != 0 { f.u32()? } else { SAMPLE_FLAGS_NON_SYNC };
 
     let (tfdt, tfdt_at) = child(traf, traf_at, b"tfdt")?;
     let mut f = fields(tfdt, tfdt_at);
-    let base_decode_90k = if f.u32()? >> 24 == 1 {
-        f.u64()?
-    } else {
-        u64::from(f.u32()?)
-    };
+    let base_decode = if f.u32()? >> 24 == 1 { f.u64()? } else { u64::from(f.u32()?) };
 
     let (trun, trun_at) = child(traf, traf_at, b"trun")?;
     let mut f = fields(trun, trun_at);
@@ -499,40 +511,18 @@ fn parse_moof(moof: &[u8], moof_start_byte: u64) -> Result<ParsedMoof, ReadError
         });
     }
     if flags & 0x1 == 0 {
-        return Err(ReadError::Malformed {
-            at_byte: trun_at,
-            what: "trun without data offset",
-        });
+        return Err(ReadError::Malformed { at_byte: trun_at, what: "trun without data offset" });
     }
     let data_offset = f.u32()? as i32;
     if data_offset < 0 {
-        return Err(ReadError::Malformed {
-            at_byte: trun_at,
-            what: "negative data offset",
-        });
+        return Err(ReadError::Malformed { at_byte: trun_at, what: "negative data offset" });
     }
-    let first_flags = if flags & 0x4 != 0 {
-        Some(f.u32()?)
-    } else {
-        None
-    };
+    let first_flags = if flags & 0x4 != 0 { Some(f.u32()?) } else { None };
     let mut samples = Vec::with_capacity(count);
     for i in 0..count {
-        let duration_90k = if flags & 0x100 != 0 {
-            f.u32()?
-        } else {
-            default_duration
-        };
-        let size_bytes = if flags & 0x200 != 0 {
-            f.u32()?
-        } else {
-            default_size
-        };
-        let mut sample_flags = if flags & 0x400 != 0 {
-            f.u32()?
-        } else {
-            default_flags
-        };
+        let duration = if flags & 0x100 != 0 { f.u32()? } else { default_duration };
+        let size_bytes = if flags & 0x200 != 0 { f.u32()? } else { default_size };
+        let mut sample_flags = if flags & 0x400 != 0 { f.u32()? } else { default_flags };
         if i == 0
             && let Some(ff) = first_flags
         {
@@ -543,18 +533,9 @@ fn parse_moof(moof: &[u8], moof_start_byte: u64) -> Result<ParsedMoof, ReadError
         }
         // is_non_sync_sample is bit 16 of the sample flags.
         let is_key = sample_flags & 0x0001_0000 == 0;
-        samples.push(SampleEntry {
-            duration_90k,
-            size_bytes,
-            is_key,
-        });
+        samples.push(SampleEntry { duration, size_bytes, is_key });
     }
-    Ok(ParsedMoof {
-        sequence,
-        base_decode_90k,
-        data_offset_bytes: data_offset as u64,
-        samples,
-    })
+    Ok(ParsedTraf { track_id, base_decode, data_offset_bytes: data_offset as u64, samples })
 }
 
 /// Test helper: reads a whole in-memory segment.
@@ -572,49 +553,62 @@ pub(crate) fn read_all(bytes: &[u8]) -> Result<(InitSegment, Vec<FragmentIndex>)
 mod tests {
     use super::*;
     use crate::media::avc;
-    use crate::media::fmp4::{fragment_header_buffer, write_fragment_header, write_init_segment};
+    use crate::media::fmp4::{AudioTrack, TrackRun, fragment_header_buffer, write_fragment_header, write_init_segment};
 
-    fn segment(fragments: usize) -> Vec<u8> {
+    /// A stand-in `mp4a` sample entry: the reader only carries it.
+    const MP4A: [u8; 16] = [0, 0, 0, 16, b'm', b'p', b'4', b'a', 0, 0, 0, 0, 0, 0, 0, 1];
+
+    fn segment_with(fragments: usize, with_audio: bool) -> Vec<u8> {
         let entry = avc::test_sample_entry();
         let mut init = vec![0u8; limits::INIT_SEGMENT_MAX_BYTES];
-        let n = write_init_segment(&mut init, &entry, 640, 360).unwrap();
+        let audio_track = with_audio.then_some(AudioTrack { sample_entry: &MP4A, sample_rate: 48_000 });
+        let n = write_init_segment(&mut init, &entry, 640, 360, audio_track).unwrap();
         let mut out = init[..n].to_vec();
         let mut head = fragment_header_buffer();
         for i in 0..fragments {
             let samples = [
-                SampleEntry {
-                    duration_90k: 6000,
-                    size_bytes: 10,
-                    is_key: true,
-                },
-                SampleEntry {
-                    duration_90k: 6000,
-                    size_bytes: 20,
-                    is_key: false,
-                },
+                SampleEntry { duration: 6000, size_bytes: 10, is_key: true },
+                SampleEntry { duration: 6000, size_bytes: 20, is_key: false },
             ];
-            let n = write_fragment_header(
-                &mut head[..],
-                i as u32 + 1,
-                i as u64 * 12_000,
-                1_000_000 * i as i64,
-                &samples,
-            )
-            .unwrap();
+            let audio = [SampleEntry { duration: 1024, size_bytes: 7, is_key: true }; 3];
+            let video = TrackRun { base_decode: i as u64 * 12_000, samples: &samples };
+            let audio_run = with_audio.then_some(TrackRun { base_decode: i as u64 * 3072, samples: &audio });
+            let n = write_fragment_header(&mut head[..], i as u32 + 1, 1_000_000 * i as i64, video, audio_run).unwrap();
             out.extend_from_slice(&head[..n]);
             out.extend(std::iter::repeat_n(0xAB, 30));
+            if with_audio {
+                out.extend(std::iter::repeat_n(0xCD, 21));
+            }
         }
         out
+    }
+
+    fn segment(fragments: usize) -> Vec<u8> {
+        segment_with(fragments, false)
+    }
+
+    #[test]
+    fn reads_back_an_audio_track_and_its_samples() {
+        let bytes = segment_with(2, true);
+        let (init, frags) = read_all(&bytes).unwrap();
+        let audio = init.audio.expect("audio track");
+        assert_eq!((audio.track_id, audio.timescale, &audio.sample_entry[..]), (2, 48_000, &MP4A[..]));
+        assert_eq!(frags[1].audio_samples.len(), 3);
+        assert_eq!(frags[1].audio_base_decode, 3072);
+        assert_eq!(frags[1].samples.len(), 2);
+        assert_eq!(frags[1].end_byte, bytes.len() as u64);
+        // The video-only reader of the same bytes with the audio cut out must not accept them.
+        let mut corrupt = bytes.clone();
+        let last = corrupt.len() - 1;
+        corrupt.truncate(last);
+        assert!(read_all(&corrupt).is_err());
     }
 
     #[test]
     fn reads_back_what_the_writer_wrote() {
         let bytes = segment(3);
         let (init, frags) = read_all(&bytes).unwrap();
-        assert_eq!(
-            (init.codec, init.width, init.height, init.timescale),
-            (Codec::H264, 640, 360, 90_000)
-        );
+        assert_eq!((init.codec, init.width, init.height, init.timescale), (Codec::H264, 640, 360, 90_000));
         assert_eq!(init.sample_entry, avc::test_sample_entry());
         assert_eq!(frags.len(), 3);
         assert_eq!(frags[2].sequence, 3);
@@ -649,7 +643,7 @@ mod tests {
 
     #[test]
     fn a_corrupt_byte_anywhere_never_panics() {
-        let bytes = segment(2);
+        let bytes = segment_with(2, true);
         for i in 0..bytes.len() {
             for v in [0x00, 0xff, 0x01] {
                 let mut b = bytes.clone();
@@ -657,5 +651,31 @@ mod tests {
                 let _ = read_all(&b);
             }
         }
+    }
+
+    #[test]
+    fn a_64_bit_box_size_that_would_wrap_is_an_error() {
+        // ftyp with largesize u64::MAX - 7: start + size wraps to the file's start.
+        let mut b = vec![0, 0, 0, 1];
+        b.extend_from_slice(b"ftyp");
+        b.extend_from_slice(&(u64::MAX - 7).to_be_bytes());
+        b.extend_from_slice(&[0; 16]);
+        assert!(matches!(read_all(&b), Err(ReadError::Truncated { .. })));
+    }
+
+    /// Every input the fuzzer ever kept or crashed on (`fuzz/`) reads without a panic.
+    #[test]
+    fn the_fuzz_corpus_reads_without_panicking() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+        let mut n = 0;
+        for dir in ["corpus/fmp4_read", "crashes/fmp4_read"] {
+            let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
+            for e in entries {
+                let bytes = std::fs::read(e.unwrap().path()).unwrap();
+                let _ = read_all(&bytes);
+                n += 1;
+            }
+        }
+        assert!(n > 0, "no fuzz corpus under fuzz/");
     }
 }

@@ -61,6 +61,30 @@ pub struct VideoParams {
     pub sample_entry: Bytes,
 }
 
+/// Codec parameters of an audio stream (AAC).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AudioParams {
+    /// RFC 6381 codec string, e.g. `mp4a.40.2`.
+    pub rfc6381: String,
+    /// Samples per second: also the audio track's timescale.
+    pub sample_rate: u32,
+    /// The whole `mp4a` sample entry box, as it goes into `stsd`.
+    pub sample_entry: Bytes,
+}
+
+/// One encoded audio frame (an AAC access unit).
+#[derive(Clone, Debug)]
+pub struct AudioFrame {
+    /// Presentation time on the camera's clock converted to 90 kHz, relative to the session's
+    /// start like [`Frame::pts_90k`]: used only to place the audio track against the video.
+    pub pts_90k: i64,
+    /// Duration in samples (1024 for AAC-LC).
+    pub duration_samples: u32,
+    /// Raw AAC (no ADTS header).
+    pub data: Bytes,
+    pub params: Arc<AudioParams>,
+}
+
 /// One encoded video frame (access unit) and when it arrived.
 #[derive(Clone, Debug)]
 pub struct Frame {
@@ -77,4 +101,6 @@ pub struct Frame {
     pub data: Bytes,
     /// The codec parameters in effect for this frame.
     pub params: Arc<VideoParams>,
+    /// The session's audio track, if it has one: a segment started at this frame records it.
+    pub audio: Option<Arc<AudioParams>>,
 }

@@ -30,23 +30,11 @@ use crate::limits;
 /// Messages to the flusher.
 pub enum ToFlusher {
     /// A fragment was appended (not yet synced) to the recording's file.
-    Fragment {
-        rec_id: u64,
-        sequence: u32,
-        row: FragmentRow,
-        keyframes: Vec<Keyframe>,
-        recording: RecordingRow,
-    },
+    Fragment { rec_id: u64, sequence: u32, row: FragmentRow, keyframes: Vec<Keyframe>, recording: RecordingRow },
     /// A segment was closed; this is its final row.
-    Closed {
-        rec_id: u64,
-        recording: RecordingRow,
-    },
+    Closed { rec_id: u64, recording: RecordingRow },
     /// A new segment file exists: its directory entry must be synced before its rows.
-    Created {
-        rec_id: u64,
-        recording: RecordingRow,
-    },
+    Created { rec_id: u64, recording: RecordingRow },
     /// A write met a full disk: free what retention can, reply with the bytes freed.
     NeedSpace { reply: SyncSender<u64> },
     /// Commit everything now (shutdown); reply when done.
@@ -91,14 +79,7 @@ impl Flusher {
         let mut index = Index::new();
         let mut paths = BTreeMap::new();
         for (id, r) in catalog.recordings()? {
-            index.insert(
-                id,
-                Entry {
-                    stream_id: r.stream_id,
-                    bytes: r.bytes,
-                    open: r.open,
-                },
-            );
+            index.insert(id, Entry { stream_id: r.stream_id, bytes: r.bytes, open: r.open });
             paths.insert(id, r.path);
         }
         Ok(Flusher {
@@ -143,31 +124,18 @@ impl Flusher {
     }
 
     fn track(&mut self, rec_id: u64, recording: RecordingRow) {
-        self.index.insert(
-            rec_id,
-            Entry {
-                stream_id: recording.stream_id,
-                bytes: recording.bytes,
-                open: recording.open,
-            },
-        );
+        self.index
+            .insert(rec_id, Entry { stream_id: recording.stream_id, bytes: recording.bytes, open: recording.open });
         self.paths.insert(rec_id, recording.path.clone());
         self.recordings.insert(rec_id, recording);
     }
 
     fn handle(&mut self, msg: ToFlusher) {
         match msg {
-            ToFlusher::Fragment {
-                rec_id,
-                sequence,
-                row,
-                keyframes,
-                recording,
-            } => {
+            ToFlusher::Fragment { rec_id, sequence, row, keyframes, recording } => {
                 let stream_id = recording.stream_id;
                 self.fragments.push((rec_id, sequence, row));
-                self.keyframes
-                    .extend(keyframes.into_iter().map(|k| (stream_id, rec_id, k)));
+                self.keyframes.extend(keyframes.into_iter().map(|k| (stream_id, rec_id, k)));
                 self.dirty.insert(rec_id);
                 self.track(rec_id, recording);
                 if self.fragments.len() >= limits::CATALOG_PENDING_FRAGMENTS_MAX {
@@ -245,10 +213,7 @@ impl Flusher {
                     self.recordings = batch.recordings.into_iter().collect();
                     self.garbage_done = batch.garbage_done;
                 } else {
-                    error!(
-                        "dropping {} fragment rows over CATALOG_PENDING_FRAGMENTS_MAX",
-                        batch.fragments.len()
-                    );
+                    error!("dropping {} fragment rows over CATALOG_PENDING_FRAGMENTS_MAX", batch.fragments.len());
                 }
             }
         }
@@ -270,10 +235,7 @@ impl Flusher {
                     // The disk may be too full for the catalog to commit even a deletion.
                     // Unlink first to make room, then drop the rows; a crash in between
                     // leaves rows without a file, which recovery drops at the next start.
-                    warn!(
-                        recording = id,
-                        "catalog cannot commit on a full disk ({e}); unlinking first"
-                    );
+                    warn!(recording = id, "catalog cannot commit on a full disk ({e}); unlinking first");
                     if let Some(rel) = self.paths.get(&id) {
                         let _ = std::fs::remove_file(self.data_dir.join(rel));
                     }
@@ -301,18 +263,9 @@ impl Flusher {
                 }
             }
             freed += row.bytes;
-            self.stats
-                .recordings_deleted
-                .fetch_add(1, Ordering::Relaxed);
-            self.stats
-                .bytes_deleted
-                .fetch_add(row.bytes, Ordering::Relaxed);
-            info!(
-                recording = id,
-                bytes = row.bytes,
-                "retention deleted {}",
-                row.path
-            );
+            self.stats.recordings_deleted.fetch_add(1, Ordering::Relaxed);
+            self.stats.bytes_deleted.fetch_add(row.bytes, Ordering::Relaxed);
+            info!(recording = id, bytes = row.bytes, "retention deleted {}", row.path);
             self.index.remove(&id);
             self.paths.remove(&id);
             self.garbage_done.push(row.path);
@@ -364,6 +317,7 @@ mod tests {
             frames: 0,
             fragments: 0,
             open: true,
+            has_audio: false,
             path: path.into(),
         }
     }
@@ -385,21 +339,10 @@ mod tests {
     fn rows_wait_for_the_interval_unless_the_pending_ceiling_is_reached() {
         let dir = tempfile::tempdir().unwrap();
         let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
-        let (id, row) = catalog
-            .begin_recording(recording(""), |_| "seg.mp4".into())
-            .unwrap();
+        let (id, row) = catalog.begin_recording(recording(""), |_| "seg.mp4".into()).unwrap();
         std::fs::write(dir.path().join("seg.mp4"), b"bytes").unwrap();
-        let caps = Retention {
-            stream_max_bytes: u64::MAX,
-            total_max_bytes: u64::MAX,
-        };
-        let mut f = Flusher::new(
-            catalog.clone(),
-            dir.path().into(),
-            Duration::from_secs(3600),
-            caps,
-        )
-        .unwrap();
+        let caps = Retention { stream_max_bytes: u64::MAX, total_max_bytes: u64::MAX };
+        let mut f = Flusher::new(catalog.clone(), dir.path().into(), Duration::from_secs(3600), caps).unwrap();
         let stats = f.stats();
         for i in 1..limits::CATALOG_PENDING_FRAGMENTS_MAX as u32 {
             f.handle(ToFlusher::Fragment {
@@ -410,11 +353,7 @@ mod tests {
                 recording: row.clone(),
             });
         }
-        assert_eq!(
-            stats.commits.load(Ordering::Relaxed),
-            0,
-            "below the ceiling rows wait"
-        );
+        assert_eq!(stats.commits.load(Ordering::Relaxed), 0, "below the ceiling rows wait");
         assert!(catalog.fragments(id).unwrap().is_empty());
         let last = limits::CATALOG_PENDING_FRAGMENTS_MAX as u32;
         f.handle(ToFlusher::Fragment {
@@ -424,47 +363,19 @@ mod tests {
             keyframes: vec![],
             recording: row,
         });
-        assert_eq!(
-            stats.commits.load(Ordering::Relaxed),
-            1,
-            "the ceiling forces a commit"
-        );
-        assert_eq!(
-            stats.file_syncs.load(Ordering::Relaxed),
-            1,
-            "the file was synced first"
-        );
-        assert_eq!(
-            catalog.fragments(id).unwrap().len(),
-            limits::CATALOG_PENDING_FRAGMENTS_MAX
-        );
+        assert_eq!(stats.commits.load(Ordering::Relaxed), 1, "the ceiling forces a commit");
+        assert_eq!(stats.file_syncs.load(Ordering::Relaxed), 1, "the file was synced first");
+        assert_eq!(catalog.fragments(id).unwrap().len(), limits::CATALOG_PENDING_FRAGMENTS_MAX);
     }
 
     #[test]
     fn rows_of_a_file_that_cannot_be_synced_are_not_committed() {
         let dir = tempfile::tempdir().unwrap();
         let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
-        let (id, row) = catalog
-            .begin_recording(recording(""), |_| "missing.mp4".into())
-            .unwrap();
-        let caps = Retention {
-            stream_max_bytes: u64::MAX,
-            total_max_bytes: u64::MAX,
-        };
-        let mut f = Flusher::new(
-            catalog.clone(),
-            dir.path().into(),
-            Duration::from_secs(3600),
-            caps,
-        )
-        .unwrap();
-        f.handle(ToFlusher::Fragment {
-            rec_id: id,
-            sequence: 1,
-            row: fragment(1),
-            keyframes: vec![],
-            recording: row,
-        });
+        let (id, row) = catalog.begin_recording(recording(""), |_| "missing.mp4".into()).unwrap();
+        let caps = Retention { stream_max_bytes: u64::MAX, total_max_bytes: u64::MAX };
+        let mut f = Flusher::new(catalog.clone(), dir.path().into(), Duration::from_secs(3600), caps).unwrap();
+        f.handle(ToFlusher::Fragment { rec_id: id, sequence: 1, row: fragment(1), keyframes: vec![], recording: row });
         f.flush();
         assert!(catalog.fragments(id).unwrap().is_empty());
     }

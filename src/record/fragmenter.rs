@@ -11,13 +11,18 @@
 //!   [`limits::FRAGMENT_MAX_SAMPLES`] or [`limits::FRAGMENT_MAX_BYTES`]. A sample's duration
 //!   is known only when the next frame arrives, so a fragment is emitted when the frame after
 //!   its last arrives; at the end of a run the last frame repeats the previous duration.
+//! - Audio, when the session has it, rides along: the audio frames that arrive while a
+//!   fragment's video is pending go into that fragment. A segment has an audio track when its
+//!   first frame names the session's audio parameters; its audio decode time starts at the
+//!   first audio frame's offset from the segment's first video frame and then runs on
+//!   contiguously.
 
 use std::sync::Arc;
 
 use crate::clock::{self, RunClock};
 use crate::limits;
 use crate::media::fmp4::SampleEntry;
-use crate::media::{Frame, VideoParams};
+use crate::media::{AudioFrame, AudioParams, Frame, VideoParams};
 
 /// A gap in camera time larger than this between consecutive frames is a discontinuity.
 const FRAME_GAP_MAX_90K: i64 = 10 * 90_000;
@@ -29,11 +34,7 @@ const FALLBACK_FRAME_DURATION_90K: i64 = 3_000;
 #[derive(Debug)]
 pub enum Event {
     /// Open a new segment file for these parameters. `new_run` when it starts a run.
-    StartSegment {
-        params: Arc<VideoParams>,
-        new_run: bool,
-        wall_start_us: i64,
-    },
+    StartSegment { params: Arc<VideoParams>, audio: Option<Arc<AudioParams>>, new_run: bool, wall_start_us: i64 },
     /// Append one fragment to the open segment.
     Fragment(FragmentOut),
     /// Close the open segment.
@@ -51,14 +52,19 @@ pub struct FragmentOut {
     pub wall_end_us: i64,
     pub samples: Vec<SampleEntry>,
     pub frames: Vec<Frame>,
+    /// Decode time of the first audio sample since the segment's start, in samples.
+    pub audio_base_decode: u64,
+    pub audio_samples: Vec<SampleEntry>,
+    pub audio_frames: Vec<AudioFrame>,
 }
 
 impl FragmentOut {
     pub fn duration_90k(&self) -> u64 {
-        self.samples.iter().map(|s| u64::from(s.duration_90k)).sum()
+        self.samples.iter().map(|s| u64::from(s.duration)).sum()
     }
+    /// Bytes of the fragment's samples, video and audio.
     pub fn payload_bytes(&self) -> u64 {
-        self.samples.iter().map(|s| u64::from(s.size_bytes)).sum()
+        self.samples.iter().chain(&self.audio_samples).map(|s| u64::from(s.size_bytes)).sum()
     }
 }
 
@@ -76,6 +82,9 @@ pub struct Skipped {
     pub before_keyframe: u64,
     /// Waiting for a sane wall clock.
     pub clock_not_sane: u64,
+    /// Audio frames with no segment (or no audio track in it) to go into, or over
+    /// [`limits::FRAGMENT_MAX_AUDIO_SAMPLES`].
+    pub audio: u64,
 }
 
 struct Segment {
@@ -83,6 +92,9 @@ struct Segment {
     start_pts_90k: i64,
     bytes: u64,
     next_sequence: u32,
+    audio: Option<Arc<AudioParams>>,
+    /// Decode time of the next audio sample; set by the segment's first audio frame.
+    audio_next_decode: Option<u64>,
 }
 
 /// The per-stream state machine. Lifecycle: [`Fragmenter::push`] each frame;
@@ -96,6 +108,7 @@ pub struct Fragmenter {
     segment: Option<Segment>,
     pending: Vec<Frame>,
     pending_bytes: usize,
+    pending_audio: Vec<AudioFrame>,
     last_pts_90k: i64,
     last_duration_90k: i64,
     skipped: Skipped,
@@ -111,6 +124,7 @@ impl Fragmenter {
             segment: None,
             pending: Vec::new(),
             pending_bytes: 0,
+            pending_audio: Vec::new(),
             last_pts_90k: 0,
             last_duration_90k: FALLBACK_FRAME_DURATION_90K,
             skipped: Skipped::default(),
@@ -146,18 +160,12 @@ impl Fragmenter {
                 self.skipped.clock_not_sane += 1;
                 return;
             }
-            self.clock = Some(RunClock::start(
-                frame.pts_90k,
-                frame.received_mono_us,
-                frame.received_wall_us,
-            ));
+            self.clock = Some(RunClock::start(frame.pts_90k, frame.received_mono_us, frame.received_wall_us));
             self.run_starting = true;
         }
 
-        let params_changed = self
-            .segment
-            .as_ref()
-            .is_some_and(|s| !Arc::ptr_eq(&s.params, &frame.params) && *s.params != *frame.params);
+        let params_changed =
+            self.segment.as_ref().is_some_and(|s| !Arc::ptr_eq(&s.params, &frame.params) && *s.params != *frame.params);
         if let Some(first) = self.pending.first() {
             let full = frame.is_key
                 || params_changed
@@ -189,6 +197,7 @@ impl Fragmenter {
             let new_run = std::mem::take(&mut self.run_starting);
             out.push(Event::StartSegment {
                 params: frame.params.clone(),
+                audio: frame.audio.clone(),
                 new_run,
                 wall_start_us,
             });
@@ -197,6 +206,8 @@ impl Fragmenter {
                 start_pts_90k: frame.pts_90k,
                 bytes: frame.params.sample_entry.len() as u64 + 800,
                 next_sequence: 1,
+                audio: frame.audio.clone(),
+                audio_next_decode: None,
             });
         }
         if let Some(prev) = self.pending.last() {
@@ -205,6 +216,21 @@ impl Fragmenter {
         self.last_pts_90k = frame.pts_90k;
         self.pending_bytes += frame.data.len();
         self.pending.push(frame);
+    }
+
+    /// Takes one audio frame: it joins the fragment being gathered, if that fragment's
+    /// segment records this audio.
+    pub fn push_audio(&mut self, frame: AudioFrame) {
+        let same_params =
+            |s: &Segment| s.audio.as_ref().is_some_and(|a| Arc::ptr_eq(a, &frame.params) || **a == *frame.params);
+        let fits = self.segment.as_ref().is_some_and(same_params)
+            && !self.pending.is_empty()
+            && self.pending_audio.len() < limits::FRAGMENT_MAX_AUDIO_SAMPLES;
+        if fits {
+            self.pending_audio.push(frame);
+        } else {
+            self.skipped.audio += 1;
+        }
     }
 
     /// Ends the run: emits the pending fragment (its last frame repeating the previous
@@ -225,15 +251,30 @@ impl Fragmenter {
 
     fn emit_fragment(&mut self, end_pts_90k: i64, end_mono_us: i64, out: &mut Vec<Event>) {
         let frames = std::mem::take(&mut self.pending);
+        let audio_frames = std::mem::take(&mut self.pending_audio);
         self.pending_bytes = 0;
         let (Some(seg), Some(clock)) = (self.segment.as_mut(), self.clock.as_mut()) else {
             return;
         };
+        let audio_base_decode = match (&seg.audio, audio_frames.first()) {
+            (Some(params), Some(first)) => *seg.audio_next_decode.get_or_insert_with(|| {
+                let offset_90k = (first.pts_90k - seg.start_pts_90k).max(0) as u64;
+                offset_90k * u64::from(params.sample_rate) / 90_000
+            }),
+            _ => seg.audio_next_decode.unwrap_or(0),
+        };
+        let audio_samples: Vec<SampleEntry> = audio_frames
+            .iter()
+            .map(|a| SampleEntry { duration: a.duration_samples, size_bytes: a.data.len() as u32, is_key: true })
+            .collect();
+        if let Some(next) = seg.audio_next_decode.as_mut() {
+            *next += audio_samples.iter().map(|s| u64::from(s.duration)).sum::<u64>();
+        }
         let mut samples = Vec::with_capacity(frames.len());
         for (i, f) in frames.iter().enumerate() {
             let next_pts = frames.get(i + 1).map_or(end_pts_90k, |n| n.pts_90k);
             samples.push(SampleEntry {
-                duration_90k: (next_pts - f.pts_90k) as u32,
+                duration: (next_pts - f.pts_90k) as u32,
                 size_bytes: f.data.len() as u32,
                 is_key: f.is_key,
             });
@@ -248,6 +289,9 @@ impl Fragmenter {
             wall_end_us,
             samples,
             frames,
+            audio_base_decode,
+            audio_samples,
+            audio_frames,
         };
         seg.next_sequence += 1;
         seg.bytes += fragment.payload_bytes() + 64 + 12 * fragment.samples.len() as u64;
@@ -282,27 +326,16 @@ mod tests {
             is_key: i % gop == 0,
             data: Bytes::from(vec![0u8; 100]),
             params: p.clone(),
+            audio: None,
         }
     }
 
     fn bounds() -> SegmentBounds {
-        SegmentBounds {
-            max_duration_90k: 10 * 90_000,
-            max_bytes: u64::MAX,
-        }
+        SegmentBounds { max_duration_90k: 10 * 90_000, max_bytes: u64::MAX }
     }
 
     fn fragments(events: &[Event]) -> Vec<&FragmentOut> {
-        events
-            .iter()
-            .filter_map(|e| {
-                if let Event::Fragment(f) = e {
-                    Some(f)
-                } else {
-                    None
-                }
-            })
-            .collect()
+        events.iter().filter_map(|e| if let Event::Fragment(f) = e { Some(f) } else { None }).collect()
     }
 
     #[test]
@@ -317,15 +350,12 @@ mod tests {
         assert!(matches!(out[0], Event::StartSegment { new_run: true, .. }));
         assert!(matches!(out.last(), Some(Event::EndSegment)));
         let frags = fragments(&out);
-        assert_eq!(
-            frags.iter().map(|f| f.samples.len()).collect::<Vec<_>>(),
-            [15, 15, 15, 1]
-        );
+        assert_eq!(frags.iter().map(|f| f.samples.len()).collect::<Vec<_>>(), [15, 15, 15, 1]);
         for (n, f) in frags.iter().enumerate() {
             assert_eq!(f.sequence, n as u32 + 1);
             assert!(f.samples[0].is_key);
             assert_eq!(f.base_decode_90k, n as u64 * 15 * 6000);
-            assert!(f.samples.iter().all(|s| s.duration_90k == 6000));
+            assert!(f.samples.iter().all(|s| s.duration == 6000));
         }
         // Wall times are continuous from fragment to fragment.
         for w in frags.windows(2) {
@@ -370,28 +400,15 @@ mod tests {
         for i in 0..(15 * 25) {
             fr.push(frame(i, 15, &p), &mut out);
         }
-        let starts = out
-            .iter()
-            .filter(|e| matches!(e, Event::StartSegment { .. }))
-            .count();
+        let starts = out.iter().filter(|e| matches!(e, Event::StartSegment { .. })).count();
         assert_eq!(starts, 3, "25 s in 10 s segments");
-        let news = out
-            .iter()
-            .filter(|e| matches!(e, Event::StartSegment { new_run: true, .. }))
-            .count();
+        let news = out.iter().filter(|e| matches!(e, Event::StartSegment { new_run: true, .. })).count();
         assert_eq!(news, 1, "one run");
 
         out.clear();
         let q = params(1280);
         fr.push(frame(15 * 25, 15, &q), &mut out);
-        assert!(matches!(
-            out[..],
-            [
-                Event::Fragment(_),
-                Event::EndSegment,
-                Event::StartSegment { new_run: false, .. }
-            ]
-        ));
+        assert!(matches!(out[..], [Event::Fragment(_), Event::EndSegment, Event::StartSegment { new_run: false, .. }]));
     }
 
     #[test]
@@ -406,14 +423,7 @@ mod tests {
         let mut stepped = frame(30, 15, &p);
         stepped.received_wall_us += limits::CLOCK_STEP_MAX_US + 1;
         fr.push(stepped, &mut out);
-        assert!(matches!(
-            out[..],
-            [
-                Event::Fragment(_),
-                Event::EndSegment,
-                Event::StartSegment { new_run: true, .. }
-            ]
-        ));
+        assert!(matches!(out[..], [Event::Fragment(_), Event::EndSegment, Event::StartSegment { new_run: true, .. }]));
 
         out.clear();
         fr.push(frame(2, 15, &p), &mut out); // goes backwards, not a keyframe
@@ -447,10 +457,7 @@ mod tests {
             f.is_key = i == 0;
             fr.push(f, &mut out);
         }
-        assert_eq!(
-            fragments(&out)[0].samples.len(),
-            limits::FRAGMENT_MAX_SAMPLES
-        );
+        assert_eq!(fragments(&out)[0].samples.len(), limits::FRAGMENT_MAX_SAMPLES);
 
         let mut fr = Fragmenter::new(bounds(), true);
         out.clear();
@@ -463,5 +470,46 @@ mod tests {
         for f in fragments(&out) {
             assert!(f.payload_bytes() <= limits::FRAGMENT_MAX_BYTES as u64);
         }
+    }
+
+    fn aac(pts_90k: i64, params: &Arc<AudioParams>) -> AudioFrame {
+        AudioFrame { pts_90k, duration_samples: 1024, data: Bytes::from(vec![1u8; 20]), params: params.clone() }
+    }
+
+    #[test]
+    fn audio_rides_with_the_video_fragment_and_its_decode_time_runs_on() {
+        let p = params(640);
+        let a = Arc::new(AudioParams { rfc6381: "mp4a.40.2".into(), sample_rate: 48_000, sample_entry: Bytes::new() });
+        let mut fr = Fragmenter::new(bounds(), true);
+        let mut out = Vec::new();
+        // Audio before any video has nowhere to go.
+        fr.push_audio(aac(0, &a));
+        let mut audio_pts = 1000 + 9000; // the first audio frame is 0.1 s after the first video frame
+        for i in 0..31 {
+            let mut f = frame(i, 15, &p);
+            f.audio = Some(a.clone());
+            let pts = f.pts_90k;
+            fr.push(f, &mut out);
+            while audio_pts < pts + 6000 {
+                fr.push_audio(aac(audio_pts, &a));
+                audio_pts += 1920; // 1024 samples at 48 kHz
+            }
+        }
+        assert_eq!(fr.skipped().audio, 1);
+        assert!(matches!(&out[0], Event::StartSegment { audio: Some(_), .. }));
+        let frags = fragments(&out);
+        assert_eq!(frags.len(), 2);
+        assert_eq!(frags[0].audio_base_decode, 4800, "0.1 s into the segment at 48 kHz");
+        let first_len = frags[0].audio_samples.len() as u64;
+        assert!(first_len >= 40, "{first_len} audio frames in the first second");
+        assert_eq!(frags[1].audio_base_decode, 4800 + first_len * 1024, "contiguous");
+        assert_eq!(frags[0].payload_bytes(), 15 * 100 + first_len * 20);
+
+        // A segment started without audio parameters records no audio.
+        let mut fr = Fragmenter::new(bounds(), true);
+        let mut out = Vec::new();
+        fr.push(frame(0, 15, &p), &mut out);
+        fr.push_audio(aac(1000, &a));
+        assert_eq!(fr.skipped().audio, 1);
     }
 }

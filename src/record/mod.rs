@@ -56,29 +56,19 @@ pub struct Recorder {
 /// The segment bounds for a config: a segment is at most an eighth of a stream's share of
 /// the retention caps, and a sixteenth of the data filesystem, so retention and a full disk
 /// free space in small steps.
-pub fn segment_bounds(
-    config: &Config,
-    stream_count: usize,
-    fs_bytes: Option<u64>,
-) -> fragmenter::SegmentBounds {
+pub fn segment_bounds(config: &Config, stream_count: usize, fs_bytes: Option<u64>) -> fragmenter::SegmentBounds {
     let per_stream_total = config.retention.total_max_bytes / stream_count.max(1) as u64;
     let max_bytes = limits::SEGMENT_MAX_BYTES
         .min(config.retention.stream_max_bytes / 8)
         .min(per_stream_total / 8)
         .min(fs_bytes.map_or(u64::MAX, |b| b / 16 / stream_count.max(1) as u64))
         .max(64 << 10);
-    fragmenter::SegmentBounds {
-        max_duration_90k: limits::SEGMENT_MAX_DURATION_90K,
-        max_bytes,
-    }
+    fragmenter::SegmentBounds { max_duration_90k: limits::SEGMENT_MAX_DURATION_90K, max_bytes }
 }
 
 impl Recorder {
     /// Starts the flusher and one recorder thread per recorded stream of `config`.
-    pub fn start(
-        config: &Config,
-        catalog: Arc<Catalog>,
-    ) -> Result<(Recorder, Vec<RecordedStream>), CatalogError> {
+    pub fn start(config: &Config, catalog: Arc<Catalog>) -> Result<(Recorder, Vec<RecordedStream>), CatalogError> {
         let data_dir: PathBuf = config.data_dir.clone();
         let f = flusher::Flusher::new(
             catalog.clone(),
@@ -87,8 +77,7 @@ impl Recorder {
             config.retention,
         )?;
         let flusher_stats = f.stats();
-        let (flusher_tx, flusher_rx) =
-            std::sync::mpsc::sync_channel(limits::CATALOG_QUEUE_COMMANDS);
+        let (flusher_tx, flusher_rx) = std::sync::mpsc::sync_channel(limits::CATALOG_QUEUE_COMMANDS);
         let flusher = spawn("kp-flusher", move || f.run(flusher_rx));
 
         let recorded: Vec<_> = config
@@ -113,27 +102,10 @@ impl Recorder {
                 fragmenter::Fragmenter::new(bounds, config.require_sane_clock),
             );
             let stats = rec.stats.clone();
-            handles.push(spawn(&format!("kp-rec-{stream_id}"), move || {
-                rec.run(receiver)
-            }));
-            streams.push(RecordedStream {
-                camera,
-                kind,
-                stream_id,
-                sender,
-                queue,
-                stats,
-            });
+            handles.push(spawn(&format!("kp-rec-{stream_id}"), move || rec.run(receiver)));
+            streams.push(RecordedStream { camera, kind, stream_id, sender, queue, stats });
         }
-        Ok((
-            Recorder {
-                flusher_tx,
-                flusher,
-                streams: handles,
-                flusher_stats,
-            },
-            streams,
-        ))
+        Ok((Recorder { flusher_tx, flusher, streams: handles, flusher_stats }, streams))
     }
 
     /// Waits (bounded by [`limits::SHUTDOWN_TIMEOUT_MS`]) for the recorder threads to close
@@ -154,14 +126,8 @@ impl Recorder {
             let _ = h.join();
         }
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        if self
-            .flusher_tx
-            .send(flusher::ToFlusher::Flush { reply: tx })
-            .is_ok()
-        {
-            let left = deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_secs(1));
+        if self.flusher_tx.send(flusher::ToFlusher::Flush { reply: tx }).is_ok() {
+            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
             if rx.recv_timeout(left).is_err() {
                 warn!("the final catalog commit did not finish in time");
             }
@@ -197,14 +163,8 @@ mod tests {
         let mut c = Config::demo("/d".into());
         c.retention.stream_max_bytes = u64::MAX;
         c.retention.total_max_bytes = u64::MAX;
-        assert_eq!(
-            segment_bounds(&c, 1, None).max_bytes,
-            limits::SEGMENT_MAX_BYTES
-        );
-        assert_eq!(
-            segment_bounds(&c, 1, None).max_duration_90k,
-            limits::SEGMENT_MAX_DURATION_90K
-        );
+        assert_eq!(segment_bounds(&c, 1, None).max_bytes, limits::SEGMENT_MAX_BYTES);
+        assert_eq!(segment_bounds(&c, 1, None).max_duration_90k, limits::SEGMENT_MAX_DURATION_90K);
         c.retention.stream_max_bytes = 8 << 20;
         assert_eq!(segment_bounds(&c, 1, None).max_bytes, 1 << 20);
         c.retention.total_max_bytes = 16 << 20;

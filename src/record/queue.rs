@@ -12,13 +12,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio::sync::mpsc;
 
 use crate::limits;
-use crate::media::Frame;
+use crate::media::{AudioFrame, Frame};
 
 /// What a recorder thread receives.
 #[derive(Debug)]
 pub enum StreamMsg {
     /// A frame; `after_gap` when frames were lost (or the session restarted) before it.
     Frame { frame: Frame, after_gap: bool },
+    /// An audio frame of the same session.
+    Audio(AudioFrame),
     /// The camera session ended: close what is open rather than wait for the next frame.
     SessionEnded,
 }
@@ -49,16 +51,8 @@ pub fn channel() -> (FrameSender, FrameReceiver, Arc<QueueStats>) {
     let (tx, rx) = mpsc::channel(limits::INGEST_QUEUE_FRAMES);
     let stats = Arc::new(QueueStats::default());
     (
-        FrameSender {
-            tx,
-            stats: stats.clone(),
-            need_keyframe: false,
-            gap: true,
-        },
-        FrameReceiver {
-            rx,
-            stats: stats.clone(),
-        },
+        FrameSender { tx, stats: stats.clone(), need_keyframe: false, gap: true },
+        FrameReceiver { rx, stats: stats.clone() },
         stats,
     )
 }
@@ -75,10 +69,7 @@ impl FrameSender {
         let fits = in_flight + len <= limits::INGEST_QUEUE_BYTES_PER_STREAM;
         if fits {
             self.stats.bytes_in_flight.fetch_add(len, Ordering::Relaxed);
-            match self.tx.try_send(StreamMsg::Frame {
-                frame,
-                after_gap: self.gap,
-            }) {
+            match self.tx.try_send(StreamMsg::Frame { frame, after_gap: self.gap }) {
                 Ok(()) => {
                     self.need_keyframe = false;
                     self.gap = false;
@@ -92,6 +83,21 @@ impl FrameSender {
         self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
         self.need_keyframe = true;
         self.gap = true;
+        false
+    }
+
+    /// Queues an audio frame if it fits; audio is small and never waits for a keyframe, but
+    /// counts against the same byte ceiling.
+    pub fn send_audio(&mut self, frame: AudioFrame) -> bool {
+        let len = frame.data.len();
+        if self.stats.bytes_in_flight.load(Ordering::Relaxed) + len <= limits::INGEST_QUEUE_BYTES_PER_STREAM {
+            self.stats.bytes_in_flight.fetch_add(len, Ordering::Relaxed);
+            if self.tx.try_send(StreamMsg::Audio(frame)).is_ok() {
+                return true;
+            }
+            self.stats.bytes_in_flight.fetch_sub(len, Ordering::Relaxed);
+        }
+        self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
         false
     }
 
@@ -121,18 +127,17 @@ impl FrameReceiver {
         loop {
             match self.rx.try_recv() {
                 Ok(msg) => {
-                    if let StreamMsg::Frame { frame, .. } = &msg {
-                        self.stats
-                            .bytes_in_flight
-                            .fetch_sub(frame.data.len(), Ordering::Relaxed);
-                    }
+                    let len = match &msg {
+                        StreamMsg::Frame { frame, .. } => frame.data.len(),
+                        StreamMsg::Audio(a) => a.data.len(),
+                        StreamMsg::SessionEnded => 0,
+                    };
+                    self.stats.bytes_in_flight.fetch_sub(len, Ordering::Relaxed);
                     return Some(msg);
                 }
                 Err(mpsc::error::TryRecvError::Disconnected) => return None,
                 Err(mpsc::error::TryRecvError::Empty) => {
-                    std::thread::sleep(std::time::Duration::from_millis(
-                        limits::RECORDER_POLL_INTERVAL_MS,
-                    ));
+                    std::thread::sleep(std::time::Duration::from_millis(limits::RECORDER_POLL_INTERVAL_MS));
                 }
             }
         }
@@ -159,6 +164,7 @@ mod tests {
                 height: 1,
                 sample_entry: Bytes::new(),
             }),
+            audio: None,
         }
     }
 
@@ -171,13 +177,7 @@ mod tests {
         assert!(!tx.send(frame(10, false)), "the queue is full");
         assert_eq!(stats.frames_dropped.load(Ordering::Relaxed), 1);
         let first = rx.recv().unwrap();
-        assert!(matches!(
-            first,
-            StreamMsg::Frame {
-                after_gap: true,
-                ..
-            }
-        ));
+        assert!(matches!(first, StreamMsg::Frame { after_gap: true, .. }));
         assert!(!tx.send(frame(10, false)), "room again, but not a keyframe");
         assert!(tx.send(frame(10, true)));
         while let Some(StreamMsg::Frame { after_gap, frame }) = rx.rx.try_recv().ok() {
@@ -194,9 +194,6 @@ mod tests {
         assert!(tx.send(frame(half, true)));
         assert!(tx.send(frame(half, false)));
         assert!(!tx.send(frame(1, false)));
-        assert_eq!(
-            stats.bytes_in_flight.load(Ordering::Relaxed),
-            limits::INGEST_QUEUE_BYTES_PER_STREAM
-        );
+        assert_eq!(stats.bytes_in_flight.load(Ordering::Relaxed), limits::INGEST_QUEUE_BYTES_PER_STREAM);
     }
 }

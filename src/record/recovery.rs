@@ -47,10 +47,7 @@ pub enum RecoveryError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> RecoveryError + '_ {
-    move |source| RecoveryError::Io {
-        path: path.display().to_string(),
-        source,
-    }
+    move |source| RecoveryError::Io { path: path.display().to_string(), source }
 }
 
 /// Reconciles the catalog and the data directory.
@@ -136,11 +133,7 @@ fn recover_one(
             return Ok(None);
         }
     };
-    let mut valid_end = if row.fragments > 0 {
-        row.bytes
-    } else {
-        init.end_byte
-    };
+    let mut valid_end = if row.fragments > 0 { row.bytes } else { init.end_byte };
     reader.seek_to(valid_end);
     loop {
         let frag = match reader.next_fragment() {
@@ -152,9 +145,7 @@ fn recover_one(
             }
         };
         let first_ok = row.fragments > 0 || frag.samples.first().is_some_and(|s| s.is_key);
-        let (Some(wall_start_us), true, true) =
-            (frag.wall_us, frag.sequence == row.fragments + 1, first_ok)
-        else {
+        let (Some(wall_start_us), true, true) = (frag.wall_us, frag.sequence == row.fragments + 1, first_ok) else {
             warn!(path = %path.display(), "cutting a fragment out of sequence");
             break;
         };
@@ -181,7 +172,7 @@ fn recover_one(
                     },
                 ));
             }
-            offset_90k += i64::from(s.duration_90k);
+            offset_90k += i64::from(s.duration);
         }
         row.fragments += 1;
         row.frames += u64::from(fr.frames);
@@ -225,12 +216,7 @@ fn remove(path: &Path) -> Result<(), RecoveryError> {
 
 /// Calls `f` with the data-relative path of every file under `dir`, three levels deep at
 /// most (`recordings/<camera>/<stream>/<file>`).
-pub(crate) fn walk(
-    dir: &Path,
-    data_dir: &Path,
-    depth: usize,
-    f: &mut dyn FnMut(&str),
-) -> Result<(), RecoveryError> {
+pub(crate) fn walk(dir: &Path, data_dir: &Path, depth: usize, f: &mut dyn FnMut(&str)) -> Result<(), RecoveryError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -257,7 +243,7 @@ mod tests {
     use crate::catalog::Batch;
     use crate::limits;
     use crate::media::fmp4::{
-        SampleEntry, fragment_header_buffer, write_fragment_header, write_init_segment,
+        SampleEntry, TrackRun, fragment_header_buffer, write_fragment_header, write_init_segment,
     };
     use crate::media::{Codec, avc};
 
@@ -267,27 +253,16 @@ mod tests {
     /// fragment's (start, end).
     fn segment(n: u32) -> (Vec<u8>, Vec<(u64, u64)>) {
         let mut init = vec![0u8; limits::INIT_SEGMENT_MAX_BYTES];
-        let len = write_init_segment(&mut init, &avc::test_sample_entry(), 640, 360).unwrap();
+        let len = write_init_segment(&mut init, &avc::test_sample_entry(), 640, 360, None).unwrap();
         let mut out = init[..len].to_vec();
         let mut bounds = Vec::new();
         let mut head = fragment_header_buffer();
         for i in 0..n {
-            let samples: Vec<_> = (0..15)
-                .map(|k| SampleEntry {
-                    duration_90k: 6000,
-                    size_bytes: 40,
-                    is_key: k == 0,
-                })
-                .collect();
+            let samples: Vec<_> =
+                (0..15).map(|k| SampleEntry { duration: 6000, size_bytes: 40, is_key: k == 0 }).collect();
             let start = out.len() as u64;
-            let h = write_fragment_header(
-                &mut head[..],
-                i + 1,
-                u64::from(i) * 90_000,
-                WALL0 + i64::from(i) * 1_000_000,
-                &samples,
-            )
-            .unwrap();
+            let video = TrackRun { base_decode: u64::from(i) * 90_000, samples: &samples };
+            let h = write_fragment_header(&mut head[..], i + 1, WALL0 + i64::from(i) * 1_000_000, video, None).unwrap();
             out.extend_from_slice(&head[..h]);
             out.extend(std::iter::repeat_n(7u8, 15 * 40));
             bounds.push((start, out.len() as u64));
@@ -310,6 +285,7 @@ mod tests {
             frames: 0,
             fragments: 0,
             open: true,
+            has_audio: false,
             path: path.into(),
         }
     }
@@ -336,12 +312,8 @@ mod tests {
             frames: 15,
             keyframes: 1,
         };
-        cat.commit(&Batch {
-            fragments: vec![(id, 1, first)],
-            recordings: vec![(id, row)],
-            ..Batch::default()
-        })
-        .unwrap();
+        cat.commit(&Batch { fragments: vec![(id, 1, first)], recordings: vec![(id, row)], ..Batch::default() })
+            .unwrap();
         // A fourth fragment was being written when the power went.
         let (torn, _) = segment(4);
         let whole_len = bytes.len();
@@ -350,8 +322,7 @@ mod tests {
         std::fs::write(data.join(rel), &bytes).unwrap();
         // A file the catalog never knew, and an open recording whose file never appeared.
         std::fs::write(data.join("recordings/cam/main/stray.mp4"), b"junk").unwrap();
-        cat.begin_recording(open_row(""), |_| "recordings/cam/main/never.mp4".into())
-            .unwrap();
+        cat.begin_recording(open_row(""), |_| "recordings/cam/main/never.mp4".into()).unwrap();
 
         let report = recover(&cat, data).unwrap();
         assert_eq!(
@@ -371,18 +342,11 @@ mod tests {
         assert!(!r.open);
         assert_eq!((r.fragments, r.frames, r.bytes), (3, 45, bounds[2].1));
         assert_eq!(r.wall_end_us, WALL0 + 3_000_000);
-        assert_eq!(
-            std::fs::metadata(data.join(rel)).unwrap().len(),
-            bounds[2].1
-        );
+        assert_eq!(std::fs::metadata(data.join(rel)).unwrap().len(), bounds[2].1);
         let frags = cat.fragments(id).unwrap();
         assert_eq!(frags.len(), 3);
         assert_eq!(frags[2].1.wall_start_us, WALL0 + 2_000_000);
-        assert_eq!(
-            cat.keyframes(1, 0, i64::MAX).unwrap().len(),
-            2,
-            "recovered keyframes indexed"
-        );
+        assert_eq!(cat.keyframes(1, 0, i64::MAX).unwrap().len(), 2, "recovered keyframes indexed");
         assert!(!data.join("recordings/cam/main/stray.mp4").exists());
         assert!(cat.garbage().unwrap().is_empty());
         // Recovery is idempotent.
@@ -411,9 +375,7 @@ mod tests {
         let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();
         let mut row = open_row("");
         row.open = false;
-        let (id, _) = cat
-            .begin_recording(row, |_| "recordings/cam/main/gone.mp4".into())
-            .unwrap();
+        let (id, _) = cat.begin_recording(row, |_| "recordings/cam/main/gone.mp4".into()).unwrap();
         let report = recover(&cat, dir.path()).unwrap();
         assert_eq!(report.recordings_dropped, 1);
         assert!(cat.recordings().unwrap().is_empty());

@@ -61,36 +61,16 @@ mod tests {
     use super::*;
 
     fn caps(stream: u64, total: u64) -> Retention {
-        Retention {
-            stream_max_bytes: stream,
-            total_max_bytes: total,
-        }
+        Retention { stream_max_bytes: stream, total_max_bytes: total }
     }
 
     fn index(entries: &[(u64, u32, u64, bool)]) -> Index {
-        entries
-            .iter()
-            .map(|&(id, stream_id, bytes, open)| {
-                (
-                    id,
-                    Entry {
-                        stream_id,
-                        bytes,
-                        open,
-                    },
-                )
-            })
-            .collect()
+        entries.iter().map(|&(id, stream_id, bytes, open)| (id, Entry { stream_id, bytes, open })).collect()
     }
 
     #[test]
     fn per_stream_cap_deletes_that_streams_oldest() {
-        let i = index(&[
-            (1, 1, 10, false),
-            (2, 2, 10, false),
-            (3, 1, 10, false),
-            (4, 1, 10, true),
-        ]);
+        let i = index(&[(1, 1, 10, false), (2, 2, 10, false), (3, 1, 10, false), (4, 1, 10, true)]);
         assert_eq!(plan(&i, &caps(20, 1000), None), vec![1]);
         assert_eq!(plan(&i, &caps(10, 1000), None), vec![1, 3]);
     }
@@ -111,17 +91,9 @@ mod tests {
     #[test]
     fn a_short_disk_frees_until_the_reserve_is_met() {
         let i = index(&[(1, 1, 10, false), (2, 1, 10, false), (3, 1, 10, false)]);
-        let disk = Disk {
-            free_bytes: 5,
-            reserve_bytes: 20,
-            total_bytes: 100,
-        };
+        let disk = Disk { free_bytes: 5, reserve_bytes: 20, total_bytes: 100 };
         assert_eq!(plan(&i, &caps(100, 100), Some(disk)), vec![1, 2]);
-        let fine = Disk {
-            free_bytes: 50,
-            reserve_bytes: 20,
-            total_bytes: 100,
-        };
+        let fine = Disk { free_bytes: 50, reserve_bytes: 20, total_bytes: 100 };
         assert!(plan(&i, &caps(100, 100), Some(fine)).is_empty());
     }
 }

@@ -25,8 +25,8 @@ use super::queue::{FrameReceiver, StreamMsg};
 use crate::catalog::{Catalog, FragmentRow, Keyframe, RecordingRow};
 use crate::clock::ticks_90k_to_us;
 use crate::limits;
-use crate::media::VideoParams;
-use crate::media::fmp4::{self, write_fragment_header, write_init_segment};
+use crate::media::fmp4::{self, AudioTrack, TrackRun, write_fragment_header, write_init_segment};
+use crate::media::{AudioParams, VideoParams};
 
 /// Counters of one stream's recorder.
 #[derive(Debug, Default)]
@@ -49,6 +49,8 @@ struct Segment {
     /// after a write failure starts its own numbering.
     decode_offset_90k: u64,
     sequence_offset: u32,
+    /// Audio decode time at this file's start: set by its first fragment.
+    audio_decode_offset: Option<u64>,
 }
 
 pub struct StreamRecorder {
@@ -62,6 +64,7 @@ pub struct StreamRecorder {
     pub stats: Arc<RecorderStats>,
     segment: Option<Segment>,
     params: Option<Arc<VideoParams>>,
+    audio: Option<Arc<AudioParams>>,
     run_id: u64,
     header_buf: Box<[u8; limits::MOOF_MAX_BYTES]>,
 }
@@ -85,6 +88,7 @@ impl StreamRecorder {
             stats: Arc::default(),
             segment: None,
             params: None,
+            audio: None,
             run_id: 0,
             header_buf: fmp4::fragment_header_buffer(),
         }
@@ -101,6 +105,7 @@ impl StreamRecorder {
                     }
                     self.fragmenter.push(frame, &mut events);
                 }
+                StreamMsg::Audio(frame) => self.fragmenter.push_audio(frame),
                 StreamMsg::SessionEnded => self.fragmenter.finish(&mut events),
             }
             for e in events.drain(..) {
@@ -115,11 +120,7 @@ impl StreamRecorder {
 
     fn apply(&mut self, event: Event) {
         match event {
-            Event::StartSegment {
-                params,
-                new_run,
-                wall_start_us,
-            } => {
+            Event::StartSegment { params, audio, new_run, wall_start_us } => {
                 if new_run || self.run_id == 0 {
                     match self.catalog.next_run_id() {
                         Ok(id) => self.run_id = id,
@@ -127,6 +128,7 @@ impl StreamRecorder {
                     }
                 }
                 self.params = Some(params);
+                self.audio = audio;
                 self.open_segment(wall_start_us, 0, 0);
             }
             Event::Fragment(f) => self.write_fragment(f),
@@ -152,50 +154,39 @@ impl StreamRecorder {
             frames: 0,
             fragments: 0,
             open: true,
+            has_audio: self.audio.is_some(),
             path: String::new(),
         };
         // File names sort by time: 20 digits of µs since the epoch, then the id.
         let dir_rel = self.dir_rel.clone();
         let name_us = wall_start_us.max(0);
-        let (rec_id, mut row) = match self
-            .catalog
-            .begin_recording(row, |id| format!("{dir_rel}/{name_us:020}-{id}.mp4"))
-        {
-            Ok(r) => r,
-            Err(e) => {
-                error!(
-                    stream = self.stream_id,
-                    "cannot add a recording to the catalog: {e}"
-                );
-                return;
-            }
-        };
+        let (rec_id, mut row) =
+            match self.catalog.begin_recording(row, |id| format!("{dir_rel}/{name_us:020}-{id}.mp4")) {
+                Ok(r) => r,
+                Err(e) => {
+                    error!(stream = self.stream_id, "cannot add a recording to the catalog: {e}");
+                    return;
+                }
+            };
         let path = self.data_dir.join(&row.path);
         let mut init = vec![0u8; limits::INIT_SEGMENT_MAX_BYTES];
-        let created =
-            write_init_segment(&mut init, &params.sample_entry, params.width, params.height)
-                .map_err(io::Error::other)
-                .and_then(|n| {
-                    init.truncate(n);
-                    std::fs::create_dir_all(path.parent().expect("has a parent"))?;
-                    let mut file = File::options().write(true).create_new(true).open(&path)?;
-                    file.write_all(&init)?;
-                    Ok(file)
-                });
+        let audio =
+            self.audio.as_ref().map(|a| AudioTrack { sample_entry: &a.sample_entry, sample_rate: a.sample_rate });
+        let created = write_init_segment(&mut init, &params.sample_entry, params.width, params.height, audio)
+            .map_err(io::Error::other)
+            .and_then(|n| {
+                init.truncate(n);
+                std::fs::create_dir_all(path.parent().expect("has a parent"))?;
+                let mut file = File::options().write(true).create_new(true).open(&path)?;
+                file.write_all(&init)?;
+                Ok(file)
+            });
         match created {
             Ok(file) => {
                 row.init_bytes = init.len() as u64;
                 row.bytes = row.init_bytes;
-                info!(
-                    stream = self.stream_id,
-                    recording = rec_id,
-                    "recording to {}",
-                    row.path
-                );
-                let _ = self.flusher.send(ToFlusher::Created {
-                    rec_id,
-                    recording: row.clone(),
-                });
+                info!(stream = self.stream_id, recording = rec_id, "recording to {}", row.path);
+                let _ = self.flusher.send(ToFlusher::Created { rec_id, recording: row.clone() });
                 self.segment = Some(Segment {
                     rec_id,
                     row,
@@ -203,6 +194,7 @@ impl StreamRecorder {
                     len_bytes: init.len() as u64,
                     decode_offset_90k,
                     sequence_offset,
+                    audio_decode_offset: if decode_offset_90k == 0 { Some(0) } else { None },
                 });
             }
             Err(e) => {
@@ -212,10 +204,7 @@ impl StreamRecorder {
                 // now so retention and listings do not wait for that.
                 row.open = false;
                 let _ = std::fs::remove_file(&path);
-                let _ = self.flusher.send(ToFlusher::Closed {
-                    rec_id,
-                    recording: row,
-                });
+                let _ = self.flusher.send(ToFlusher::Closed { rec_id, recording: row });
             }
         }
     }
@@ -223,10 +212,7 @@ impl StreamRecorder {
     fn close_segment(&mut self) {
         if let Some(mut seg) = self.segment.take() {
             seg.row.open = false;
-            let _ = self.flusher.send(ToFlusher::Closed {
-                rec_id: seg.rec_id,
-                recording: seg.row,
-            });
+            let _ = self.flusher.send(ToFlusher::Closed { rec_id: seg.rec_id, recording: seg.row });
         }
     }
 
@@ -245,16 +231,8 @@ impl StreamRecorder {
         {
             self.stats.disk_full.fetch_add(1, Ordering::Relaxed);
             let freed = self.request_space();
-            warn!(
-                stream = self.stream_id,
-                freed_bytes = freed,
-                "disk full while writing"
-            );
-            result = if freed > 0 {
-                self.append(&f)
-            } else {
-                Err(io::Error::from(io::ErrorKind::StorageFull))
-            };
+            warn!(stream = self.stream_id, freed_bytes = freed, "disk full while writing");
+            result = if freed > 0 { self.append(&f) } else { Err(io::Error::from(io::ErrorKind::StorageFull)) };
         }
         match result {
             Ok(row) => self.report(f, row),
@@ -276,17 +254,21 @@ impl StreamRecorder {
         let seg = self.segment.as_mut().expect("checked by caller");
         let sequence = f.sequence - seg.sequence_offset;
         let base_decode_90k = f.base_decode_90k - seg.decode_offset_90k;
-        let head_len = write_fragment_header(
-            &mut self.header_buf[..],
-            sequence,
-            base_decode_90k,
-            f.wall_start_us,
-            &f.samples,
-        )
-        .map_err(io::Error::other)?;
-        let mut slices = Vec::with_capacity(f.frames.len() + 1);
+        let video = TrackRun { base_decode: base_decode_90k, samples: &f.samples };
+        // A segment reopened mid-run numbers its audio from its own first fragment.
+        let audio_offset = *seg.audio_decode_offset.get_or_insert(f.audio_base_decode);
+        let audio = seg.row.has_audio.then(|| TrackRun {
+            base_decode: f.audio_base_decode.saturating_sub(audio_offset),
+            samples: &f.audio_samples,
+        });
+        let head_len = write_fragment_header(&mut self.header_buf[..], sequence, f.wall_start_us, video, audio)
+            .map_err(io::Error::other)?;
+        let mut slices = Vec::with_capacity(f.frames.len() + f.audio_frames.len() + 1);
         slices.push(IoSlice::new(&self.header_buf[..head_len]));
         slices.extend(f.frames.iter().map(|fr| IoSlice::new(&fr.data)));
+        if seg.row.has_audio {
+            slices.extend(f.audio_frames.iter().map(|a| IoSlice::new(&a.data)));
+        }
         if let Err(e) = write_all_vectored(&mut seg.file, &mut slices) {
             // Best effort: if even this fails, recovery cuts the torn tail at next start.
             let _ = seg.file.set_len(seg.len_bytes);
@@ -318,7 +300,7 @@ impl StreamRecorder {
                     fragment_start_byte: row.start_byte,
                 });
             }
-            offset_90k += i64::from(s.duration_90k);
+            offset_90k += i64::from(s.duration);
         }
         let r = &mut seg.row;
         r.wall_end_us = row.wall_end_us;
@@ -327,17 +309,9 @@ impl StreamRecorder {
         r.frames += u64::from(row.frames);
         r.fragments += 1;
         self.stats.fragments_written.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .bytes_written
-            .fetch_add(row.end_byte - row.start_byte, Ordering::Relaxed);
+        self.stats.bytes_written.fetch_add(row.end_byte - row.start_byte, Ordering::Relaxed);
         let sequence = r.fragments;
-        let msg = ToFlusher::Fragment {
-            rec_id: seg.rec_id,
-            sequence,
-            row,
-            keyframes,
-            recording: r.clone(),
-        };
+        let msg = ToFlusher::Fragment { rec_id: seg.rec_id, sequence, row, keyframes, recording: r.clone() };
         if self.flusher.send(msg).is_err() {
             error!(stream = self.stream_id, "catalog writer is gone");
         }
@@ -345,11 +319,7 @@ impl StreamRecorder {
 
     fn request_space(&mut self) -> u64 {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        if self
-            .flusher
-            .send(ToFlusher::NeedSpace { reply: tx })
-            .is_err()
-        {
+        if self.flusher.send(ToFlusher::NeedSpace { reply: tx }).is_err() {
             return 0;
         }
         rx.recv().unwrap_or(0)

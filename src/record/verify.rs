@@ -29,11 +29,7 @@ pub struct Verified {
 /// Recovers, then checks every recording and fragment against its file.
 pub fn check(catalog: &Catalog, data_dir: &Path) -> Result<Verified, RecoveryError> {
     let report = recovery::recover(catalog, data_dir)?;
-    let mut v = Verified {
-        recovery: format!("{report:?}"),
-        wall_end_us: i64::MIN,
-        ..Default::default()
-    };
+    let mut v = Verified { recovery: format!("{report:?}"), wall_end_us: i64::MIN, ..Default::default() };
     let mut known = BTreeSet::new();
     for (id, row) in catalog.recordings()? {
         v.recordings += 1;
@@ -41,10 +37,7 @@ pub fn check(catalog: &Catalog, data_dir: &Path) -> Result<Verified, RecoveryErr
         v.wall_end_us = v.wall_end_us.max(row.wall_end_us);
         known.insert(row.path.clone());
         let path = data_dir.join(&row.path);
-        let mut problem = |what: String| {
-            v.problems
-                .push(format!("recording {id} ({}): {what}", row.path))
-        };
+        let mut problem = |what: String| v.problems.push(format!("recording {id} ({}): {what}", row.path));
         let file = match File::open(&path) {
             Ok(f) => f,
             Err(e) => {
@@ -65,11 +58,7 @@ pub fn check(catalog: &Catalog, data_dir: &Path) -> Result<Verified, RecoveryErr
         };
         let fragments = catalog.fragments(id)?;
         if fragments.len() != row.fragments as usize {
-            problem(format!(
-                "{} fragment rows, recording says {}",
-                fragments.len(),
-                row.fragments
-            ));
+            problem(format!("{} fragment rows, recording says {}", fragments.len(), row.fragments));
         }
         let mut frames = 0u64;
         for (seq, f) in fragments {
@@ -90,20 +79,14 @@ pub fn check(catalog: &Catalog, data_dir: &Path) -> Result<Verified, RecoveryErr
                     f.duration_90k,
                     f.end_byte
                 )),
-                Ok(None) => problem(format!(
-                    "fragment {seq} at {} is past the end",
-                    f.start_byte
-                )),
+                Ok(None) => problem(format!("fragment {seq} at {} is past the end", f.start_byte)),
                 Err(e) => problem(format!("fragment {seq}: {e}")),
             }
             frames += u64::from(f.frames);
             v.fragments += 1;
         }
         if frames != row.frames {
-            problem(format!(
-                "fragments hold {frames} frames, recording says {}",
-                row.frames
-            ));
+            problem(format!("fragments hold {frames} frames, recording says {}", row.frames));
         }
         v.frames += frames;
     }

@@ -9,14 +9,7 @@ use crate::common::*;
 fn retries(log: &str, stream: &str) -> Vec<u64> {
     log.lines()
         .filter(|l| l.contains("camera session ended") && l.contains(&format!("stream={stream}")))
-        .filter_map(|l| {
-            l.split("retry_in_ms=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
+        .filter_map(|l| l.split("retry_in_ms=").nth(1)?.split_whitespace().next()?.parse().ok())
         .collect()
 }
 
@@ -65,11 +58,7 @@ main = {{ url = "{flaky}" }}
     let mut d = Daemon::start(dir.path());
 
     // The flaky camera records, dies, and comes back on the same port.
-    d.wait_log(
-        "recording to recordings/flaky/main",
-        1,
-        Duration::from_secs(20),
-    );
+    d.wait_log("recording to recordings/flaky/main", 1, Duration::from_secs(20));
     std::thread::sleep(Duration::from_secs(4));
     flaky.kill();
     d.wait_log("stream=flaky/main", 1, Duration::from_secs(20));
@@ -83,24 +72,12 @@ main = {{ url = "{flaky}" }}
 
     // One that stops answering after DESCRIBE, one that plays but sends nothing.
     d.wait_log("no answer to SETUP in time", 1, Duration::from_secs(25));
-    d.wait_log(
-        "connected, but no video frame for 10 s",
-        1,
-        Duration::from_secs(25),
-    );
+    d.wait_log("connected, but no video frame for 10 s", 1, Duration::from_secs(25));
 
     // The camera that was down at start comes up.
     let _late = Camera::start_on(late_port);
-    d.wait_log(
-        "recording to recordings/late/main",
-        1,
-        Duration::from_secs(40),
-    );
-    d.wait_log(
-        "recording to recordings/flaky/main",
-        2,
-        Duration::from_secs(40),
-    );
+    d.wait_log("recording to recordings/late/main", 1, Duration::from_secs(40));
+    d.wait_log("recording to recordings/flaky/main", 2, Duration::from_secs(40));
     std::thread::sleep(Duration::from_secs(3));
     assert!(d.is_running(), "keeppeek died:\n{}", d.log_text());
     d.stop();
@@ -109,35 +86,19 @@ main = {{ url = "{flaky}" }}
     // Backoff grows: each attempt's range [b/2, b) lies above the previous one's.
     let late = retries(&log, "late/main");
     assert!(late.len() >= 3, "late camera retries: {late:?}");
-    assert!(
-        late.windows(2).all(|w| w[1] > w[0]),
-        "backoff must grow: {late:?}"
-    );
+    assert!(late.windows(2).all(|w| w[1] > w[0]), "backoff must grow: {late:?}");
     let badpw = retries(&log, "badpw/main");
-    assert!(
-        badpw.iter().all(|&ms| ms == 30_000),
-        "wrong password waits the longest: {badpw:?}"
-    );
+    assert!(badpw.iter().all(|&ms| ms == 30_000), "wrong password waits the longest: {badpw:?}");
 
     let recs = d.recordings();
     assert!(of_stream(&recs, "badpw/main").is_empty());
     assert!(of_stream(&recs, "silent/main").is_empty());
     assert!(!of_stream(&recs, "late/main").is_empty());
     let flaky_recs = of_stream(&recs, "flaky/main");
-    let runs: std::collections::BTreeSet<u64> = flaky_recs
-        .iter()
-        .map(|r| r["run_id"].as_u64().unwrap())
-        .collect();
-    assert!(
-        runs.len() >= 2,
-        "the camera's death must end the run: {flaky_recs:?}"
-    );
-    let gap_us = flaky_recs[1]["wall_start_us"].as_i64().unwrap()
-        - flaky_recs[0]["wall_end_us"].as_i64().unwrap();
-    assert!(
-        gap_us >= 2_000_000,
-        "the outage shows as a gap of {gap_us} µs"
-    );
+    let runs: std::collections::BTreeSet<u64> = flaky_recs.iter().map(|r| r["run_id"].as_u64().unwrap()).collect();
+    assert!(runs.len() >= 2, "the camera's death must end the run: {flaky_recs:?}");
+    let gap_us = flaky_recs[1]["wall_start_us"].as_i64().unwrap() - flaky_recs[0]["wall_end_us"].as_i64().unwrap();
+    assert!(gap_us >= 2_000_000, "the outage shows as a gap of {gap_us} µs");
     for r in flaky_recs {
         assert_recording_matches_file(&d.data(), r);
     }

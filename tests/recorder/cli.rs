@@ -26,51 +26,29 @@ fn each_config_mistake_gets_its_clear_error() {
             "[[cameras]]\nname = \"Bad Name\"\nmain = { url = \"rtsp://cam/1\" }\n",
             "cameras[0].name: must be 1 to 32 characters",
         ),
-        (
-            "flush_interval_s = 9999\n",
-            "flush_interval_s: must be 1 to 300",
-        ),
+        ("flush_interval_s = 9999\n", "flush_interval_s: must be 1 to 300"),
         ("colour = \"blue\"\n", "unknown field `colour`"),
     ];
     for (i, (extra, want)) in cases.iter().enumerate() {
         let path = dir.path().join(format!("bad{i}.toml"));
         // Top-level keys go before the first table.
-        let text = if extra.starts_with("[[") {
-            format!("{base}{extra}")
-        } else {
-            format!("{extra}{base}")
-        };
+        let text = if extra.starts_with("[[") { format!("{base}{extra}") } else { format!("{extra}{base}") };
         std::fs::write(&path, text).unwrap();
         let out = keeppeek().arg("check-config").arg(&path).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{want}: accepted");
-        assert!(
-            err.contains(&format!("bad{i}.toml")) && err.contains(want),
-            "want {want:?} in {err:?}"
-        );
+        assert!(err.contains(&format!("bad{i}.toml")) && err.contains(want), "want {want:?} in {err:?}");
         assert!(!err.contains("panicked"), "{err}");
         // `run` refuses the same config at start.
-        let out = keeppeek()
-            .args(["run", "--config"])
-            .arg(&path)
-            .output()
-            .unwrap();
+        let out = keeppeek().args(["run", "--config"]).arg(&path).output().unwrap();
         assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains(want));
     }
-    succeed(
-        keeppeek()
-            .arg("check-config")
-            .arg(repo().join("keeppeek.example.toml")),
-    );
+    succeed(keeppeek().arg("check-config").arg(repo().join("keeppeek.example.toml")));
 }
 
 #[test]
 fn budget_prints_a_figure_per_component() {
-    let out = succeed(
-        keeppeek()
-            .arg("budget")
-            .arg(repo().join("keeppeek.example.toml")),
-    );
+    let out = succeed(keeppeek().arg("budget").arg(repo().join("keeppeek.example.toml")));
     let text = String::from_utf8_lossy(&out);
     for component in [
         "process",
@@ -82,10 +60,8 @@ fn budget_prints_a_figure_per_component() {
         "total",
         "allowed",
     ] {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(component))
-            .unwrap_or_else(|| panic!("no {component} in {text}"));
+        let line =
+            text.lines().find(|l| l.starts_with(component)).unwrap_or_else(|| panic!("no {component} in {text}"));
         assert!(line.contains(" MiB"), "{line}");
     }
     // Too many cameras for a small board: refused.
@@ -99,15 +75,8 @@ fn budget_prints_a_figure_per_component() {
     let config = write_config(dir.path(), &body);
     let out = keeppeek().arg("budget").arg(&config).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stdout).contains("DOES NOT FIT"));
-    let out = keeppeek()
-        .args(["run", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert!(
-        !out.status.success()
-            && String::from_utf8_lossy(&out.stderr).contains("memory budget does not fit")
-    );
+    let out = keeppeek().args(["run", "--config"]).arg(&config).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("memory budget does not fit"));
 }
 
 #[test]
@@ -125,14 +94,13 @@ fn the_demo_records_the_builtin_camera_with_no_setup() {
     let recorded = wait_until(Duration::from_secs(20), || dir_bytes(&main) > 100_000);
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().unwrap();
-    assert!(
-        recorded,
-        "the demo recorded nothing into {}",
-        main.display()
-    );
+    assert!(recorded, "the demo recorded nothing into {}", main.display());
     assert!(status.success());
     for entry in std::fs::read_dir(&main).unwrap() {
-        let packets = ffprobe_packets(&entry.unwrap().path());
+        let path = entry.unwrap().path();
+        let packets = ffprobe_packets(&path);
         assert!(packets[0].key && packets.len() > 15);
+        // The built-in clip's AAC track is recorded too.
+        assert!(ffprobe_stream_packets(&path, "a:0").len() > 40, "{}", path.display());
     }
 }

@@ -24,29 +24,18 @@ pub fn fixtures() -> &'static Path {
             .arg(&dir)
             .output()
             .expect("running tools/make-fixtures.sh");
-        assert!(
-            out.status.success(),
-            "make-fixtures failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "make-fixtures failed: {}", String::from_utf8_lossy(&out.stderr));
         dir
     })
 }
 
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 pub fn wall_us() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as i64
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as i64
 }
 
 /// Polls `f` until it is true or `timeout` passes.
@@ -82,26 +71,15 @@ impl Camera {
             .arg(repo().join("tools/rtsp-camera.py"))
             .args(["--port", &port.to_string(), "--fixtures"])
             .arg(fixtures())
-            .args([
-                "--user",
-                CAMERA_USER,
-                "--password",
-                CAMERA_PASSWORD,
-                "--ready-file",
-            ])
+            .args(["--user", CAMERA_USER, "--password", CAMERA_PASSWORD, "--ready-file"])
             .arg(&ready)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("starting the RTSP camera: is /usr/bin/python3 with gi installed?");
         let mut cam = Camera { child, port };
-        let up = wait_until(Duration::from_secs(20), || {
-            ready.exists() || cam.child.try_wait().unwrap().is_some()
-        });
-        assert!(
-            up && ready.exists(),
-            "the RTSP camera on port {port} did not become ready"
-        );
+        let up = wait_until(Duration::from_secs(20), || ready.exists() || cam.child.try_wait().unwrap().is_some());
+        assert!(up && ready.exists(), "the RTSP camera on port {port} did not become ready");
         cam
     }
 
@@ -167,12 +145,7 @@ impl Daemon {
             .stderr(log_file)
             .spawn()
             .expect("starting keeppeek");
-        Daemon {
-            child: Some(child),
-            dir: dir.to_path_buf(),
-            config,
-            log,
-        }
+        Daemon { child: Some(child), dir: dir.to_path_buf(), config, log }
     }
 
     pub fn log_text(&self) -> String {
@@ -186,17 +159,11 @@ impl Daemon {
     /// Waits until the log contains `needle` at least `count` times.
     pub fn wait_log(&self, needle: &str, count: usize, timeout: Duration) {
         let ok = wait_until(timeout, || self.log_text().matches(needle).count() >= count);
-        assert!(
-            ok,
-            "no {count}× {needle:?} in the log within {timeout:?}:\n{}",
-            self.log_text()
-        );
+        assert!(ok, "no {count}× {needle:?} in the log within {timeout:?}:\n{}", self.log_text());
     }
 
     pub fn is_running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| c.try_wait().unwrap().is_none())
+        self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
     }
 
     /// SIGTERM, and the exit must be clean and quick.
@@ -204,16 +171,10 @@ impl Daemon {
         let mut child = self.child.take().expect("running");
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let start = Instant::now();
-        let ok = wait_until(Duration::from_secs(10), || {
-            child.try_wait().unwrap().is_some()
-        });
+        let ok = wait_until(Duration::from_secs(10), || child.try_wait().unwrap().is_some());
         assert!(ok, "keeppeek did not stop within 10 s of SIGTERM");
         let status = child.wait().unwrap();
-        assert!(
-            status.success(),
-            "keeppeek exited with {status}:\n{}",
-            self.log_text()
-        );
+        assert!(status.success(), "keeppeek exited with {status}:\n{}", self.log_text());
         eprintln!("keeppeek stopped in {:?}", start.elapsed());
     }
 
@@ -232,11 +193,7 @@ impl Daemon {
     /// Every recording with its fragments, from `keeppeek recordings --json`.
     pub fn recordings(&self) -> Vec<Value> {
         let out = succeed(keeppeek().args(["recordings", "--json"]).arg(&self.config));
-        serde_json::from_slice::<Value>(&out)
-            .unwrap()
-            .as_array()
-            .unwrap()
-            .clone()
+        serde_json::from_slice::<Value>(&out).unwrap().as_array().unwrap().clone()
     }
 
     pub fn data(&self) -> PathBuf {
@@ -263,12 +220,17 @@ pub struct Packet {
 
 /// ffprobe's view of a file's video packets; any message from ffprobe fails the test.
 pub fn ffprobe_packets(path: &Path) -> Vec<Packet> {
+    ffprobe_stream_packets(path, "v:0")
+}
+
+/// ffprobe's view of the packets of one stream (`v:0`, `a:0`).
+pub fn ffprobe_stream_packets(path: &Path, stream: &str) -> Vec<Packet> {
     let out = Command::new("ffprobe")
         .args([
             "-v",
             "error",
             "-select_streams",
-            "v:0",
+            stream,
             "-show_entries",
             "packet=pts_time,duration_time,flags",
             "-of",
@@ -289,11 +251,7 @@ pub fn ffprobe_packets(path: &Path) -> Vec<Packet> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
             let f: Vec<&str> = l.split(',').collect();
-            Packet {
-                pts_s: f[0].parse().unwrap(),
-                duration_s: f[1].parse().unwrap_or(0.0),
-                key: f[2].starts_with('K'),
-            }
+            Packet { pts_s: f[0].parse().unwrap(), duration_s: f[1].parse().unwrap_or(0.0), key: f[2].starts_with('K') }
         })
         .collect()
 }
@@ -321,18 +279,9 @@ pub fn assert_recording_matches_file(data: &Path, rec: &Value) {
     let path = data.join(rec["path"].as_str().unwrap());
     let packets = ffprobe_packets(&path);
     assert!(!packets.is_empty(), "{} has no packets", path.display());
-    assert!(
-        packets[0].key,
-        "{} does not start on a keyframe",
-        path.display()
-    );
+    assert!(packets[0].key, "{} does not start on a keyframe", path.display());
     for w in packets.windows(2) {
-        assert!(
-            w[1].pts_s > w[0].pts_s,
-            "{}: timestamps do not increase: {:?}",
-            path.display(),
-            w
-        );
+        assert!(w[1].pts_s > w[0].pts_s, "{}: timestamps do not increase: {:?}", path.display(), w);
     }
     let frames = rec["frames"].as_u64().unwrap() as i64;
     assert!(
@@ -349,14 +298,31 @@ pub fn assert_recording_matches_file(data: &Path, rec: &Value) {
         "{}: {file_s} s in the file, {catalog_s} s in the catalog",
         path.display()
     );
-    let wall_s = (rec["wall_end_us"].as_i64().unwrap() - rec["wall_start_us"].as_i64().unwrap())
-        as f64
-        / 1e6;
+    let wall_s = (rec["wall_end_us"].as_i64().unwrap() - rec["wall_start_us"].as_i64().unwrap()) as f64 / 1e6;
     assert!(
         (wall_s - catalog_s).abs() <= 0.05 + catalog_s * 0.002,
         "{}: wall {wall_s} s vs media {catalog_s} s",
         path.display()
     );
+}
+
+/// Checks a recording's audio track: it plays, its timestamps increase, and it covers the
+/// video's duration within a quarter second (audio starts a little after the first video
+/// frame and ends with the last fragment).
+pub fn assert_audio_follows_video(data: &Path, rec: &Value) {
+    let path = data.join(rec["path"].as_str().unwrap());
+    assert_eq!(rec["has_audio"], true, "{}", path.display());
+    let audio = ffprobe_stream_packets(&path, "a:0");
+    assert!(!audio.is_empty(), "{} has no audio packets", path.display());
+    for w in audio.windows(2) {
+        assert!(w[1].pts_s > w[0].pts_s, "{}: audio timestamps do not increase: {:?}", path.display(), w);
+    }
+    let video = ffprobe_packets(&path);
+    let (a0, v0) = (audio[0].pts_s, video[0].pts_s);
+    assert!((a0 - v0).abs() < 0.25, "{}: audio starts at {a0} s, video at {v0} s", path.display());
+    let a_end = audio.last().map(|p| p.pts_s + p.duration_s).unwrap();
+    let v_end = video.last().map(|p| p.pts_s + p.duration_s).unwrap();
+    assert!((a_end - v_end).abs() < 0.25, "{}: audio ends at {a_end} s, video at {v_end} s", path.display());
 }
 
 /// Recordings of one stream (`camera/kind`).
@@ -366,9 +332,7 @@ pub fn of_stream<'a>(recs: &'a [Value], stream: &str) -> Vec<&'a Value> {
 
 /// Total recorded seconds of a set of recordings.
 pub fn seconds(recs: &[&Value]) -> f64 {
-    recs.iter()
-        .map(|r| r["media_duration_90k"].as_u64().unwrap() as f64 / 90_000.0)
-        .sum()
+    recs.iter().map(|r| r["media_duration_90k"].as_u64().unwrap() as f64 / 90_000.0).sum()
 }
 
 /// Sum of the sizes of the files under `dir`.
@@ -380,11 +344,7 @@ pub fn dir_bytes(dir: &Path) -> u64 {
         .filter_map(Result::ok)
         .map(|e| {
             let m = e.metadata().unwrap();
-            if m.is_dir() {
-                dir_bytes(&e.path())
-            } else {
-                m.len()
-            }
+            if m.is_dir() { dir_bytes(&e.path()) } else { m.len() }
         })
         .sum()
 }
@@ -407,11 +367,7 @@ pub fn silent_server() -> u16 {
 
 /// Appends `bytes` of filler to `path`, stopping quietly at a full disk.
 pub fn fill(path: &Path, bytes: usize) {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
     let chunk = vec![0x55u8; 64 << 10];
     let mut left = bytes;
     while left > 0 {
@@ -464,15 +420,8 @@ fn serve_fake(mut s: std::net::TcpStream, port: u16, mode: FakeCamera) {
             }
             head.push(line);
         }
-        let method = head
-            .first()
-            .and_then(|l| l.split_whitespace().next())
-            .unwrap_or("")
-            .to_string();
-        let cseq = head
-            .iter()
-            .find_map(|l| l.strip_prefix("CSeq:").map(|v| v.trim().to_string()))
-            .unwrap_or_default();
+        let method = head.first().and_then(|l| l.split_whitespace().next()).unwrap_or("").to_string();
+        let cseq = head.iter().find_map(|l| l.strip_prefix("CSeq:").map(|v| v.trim().to_string())).unwrap_or_default();
         let reply = match (method.as_str(), mode) {
             ("DESCRIBE", _) => format!(
                 "RTSP/1.0 200 OK\r\nCSeq: {cseq}\r\nContent-Base: rtsp://127.0.0.1:{port}/fake/\r\n\

@@ -7,9 +7,7 @@ use crate::common::*;
 
 /// A small deterministic PRNG; the seed is printed so a failure can be replayed.
 fn next(seed: &mut u64) -> u64 {
-    *seed = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
+    *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     *seed >> 33
 }
 
@@ -48,32 +46,18 @@ main = {{ url = "file://{clip}" }}
         d.kill9();
 
         let v = d.check();
-        assert!(
-            v["problems"].as_array().unwrap().is_empty(),
-            "cut {cut}: {v}"
-        );
+        assert!(v["problems"].as_array().unwrap().is_empty(), "cut {cut}: {v}");
         // A process kill keeps the page cache, so recovery finds every whole fragment: what
         // is lost is the fragment still in memory (one GOP) plus the queue. The bound a power
         // cut allows is one flush interval on top.
         let lost_us = cut_us - v["wall_end_us"].as_i64().unwrap();
-        assert!(
-            lost_us <= (flush_s + 2) * 1_000_000,
-            "cut {cut}: lost {lost_us} µs"
-        );
+        assert!(lost_us <= (flush_s + 2) * 1_000_000, "cut {cut}: lost {lost_us} µs");
         for r in d.recordings() {
-            assert!(
-                !r["open"].as_bool().unwrap(),
-                "recovery closes every recording"
-            );
+            assert!(!r["open"].as_bool().unwrap(), "recovery closes every recording");
             let path = d.data().join(r["path"].as_str().unwrap());
             let packets = ffprobe_packets(&path);
             assert!(packets[0].key, "{} starts on a keyframe", path.display());
-            assert_eq!(
-                packets.len() as u64,
-                r["frames"].as_u64().unwrap(),
-                "{}",
-                path.display()
-            );
+            assert_eq!(packets.len() as u64, r["frames"].as_u64().unwrap(), "{}", path.display());
         }
         deletions += d.log_text().matches("retention deleted").count();
     }

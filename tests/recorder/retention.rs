@@ -13,10 +13,7 @@ fn file_camera_config(dir: &Path, stream_max: &str, total_max: &str, cameras: &[
         "flush_interval_s = 1\n[retention]\nstream_max_bytes = \"{stream_max}\"\ntotal_max_bytes = \"{total_max}\"\n"
     );
     for c in cameras {
-        body.push_str(&format!(
-            "[[cameras]]\nname = \"{c}\"\nmain = {{ url = \"file://{}\" }}\n",
-            clip.display()
-        ));
+        body.push_str(&format!("[[cameras]]\nname = \"{c}\"\nmain = {{ url = \"file://{}\" }}\n", clip.display()));
     }
     write_config(dir, &body);
 }
@@ -36,32 +33,19 @@ fn byte_caps_hold_per_stream_and_in_total_while_recording_continues() {
     while start.elapsed() < Duration::from_secs(50) {
         let a = dir_bytes(&rec.join("a"));
         let b = dir_bytes(&rec.join("b"));
-        assert!(
-            a <= stream_cap + slack && b <= stream_cap + slack,
-            "per stream: {a} {b}"
-        );
+        assert!(a <= stream_cap + slack && b <= stream_cap + slack, "per stream: {a} {b}");
         assert!(a + b <= total_cap + slack, "total: {}", a + b);
         peak_total = peak_total.max(a + b);
         std::thread::sleep(Duration::from_millis(500));
     }
     d.stop();
     let log = d.log_text();
-    assert!(
-        log.contains("retention deleted"),
-        "retention never ran:\n{log}"
-    );
-    assert!(
-        peak_total > total_cap * 3 / 4,
-        "the test must reach the cap (peak {peak_total})"
-    );
+    assert!(log.contains("retention deleted"), "retention never ran:\n{log}");
+    assert!(peak_total > total_cap * 3 / 4, "the test must reach the cap (peak {peak_total})");
     let recs = d.recordings();
     for s in ["a/main", "b/main"] {
         let mine = of_stream(&recs, s);
-        let end = mine
-            .iter()
-            .map(|r| r["wall_end_us"].as_i64().unwrap())
-            .max()
-            .unwrap();
+        let end = mine.iter().map(|r| r["wall_end_us"].as_i64().unwrap()).max().unwrap();
         assert!(wall_us() - end < 3_000_000, "{s} kept recording to the end");
     }
     let v = d.check();
@@ -79,11 +63,7 @@ impl Tmpfs {
             .arg(dir)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "mounting a tmpfs needs root: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "mounting a tmpfs needs root: {}", String::from_utf8_lossy(&out.stderr));
         Tmpfs(dir.to_path_buf())
     }
 }
@@ -110,22 +90,11 @@ fn a_full_filesystem_deletes_old_footage_and_recording_goes_on() {
     fill(&ballast, 8 << 20);
     d.wait_log("disk full while writing", 1, Duration::from_secs(30));
     std::thread::sleep(Duration::from_secs(6));
-    assert!(
-        d.is_running(),
-        "keeppeek stopped on a full disk:\n{}",
-        d.log_text()
-    );
+    assert!(d.is_running(), "keeppeek stopped on a full disk:\n{}", d.log_text());
     d.stop();
     let recs = d.recordings();
-    let end = recs
-        .iter()
-        .map(|r| r["wall_end_us"].as_i64().unwrap())
-        .max()
-        .unwrap();
-    assert!(
-        wall_us() - end < 4_000_000,
-        "recording went on after the disk filled: {recs:?}"
-    );
+    let end = recs.iter().map(|r| r["wall_end_us"].as_i64().unwrap()).max().unwrap();
+    assert!(wall_us() - end < 4_000_000, "recording went on after the disk filled: {recs:?}");
     let v = d.check();
     assert!(v["problems"].as_array().unwrap().is_empty(), "{v}");
 }

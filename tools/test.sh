@@ -54,3 +54,8 @@ step "integration tests against real peers"
 # The tests mostly wait on real time (cameras at 15 fps, flush intervals): run them side by
 # side rather than two at a time.
 cargo test --test recorder -- --test-threads 8
+
+step "benchmarks (smoke mode)"
+# Performance is a benchmark, not a test: this only proves the benchmark runs end to end.
+# Full figures: `cargo bench --bench record` (docs/performance.md).
+cargo bench --bench record -- --smoke

@@ -19,6 +19,7 @@ total_max_bytes = "1 GiB"
 [[cameras]]
 name = "h264"
 main = {{ url = "{h264}" }}
+sub = {{ url = "{h265}" }}
 [[cameras]]
 name = "h265"
 main = {{ url = "{h265}" }}
@@ -48,12 +49,19 @@ main = {{ url = "{long}" }}
     for name in ["h264", "h265", "digest", "udp", "aac", "longgop"] {
         d.wait_log(&format!("recording to recordings/{name}/main"), 1, Duration::from_secs(20));
     }
+    d.wait_log("recording to recordings/h264/sub", 1, Duration::from_secs(20));
     std::thread::sleep(Duration::from_secs(22));
     d.stop();
 
     let recs = d.recordings();
-    for (stream, codec) in [("h264/main", "h264"), ("h265/main", "h265"), ("digest/main", "h264"), ("udp/main", "h264")]
-    {
+    let streams = [
+        ("h264/main", "h264"),
+        ("h264/sub", "h265"),
+        ("h265/main", "h265"),
+        ("digest/main", "h264"),
+        ("udp/main", "h264"),
+    ];
+    for (stream, codec) in streams {
         let mine = of_stream(&recs, stream);
         assert!(!mine.is_empty(), "nothing recorded for {stream}");
         let secs = seconds(&mine);

@@ -202,7 +202,15 @@ struct Row {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let smoke = args.iter().any(|a| a == "--smoke");
-    let (counts, secs): (&[usize], u64) = if smoke { (&[1], 8) } else { (&[1, 4, 16], 60) };
+    let (mut counts, mut secs): (Vec<usize>, u64) = if smoke { (vec![1], 8) } else { (vec![1, 4, 16], 60) };
+    // `--streams 1,4 --seconds 30` for a quicker look at one change.
+    for w in args.windows(2) {
+        match w[0].as_str() {
+            "--streams" => counts = w[1].split(',').filter_map(|n| n.parse().ok()).collect(),
+            "--seconds" => secs = w[1].parse().unwrap_or(secs),
+            _ => {}
+        }
+    }
     let out_dir = repo().join("target/bench");
     let work = out_dir.join("record-work");
     std::fs::create_dir_all(&work).unwrap();
@@ -214,7 +222,7 @@ fn main() {
     let url = format!("rtsp://127.0.0.1:{port}/h264");
 
     let mut rows = Vec::new();
-    for &n in counts {
+    for &n in &counts {
         let (kp, log) = run_keeppeek(&url, n, secs, &work);
         let ff = run_ffmpeg(&url, n, secs, &work);
         // Commits and syncs are counted over the whole run (warm-up and shutdown included),

@@ -72,10 +72,13 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     info!("stopping");
     status.abort();
     let _ = shutdown_tx.send(true);
-    let deadline = Duration::from_millis(limits::SHUTDOWN_TIMEOUT_MS);
-    for t in tasks {
-        if tokio::time::timeout(deadline, t).await.is_err() {
+    // One deadline for all; a task that misses it is aborted, which drops its sender so its
+    // recorder can still close the files.
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(limits::SHUTDOWN_TIMEOUT_MS);
+    for mut t in tasks {
+        if tokio::time::timeout_at(deadline, &mut t).await.is_err() {
             error!("an ingest task did not stop in time");
+            t.abort();
         }
     }
     tokio::task::spawn_blocking(move || recorder.shutdown()).await.ok();

@@ -25,6 +25,10 @@ pub const INGEST_QUEUE_FRAMES: usize = 64;
 /// same queue: 64 frames of a 16 Mbit/s stream fit).
 pub const INGEST_QUEUE_BYTES_PER_STREAM: usize = 8 << 20;
 
+/// Length of a file camera's clip: its times are untrusted, and pacing a loop needs them
+/// small enough to add to a clock.
+pub const FILE_SOURCE_MAX_DURATION_90K: i64 = 24 * 3600 * 90_000;
+
 /// A recorder thread drains its queue this often instead of waking for every frame: a
 /// thread wake per frame costs more CPU than recording the frame. The queue holds 2 s at
 /// 30 fps, eight times this.

@@ -106,8 +106,17 @@ fn read_track(
         if s.bytes.len() > limits::FRAME_MAX_BYTES {
             return Err(bad(format!("track {id} sample {n} over FRAME_MAX_BYTES")));
         }
-        let pts_90k = s.start_time as i64 * 90_000 / timescale;
-        end_90k = (s.start_time as i64 + i64::from(s.duration)) * 90_000 / timescale;
+        // The file's times are untrusted: a huge one must be refused, not wrap.
+        let to_90k = |t: u64| i64::try_from(u128::from(t) * 90_000 / timescale as u128).ok();
+        let (Some(pts_90k), Some(end)) =
+            (to_90k(s.start_time), to_90k(s.start_time.saturating_add(u64::from(s.duration))))
+        else {
+            return Err(bad(format!("track {id} sample {n} has a time out of range")));
+        };
+        if end > limits::FILE_SOURCE_MAX_DURATION_90K {
+            return Err(bad(format!("track {id} is longer than FILE_SOURCE_MAX_DURATION_90K")));
+        }
+        end_90k = end;
         out.push((pts_90k, make(s)));
     }
     Ok(end_90k)
@@ -121,6 +130,9 @@ fn aac_params(t: &mp4::Mp4Track) -> Result<(u32, AudioParams), IngestError> {
     mp4a.write_box(&mut entry).map_err(|e| bad(format!("mp4a: {e}")))?;
     if entry.len() > limits::SAMPLE_ENTRY_MAX_BYTES {
         return Err(bad("audio sample entry over SAMPLE_ENTRY_MAX_BYTES".into()));
+    }
+    if t.timescale() == 0 {
+        return Err(bad("AAC track with a zero sample rate".into()));
     }
     let object_type = mp4a.esds.as_ref().map_or(2, |e| e.es_desc.dec_config.dec_specific.profile);
     let params = AudioParams {

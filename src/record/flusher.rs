@@ -47,6 +47,7 @@ pub struct FlusherStats {
     pub commits: AtomicU64,
     pub file_syncs: AtomicU64,
     pub commit_errors: AtomicU64,
+    pub sync_errors: AtomicU64,
     pub recordings_deleted: AtomicU64,
     pub bytes_deleted: AtomicU64,
 }
@@ -66,6 +67,11 @@ pub struct Flusher {
     new_dirs: BTreeSet<PathBuf>,
     index: Index,
     paths: BTreeMap<u64, String>,
+    /// The last committed row of each open recording: what a recording falls back to when
+    /// its file cannot be synced.
+    committed: BTreeMap<u64, RecordingRow>,
+    /// Open recordings whose file failed to sync: their further rows are not committed.
+    poisoned: BTreeSet<u64>,
     stats: Arc<FlusherStats>,
 }
 
@@ -95,6 +101,8 @@ impl Flusher {
             new_dirs: BTreeSet::new(),
             index,
             paths,
+            committed: BTreeMap::new(),
+            poisoned: BTreeSet::new(),
             stats: Arc::default(),
         })
     }
@@ -132,6 +140,9 @@ impl Flusher {
 
     fn handle(&mut self, msg: ToFlusher) {
         match msg {
+            ToFlusher::Fragment { rec_id, .. } | ToFlusher::Created { rec_id, .. }
+                if self.poisoned.contains(&rec_id) => {}
+            ToFlusher::Closed { rec_id, .. } if self.poisoned.contains(&rec_id) => self.close_poisoned(rec_id),
             ToFlusher::Fragment { rec_id, sequence, row, keyframes, recording } => {
                 let stream_id = recording.stream_id;
                 self.fragments.push((rec_id, sequence, row));
@@ -143,8 +154,14 @@ impl Flusher {
                 }
             }
             ToFlusher::Created { rec_id, recording } => {
-                if let Some(dir) = self.data_dir.join(&recording.path).parent() {
+                // The new file's directory entry, and those of any directories made for it,
+                // must be durable before rows point at the file.
+                let path = self.data_dir.join(&recording.path);
+                for dir in path.ancestors().skip(1) {
                     self.new_dirs.insert(dir.to_path_buf());
+                    if dir == self.data_dir {
+                        break;
+                    }
                 }
                 self.dirty.insert(rec_id);
                 self.track(rec_id, recording);
@@ -180,11 +197,17 @@ impl Flusher {
                     self.stats.file_syncs.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => {
-                    // Its bytes may not be on disk: its rows must not be committed.
-                    error!(path = %path.display(), "cannot sync segment, dropping its new rows: {e}");
-                    self.fragments.retain(|(r, _, _)| *r != rec_id);
-                    self.keyframes.retain(|(_, r, _)| *r != rec_id);
-                    self.recordings.remove(&rec_id);
+                    // Its bytes may not be on disk: its rows must not be committed, now or
+                    // later (the kernel may report the lost pages only once). The recording
+                    // ends at its last committed fragment; recovery cuts the rest.
+                    error!(path = %path.display(), "cannot sync segment, ending it at its last synced fragment: {e}");
+                    self.stats.sync_errors.fetch_add(1, Ordering::Relaxed);
+                    self.drop_pending(rec_id);
+                    let was_closing = self.recordings.remove(&rec_id).is_some_and(|r| !r.open);
+                    self.poisoned.insert(rec_id);
+                    if was_closing {
+                        self.close_poisoned(rec_id);
+                    }
                 }
             }
         }
@@ -203,6 +226,13 @@ impl Flusher {
             Ok(()) => {
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 debug!(fragments = batch.fragments.len(), "catalog commit");
+                for (id, row) in batch.recordings {
+                    if row.open {
+                        self.committed.insert(id, row);
+                    } else {
+                        self.committed.remove(&id);
+                    }
+                }
             }
             Err(e) => {
                 self.stats.commit_errors.fetch_add(1, Ordering::Relaxed);
@@ -219,6 +249,55 @@ impl Flusher {
         }
     }
 
+    fn drop_pending(&mut self, rec_id: u64) {
+        self.fragments.retain(|(r, _, _)| *r != rec_id);
+        self.keyframes.retain(|(_, r, _)| *r != rec_id);
+    }
+
+    /// Closes a poisoned recording at its last committed state, or drops it if nothing of it
+    /// was committed.
+    fn close_poisoned(&mut self, rec_id: u64) {
+        self.poisoned.remove(&rec_id);
+        match self.committed.remove(&rec_id) {
+            Some(mut row) if row.fragments > 0 => {
+                row.open = false;
+                self.track(rec_id, row);
+            }
+            _ => {
+                self.forget(rec_id);
+            }
+        }
+    }
+
+    /// Deletes a recording's rows and file (through the garbage list) and every trace of it
+    /// here.
+    fn forget(&mut self, rec_id: u64) -> Option<RecordingRow> {
+        self.drop_pending(rec_id);
+        self.recordings.remove(&rec_id);
+        self.committed.remove(&rec_id);
+        self.poisoned.remove(&rec_id);
+        self.index.remove(&rec_id);
+        let row = match self.catalog.delete_recording(rec_id) {
+            Ok(row) => row,
+            Err(e) => {
+                error!(recording = rec_id, "cannot delete: {e}");
+                return None;
+            }
+        };
+        self.paths.remove(&rec_id);
+        let path = self.data_dir.join(&row.path);
+        match std::fs::remove_file(&path) {
+            Ok(()) => self.garbage_done.push(row.path.clone()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.garbage_done.push(row.path.clone()),
+            // Stays on the garbage list; the next start tries again.
+            Err(e) => {
+                warn!(path = %path.display(), "cannot delete: {e}");
+                return None;
+            }
+        }
+        Some(row)
+    }
+
     /// Deletes what retention asks for. With `urgent`, a write is waiting on a full disk:
     /// delete at least the oldest closed recording. Returns the bytes freed.
     fn enforce_retention(&mut self, urgent: bool) -> u64 {
@@ -229,46 +308,19 @@ impl Flusher {
         }
         let mut freed = 0;
         for id in doomed {
-            let row = match self.catalog.delete_recording(id) {
-                Ok(row) => row,
-                Err(e) if urgent => {
-                    // The disk may be too full for the catalog to commit even a deletion.
-                    // Unlink first to make room, then drop the rows; a crash in between
-                    // leaves rows without a file, which recovery drops at the next start.
-                    warn!(recording = id, "catalog cannot commit on a full disk ({e}); unlinking first");
-                    if let Some(rel) = self.paths.get(&id) {
-                        let _ = std::fs::remove_file(self.data_dir.join(rel));
-                    }
-                    match self.catalog.delete_recording(id) {
-                        Ok(row) => row,
-                        Err(e) => {
-                            error!(recording = id, "retention cannot delete: {e}");
-                            continue;
-                        }
-                    }
-                }
-                Err(e) => {
-                    error!(recording = id, "retention cannot delete: {e}");
-                    continue;
-                }
-            };
-            let path = self.data_dir.join(&row.path);
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    // Stays on the garbage list; the next start tries again.
-                    warn!(path = %path.display(), "cannot delete: {e}");
-                    continue;
-                }
+            if urgent && let Some(rel) = self.paths.get(&id) {
+                // On a full disk the catalog may not be able to commit even a deletion:
+                // unlink first to make room. A crash before the rows go leaves rows without
+                // a file, which recovery drops at the next start.
+                let _ = std::fs::remove_file(self.data_dir.join(rel));
             }
-            freed += row.bytes;
-            self.stats.recordings_deleted.fetch_add(1, Ordering::Relaxed);
-            self.stats.bytes_deleted.fetch_add(row.bytes, Ordering::Relaxed);
-            info!(recording = id, bytes = row.bytes, "retention deleted {}", row.path);
-            self.index.remove(&id);
-            self.paths.remove(&id);
-            self.garbage_done.push(row.path);
+            // Whatever happens to the file, the rows are gone: the garbage list owns it.
+            if let Some(row) = self.forget(id) {
+                freed += row.bytes;
+                self.stats.recordings_deleted.fetch_add(1, Ordering::Relaxed);
+                self.stats.bytes_deleted.fetch_add(row.bytes, Ordering::Relaxed);
+                info!(recording = id, bytes = row.bytes, "retention deleted {}", row.path);
+            }
         }
         freed
     }
@@ -378,5 +430,41 @@ mod tests {
         f.handle(ToFlusher::Fragment { rec_id: id, sequence: 1, row: fragment(1), keyframes: vec![], recording: row });
         f.flush();
         assert!(catalog.fragments(id).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_recording_whose_file_failed_to_sync_commits_nothing_more_and_ends_at_its_last_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
+        let (id, row) = catalog.begin_recording(recording(""), |_| "gone.mp4".into()).unwrap();
+        let caps = Retention { stream_max_bytes: u64::MAX, total_max_bytes: u64::MAX };
+        let mut f = Flusher::new(catalog.clone(), dir.path().into(), Duration::from_secs(3600), caps).unwrap();
+        f.handle(ToFlusher::Fragment {
+            rec_id: id,
+            sequence: 1,
+            row: fragment(1),
+            keyframes: vec![],
+            recording: row.clone(),
+        });
+        f.flush(); // the file does not exist: the sync fails
+        assert_eq!(f.stats().sync_errors.load(Ordering::Relaxed), 1);
+        // The file appears later and would sync now, but rows after a failed sync are not trusted.
+        std::fs::write(dir.path().join("gone.mp4"), b"x").unwrap();
+        f.handle(ToFlusher::Fragment {
+            rec_id: id,
+            sequence: 2,
+            row: fragment(2),
+            keyframes: vec![],
+            recording: row.clone(),
+        });
+        f.flush();
+        assert!(catalog.fragments(id).unwrap().is_empty());
+        // Nothing of it was ever committed: closing it drops it, file and all.
+        let mut closed = row;
+        closed.open = false;
+        f.handle(ToFlusher::Closed { rec_id: id, recording: closed });
+        f.flush();
+        assert!(catalog.recordings().unwrap().is_empty());
+        assert!(!dir.path().join("gone.mp4").exists());
     }
 }

@@ -164,6 +164,13 @@ impl Fragmenter {
             self.run_starting = true;
         }
 
+        if !frame.is_key && self.segment.as_ref().is_some_and(|s| s.bytes >= self.bounds.max_bytes.saturating_mul(2)) {
+            // A camera that stopped sending keyframes must not grow one file without bound:
+            // end the run; the next keyframe starts a new one.
+            self.finish(out);
+            self.skipped.before_keyframe += 1;
+            return;
+        }
         let params_changed =
             self.segment.as_ref().is_some_and(|s| !Arc::ptr_eq(&s.params, &frame.params) && *s.params != *frame.params);
         if let Some(first) = self.pending.first() {
@@ -257,10 +264,17 @@ impl Fragmenter {
             return;
         };
         let audio_base_decode = match (&seg.audio, audio_frames.first()) {
-            (Some(params), Some(first)) => *seg.audio_next_decode.get_or_insert_with(|| {
+            (Some(params), Some(first)) => {
+                // Where the camera's clock puts this audio; lost audio frames (UDP, a full
+                // queue) leave a gap that must not pull later audio early.
                 let offset_90k = (first.pts_90k - seg.start_pts_90k).max(0) as u64;
-                offset_90k * u64::from(params.sample_rate) / 90_000
-            }),
+                let by_clock = offset_90k * u64::from(params.sample_rate) / 90_000;
+                let next = seg.audio_next_decode.get_or_insert(by_clock);
+                if by_clock > *next + u64::from(first.duration_samples / 2) {
+                    *next = by_clock;
+                }
+                *next
+            }
             _ => seg.audio_next_decode.unwrap_or(0),
         };
         let audio_samples: Vec<SampleEntry> = audio_frames
@@ -511,5 +525,41 @@ mod tests {
         fr.push(frame(0, 15, &p), &mut out);
         fr.push_audio(aac(1000, &a));
         assert_eq!(fr.skipped().audio, 1);
+    }
+
+    #[test]
+    fn a_camera_that_stops_sending_keyframes_cannot_grow_a_segment_without_bound() {
+        let p = params(640);
+        let small = SegmentBounds { max_duration_90k: i64::MAX, max_bytes: 10_000 };
+        let mut fr = Fragmenter::new(small, true);
+        let mut out = Vec::new();
+        for i in 0..2000 {
+            fr.push(frame(i, i64::MAX, &p), &mut out); // only frame 0 is a keyframe
+        }
+        let written: u64 = fragments(&out).iter().map(|f| f.payload_bytes()).sum();
+        assert!(written <= 2 * 10_000 + limits::FRAGMENT_MAX_BYTES as u64, "{written}");
+        assert!(matches!(out.last(), Some(Event::EndSegment)));
+        assert!(!fr.in_run());
+    }
+
+    #[test]
+    fn lost_audio_leaves_a_gap_instead_of_pulling_later_audio_early() {
+        let p = params(640);
+        let a = Arc::new(AudioParams { rfc6381: "mp4a.40.2".into(), sample_rate: 48_000, sample_entry: Bytes::new() });
+        let mut fr = Fragmenter::new(bounds(), true);
+        let mut out = Vec::new();
+        for i in 0..46 {
+            let mut f = frame(i, 15, &p);
+            f.audio = Some(a.clone());
+            let pts = f.pts_90k;
+            fr.push(f, &mut out);
+            // One audio frame per video frame's span, but none during the second GOP.
+            if !(15..30).contains(&i) {
+                fr.push_audio(aac(pts, &a));
+            }
+        }
+        let frags = fragments(&out);
+        // Frame 30's audio was sent at 2 s: the third fragment's audio starts there.
+        assert_eq!(frags[2].audio_base_decode, 2 * 48_000);
     }
 }

@@ -125,15 +125,16 @@ impl Recorder {
             }
             let _ = h.join();
         }
+        // Never block on a flusher stuck in a sync: ask, and wait only until the deadline.
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        if self.flusher_tx.send(flusher::ToFlusher::Flush { reply: tx }).is_ok() {
-            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
-            if rx.recv_timeout(left).is_err() {
-                warn!("the final catalog commit did not finish in time");
-            }
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
+        let flushed =
+            self.flusher_tx.try_send(flusher::ToFlusher::Flush { reply: tx }).is_ok() && rx.recv_timeout(left).is_ok();
+        if !flushed {
+            warn!("the final catalog commit did not finish in time");
         }
         drop(self.flusher_tx);
-        if all_stopped {
+        if all_stopped && flushed {
             let _ = self.flusher.join();
         }
         let s = &self.flusher_stats;

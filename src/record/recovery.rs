@@ -21,7 +21,7 @@ use tracing::{info, warn};
 use super::flusher::sync_dir;
 use crate::catalog::{Batch, Catalog, CatalogError, FragmentRow, Keyframe, RecordingRow};
 use crate::clock::ticks_90k_to_us;
-use crate::media::fmp4_read::SegmentReader;
+use crate::media::fmp4_read::{ReadError, SegmentReader};
 
 /// Where recordings live under the data directory.
 pub const RECORDINGS_DIR: &str = "recordings";
@@ -50,56 +50,88 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> RecoveryError + '_ {
     move |source| RecoveryError::Io { path: path.display().to_string(), source }
 }
 
-/// Reconciles the catalog and the data directory.
+/// Reconciles the catalog and the data directory. A file that cannot be read or changed is
+/// logged and left for the next start; only the catalog's own errors stop recovery, so one
+/// bad file never keeps every camera from recording.
 pub fn recover(catalog: &Catalog, data_dir: &Path) -> Result<Report, RecoveryError> {
     let mut report = Report::default();
     let mut batch = Batch::default();
 
     for rel in catalog.garbage()? {
-        remove(&data_dir.join(&rel))?;
-        batch.garbage_done.push(rel);
-        report.garbage_deleted += 1;
+        match remove(&data_dir.join(&rel)) {
+            Ok(()) => {
+                batch.garbage_done.push(rel);
+                report.garbage_deleted += 1;
+            }
+            Err(e) => warn!("{e}; it stays on the garbage list"),
+        }
     }
 
     let mut known = BTreeSet::new();
     for (id, row) in catalog.recordings()? {
+        let path = data_dir.join(&row.path);
         if !row.open {
-            if data_dir.join(&row.path).exists() {
-                known.insert(row.path);
-            } else {
-                // Unlinked ahead of its rows on a full disk (or removed by hand).
-                warn!(recording = id, path = %row.path, "closed recording has no file; dropping its rows");
-                let row = catalog.delete_recording(id)?;
-                batch.garbage_done.push(row.path);
-                report.recordings_dropped += 1;
+            match path.try_exists() {
+                Ok(true) => {
+                    // A closed file ends at its last fragment; a tail past it is a write
+                    // that was never committed.
+                    if let Err(e) = cut_tail(&path, row.bytes, &mut report) {
+                        warn!("{e}");
+                    }
+                    known.insert(row.path);
+                }
+                Ok(false) => {
+                    // Unlinked ahead of its rows on a full disk (or removed by hand).
+                    warn!(recording = id, path = %row.path, "closed recording has no file; dropping its rows");
+                    let row = catalog.delete_recording(id)?;
+                    batch.garbage_done.push(row.path);
+                    report.recordings_dropped += 1;
+                }
+                Err(e) => {
+                    warn!(path = %path.display(), "cannot tell whether the file exists ({e}); leaving it");
+                    known.insert(row.path);
+                }
             }
             continue;
         }
-        match recover_one(id, row, data_dir, &mut batch, &mut report)? {
-            Some(path) => {
-                known.insert(path);
+        let rel = row.path.clone();
+        match recover_one(id, row, data_dir, &mut batch, &mut report) {
+            Ok(true) => {
+                known.insert(rel);
             }
-            None => {
+            Ok(false) => {
                 let row = catalog.delete_recording(id)?;
-                remove(&data_dir.join(&row.path))?;
-                batch.garbage_done.push(row.path);
+                match remove(&data_dir.join(&row.path)) {
+                    Ok(()) => batch.garbage_done.push(row.path),
+                    Err(e) => warn!("{e}; it stays on the garbage list"),
+                }
                 report.recordings_dropped += 1;
+            }
+            Err(e) => {
+                warn!(recording = id, "cannot recover ({e}); leaving it open for the next start");
+                known.insert(rel);
             }
         }
     }
 
     let root = data_dir.join(RECORDINGS_DIR);
     let mut unknown = Vec::new();
-    walk(&root, data_dir, 0, &mut |rel| {
+    if let Err(e) = walk(&root, data_dir, 0, &mut |rel| {
         if !known.contains(rel) {
             unknown.push(rel.to_string());
         }
-    })?;
+    }) {
+        warn!("cannot list every recording file ({e}); unknown files may remain until the next start");
+    }
     for rel in unknown {
         catalog.add_garbage(&rel)?;
-        remove(&data_dir.join(&rel))?;
-        batch.garbage_done.push(rel);
-        report.unknown_files_deleted += 1;
+        match remove(&data_dir.join(&rel)) {
+            Ok(()) => {
+                batch.garbage_done.push(rel);
+                report.unknown_files_deleted += 1;
+            }
+            Err(e) => warn!("{e}; it stays on the garbage list"),
+        }
     }
     if !batch.is_empty() {
         catalog.commit(&batch)?;
@@ -110,27 +142,49 @@ pub fn recover(catalog: &Catalog, data_dir: &Path) -> Result<Report, RecoveryErr
     Ok(report)
 }
 
-/// Indexes the whole fragments past `row`'s last cataloged one and cuts the rest. Returns the
-/// path if the recording keeps any fragment.
+/// Cuts a file back to `len_bytes` if it is longer, durably.
+fn cut_tail(path: &Path, len_bytes: u64, report: &mut Report) -> Result<(), RecoveryError> {
+    let on_disk = std::fs::metadata(path).map_err(io_err(path))?.len();
+    if on_disk > len_bytes {
+        let f = File::options().write(true).open(path).map_err(io_err(path))?;
+        f.set_len(len_bytes).map_err(io_err(path))?;
+        f.sync_all().map_err(io_err(path))?;
+        report.bytes_cut += on_disk - len_bytes;
+    }
+    Ok(())
+}
+
+/// Indexes the whole fragments past `row`'s last cataloged one and cuts the rest. Returns
+/// whether the recording keeps any fragment (`false`: drop it). An I/O error leaves the
+/// recording as it is.
 fn recover_one(
     id: u64,
     mut row: RecordingRow,
     data_dir: &Path,
     batch: &mut Batch,
     report: &mut Report,
-) -> Result<Option<String>, RecoveryError> {
+) -> Result<bool, RecoveryError> {
     let path = data_dir.join(&row.path);
     let file = match File::options().read(true).write(true).open(&path) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(io_err(&path)(e)),
     };
     let len_bytes = file.metadata().map_err(io_err(&path))?.len();
     let (mut reader, init) = match SegmentReader::open(&file, len_bytes) {
         Ok(r) => r,
+        Err(ReadError::Io(e)) => return Err(io_err(&path)(e)),
+        Err(e) if row.fragments > 0 => {
+            // Committed fragments stay committed: close the row as it stands.
+            warn!(path = %path.display(), "unreadable init segment, keeping the committed fragments: {e}");
+            row.open = false;
+            batch.recordings.push((id, row));
+            report.recordings_closed += 1;
+            return Ok(true);
+        }
         Err(e) => {
             warn!(path = %path.display(), "unreadable init segment, dropping the file: {e}");
-            return Ok(None);
+            return Ok(false);
         }
     };
     let mut valid_end = if row.fragments > 0 { row.bytes } else { init.end_byte };
@@ -185,7 +239,7 @@ fn recover_one(
         report.fragments_indexed += 1;
     }
     if row.fragments == 0 {
-        return Ok(None);
+        return Ok(false);
     }
     if valid_end < len_bytes {
         file.set_len(valid_end).map_err(io_err(&path))?;
@@ -195,10 +249,9 @@ fn recover_one(
     // durable before the rows that now point at it.
     file.sync_all().map_err(io_err(&path))?;
     row.open = false;
-    let rel = row.path.clone();
     batch.recordings.push((id, row));
     report.recordings_closed += 1;
-    Ok(Some(rel))
+    Ok(true)
 }
 
 fn remove(path: &Path) -> Result<(), RecoveryError> {
@@ -380,5 +433,44 @@ mod tests {
         assert_eq!(report.recordings_dropped, 1);
         assert!(cat.recordings().unwrap().is_empty());
         assert!(cat.fragments(id).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_closed_file_longer_than_its_rows_is_cut_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path();
+        let cat = Catalog::open(&data.join("c.redb")).unwrap();
+        let (bytes, bounds) = segment(2);
+        let mut row = open_row("");
+        row.open = false;
+        row.fragments = 1;
+        row.bytes = bounds[0].1;
+        cat.begin_recording(row, |_| "recordings/cam/main/c.mp4".into()).unwrap();
+        std::fs::create_dir_all(data.join("recordings/cam/main")).unwrap();
+        std::fs::write(data.join("recordings/cam/main/c.mp4"), &bytes).unwrap();
+        let report = recover(&cat, data).unwrap();
+        assert_eq!(report.bytes_cut, bounds[1].1 - bounds[0].1);
+        assert_eq!(std::fs::metadata(data.join("recordings/cam/main/c.mp4")).unwrap().len(), bounds[0].1);
+    }
+
+    #[test]
+    fn committed_fragments_survive_an_unreadable_init_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path();
+        let cat = Catalog::open(&data.join("c.redb")).unwrap();
+        let (mut bytes, bounds) = segment(1);
+        let mut row = open_row("");
+        row.fragments = 1;
+        row.bytes = bounds[0].1;
+        let (id, _) = cat.begin_recording(row, |_| "recordings/cam/main/d.mp4".into()).unwrap();
+        bytes[4..8].copy_from_slice(b"junk"); // the ftyp's type
+        std::fs::create_dir_all(data.join("recordings/cam/main")).unwrap();
+        std::fs::write(data.join("recordings/cam/main/d.mp4"), &bytes).unwrap();
+        recover(&cat, data).unwrap();
+        let recs = cat.recordings().unwrap();
+        assert_eq!(recs.len(), 1);
+        assert_eq!(recs[0].0, id);
+        assert!(!recs[0].1.open);
+        assert!(data.join("recordings/cam/main/d.mp4").exists());
     }
 }

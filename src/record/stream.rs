@@ -49,7 +49,7 @@ struct Segment {
     /// after a write failure starts its own numbering.
     decode_offset_90k: u64,
     sequence_offset: u32,
-    /// Audio decode time at this file's start: set by its first fragment.
+    /// Audio decode time (in the fragmenter's count) at this file's start.
     audio_decode_offset: Option<u64>,
 }
 
@@ -194,17 +194,22 @@ impl StreamRecorder {
                     len_bytes: init.len() as u64,
                     decode_offset_90k,
                     sequence_offset,
-                    audio_decode_offset: if decode_offset_90k == 0 { Some(0) } else { None },
+                    // The fragmenter counts audio from its segment's start, as it does video.
+                    audio_decode_offset: self
+                        .audio
+                        .as_ref()
+                        .map(|a| decode_offset_90k * u64::from(a.sample_rate) / 90_000),
                 });
             }
             Err(e) => {
                 self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
                 error!(path = %path.display(), "cannot create segment: {e}");
-                // The row stays open with no file: recovery at next start drops it. Close it
-                // now so retention and listings do not wait for that.
-                row.open = false;
+                // Drop the row now (its file, if half made, through the garbage list) rather
+                // than leave an open row with no file until the next start.
                 let _ = std::fs::remove_file(&path);
-                let _ = self.flusher.send(ToFlusher::Closed { rec_id, recording: row });
+                if let Err(e) = self.catalog.delete_recording(rec_id) {
+                    warn!(recording = rec_id, "cannot drop the row of a segment never made: {e}");
+                }
             }
         }
     }
@@ -256,7 +261,7 @@ impl StreamRecorder {
         let base_decode_90k = f.base_decode_90k - seg.decode_offset_90k;
         let video = TrackRun { base_decode: base_decode_90k, samples: &f.samples };
         // A segment reopened mid-run numbers its audio from its own first fragment.
-        let audio_offset = *seg.audio_decode_offset.get_or_insert(f.audio_base_decode);
+        let audio_offset = seg.audio_decode_offset.unwrap_or(0);
         let audio = seg.row.has_audio.then(|| TrackRun {
             base_decode: f.audio_base_decode.saturating_sub(audio_offset),
             samples: &f.audio_samples,

@@ -11,9 +11,7 @@ use libfuzzer_sys::fuzz_target;
 const MAX_FRAGMENTS: usize = 10_000;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok((mut reader, _init)) =
-        SegmentReader::open(std::io::Cursor::new(data), data.len() as u64)
-    else {
+    let Ok((mut reader, _init)) = SegmentReader::open(std::io::Cursor::new(data), data.len() as u64) else {
         return;
     };
     for _ in 0..MAX_FRAGMENTS {

@@ -316,26 +316,9 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::media::Codec;
 
     fn row(stream_id: u32) -> RecordingRow {
-        RecordingRow {
-            stream_id,
-            run_id: 1,
-            codec: Codec::H264,
-            width: 640,
-            height: 360,
-            wall_start_us: 1_000,
-            wall_end_us: 1_000,
-            media_duration_90k: 0,
-            bytes: 0,
-            init_bytes: 0,
-            frames: 0,
-            fragments: 0,
-            open: true,
-            has_audio: false,
-            path: String::new(),
-        }
+        RecordingRow { stream_id, wall_start_us: 1_000, wall_end_us: 1_000, ..RecordingRow::for_test("") }
     }
 
     #[test]

@@ -224,6 +224,30 @@ impl FragmentRow {
 }
 
 #[cfg(test)]
+impl RecordingRow {
+    /// An open, empty H.264 recording of stream 1 at `path`, for tests.
+    pub(crate) fn for_test(path: &str) -> RecordingRow {
+        RecordingRow {
+            stream_id: 1,
+            run_id: 1,
+            codec: Codec::H264,
+            width: 640,
+            height: 360,
+            wall_start_us: 0,
+            wall_end_us: 0,
+            media_duration_90k: 0,
+            bytes: 0,
+            init_bytes: 0,
+            frames: 0,
+            fragments: 0,
+            open: true,
+            has_audio: false,
+            path: path.into(),
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -191,25 +191,8 @@ async fn read_clip(path: &std::path::Path) -> Result<file::Clip, IngestError> {
 mod tests {
     use super::*;
 
-    use crate::media::{Codec, VideoParams};
-    use bytes::Bytes;
-
     fn frame(len: usize) -> Frame {
-        Frame {
-            pts_90k: 0,
-            received_mono_us: 1,
-            received_wall_us: 1,
-            is_key: true,
-            data: Bytes::from(vec![0u8; len]),
-            params: Arc::new(VideoParams {
-                codec: Codec::H264,
-                rfc6381: String::new(),
-                width: 1,
-                height: 1,
-                sample_entry: Bytes::new(),
-            }),
-            audio: None,
-        }
+        Frame::for_test(len, true)
     }
 
     #[test]

@@ -104,3 +104,26 @@ pub struct Frame {
     /// The session's audio track, if it has one: a segment started at this frame records it.
     pub audio: Option<Arc<AudioParams>>,
 }
+
+#[cfg(test)]
+impl Frame {
+    /// A frame of `len` zero bytes with placeholder parameters, for tests of plumbing that
+    /// does not look inside frames.
+    pub(crate) fn for_test(len: usize, is_key: bool) -> Frame {
+        Frame {
+            pts_90k: 0,
+            received_mono_us: 1,
+            received_wall_us: 1,
+            is_key,
+            data: Bytes::from(vec![0u8; len]),
+            params: Arc::new(VideoParams {
+                codec: Codec::H264,
+                rfc6381: String::new(),
+                width: 1,
+                height: 1,
+                sample_entry: Bytes::new(),
+            }),
+            audio: None,
+        }
+    }
+}

@@ -352,26 +352,9 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::media::Codec;
 
     fn recording(path: &str) -> RecordingRow {
-        RecordingRow {
-            stream_id: 1,
-            run_id: 1,
-            codec: Codec::H264,
-            width: 1,
-            height: 1,
-            wall_start_us: 0,
-            wall_end_us: 0,
-            media_duration_90k: 0,
-            bytes: 0,
-            init_bytes: 0,
-            frames: 0,
-            fragments: 0,
-            open: true,
-            has_audio: false,
-            path: path.into(),
-        }
+        RecordingRow::for_test(path)
     }
 
     fn fragment(i: u32) -> FragmentRow {

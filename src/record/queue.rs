@@ -147,25 +147,9 @@ impl FrameReceiver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::media::{Codec, VideoParams};
-    use bytes::Bytes;
 
     fn frame(len: usize, is_key: bool) -> Frame {
-        Frame {
-            pts_90k: 0,
-            received_mono_us: 0,
-            received_wall_us: 0,
-            is_key,
-            data: Bytes::from(vec![0u8; len]),
-            params: Arc::new(VideoParams {
-                codec: Codec::H264,
-                rfc6381: String::new(),
-                width: 1,
-                height: 1,
-                sample_entry: Bytes::new(),
-            }),
-            audio: None,
-        }
+        Frame::for_test(len, is_key)
     }
 
     #[test]

@@ -295,10 +295,10 @@ mod tests {
     use super::*;
     use crate::catalog::Batch;
     use crate::limits;
+    use crate::media::avc;
     use crate::media::fmp4::{
         SampleEntry, TrackRun, fragment_header_buffer, write_fragment_header, write_init_segment,
     };
-    use crate::media::{Codec, avc};
 
     const WALL0: i64 = 1_800_000_000_000_000;
 
@@ -324,23 +324,7 @@ mod tests {
     }
 
     fn open_row(path: &str) -> RecordingRow {
-        RecordingRow {
-            stream_id: 1,
-            run_id: 1,
-            codec: Codec::H264,
-            width: 640,
-            height: 360,
-            wall_start_us: WALL0,
-            wall_end_us: WALL0,
-            media_duration_90k: 0,
-            bytes: 0,
-            init_bytes: 0,
-            frames: 0,
-            fragments: 0,
-            open: true,
-            has_audio: false,
-            path: path.into(),
-        }
+        RecordingRow { wall_start_us: WALL0, wall_end_us: WALL0, ..RecordingRow::for_test(path) }
     }
 
     #[test]

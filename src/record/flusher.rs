@@ -66,6 +66,9 @@ pub struct Flusher {
     /// Directories with new entries since the last flush.
     new_dirs: BTreeSet<PathBuf>,
     index: Index,
+    /// Bytes of each stream's recordings, and of all, kept with `index`.
+    stream_bytes: BTreeMap<u32, u64>,
+    total_bytes: u64,
     paths: BTreeMap<u64, String>,
     /// The last committed row of each open recording: what a recording falls back to when
     /// its file cannot be synced.
@@ -82,13 +85,8 @@ impl Flusher {
         interval: Duration,
         caps: Retention,
     ) -> Result<Self, crate::catalog::CatalogError> {
-        let mut index = Index::new();
-        let mut paths = BTreeMap::new();
-        for (id, r) in catalog.recordings()? {
-            index.insert(id, Entry { stream_id: r.stream_id, bytes: r.bytes, open: r.open });
-            paths.insert(id, r.path);
-        }
-        Ok(Flusher {
+        let rows = catalog.recordings()?;
+        let mut me = Flusher {
             catalog,
             data_dir,
             interval,
@@ -99,12 +97,19 @@ impl Flusher {
             garbage_done: Vec::new(),
             dirty: BTreeSet::new(),
             new_dirs: BTreeSet::new(),
-            index,
-            paths,
+            index: Index::new(),
+            stream_bytes: BTreeMap::new(),
+            total_bytes: 0,
+            paths: BTreeMap::new(),
             committed: BTreeMap::new(),
             poisoned: BTreeSet::new(),
             stats: Arc::default(),
-        })
+        };
+        for (id, r) in rows {
+            me.index_insert(id, Entry { stream_id: r.stream_id, bytes: r.bytes, open: r.open });
+            me.paths.insert(id, r.path);
+        }
+        Ok(me)
     }
 
     pub fn stats(&self) -> Arc<FlusherStats> {
@@ -132,10 +137,30 @@ impl Flusher {
     }
 
     fn track(&mut self, rec_id: u64, recording: RecordingRow) {
-        self.index
-            .insert(rec_id, Entry { stream_id: recording.stream_id, bytes: recording.bytes, open: recording.open });
+        let entry = Entry { stream_id: recording.stream_id, bytes: recording.bytes, open: recording.open };
+        self.index_insert(rec_id, entry);
         self.paths.insert(rec_id, recording.path.clone());
         self.recordings.insert(rec_id, recording);
+    }
+
+    fn index_insert(&mut self, rec_id: u64, entry: Entry) {
+        self.index_remove(rec_id);
+        *self.stream_bytes.entry(entry.stream_id).or_default() += entry.bytes;
+        self.total_bytes += entry.bytes;
+        self.index.insert(rec_id, entry);
+    }
+
+    fn index_remove(&mut self, rec_id: u64) {
+        if let Some(old) = self.index.remove(&rec_id) {
+            *self.stream_bytes.entry(old.stream_id).or_default() -= old.bytes;
+            self.total_bytes -= old.bytes;
+        }
+    }
+
+    /// True when a stream, or all together, is over its retention cap.
+    fn over_caps(&self, stream_id: u32) -> bool {
+        self.stream_bytes.get(&stream_id).is_some_and(|&b| b > self.caps.stream_max_bytes)
+            || self.total_bytes > self.caps.total_max_bytes
     }
 
     fn handle(&mut self, msg: ToFlusher) {
@@ -151,6 +176,11 @@ impl Flusher {
                 self.track(rec_id, recording);
                 if self.fragments.len() >= limits::CATALOG_PENDING_FRAGMENTS_MAX {
                     self.flush();
+                }
+                // Caps hold fragment by fragment, not only once per flush interval: deleting
+                // a closed recording needs no flush.
+                if self.over_caps(stream_id) {
+                    self.enforce_retention(false);
                 }
             }
             ToFlusher::Created { rec_id, recording } => {
@@ -276,7 +306,7 @@ impl Flusher {
         self.recordings.remove(&rec_id);
         self.committed.remove(&rec_id);
         self.poisoned.remove(&rec_id);
-        self.index.remove(&rec_id);
+        self.index_remove(rec_id);
         let row = match self.catalog.delete_recording(rec_id) {
             Ok(row) => row,
             Err(e) => {
@@ -449,5 +479,33 @@ mod tests {
         f.flush();
         assert!(catalog.recordings().unwrap().is_empty());
         assert!(!dir.path().join("gone.mp4").exists());
+    }
+
+    #[test]
+    fn a_stream_over_its_cap_frees_space_as_the_fragment_arrives_not_at_the_next_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
+        let mut old = recording("");
+        old.open = false;
+        old.bytes = 600;
+        let (old_id, _) = catalog.begin_recording(old, |_| "old.mp4".into()).unwrap();
+        std::fs::write(dir.path().join("old.mp4"), b"old").unwrap();
+        let (id, mut row) = catalog.begin_recording(recording(""), |_| "new.mp4".into()).unwrap();
+        let caps = Retention { stream_max_bytes: 1000, total_max_bytes: u64::MAX };
+        let mut f = Flusher::new(catalog.clone(), dir.path().into(), Duration::from_secs(3600), caps).unwrap();
+        row.bytes = 300;
+        f.handle(ToFlusher::Fragment {
+            rec_id: id,
+            sequence: 1,
+            row: fragment(1),
+            keyframes: vec![],
+            recording: row.clone(),
+        });
+        assert!(dir.path().join("old.mp4").exists(), "900 bytes: under the cap");
+        row.bytes = 500;
+        f.handle(ToFlusher::Fragment { rec_id: id, sequence: 2, row: fragment(2), keyframes: vec![], recording: row });
+        assert!(!dir.path().join("old.mp4").exists(), "1100 bytes: over, the oldest goes at once");
+        assert!(catalog.recordings().unwrap().iter().all(|(i, _)| *i != old_id));
+        assert_eq!(f.stats().commits.load(Ordering::Relaxed), 0, "no flush was needed");
     }
 }

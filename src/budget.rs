@@ -68,6 +68,15 @@ pub fn compute(config: &Config) -> Budget {
             ),
         },
         Line {
+            component: "http connections",
+            bytes: limits::HTTP_CONNECTIONS_MAX as u64 * (limits::HTTP_HEAD_MAX_BYTES as u64 + (16 << 10)),
+            why: format!(
+                "{} connections × ({} KiB head + 16 KiB write buffer) (HTTP_CONNECTIONS_MAX, HTTP_HEAD_MAX_BYTES)",
+                limits::HTTP_CONNECTIONS_MAX,
+                limits::HTTP_HEAD_MAX_BYTES >> 10
+            ),
+        },
+        Line {
             component: "catalog cache",
             bytes: limits::CATALOG_CACHE_BYTES as u64,
             why: "redb page cache (CATALOG_CACHE_BYTES)".into(),
@@ -115,7 +124,7 @@ mod tests {
     use crate::config::{Camera, Source};
 
     fn config_with(cameras: usize, ram_class_bytes: u64) -> Config {
-        let mut c = Config::demo("/data".into());
+        let mut c = Config::demo("/data".into(), "127.0.0.1:8080".parse().unwrap());
         c.ram_class_bytes = ram_class_bytes;
         c.cameras = (0..cameras)
             .map(|i| Camera {

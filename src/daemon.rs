@@ -12,6 +12,7 @@ use tracing::{error, info};
 use crate::budget;
 use crate::catalog::{Catalog, CatalogError};
 use crate::config::Config;
+use crate::http;
 use crate::ingest::{self, StreamInput, state::StreamState};
 use crate::limits;
 use crate::record::{Recorder, recovery};
@@ -30,6 +31,8 @@ pub enum DaemonError {
     Catalog(#[from] CatalogError),
     #[error(transparent)]
     Recovery(#[from] recovery::RecoveryError),
+    #[error(transparent)]
+    Listen(#[from] http::ListenError),
 }
 
 /// Runs until SIGTERM or SIGINT.
@@ -41,6 +44,11 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     info!("memory budget {} MiB of {} MiB allowed", budget.total_bytes() >> 20, budget.allowed_bytes >> 20);
     let data_dir = config.data_dir.clone();
     std::fs::create_dir_all(&data_dir).map_err(|source| DaemonError::DataDir { path: data_dir.clone(), source })?;
+    // Bind first: a taken port is a clear error before anything else starts.
+    let listener = match config.listen {
+        Some(addr) => Some(http::bind(addr).await?),
+        None => None,
+    };
     let catalog = Arc::new(Catalog::open(&data_dir.join(CATALOG_FILE))?);
     recovery::recover(&catalog, &data_dir)?;
     let (recorder, recorded) = Recorder::start(&config, catalog.clone())?;
@@ -68,10 +76,14 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     info!(cameras = config.cameras.len(), data_dir = %data_dir.display(), "recording");
 
     let status = tokio::spawn(log_status(states));
+    let web = listener.map(|l| tokio::spawn(http::serve(l, Arc::new(http::HttpStats::default()), shutdown_rx.clone())));
     wait_for_signal().await;
     info!("stopping");
     status.abort();
     let _ = shutdown_tx.send(true);
+    if let Some(web) = web {
+        let _ = web.await;
+    }
     // One deadline for all; a task that misses it is aborted, which drops its sender so its
     // recorder can still close the files.
     let deadline = tokio::time::Instant::now() + Duration::from_millis(limits::SHUTDOWN_TIMEOUT_MS);

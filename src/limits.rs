@@ -148,6 +148,37 @@ pub const RTSP_TEARDOWN_WAIT_MS: u64 = 5_000;
 /// Shutdown closes fragments and commits within this bound, then exits regardless.
 pub const SHUTDOWN_TIMEOUT_MS: u64 = 5_000;
 
+// ---- http ----
+
+/// Open HTTP connections. The next one is answered 503 and closed at once, never queued in
+/// the kernel's backlog.
+pub const HTTP_CONNECTIONS_MAX: usize = 256;
+
+/// A request (head and body) must arrive within this long of the server starting to read
+/// it; a slow-loris client gets 408 and is dropped.
+pub const HTTP_READ_TIMEOUT_MS: u64 = 30_000;
+
+/// A response write that makes no progress for this long drops the connection.
+pub const HTTP_WRITE_TIMEOUT_MS: u64 = 30_000;
+
+/// The request line, and each header line: 414 or 431 beyond it.
+pub const HTTP_LINE_MAX_BYTES: usize = 8 << 10;
+
+/// All header lines of a request together (with the request line): 431 beyond it.
+pub const HTTP_HEAD_MAX_BYTES: usize = 64 << 10;
+
+/// Header fields in one request: 431 beyond it.
+pub const HTTP_HEADERS_MAX: usize = 100;
+
+/// Parsed requests waiting for a free handler: the next gets 503.
+pub const HTTP_REQUESTS_WAITING_MAX: usize = 8;
+
+/// Request handlers running at once.
+pub const HTTP_HANDLERS_MAX: usize = 64;
+
+/// A request body where no route allows more (small JSON such as a delete): 413 beyond it.
+pub const HTTP_SMALL_BODY_MAX_BYTES: u64 = 16 << 10;
+
 // ---- memory budget ----
 
 /// Estimated heap of one RTSP session (retina's read buffer, depacketizer, reassembly).

@@ -27,7 +27,7 @@ enum Command {
         /// Where to record (a new temporary directory by default).
         #[arg(long)]
         data_dir: Option<PathBuf>,
-        /// Where the web face will listen.
+        /// Where the web face listens.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: std::net::SocketAddr,
     },
@@ -101,8 +101,8 @@ fn dispatch(command: Command) -> Result<(), String> {
                 None => make_temp_dir()?,
             };
             println!("KeepPeek demo: recording the built-in camera into {}", data_dir.display());
-            println!("(the web face for {listen} comes with the HTTP server; stop with Ctrl-C)");
-            run_daemon(Config::demo(data_dir))
+            println!("KeepPeek demo: web face on http://{listen}/ (health at /healthz); stop with Ctrl-C");
+            run_daemon(Config::demo(data_dir, listen))
         }
         Command::CheckConfig { config } => {
             let c = Config::load(&config).map_err(|e| e.to_string())?;

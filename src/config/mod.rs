@@ -104,6 +104,8 @@ pub struct Retention {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     pub data_dir: PathBuf,
+    /// Where the web face listens; none: no web face.
+    pub listen: Option<std::net::SocketAddr>,
     pub flush_interval_s: u64,
     pub require_sane_clock: bool,
     pub ram_class_bytes: u64,
@@ -122,6 +124,7 @@ pub const FLUSH_INTERVAL_DEFAULT_S: u64 = 10;
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     data_dir: String,
+    listen: Option<String>,
     #[serde(default = "default_flush_interval_s")]
     flush_interval_s: u64,
     #[serde(default = "default_true")]
@@ -210,9 +213,10 @@ impl Config {
     }
 
     /// The demo's config: the built-in camera recorded into `data_dir`.
-    pub fn demo(data_dir: PathBuf) -> Config {
+    pub fn demo(data_dir: PathBuf, listen: std::net::SocketAddr) -> Config {
         Config {
             data_dir,
+            listen: Some(listen),
             flush_interval_s: FLUSH_INTERVAL_DEFAULT_S,
             require_sane_clock: false,
             ram_class_bytes: 1 << 30,
@@ -295,8 +299,15 @@ impl RawConfig {
             }
             cameras.push(cam);
         }
+        let listen = self
+            .listen
+            .map(|l| {
+                l.parse().map_err(|_| ("listen".to_string(), format!("\"{l}\" is not an address such as 0.0.0.0:8080")))
+            })
+            .transpose()?;
         Ok(Config {
             data_dir: base_dir.join(self.data_dir),
+            listen,
             flush_interval_s: self.flush_interval_s,
             require_sane_clock: self.require_sane_clock,
             ram_class_bytes,

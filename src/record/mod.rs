@@ -161,7 +161,7 @@ mod tests {
 
     #[test]
     fn segments_are_an_eighth_of_the_smallest_cap_and_never_past_the_ceiling() {
-        let mut c = Config::demo("/d".into());
+        let mut c = Config::demo("/d".into(), "127.0.0.1:8080".parse().unwrap());
         c.retention.stream_max_bytes = u64::MAX;
         c.retention.total_max_bytes = u64::MAX;
         assert_eq!(segment_bounds(&c, 1, None).max_bytes, limits::SEGMENT_MAX_BYTES);

@@ -56,6 +56,7 @@ fn budget_prints_a_figure_per_component() {
         "ingest queues",
         "fragment buffers",
         "catalog cache",
+        "http connections",
         "thread stacks",
         "total",
         "allowed",
@@ -83,8 +84,9 @@ fn budget_prints_a_figure_per_component() {
 fn the_demo_records_the_builtin_camera_with_no_setup() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("demo");
+    let port = free_port();
     let mut child = keeppeek()
-        .args(["demo", "--data-dir"])
+        .args(["demo", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
         .arg(&data)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -92,6 +94,12 @@ fn the_demo_records_the_builtin_camera_with_no_setup() {
         .unwrap();
     let main = data.join("recordings/demo/main");
     let recorded = wait_until(Duration::from_secs(20), || dir_bytes(&main) > 100_000);
+    // The web face answers on the address given.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the demo listens");
+    std::io::Write::write_all(&mut s, b"GET /healthz HTTP/1.1\r\nhost: kp\r\nconnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut s, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().unwrap();
     assert!(recorded, "the demo recorded nothing into {}", main.display());

@@ -162,6 +162,10 @@ impl Daemon {
         assert!(ok, "no {count}× {needle:?} in the log within {timeout:?}:\n{}", self.log_text());
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
     }

@@ -5,6 +5,7 @@ mod common;
 
 mod camera_failures;
 mod cli;
+mod http_limits;
 mod power_cut;
 mod retention;
 mod rtsp_recording;

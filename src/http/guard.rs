@@ -1,0 +1,96 @@
+//! The socket under every HTTP connection, with the timeouts hyper does not enforce itself.
+//!
+//! - Read: a request (head and body) must arrive within [`limits::HTTP_READ_TIMEOUT_MS`] of
+//!   the server starting to read it. The clock starts when reading starts after the last
+//!   response (or at connect), so a slow-loris client that trickles bytes is cut off, and so
+//!   is an idle keep-alive connection holding a slot. On expiry a `408` is written straight
+//!   to the socket (nothing else is being written then) and the connection ends.
+//! - Write: a response write that makes no progress for [`limits::HTTP_WRITE_TIMEOUT_MS`]
+//!   ends the connection.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Sleep;
+
+use super::HttpStats;
+use crate::limits;
+
+/// The 408 sent to a client whose request did not arrive in time.
+const REQUEST_TIMEOUT_RESPONSE: &[u8] =
+    b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+
+pub struct Guarded {
+    stream: TcpStream,
+    read_deadline: Option<Pin<Box<Sleep>>>,
+    write_stall: Option<Pin<Box<Sleep>>>,
+    stats: Arc<HttpStats>,
+}
+
+impl Guarded {
+    pub fn new(stream: TcpStream, stats: Arc<HttpStats>) -> Self {
+        Guarded { stream, read_deadline: None, write_stall: None, stats }
+    }
+}
+
+fn sleep_ms(ms: u64) -> Pin<Box<Sleep>> {
+    Box::pin(tokio::time::sleep(Duration::from_millis(ms)))
+}
+
+impl AsyncRead for Guarded {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        let deadline = me.read_deadline.get_or_insert_with(|| sleep_ms(limits::HTTP_READ_TIMEOUT_MS));
+        match Pin::new(&mut me.stream).poll_read(cx, buf) {
+            Poll::Ready(r) => Poll::Ready(r),
+            Poll::Pending => match deadline.as_mut().poll(cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(()) => {
+                    me.stats.request_timeouts.fetch_add(1, Ordering::Relaxed);
+                    // Best effort: the client may not be reading either.
+                    let _ = me.stream.try_write(REQUEST_TIMEOUT_RESPONSE);
+                    Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "request not received in time")))
+                }
+            },
+        }
+    }
+}
+
+impl AsyncWrite for Guarded {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        // A response is going out: the request was read; the next one gets a fresh clock.
+        me.read_deadline = None;
+        match Pin::new(&mut me.stream).poll_write(cx, data) {
+            Poll::Ready(r) => {
+                me.write_stall = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let stall = me.write_stall.get_or_insert_with(|| sleep_ms(limits::HTTP_WRITE_TIMEOUT_MS));
+                match stall.as_mut().poll(cx) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(()) => {
+                        me.stats.write_timeouts.fetch_add(1, Ordering::Relaxed);
+                        Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "response not taken in time")))
+                    }
+                }
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}

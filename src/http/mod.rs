@@ -1,0 +1,294 @@
+//! The HTTP/1.1 listener (hyper), with every ceiling of `src/limits.rs` enforced and counted.
+//!
+//! Order of refusal, each with its status and a counter in `/metrics`:
+//! - connection cap ([`limits::HTTP_CONNECTIONS_MAX`]): accepted, answered `503`, closed —
+//!   never left waiting in the kernel's backlog;
+//! - slow requests: `408` ([`guard`]);
+//! - head too large or too many header fields: `431` (hyper's own checks, configured here);
+//! - request line over [`limits::HTTP_LINE_MAX_BYTES`]: `414`; one header line over it:
+//!   `431` (hyper has no per-line limit, so they are checked on the parsed head);
+//! - a declared body larger than the route allows: `413`;
+//! - every handler busy and [`limits::HTTP_REQUESTS_WAITING_MAX`] requests already waiting:
+//!   `503`;
+//! - unparseable requests: `400` (hyper).
+//!
+//! Routes so far: `/healthz` (no auth, no details) and `/metrics` (Prometheus text). Until
+//! accounts exist, `/metrics` answers only clients on this machine.
+
+mod guard;
+
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tracing::{debug, info, warn};
+
+use crate::limits;
+
+/// Counters of the listener, each refusal by its kind.
+#[derive(Debug, Default)]
+pub struct HttpStats {
+    pub connections_open: AtomicUsize,
+    pub connections_total: AtomicU64,
+    /// 503: over [`limits::HTTP_CONNECTIONS_MAX`].
+    pub connections_refused: AtomicU64,
+    pub requests: AtomicU64,
+    /// 408: the request did not arrive in time.
+    pub request_timeouts: AtomicU64,
+    pub write_timeouts: AtomicU64,
+    /// 400: hyper could not parse the request.
+    pub bad_requests: AtomicU64,
+    /// 414: request line too long.
+    pub uri_too_long: AtomicU64,
+    /// 431: a header line, all header lines, or the header count over its ceiling.
+    pub headers_too_large: AtomicU64,
+    /// 413: body over the route's ceiling.
+    pub body_too_large: AtomicU64,
+    /// 503: every handler busy and the waiting line full.
+    pub busy: AtomicU64,
+}
+
+/// What every request handler shares.
+struct Ctx {
+    stats: Arc<HttpStats>,
+    handlers: Semaphore,
+    waiting: AtomicUsize,
+}
+
+type Reply = Response<Full<Bytes>>;
+
+/// Why the listener could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr}: {source}")]
+pub struct ListenError {
+    pub addr: SocketAddr,
+    pub source: std::io::Error,
+}
+
+/// Binds the listening socket (so a taken port fails the start, clearly).
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ListenError> {
+    TcpListener::bind(addr).await.map_err(|source| ListenError { addr, source })
+}
+
+/// Serves until `shutdown` turns true.
+pub async fn serve(listener: TcpListener, stats: Arc<HttpStats>, mut shutdown: watch::Receiver<bool>) {
+    let connections = Arc::new(Semaphore::new(limits::HTTP_CONNECTIONS_MAX));
+    let ctx =
+        Arc::new(Ctx { stats: stats.clone(), handlers: Semaphore::new(limits::HTTP_HANDLERS_MAX), waiting: 0.into() });
+    if let Ok(addr) = listener.local_addr() {
+        info!(%addr, "web face listening");
+    }
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors and the like: back off a moment rather than spin.
+                warn!("accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        stats.connections_total.fetch_add(1, Ordering::Relaxed);
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            stats.connections_refused.fetch_add(1, Ordering::Relaxed);
+            let _ =
+                stream.try_write(b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+            continue;
+        };
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let stats = ctx.stats.clone();
+            stats.connections_open.fetch_add(1, Ordering::Relaxed);
+            let io = TokioIo::new(guard::Guarded::new(stream, stats.clone()));
+            let service = service_fn(move |req| handle(req, ctx.clone(), peer));
+            let result = http1::Builder::new()
+                .timer(TokioTimer::new())
+                // The guard's own read clock covers the head, with a 408; hyper's would drop
+                // the connection silently.
+                .header_read_timeout(None)
+                .max_headers(limits::HTTP_HEADERS_MAX)
+                .max_header_size(limits::HTTP_HEAD_MAX_BYTES)
+                .max_buf_size(limits::HTTP_HEAD_MAX_BYTES.max(8192))
+                .serve_connection(io, service)
+                .await;
+            if let Err(e) = result {
+                if e.is_parse_too_large() {
+                    stats.headers_too_large.fetch_add(1, Ordering::Relaxed);
+                } else if e.is_parse() {
+                    stats.bad_requests.fetch_add(1, Ordering::Relaxed);
+                }
+                debug!(%peer, "connection ended: {e}");
+            }
+            stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+            drop(permit);
+        });
+    }
+}
+
+/// A JSON error body with a stable code.
+fn error(status: StatusCode, code: &str, message: &str) -> Reply {
+    let body = serde_json::json!({ "code": code, "message": message }).to_string();
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    r
+}
+
+fn text(body: String, content_type: &'static str) -> Reply {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    r
+}
+
+/// Checks a parsed head against the limits hyper does not enforce.
+fn check_head(req: &Request<Incoming>, stats: &HttpStats) -> Option<Reply> {
+    // "METHOD SP request-target SP HTTP/1.1 CRLF"
+    let request_line = req.method().as_str().len() + 1 + req.uri().to_string().len() + 11;
+    if request_line > limits::HTTP_LINE_MAX_BYTES {
+        stats.uri_too_long.fetch_add(1, Ordering::Relaxed);
+        return Some(error(StatusCode::URI_TOO_LONG, "uri_too_long", "the request line is over 8 KiB"));
+    }
+    // "name: value CRLF"
+    let too_long = req.headers().iter().any(|(n, v)| n.as_str().len() + 2 + v.len() + 2 > limits::HTTP_LINE_MAX_BYTES);
+    if too_long {
+        stats.headers_too_large.fetch_add(1, Ordering::Relaxed);
+        return Some(error(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "header_too_large",
+            "a header line is over 8 KiB",
+        ));
+    }
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limits::HTTP_SMALL_BODY_MAX_BYTES) {
+        stats.body_too_large.fetch_add(1, Ordering::Relaxed);
+        let mut r = error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", "the request body is over 16 KiB");
+        // The body will not be read: do not keep the connection for the next request.
+        r.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        return Some(r);
+    }
+    None
+}
+
+async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>, peer: SocketAddr) -> Result<Reply, Infallible> {
+    ctx.stats.requests.fetch_add(1, Ordering::Relaxed);
+    if let Some(refusal) = check_head(&req, &ctx.stats) {
+        return Ok(refusal);
+    }
+    let _permit = match admit(&ctx).await {
+        Ok(p) => p,
+        Err(refusal) => return Ok(refusal),
+    };
+    Ok(route(&req, &ctx, peer))
+}
+
+/// A handler slot: at once if one is free, after a wait if fewer than
+/// [`limits::HTTP_REQUESTS_WAITING_MAX`] requests are waiting, else a `503`.
+async fn admit(ctx: &Ctx) -> Result<tokio::sync::SemaphorePermit<'_>, Reply> {
+    if let Ok(p) = ctx.handlers.try_acquire() {
+        return Ok(p);
+    }
+    if ctx.waiting.fetch_add(1, Ordering::AcqRel) >= limits::HTTP_REQUESTS_WAITING_MAX {
+        ctx.waiting.fetch_sub(1, Ordering::AcqRel);
+        ctx.stats.busy.fetch_add(1, Ordering::Relaxed);
+        return Err(error(StatusCode::SERVICE_UNAVAILABLE, "busy", "too many requests at once"));
+    }
+    let p = ctx.handlers.acquire().await;
+    ctx.waiting.fetch_sub(1, Ordering::AcqRel);
+    p.map_err(|_| error(StatusCode::SERVICE_UNAVAILABLE, "stopping", "the server is stopping"))
+}
+
+fn route(req: &Request<Incoming>, ctx: &Ctx, peer: SocketAddr) -> Reply {
+    match (req.method(), req.uri().path()) {
+        (&Method::GET | &Method::HEAD, "/healthz") => text("ok\n".into(), "text/plain; charset=utf-8"),
+        (&Method::GET, "/metrics") if peer.ip().is_loopback() => {
+            text(metrics(&ctx.stats), "text/plain; version=0.0.4; charset=utf-8")
+        }
+        (&Method::GET, "/metrics") => error(StatusCode::FORBIDDEN, "forbidden", "metrics need credentials"),
+        (_, "/healthz" | "/metrics") => error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "use GET"),
+        _ => error(StatusCode::NOT_FOUND, "not_found", "no such route"),
+    }
+}
+
+/// The Prometheus text of the listener's counters.
+fn metrics(s: &HttpStats) -> String {
+    let mut out = String::new();
+    let gauge = |out: &mut String, name: &str, help: &str, v: u64| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+    };
+    gauge(
+        &mut out,
+        "keeppeek_http_connections_open",
+        "Open HTTP connections.",
+        s.connections_open.load(Ordering::Relaxed) as u64,
+    );
+    let _ = writeln!(
+        out,
+        "# HELP keeppeek_http_connections_total HTTP connections accepted.\n# TYPE keeppeek_http_connections_total counter"
+    );
+    let _ = writeln!(out, "keeppeek_http_connections_total {}", s.connections_total.load(Ordering::Relaxed));
+    let _ = writeln!(
+        out,
+        "# HELP keeppeek_http_requests_total HTTP requests parsed.\n# TYPE keeppeek_http_requests_total counter"
+    );
+    let _ = writeln!(out, "keeppeek_http_requests_total {}", s.requests.load(Ordering::Relaxed));
+    let _ = writeln!(
+        out,
+        "# HELP keeppeek_http_refused_total Requests and connections refused, by reason.\n# TYPE keeppeek_http_refused_total counter"
+    );
+    for (reason, status, v) in [
+        ("connection_limit", 503, &s.connections_refused),
+        ("busy", 503, &s.busy),
+        ("request_timeout", 408, &s.request_timeouts),
+        ("write_timeout", 0, &s.write_timeouts),
+        ("bad_request", 400, &s.bad_requests),
+        ("uri_too_long", 414, &s.uri_too_long),
+        ("headers_too_large", 431, &s.headers_too_large),
+        ("body_too_large", 413, &s.body_too_large),
+    ] {
+        let _ = writeln!(
+            out,
+            "keeppeek_http_refused_total{{reason=\"{reason}\",status=\"{status}\"}} {}",
+            v.load(Ordering::Relaxed)
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn with_every_handler_busy_eight_requests_wait_and_the_ninth_is_refused() {
+        let ctx = Ctx { stats: Arc::default(), handlers: Semaphore::new(limits::HTTP_HANDLERS_MAX), waiting: 0.into() };
+        let running: Vec<_> = (0..limits::HTTP_HANDLERS_MAX).map(|_| admit(&ctx)).collect();
+        let mut held = Vec::new();
+        for r in running {
+            held.push(r.await.ok().expect("a free handler"));
+        }
+        let mut waiting: Vec<_> = (0..limits::HTTP_REQUESTS_WAITING_MAX).map(|_| Box::pin(admit(&ctx))).collect();
+        for w in &mut waiting {
+            assert!(futures::poll!(w.as_mut()).is_pending(), "waits for a handler");
+        }
+        let refused = admit(&ctx).await.err().expect("the line is full");
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(ctx.stats.busy.load(Ordering::Relaxed), 1);
+        drop(held.pop());
+        assert!(futures::poll!(waiting[0].as_mut()).is_ready(), "a freed handler goes to a waiting request");
+    }
+}

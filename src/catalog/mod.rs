@@ -6,6 +6,8 @@
 //! - `recordings`: recording id → [`RecordingRow`] (one segment file). Ids grow with time.
 //! - `fragments`: (recording id, sequence) → [`FragmentRow`].
 //! - `keyframes`: (stream id, wall µs) → (recording id, byte offset of the fragment).
+//! - `coverage`: (stream id, hour) → recorded µs, bytes and fragments of that hour, kept in
+//!   the same transactions as the fragment rows ([`coverage`]).
 //! - `garbage`: paths of files to delete. A file is listed here in the same commit that
 //!   drops its rows, and unlisted only after it is gone, so a crash in between never leaves
 //!   a file that nothing will delete.
@@ -16,12 +18,14 @@
 //!
 //! One writer (the recorder's catalog thread); readers open their own read transactions.
 
+pub mod coverage;
 pub mod rows;
 
 use std::path::Path;
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
+pub use coverage::Bucket;
 pub use rows::{FragmentRow, RecordingRow, RowError};
 
 use crate::limits;
@@ -32,6 +36,7 @@ const RECORDINGS: TableDefinition<u64, &[u8]> = TableDefinition::new("recordings
 const FRAGMENTS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("fragments");
 const KEYFRAMES: TableDefinition<(u32, i64), (u64, u64)> = TableDefinition::new("keyframes");
 const GARBAGE: TableDefinition<&str, ()> = TableDefinition::new("garbage");
+const COVERAGE: TableDefinition<(u32, i64), (u64, u64, u64)> = TableDefinition::new("coverage");
 
 const SCHEMA_VERSION: u64 = 1;
 
@@ -119,6 +124,7 @@ impl Catalog {
             txn.open_table(FRAGMENTS).storage()?;
             txn.open_table(KEYFRAMES).storage()?;
             txn.open_table(GARBAGE).storage()?;
+            txn.open_table(COVERAGE).storage()?;
         }
         txn.commit().storage()
     }
@@ -210,9 +216,26 @@ impl Catalog {
         txn.set_durability(Durability::Immediate).storage()?;
         {
             let mut frags = txn.open_table(FRAGMENTS).storage()?;
+            let mut cov = txn.open_table(COVERAGE).storage()?;
+            let recs = txn.open_table(RECORDINGS).storage()?;
+            let streams: std::collections::BTreeMap<u64, u32> =
+                batch.recordings.iter().map(|(id, r)| (*id, r.stream_id)).collect();
             for (rec, seq, row) in &batch.fragments {
-                frags.insert((*rec, *seq), row.encode().as_slice()).storage()?;
+                let stream_id = match streams.get(rec) {
+                    Some(s) => *s,
+                    None => match recs.get(*rec).storage()? {
+                        Some(v) => RecordingRow::decode(v.value())?.stream_id,
+                        None => return Err(CatalogError::NoRecording(*rec)),
+                    },
+                };
+                let old = frags.insert((*rec, *seq), row.encode().as_slice()).storage()?;
+                let old = old.map(|v| FragmentRow::decode(v.value())).transpose()?;
+                if let Some(old) = old {
+                    add_coverage(&mut cov, stream_id, &old, false)?;
+                }
+                add_coverage(&mut cov, stream_id, row, true)?;
             }
+            drop(recs);
             let mut keys = txn.open_table(KEYFRAMES).storage()?;
             for (stream, rec, k) in &batch.keyframes {
                 keys.insert((*stream, k.wall_us), (*rec, k.fragment_start_byte)).storage()?;
@@ -242,6 +265,14 @@ impl Catalog {
                 None => return Err(CatalogError::NoRecording(id)),
             };
             let mut frags = txn.open_table(FRAGMENTS).storage()?;
+            let mut cov = txn.open_table(COVERAGE).storage()?;
+            let mut gone = Vec::new();
+            for entry in frags.range((id, 0)..=(id, u32::MAX)).storage()? {
+                gone.push(FragmentRow::decode(entry.storage()?.1.value())?);
+            }
+            for f in &gone {
+                add_coverage(&mut cov, row.stream_id, f, false)?;
+            }
             frags.retain_in((id, 0)..=(id, u32::MAX), |_, _| false).storage()?;
             let mut keys = txn.open_table(KEYFRAMES).storage()?;
             keys.retain_in((row.stream_id, row.wall_start_us)..=(row.stream_id, row.wall_end_us), |_, (rec, _)| {
@@ -254,6 +285,18 @@ impl Catalog {
         };
         txn.commit().storage()?;
         Ok(row)
+    }
+
+    /// A stream's coverage summaries for the hours from `from_us` to `to_us`, in order.
+    pub fn coverage(&self, stream_id: u32, from_us: i64, to_us: i64) -> Result<Vec<(i64, Bucket)>, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let t = txn.open_table(COVERAGE).storage()?;
+        let mut out = Vec::new();
+        for entry in t.range((stream_id, coverage::bucket_of(from_us))..=(stream_id, to_us)).storage()? {
+            let (k, v) = entry.storage()?;
+            out.push((k.value().1, Bucket::from_tuple(v.value())));
+        }
+        Ok(out)
     }
 
     /// Lists a file as garbage without any rows (a file the catalog never knew).
@@ -313,6 +356,25 @@ impl Catalog {
     }
 }
 
+/// Adds (or removes) one fragment's contribution to its stream's coverage rows.
+fn add_coverage(
+    cov: &mut redb::Table<'_, (u32, i64), (u64, u64, u64)>,
+    stream_id: u32,
+    f: &FragmentRow,
+    add: bool,
+) -> Result<(), CatalogError> {
+    for (bucket, c) in coverage::contributions(f) {
+        let total = cov.get((stream_id, bucket)).storage()?.map(|v| Bucket::from_tuple(v.value())).unwrap_or_default();
+        let total = coverage::apply(total, c, add);
+        if total == Bucket::default() {
+            cov.remove((stream_id, bucket)).storage()?;
+        } else {
+            cov.insert((stream_id, bucket), total.to_tuple()).storage()?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -352,11 +414,19 @@ mod tests {
         assert_eq!(cat.recordings().unwrap(), vec![(id, r.clone())]);
         assert_eq!(cat.fragments(id).unwrap(), vec![(1, f)]);
         assert_eq!(cat.keyframes(s, 0, i64::MAX).unwrap().len(), 1);
+        let hour = coverage::bucket_of(1_000);
+        let covered = Bucket { recorded_us: 1_000, bytes: 200, fragments: 1 };
+        assert_eq!(cat.coverage(s, 0, i64::MAX).unwrap(), vec![(hour, covered)]);
+        // Committing the same row again (a retried batch) does not count it twice.
+        cat.commit(&Batch { fragments: vec![(id, 1, f)], recordings: vec![(id, r.clone())], ..Batch::default() })
+            .unwrap();
+        assert_eq!(cat.coverage(s, 0, i64::MAX).unwrap(), vec![(hour, covered)]);
 
         assert_eq!(cat.delete_recording(id).unwrap(), r);
         assert!(cat.recordings().unwrap().is_empty());
         assert!(cat.fragments(id).unwrap().is_empty());
         assert!(cat.keyframes(s, 0, i64::MAX).unwrap().is_empty());
+        assert!(cat.coverage(s, i64::MIN, i64::MAX).unwrap().is_empty(), "deletion takes its coverage along");
         assert_eq!(cat.garbage().unwrap(), vec![r.path.clone()]);
         cat.commit(&Batch { garbage_done: vec![r.path], ..Batch::default() }).unwrap();
         assert!(cat.garbage().unwrap().is_empty());

@@ -1,16 +1,17 @@
 //! `keeppeek check`: proves the catalog and the files agree, after the same recovery a start
 //! runs. Every cataloged fragment must be read back at its byte range with its sample count
-//! and duration; every closed file must end where its last fragment ends; no file under
-//! `recordings/` may be unknown to the catalog. Used after power cuts, by people and tests.
+//! and duration; every closed file must end where its last fragment ends; the coverage
+//! summaries must equal what the fragment rows add up to; no file under `recordings/` may be
+//! unknown to the catalog. Used after power cuts, by people and tests.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::Path;
 
 use serde::Serialize;
 
 use super::recovery::{self, RECORDINGS_DIR, RecoveryError};
-use crate::catalog::Catalog;
+use crate::catalog::{Bucket, Catalog, coverage};
 use crate::media::fmp4_read::SegmentReader;
 
 /// What `check` found.
@@ -31,6 +32,7 @@ pub fn check(catalog: &Catalog, data_dir: &Path) -> Result<Verified, RecoveryErr
     let report = recovery::recover(catalog, data_dir)?;
     let mut v = Verified { recovery: format!("{report:?}"), wall_end_us: i64::MIN, ..Default::default() };
     let mut known = BTreeSet::new();
+    let mut coverage: BTreeMap<(u32, i64), Bucket> = BTreeMap::new();
     for (id, row) in catalog.recordings()? {
         v.recordings += 1;
         v.bytes += row.bytes;
@@ -62,6 +64,10 @@ pub fn check(catalog: &Catalog, data_dir: &Path) -> Result<Verified, RecoveryErr
         }
         let mut frames = 0u64;
         for (seq, f) in fragments {
+            for (bucket, c) in coverage::contributions(&f) {
+                let total = coverage.entry((row.stream_id, bucket)).or_default();
+                *total = coverage::apply(*total, c, true);
+            }
             reader.seek_to(f.start_byte);
             match reader.next_fragment() {
                 Ok(Some(got))
@@ -89,6 +95,19 @@ pub fn check(catalog: &Catalog, data_dir: &Path) -> Result<Verified, RecoveryErr
             problem(format!("fragments hold {frames} frames, recording says {}", row.frames));
         }
         v.frames += frames;
+    }
+    // The maintained summaries must equal what the fragment rows add up to.
+    for (stream_id, _) in catalog.streams()? {
+        for (bucket, stored) in catalog.coverage(stream_id, i64::MIN, i64::MAX)? {
+            let want = coverage.remove(&(stream_id, bucket)).unwrap_or_default();
+            if want != stored {
+                v.problems
+                    .push(format!("coverage of stream {stream_id} at {bucket}: stored {stored:?}, fragments {want:?}"));
+            }
+        }
+    }
+    for ((stream_id, bucket), want) in coverage {
+        v.problems.push(format!("coverage of stream {stream_id} at {bucket} missing ({want:?})"));
     }
     recovery::walk(&data_dir.join(RECORDINGS_DIR), data_dir, 0, &mut |rel| {
         if !known.contains(rel) {

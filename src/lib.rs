@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod daemon;
+pub mod export;
 pub mod http;
 pub mod ingest;
 pub mod limits;

@@ -38,6 +38,22 @@ enum Command {
     /// Recover the catalog as a start would, then check every recording against its file
     /// (the recorder must be stopped). Prints JSON; fails on any disagreement.
     Check { config: PathBuf },
+    /// Write a stream's time range as one MP4 file (the recorder must be stopped).
+    Export {
+        config: PathBuf,
+        /// The stream, `camera/main` or `camera/sub`.
+        #[arg(long)]
+        stream: String,
+        /// Start, in seconds since the Unix epoch (UTC).
+        #[arg(long)]
+        from: f64,
+        /// End, in seconds since the Unix epoch (UTC).
+        #[arg(long)]
+        to: f64,
+        /// The file to write (default: a name from the stream and start time).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Summarize the recordings in a config's catalog (the recorder must be stopped).
     Recordings {
         config: PathBuf,
@@ -121,6 +137,23 @@ fn dispatch(command: Command) -> Result<(), String> {
             let v = keeppeek::record::verify::check(&catalog, &c.data_dir).map_err(|e| e.to_string())?;
             println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
             if v.problems.is_empty() { Ok(()) } else { Err(format!("{} problems", v.problems.len())) }
+        }
+        Command::Export { config, stream, from, to, out } => {
+            let c = Config::load(&config).map_err(|e| e.to_string())?;
+            let catalog = open_catalog(&c.data_dir)?;
+            let (from_us, to_us) = ((from * 1e6) as i64, (to * 1e6) as i64);
+            let ex = keeppeek::export::Export::plan(&catalog, &c.data_dir, &stream, from_us, to_us)
+                .map_err(|e| e.to_string())?;
+            let out = out.unwrap_or_else(|| PathBuf::from(ex.file_name(&stream)));
+            let mut file =
+                std::io::BufWriter::new(std::fs::File::create(&out).map_err(|e| format!("{}: {e}", out.display()))?);
+            let n = ex.write_to(&mut file).map_err(|e| e.to_string())?;
+            std::io::Write::flush(&mut file).map_err(|e| format!("{}: {e}", out.display()))?;
+            println!("{}: {n} bytes, {:.1} s", out.display(), ex.duration_90k as f64 / 90_000.0);
+            if ex.cut_at_new_parameters {
+                println!("(cut short where the camera changed its codec parameters)");
+            }
+            Ok(())
         }
         Command::Recordings { config, json } => {
             let c = Config::load(&config).map_err(|e| e.to_string())?;

@@ -538,6 +538,81 @@ fn parse_traf(traf: &[u8], traf_at: u64) -> Result<ParsedTraf, ReadError> {
     Ok(ParsedTraf { track_id, base_decode, data_offset_bytes: data_offset as u64, samples })
 }
 
+/// Rewrites the timing of a fragment header written by KeepPeek (`prft`, `moof`, as it is at
+/// the start of a fragment), in place and at the same size: sets the `mfhd` sequence number
+/// and moves the video track's `tfdt` (and the `prft`'s media time) and, if given, the audio
+/// track's `tfdt` by a signed delta, each given with its track id. Export uses it to splice
+/// fragments of several files into one timeline.
+pub fn retime_fragment_header(
+    head: &mut [u8],
+    sequence: u32,
+    video: (u32, i64),
+    audio: Option<(u32, i64)>,
+) -> Result<(), ReadError> {
+    let bad = |what| ReadError::Malformed { at_byte: 0, what };
+    let boxes = |buf: &[u8], from: usize, to: usize| -> Result<Vec<(usize, usize, [u8; 4])>, ReadError> {
+        let mut out = Vec::new();
+        let mut at = from;
+        while at + 8 <= to {
+            let size = u32::from_be_bytes(buf[at..at + 4].try_into().expect("4 bytes")) as usize;
+            if size < 8 || at + size > to {
+                // The mdat header closes a fragment header: its size covers the payload.
+                if &buf[at + 4..at + 8] == b"mdat" {
+                    break;
+                }
+                return Err(bad("box size out of bounds in a fragment header"));
+            }
+            out.push((at, size, buf[at + 4..at + 8].try_into().expect("4 bytes")));
+            at += size;
+        }
+        Ok(out)
+    };
+    let put32 = |buf: &mut [u8], at: usize, v: u32| buf[at..at + 4].copy_from_slice(&v.to_be_bytes());
+    let shift64 = |buf: &mut [u8], at: usize, delta: i64| -> Result<(), ReadError> {
+        let old = u64::from_be_bytes(buf[at..at + 8].try_into().expect("8 bytes"));
+        let new = old.checked_add_signed(delta).ok_or(bad("decode time out of range after retiming"))?;
+        buf[at..at + 8].copy_from_slice(&new.to_be_bytes());
+        Ok(())
+    };
+    let len = head.len();
+    for (at, size, fourcc) in boxes(head, 0, len)? {
+        match &fourcc {
+            b"prft" if size >= 32 && head[at + 8] == 1 => shift64(head, at + 24, video.1)?,
+            b"moof" => {
+                for (c_at, c_size, c_fourcc) in boxes(head, at + 8, at + size)? {
+                    match &c_fourcc {
+                        b"mfhd" if c_size >= 16 => put32(head, c_at + 12, sequence),
+                        b"traf" => {
+                            let mut track = None;
+                            for (t_at, t_size, t_fourcc) in boxes(head, c_at + 8, c_at + c_size)? {
+                                match &t_fourcc {
+                                    b"tfhd" if t_size >= 16 => {
+                                        track =
+                                            Some(u32::from_be_bytes(head[t_at + 12..t_at + 16].try_into().expect("4")));
+                                    }
+                                    b"tfdt" if t_size >= 20 && head[t_at + 8] == 1 => {
+                                        let delta = match track {
+                                            Some(t) if t == video.0 => video.1,
+                                            Some(t) if audio.is_some_and(|a| a.0 == t) => audio.expect("checked").1,
+                                            _ => return Err(bad("tfdt of an unknown track")),
+                                        };
+                                        shift64(head, t_at + 12, delta)?;
+                                    }
+                                    b"tfdt" => return Err(bad("tfdt is not version 1")),
+                                    _ => {}
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Test helper: reads a whole in-memory segment.
 #[cfg(test)]
 pub(crate) fn read_all(bytes: &[u8]) -> Result<(InitSegment, Vec<FragmentIndex>), ReadError> {

@@ -148,6 +148,11 @@ impl Daemon {
         Daemon { child: Some(child), dir: dir.to_path_buf(), config, log }
     }
 
+    /// A handle on a data directory whose daemon has stopped: for the catalog commands.
+    pub fn start_stopped(dir: &Path) -> Daemon {
+        Daemon { child: None, dir: dir.to_path_buf(), config: dir.join("keeppeek.toml"), log: dir.join("keeppeek.log") }
+    }
+
     pub fn log_text(&self) -> String {
         let mut s = String::new();
         if let Ok(mut f) = std::fs::File::open(&self.log) {

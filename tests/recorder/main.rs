@@ -5,6 +5,7 @@ mod common;
 
 mod camera_failures;
 mod cli;
+mod export;
 mod http_limits;
 mod power_cut;
 mod retention;

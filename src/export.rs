@@ -1,0 +1,255 @@
+//! Export: a stream's time range as one playable MP4, built on the fly from stored fragments.
+//!
+//! The output is a fragmented MP4: the init segment of the first recording in the range,
+//! then every fragment that overlaps the range, in order, with its sequence number and decode
+//! times rewritten so recordings of different runs (with gaps between them) play as one
+//! continuous timeline. Nothing is copied into memory beyond one fragment header at a time:
+//! [`Export::read_at`] serves any byte range from the files, so HTTP range requests (and a
+//! plain download) cost constant memory. The plan holds one small entry per fragment.
+//!
+//! A range is cut at fragment (GOP) boundaries, so an export starts on a keyframe and its
+//! duration matches the request within one GOP. An export stops early at a change of codec
+//! parameters (a different init segment): one file has one set.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::catalog::{Catalog, CatalogError};
+use crate::limits;
+use crate::media::fmp4_read::{ReadError, SegmentReader, retime_fragment_header};
+
+/// Why an export cannot be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExportError {
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error("no stream named {0}")]
+    NoStream(String),
+    #[error("nothing recorded in that range")]
+    Empty,
+    #[error("{path}: {source}")]
+    Io { path: String, source: io::Error },
+    #[error("{path}: {source}")]
+    Read { path: String, source: ReadError },
+}
+
+/// One fragment of the output.
+#[derive(Clone, Debug)]
+struct Part {
+    file: usize,
+    start_byte: u64,
+    len_bytes: u64,
+    /// Where it starts in the output.
+    out_start: u64,
+    sequence: u32,
+    video_delta: i64,
+    audio_delta: i64,
+}
+
+/// A planned export.
+#[derive(Debug)]
+pub struct Export {
+    files: Vec<PathBuf>,
+    init: Vec<u8>,
+    parts: Vec<Part>,
+    video_track: u32,
+    audio_track: Option<u32>,
+    /// Total output length.
+    pub len_bytes: u64,
+    /// Media duration of the output, 90 kHz.
+    pub duration_90k: u64,
+    /// Wall time of the first exported frame.
+    pub wall_start_us: i64,
+    /// True when a change of codec parameters cut the range short.
+    pub cut_at_new_parameters: bool,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ExportError + '_ {
+    move |source| ExportError::Io { path: path.display().to_string(), source }
+}
+
+fn read_err(path: &Path) -> impl FnOnce(ReadError) -> ExportError + '_ {
+    move |source| ExportError::Read { path: path.display().to_string(), source }
+}
+
+impl Export {
+    /// Plans the export of `stream` (`camera/kind`) from `from_us` to `to_us` (wall, UTC).
+    pub fn plan(
+        catalog: &Catalog,
+        data_dir: &Path,
+        stream: &str,
+        from_us: i64,
+        to_us: i64,
+    ) -> Result<Export, ExportError> {
+        let stream_id = catalog
+            .streams()?
+            .into_iter()
+            .find(|(_, name)| name == stream)
+            .map(|(id, _)| id)
+            .ok_or_else(|| ExportError::NoStream(stream.to_string()))?;
+        let mut ex = Export {
+            files: Vec::new(),
+            init: Vec::new(),
+            parts: Vec::new(),
+            video_track: 0,
+            audio_track: None,
+            len_bytes: 0,
+            duration_90k: 0,
+            wall_start_us: 0,
+            cut_at_new_parameters: false,
+        };
+        let mut video_at: u64 = 0;
+        let mut audio_at: u64 = 0;
+        let recordings = catalog.recordings()?;
+        for (id, rec) in recordings.iter().filter(|(_, r)| r.stream_id == stream_id) {
+            if rec.wall_end_us <= from_us || rec.wall_start_us >= to_us {
+                continue;
+            }
+            let frags: Vec<_> = catalog
+                .fragments(*id)?
+                .into_iter()
+                .filter(|(_, f)| f.wall_end_us > from_us && f.wall_start_us < to_us)
+                .collect();
+            let (Some((_, first)), Some((_, last))) = (frags.first(), frags.last()) else { continue };
+            let path = data_dir.join(&rec.path);
+            let file = File::open(&path).map_err(io_err(&path))?;
+            let (mut reader, init) = SegmentReader::open(&file, rec.bytes).map_err(read_err(&path))?;
+            let mut init_bytes = vec![0u8; init.end_byte as usize];
+            file.read_exact_at(&mut init_bytes, 0).map_err(io_err(&path))?;
+            if ex.parts.is_empty() {
+                ex.init = init_bytes;
+                ex.video_track = init.video_track_id;
+                ex.audio_track = init.audio.as_ref().map(|a| a.track_id);
+                ex.wall_start_us = first.wall_start_us;
+            } else if init_bytes != ex.init {
+                ex.cut_at_new_parameters = true;
+                break;
+            }
+            // The first and last exported fragments place this file's audio on the timeline.
+            reader.seek_to(first.start_byte);
+            let first_ix = reader.next_fragment().map_err(read_err(&path))?.ok_or(ExportError::Empty)?;
+            reader.seek_to(last.start_byte);
+            let last_ix = reader.next_fragment().map_err(read_err(&path))?.ok_or(ExportError::Empty)?;
+            let video_delta = video_at as i64 - first.media_start_90k as i64;
+            let audio_delta = audio_at as i64 - first_ix.audio_base_decode as i64;
+            ex.files.push(path);
+            for (_, f) in &frags {
+                ex.parts.push(Part {
+                    file: ex.files.len() - 1,
+                    start_byte: f.start_byte,
+                    len_bytes: f.end_byte - f.start_byte,
+                    out_start: 0,
+                    sequence: ex.parts.len() as u32 + 1,
+                    video_delta,
+                    audio_delta,
+                });
+            }
+            video_at += last.media_start_90k + last.duration_90k - first.media_start_90k;
+            let last_audio_end =
+                last_ix.audio_base_decode + last_ix.audio_samples.iter().map(|s| u64::from(s.duration)).sum::<u64>();
+            audio_at += last_audio_end.saturating_sub(first_ix.audio_base_decode);
+        }
+        if ex.parts.is_empty() {
+            return Err(ExportError::Empty);
+        }
+        let mut at = ex.init.len() as u64;
+        for p in &mut ex.parts {
+            p.out_start = at;
+            at += p.len_bytes;
+        }
+        ex.len_bytes = at;
+        ex.duration_90k = video_at;
+        Ok(ex)
+    }
+
+    /// A file name for the export: `<camera>-<stream>-<UTC start>.mp4`.
+    pub fn file_name(&self, stream: &str) -> String {
+        let secs = self.wall_start_us.div_euclid(1_000_000);
+        let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+        let (y, m, d) = civil_from_days(days);
+        format!(
+            "{}-{y:04}{m:02}{d:02}-{:02}{:02}{:02}Z.mp4",
+            stream.replace('/', "-"),
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60
+        )
+    }
+
+    /// Fills `buf` from output offset `offset`; returns how many bytes (0 at the end).
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, ExportError> {
+        if offset >= self.len_bytes || buf.is_empty() {
+            return Ok(0);
+        }
+        if offset < self.init.len() as u64 {
+            let from = &self.init[offset as usize..];
+            let n = from.len().min(buf.len());
+            buf[..n].copy_from_slice(&from[..n]);
+            return Ok(n);
+        }
+        let i = self.parts.partition_point(|p| p.out_start <= offset) - 1;
+        let p = &self.parts[i];
+        let within = offset - p.out_start;
+        let want = ((p.len_bytes - within) as usize).min(buf.len());
+        let path = &self.files[p.file];
+        let file = File::open(path).map_err(io_err(path))?;
+        // The fragment header (within the first MOOF_MAX_BYTES) is served retimed.
+        let head_len = (p.len_bytes as usize).min(limits::MOOF_MAX_BYTES);
+        if (within as usize) < head_len {
+            let mut head = vec![0u8; head_len];
+            file.read_exact_at(&mut head, p.start_byte).map_err(io_err(path))?;
+            let audio = self.audio_track.map(|t| (t, p.audio_delta));
+            retime_fragment_header(&mut head, p.sequence, (self.video_track, p.video_delta), audio)
+                .map_err(read_err(path))?;
+            let n = (head_len - within as usize).min(want);
+            buf[..n].copy_from_slice(&head[within as usize..within as usize + n]);
+            return Ok(n);
+        }
+        file.read_exact_at(&mut buf[..want], p.start_byte + within).map_err(io_err(path))?;
+        Ok(want)
+    }
+
+    /// Writes the whole export to `out`, a chunk at a time.
+    pub fn write_to(&self, out: &mut impl io::Write) -> Result<u64, ExportError> {
+        let mut buf = vec![0u8; 64 << 10];
+        let mut at = 0;
+        loop {
+            let n = self.read_at(at, &mut buf)?;
+            if n == 0 {
+                return Ok(at);
+            }
+            out.write_all(&buf[..n]).map_err(|source| ExportError::Io { path: "output".into(), source })?;
+            at += n as u64;
+        }
+    }
+}
+
+/// Days since 1970-01-01 to a (year, month, day) date, proleptic Gregorian (H. Hinnant's
+/// algorithm): the one date conversion KeepPeek needs, not worth a crate.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_are_civil_utc() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(20_513), (2026, 3, 1));
+        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+    }
+}

@@ -77,6 +77,14 @@ pub fn compute(config: &Config) -> Budget {
             ),
         },
         Line {
+            component: "password hashing",
+            bytes: limits::AUTH_HASHES_CONCURRENT_MAX as u64 * (19 << 20),
+            why: format!(
+                "{} argon2id hashes at once × 19 MiB (AUTH_HASHES_CONCURRENT_MAX)",
+                limits::AUTH_HASHES_CONCURRENT_MAX
+            ),
+        },
+        Line {
             component: "catalog cache",
             bytes: limits::CATALOG_CACHE_BYTES as u64,
             why: "redb page cache (CATALOG_CACHE_BYTES)".into(),

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{error, info};
 
+use crate::auth::Auth;
 use crate::budget;
 use crate::catalog::{Catalog, CatalogError};
 use crate::config::Config;
@@ -76,7 +77,14 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     info!(cameras = config.cameras.len(), data_dir = %data_dir.display(), "recording");
 
     let status = tokio::spawn(log_status(states));
-    let web = listener.map(|l| tokio::spawn(http::serve(l, Arc::new(http::HttpStats::default()), shutdown_rx.clone())));
+    let auth = Arc::new(Auth::new(catalog.clone()));
+    if auth.setup_needed().unwrap_or(false) {
+        // Printed once at start: whoever reads the box's log may create the first admin from
+        // another machine; from the box itself no token is needed.
+        info!(setup_token = auth.setup_token(), "no admin yet: open the web face to set one up");
+    }
+    let web = listener
+        .map(|l| tokio::spawn(http::serve(l, Arc::new(http::HttpStats::default()), auth.clone(), shutdown_rx.clone())));
     wait_for_signal().await;
     info!("stopping");
     status.abort();

@@ -4,6 +4,7 @@
 //! config; [`clock`] time; [`media`] frames and fMP4; [`ingest`] cameras; [`record`] segment
 //! files, crash recovery and retention; [`catalog`] the redb index; [`daemon`] wires them.
 
+pub mod auth;
 pub mod budget;
 pub mod catalog;
 pub mod clock;

@@ -179,6 +179,42 @@ pub const HTTP_HANDLERS_MAX: usize = 64;
 /// A request body where no route allows more (small JSON such as a delete): 413 beyond it.
 pub const HTTP_SMALL_BODY_MAX_BYTES: u64 = 16 << 10;
 
+// ---- accounts ----
+
+/// Users. A box has a handful; the table stays small enough to list in one page.
+pub const AUTH_USERS_MAX: usize = 64;
+
+/// Bearer tokens for services and scripts.
+pub const AUTH_TOKENS_MAX: usize = 256;
+
+/// Open browser sessions, kept in memory. Expired ones are dropped when the table is full;
+/// past that, a login is refused until one ends.
+pub const AUTH_SESSIONS_MAX: usize = 256;
+
+/// A session's lifetime from login.
+pub const AUTH_SESSION_LIFETIME_S: u64 = 7 * 24 * 3600;
+
+/// Failed logins allowed per client address and per user name within the window: 429 beyond.
+pub const AUTH_LOGIN_FAILURES_MAX: u32 = 5;
+
+/// The window of the login failure count.
+pub const AUTH_LOGIN_WINDOW_S: u64 = 60;
+
+/// Addresses and user names whose failures are tracked at once.
+pub const AUTH_LOGIN_TRACKED_MAX: usize = 4096;
+
+/// Password hashes computed at once: argon2id holds ~19 MiB for each.
+pub const AUTH_HASHES_CONCURRENT_MAX: usize = 2;
+
+/// Bytes of a user or token name.
+pub const AUTH_NAME_MAX_BYTES: usize = 32;
+
+/// Shortest password accepted.
+pub const AUTH_PASSWORD_MIN_BYTES: usize = 8;
+
+/// Longest password accepted: hashing is costly, and nobody types more.
+pub const AUTH_PASSWORD_MAX_BYTES: usize = 128;
+
 // ---- memory budget ----
 
 /// Estimated heap of one RTSP session (retina's read buffer, depacketizer, reassembly).

@@ -8,6 +8,8 @@
 //! - `keyframes`: (stream id, wall µs) → (recording id, byte offset of the fragment).
 //! - `coverage`: (stream id, hour) → recorded µs, bytes and fragments of that hour, kept in
 //!   the same transactions as the fragment rows ([`coverage`]).
+//! - `users`: name → role and argon2id hash; `tokens`: id → name, SHA-256 of the secret,
+//!   scopes (the secret itself is never stored).
 //! - `garbage`: paths of files to delete. A file is listed here in the same commit that
 //!   drops its rows, and unlisted only after it is gone, so a crash in between never leaves
 //!   a file that nothing will delete.
@@ -37,6 +39,10 @@ const FRAGMENTS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("frag
 const KEYFRAMES: TableDefinition<(u32, i64), (u64, u64)> = TableDefinition::new("keyframes");
 const GARBAGE: TableDefinition<&str, ()> = TableDefinition::new("garbage");
 const COVERAGE: TableDefinition<(u32, i64), (u64, u64, u64)> = TableDefinition::new("coverage");
+/// user name → (role, argon2id PHC string)
+const USERS: TableDefinition<&str, (u8, &str)> = TableDefinition::new("users");
+/// token id → (name, SHA-256 of the secret, scope bits, created µs)
+const TOKENS: TableDefinition<u64, (&str, &[u8], u8, i64)> = TableDefinition::new("tokens");
 
 const SCHEMA_VERSION: u64 = 1;
 
@@ -125,6 +131,8 @@ impl Catalog {
             txn.open_table(KEYFRAMES).storage()?;
             txn.open_table(GARBAGE).storage()?;
             txn.open_table(COVERAGE).storage()?;
+            txn.open_table(USERS).storage()?;
+            txn.open_table(TOKENS).storage()?;
         }
         txn.commit().storage()
     }
@@ -297,6 +305,101 @@ impl Catalog {
             out.push((k.value().1, Bucket::from_tuple(v.value())));
         }
         Ok(out)
+    }
+
+    /// Adds or replaces a user (durably).
+    pub fn put_user(&self, name: &str, role: u8, phc: &str) -> Result<(), CatalogError> {
+        let mut txn = self.db.begin_write().storage()?;
+        txn.set_durability(Durability::Immediate).storage()?;
+        txn.open_table(USERS).storage()?.insert(name, (role, phc)).storage()?;
+        txn.commit().storage()
+    }
+
+    /// A user's role and password hash.
+    pub fn user(&self, name: &str) -> Result<Option<(u8, String)>, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let t = txn.open_table(USERS).storage()?;
+        Ok(t.get(name).storage()?.map(|v| {
+            let (role, phc) = v.value();
+            (role, phc.to_string())
+        }))
+    }
+
+    /// Every user with their role.
+    pub fn users(&self) -> Result<Vec<(String, u8)>, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let t = txn.open_table(USERS).storage()?;
+        let mut out = Vec::new();
+        for entry in t.iter().storage()? {
+            let (k, v) = entry.storage()?;
+            out.push((k.value().to_string(), v.value().0));
+        }
+        Ok(out)
+    }
+
+    /// Removes a user; false if there was none.
+    pub fn delete_user(&self, name: &str) -> Result<bool, CatalogError> {
+        let mut txn = self.db.begin_write().storage()?;
+        txn.set_durability(Durability::Immediate).storage()?;
+        let found = txn.open_table(USERS).storage()?.remove(name).storage()?.is_some();
+        txn.commit().storage()?;
+        Ok(found)
+    }
+
+    /// Stores a new token; returns its id.
+    pub fn add_token(
+        &self,
+        name: &str,
+        secret_sha256: &[u8; 32],
+        scopes: u8,
+        created_us: i64,
+    ) -> Result<u64, CatalogError> {
+        let mut txn = self.db.begin_write().storage()?;
+        txn.set_durability(Durability::Immediate).storage()?;
+        let id = {
+            let mut meta = txn.open_table(META).storage()?;
+            let id = meta.get("next_token_id").storage()?.map_or(1, |v| v.value());
+            meta.insert("next_token_id", id + 1).storage()?;
+            txn.open_table(TOKENS)
+                .storage()?
+                .insert(id, (name, secret_sha256.as_slice(), scopes, created_us))
+                .storage()?;
+            id
+        };
+        txn.commit().storage()?;
+        Ok(id)
+    }
+
+    /// A token's name, secret hash and scopes.
+    pub fn token(&self, id: u64) -> Result<Option<(String, Vec<u8>, u8)>, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let t = txn.open_table(TOKENS).storage()?;
+        Ok(t.get(id).storage()?.map(|v| {
+            let (name, hash, scopes, _) = v.value();
+            (name.to_string(), hash.to_vec(), scopes)
+        }))
+    }
+
+    /// Every token: id, name, scopes, created µs.
+    pub fn tokens(&self) -> Result<Vec<(u64, String, u8, i64)>, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let t = txn.open_table(TOKENS).storage()?;
+        let mut out = Vec::new();
+        for entry in t.iter().storage()? {
+            let (k, v) = entry.storage()?;
+            let (name, _, scopes, created) = v.value();
+            out.push((k.value(), name.to_string(), scopes, created));
+        }
+        Ok(out)
+    }
+
+    /// Revokes a token; false if there was none.
+    pub fn delete_token(&self, id: u64) -> Result<bool, CatalogError> {
+        let mut txn = self.db.begin_write().storage()?;
+        txn.set_durability(Durability::Immediate).storage()?;
+        let found = txn.open_table(TOKENS).storage()?.remove(id).storage()?.is_some();
+        txn.commit().storage()?;
+        Ok(found)
     }
 
     /// Lists a file as garbage without any rows (a file the catalog never knew).

@@ -12,9 +12,10 @@
 //!   `503`;
 //! - unparseable requests: `400` (hyper).
 //!
-//! Routes so far: `/healthz` (no auth, no details) and `/metrics` (Prometheus text). Until
-//! accounts exist, `/metrics` answers only clients on this machine.
+//! Routes ([`api`]): `/healthz` (no auth, no details), `/metrics` (Prometheus text; a
+//! `metrics` token or an admin), setup, login and the account API.
 
+mod api;
 mod guard;
 
 use std::convert::Infallible;
@@ -24,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode, header};
+use http::{Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -34,6 +35,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tracing::{debug, info, warn};
 
+use crate::auth::Auth;
 use crate::limits;
 
 /// Counters of the listener, each refusal by its kind.
@@ -62,6 +64,7 @@ pub struct HttpStats {
 /// What every request handler shares.
 struct Ctx {
     stats: Arc<HttpStats>,
+    auth: Arc<Auth>,
     handlers: Semaphore,
     waiting: AtomicUsize,
 }
@@ -82,10 +85,14 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ListenError> {
 }
 
 /// Serves until `shutdown` turns true.
-pub async fn serve(listener: TcpListener, stats: Arc<HttpStats>, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(listener: TcpListener, stats: Arc<HttpStats>, auth: Arc<Auth>, mut shutdown: watch::Receiver<bool>) {
     let connections = Arc::new(Semaphore::new(limits::HTTP_CONNECTIONS_MAX));
-    let ctx =
-        Arc::new(Ctx { stats: stats.clone(), handlers: Semaphore::new(limits::HTTP_HANDLERS_MAX), waiting: 0.into() });
+    let ctx = Arc::new(Ctx {
+        stats: stats.clone(),
+        auth,
+        handlers: Semaphore::new(limits::HTTP_HANDLERS_MAX),
+        waiting: 0.into(),
+    });
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "web face listening");
     }
@@ -193,7 +200,8 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>, peer: SocketAddr) -> Resu
         Ok(p) => p,
         Err(refusal) => return Ok(refusal),
     };
-    Ok(route(&req, &ctx, peer))
+    let (parts, body) = req.into_parts();
+    Ok(api::route(parts, body, &ctx, peer).await)
 }
 
 /// A handler slot: at once if one is free, after a wait if fewer than
@@ -210,18 +218,6 @@ async fn admit(ctx: &Ctx) -> Result<tokio::sync::SemaphorePermit<'_>, Reply> {
     let p = ctx.handlers.acquire().await;
     ctx.waiting.fetch_sub(1, Ordering::AcqRel);
     p.map_err(|_| error(StatusCode::SERVICE_UNAVAILABLE, "stopping", "the server is stopping"))
-}
-
-fn route(req: &Request<Incoming>, ctx: &Ctx, peer: SocketAddr) -> Reply {
-    match (req.method(), req.uri().path()) {
-        (&Method::GET | &Method::HEAD, "/healthz") => text("ok\n".into(), "text/plain; charset=utf-8"),
-        (&Method::GET, "/metrics") if peer.ip().is_loopback() => {
-            text(metrics(&ctx.stats), "text/plain; version=0.0.4; charset=utf-8")
-        }
-        (&Method::GET, "/metrics") => error(StatusCode::FORBIDDEN, "forbidden", "metrics need credentials"),
-        (_, "/healthz" | "/metrics") => error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "use GET"),
-        _ => error(StatusCode::NOT_FOUND, "not_found", "no such route"),
-    }
 }
 
 /// The Prometheus text of the listener's counters.
@@ -275,7 +271,14 @@ mod tests {
 
     #[tokio::test]
     async fn with_every_handler_busy_eight_requests_wait_and_the_ninth_is_refused() {
-        let ctx = Ctx { stats: Arc::default(), handlers: Semaphore::new(limits::HTTP_HANDLERS_MAX), waiting: 0.into() };
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Arc::new(crate::catalog::Catalog::open(&dir.path().join("c.redb")).unwrap());
+        let ctx = Ctx {
+            stats: Arc::default(),
+            auth: Arc::new(Auth::new(catalog)),
+            handlers: Semaphore::new(limits::HTTP_HANDLERS_MAX),
+            waiting: 0.into(),
+        };
         let running: Vec<_> = (0..limits::HTTP_HANDLERS_MAX).map(|_| admit(&ctx)).collect();
         let mut held = Vec::new();
         for r in running {

@@ -2,7 +2,7 @@
 //! camera, ffprobe), and fails loudly when a peer cannot start.
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -452,4 +452,136 @@ fn serve_fake(mut s: std::net::TcpStream, port: u16, mode: FakeCamera) {
             return;
         }
     }
+}
+
+// ---- HTTP over raw sockets ----
+
+/// Starts KeepPeek with no camera and its web face on a free port.
+pub fn web_daemon() -> (tempfile::TempDir, Daemon, u16) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    write_config(
+        dir.path(),
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n"
+        ),
+    );
+    let d = Daemon::start(dir.path());
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    (dir, d, port)
+}
+
+pub fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
+    s
+}
+
+/// Reads one response head (and a short body) from `s`.
+pub fn read_response(s: &mut TcpStream) -> String {
+    let mut buf = vec![0u8; 16 << 10];
+    let mut got = Vec::new();
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+        let text = String::from_utf8_lossy(&got);
+        if let Some(head_end) = text.find("\r\n\r\n") {
+            let len = text[..head_end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                })
+                .unwrap_or(0);
+            if got.len() >= head_end + 4 + len {
+                break;
+            }
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// Sends `request` on a new connection; returns the response.
+pub fn exchange(port: u16, request: &[u8]) -> String {
+    let mut s = connect(port);
+    s.write_all(request).unwrap();
+    read_response(&mut s)
+}
+
+pub fn status(response: &str) -> u16 {
+    response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+/// A normal client: a health check that must succeed.
+pub fn healthy(port: u16) {
+    let r = exchange(port, b"GET /healthz HTTP/1.1\r\nhost: kp\r\n\r\n");
+    assert_eq!(status(&r), 200, "{r}");
+}
+
+/// A refusal counter from `/metrics`, read with a `metrics` token.
+pub fn metric(port: u16, token: &str, reason: &str) -> u64 {
+    let r = exchange(
+        port,
+        format!("GET /metrics HTTP/1.1\r\nhost: kp\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n")
+            .as_bytes(),
+    );
+    let needle = format!("keeppeek_http_refused_total{{reason=\"{reason}\"");
+    r.lines()
+        .find(|l| l.starts_with(&needle))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{r}"))
+}
+
+/// One request on a new connection: (status, response head, body).
+pub fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String, String) {
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    let r = exchange(port, req.as_bytes());
+    let (head, body) = r.split_once("\r\n\r\n").unwrap_or((&r, ""));
+    (status(&r), head.to_string(), body.to_string())
+}
+
+/// Creates the first admin from this machine; returns (session cookie, CSRF token).
+pub fn setup_admin(port: u16) -> (String, String) {
+    let (code, head, body) =
+        request(port, "POST", "/api/setup", &[], r#"{"username":"root","password":"correct horse battery"}"#);
+    assert_eq!(code, 201, "{head}\n{body}");
+    session_of(&head, &body)
+}
+
+/// The session cookie and CSRF token of a login or setup response.
+pub fn session_of(head: &str, body: &str) -> (String, String) {
+    let cookie = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("set-cookie:")
+                .then(|| l[11..].trim().split(';').next().unwrap().to_string())
+        })
+        .expect("a session cookie");
+    let json: Value = serde_json::from_str(body).unwrap();
+    (cookie, json["csrf"].as_str().unwrap().to_string())
+}
+
+/// A token with `scopes`, made by the admin session.
+pub fn make_token(port: u16, admin: &(String, String), scopes: &str) -> String {
+    let (code, _, body) = request(
+        port,
+        "POST",
+        "/api/tokens",
+        &[("cookie", &admin.0), ("x-csrf-token", &admin.1)],
+        &format!(r#"{{"name":"t","scopes":[{scopes}]}}"#),
+    );
+    assert_eq!(code, 201, "{body}");
+    serde_json::from_str::<Value>(&body).unwrap()["token"].as_str().unwrap().to_string()
 }

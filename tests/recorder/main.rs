@@ -3,6 +3,7 @@
 
 mod common;
 
+mod auth;
 mod camera_failures;
 mod cli;
 mod export;

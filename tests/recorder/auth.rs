@@ -1,0 +1,108 @@
+//! Accounts over real HTTP: first-time setup, login limits, logout, and the auth matrix —
+//! every protected route refuses no credentials, a viewer, a missing or wrong CSRF token and
+//! a token of the wrong scope, and serves only the right credential.
+
+use crate::common::*;
+
+#[test]
+fn setup_happens_once_and_login_logout_and_limits_work() {
+    let (_dir, _d, port) = web_daemon();
+    let (code, _, body) = request(port, "GET", "/api/setup", &[], "");
+    assert_eq!((code, body.as_str()), (200, r#"{"needed":true}"#));
+    let weak = request(port, "POST", "/api/setup", &[], r#"{"username":"root","password":"short"}"#);
+    assert_eq!(weak.0, 400, "{}", weak.2);
+    let admin = setup_admin(port);
+    assert!(admin.0.starts_with("kp_session="));
+    let (_, head, _) =
+        request(port, "POST", "/api/login", &[], r#"{"username":"root","password":"correct horse battery"}"#);
+    let cookie_line = head.lines().find(|l| l.to_ascii_lowercase().starts_with("set-cookie")).unwrap();
+    assert!(cookie_line.contains("HttpOnly") && cookie_line.contains("SameSite=Strict"), "{cookie_line}");
+    // Setup is over once an admin exists.
+    let again = request(port, "POST", "/api/setup", &[], r#"{"username":"evil","password":"correct horse battery"}"#);
+    assert_eq!(again.0, 403);
+    // Logout revokes the session at once.
+    let me = |s: &(String, String)| request(port, "GET", "/api/me", &[("cookie", &s.0)], "").0;
+    assert_eq!(me(&admin), 200);
+    let out = request(port, "POST", "/api/logout", &[("cookie", &admin.0), ("x-csrf-token", &admin.1)], "");
+    assert_eq!(out.0, 200);
+    assert_eq!(me(&admin), 401);
+    // Failed logins are limited per user (and per address): the right password then waits.
+    for _ in 0..5 {
+        let r = request(port, "POST", "/api/login", &[], r#"{"username":"root","password":"wrong password"}"#);
+        assert_eq!(r.0, 401);
+    }
+    let limited = request(port, "POST", "/api/login", &[], r#"{"username":"root","password":"correct horse battery"}"#);
+    assert_eq!(limited.0, 429, "{}", limited.2);
+    assert!(limited.1.to_ascii_lowercase().contains("retry-after"));
+    // Bodies are bounded and must be the expected JSON.
+    let junk = request(port, "POST", "/api/login", &[], r#"{"user":"root"}"#);
+    assert_eq!(junk.0, 400);
+    assert!(junk.2.contains("\"code\":\"bad_json\""), "{}", junk.2);
+}
+
+#[test]
+fn the_auth_matrix_over_every_route() {
+    let (_dir, _d, port) = web_daemon();
+    let admin = setup_admin(port);
+    let viewer_made = request(
+        port,
+        "POST",
+        "/api/users",
+        &[("cookie", &admin.0), ("x-csrf-token", &admin.1)],
+        r#"{"username":"guest","password":"viewer password","role":"viewer"}"#,
+    );
+    assert_eq!(viewer_made.0, 201, "{}", viewer_made.2);
+    let (_, head, body) =
+        request(port, "POST", "/api/login", &[], r#"{"username":"guest","password":"viewer password"}"#);
+    let viewer = session_of(&head, &body);
+    let view_token = make_token(port, &admin, "\"view\"");
+    let metrics_token = make_token(port, &admin, "\"metrics\"");
+    let admin_token = make_token(port, &admin, "\"admin\"");
+
+    // (method, path, body, scope the route needs: "metrics", "admin" or "any")
+    let routes: &[(&str, &str, &str, &str)] = &[
+        ("GET", "/metrics", "", "metrics"),
+        ("GET", "/api/me", "", "any"),
+        ("GET", "/api/users", "", "admin"),
+        ("POST", "/api/users", r#"{"username":"x1","password":"some password","role":"viewer"}"#, "admin"),
+        ("DELETE", "/api/users/x1", "", "admin"),
+        ("GET", "/api/tokens", "", "admin"),
+        ("POST", "/api/tokens", r#"{"name":"n","scopes":["view"]}"#, "admin"),
+        ("DELETE", "/api/tokens/999", "", "admin"),
+    ];
+    for &(method, path, body, needs) in routes {
+        let call = |headers: &[(&str, &str)]| request(port, method, path, headers, body).0;
+        let changes = method != "GET";
+        assert_eq!(call(&[]), 401, "{method} {path} without credentials");
+        let viewer_h = [("cookie", viewer.0.as_str()), ("x-csrf-token", viewer.1.as_str())];
+        let view_bearer = format!("Bearer {view_token}");
+        let wrong_scope = [("authorization", view_bearer.as_str())];
+        if needs != "any" {
+            assert_eq!(call(&viewer_h), 403, "{method} {path} as a viewer");
+            assert_eq!(call(&wrong_scope), 403, "{method} {path} with a token of the wrong scope");
+        }
+        if changes {
+            assert_eq!(call(&[("cookie", &admin.0)]), 403, "{method} {path} without CSRF");
+            assert_eq!(call(&[("cookie", &admin.0), ("x-csrf-token", "nope")]), 403, "{method} {path} wrong CSRF");
+            let foreign =
+                [("cookie", admin.0.as_str()), ("x-csrf-token", admin.1.as_str()), ("origin", "http://evil.example")];
+            assert_eq!(call(&foreign), 403, "{method} {path} from a foreign Origin");
+        }
+        let right_bearer = format!("Bearer {}", if needs == "metrics" { &metrics_token } else { &admin_token });
+        let right = call(&[("authorization", &right_bearer)]);
+        let ok = if path.ends_with("/999") {
+            404
+        } else if method == "POST" {
+            201
+        } else {
+            200
+        };
+        assert_eq!(right, ok, "{method} {path} with the right credential");
+    }
+    // No route but health, setup and login answers without credentials.
+    for (method, path) in [("GET", "/"), ("GET", "/api/recordings"), ("GET", "/metrics"), ("POST", "/api/logout")] {
+        let code = request(port, method, path, &[], "").0;
+        assert_eq!(code, 401, "{method} {path}");
+    }
+    assert_eq!(request(port, "GET", "/healthz", &[], "").0, 200);
+}

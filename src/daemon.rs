@@ -59,11 +59,18 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         recorded.into_iter().map(|r| ((r.camera.clone(), r.kind.name()), r.sender)).collect();
     let mut tasks = Vec::new();
     let mut states = Vec::new();
+    let mut live = Vec::new();
     for camera in &config.cameras {
         for (kind, source) in camera.streams() {
             let state = Arc::new(StreamState::default());
             let name = format!("{}/{}", camera.name, kind.name());
             states.push((name.clone(), state.clone()));
+            live.push(http::LiveStream {
+                camera: camera.name.clone(),
+                kind,
+                recorded: camera.record,
+                state: state.clone(),
+            });
             let input = StreamInput {
                 name,
                 source: source.clone(),
@@ -83,8 +90,10 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         // another machine; from the box itself no token is needed.
         info!(setup_token = auth.setup_token(), "no admin yet: open the web face to set one up");
     }
-    let web = listener
-        .map(|l| tokio::spawn(http::serve(l, Arc::new(http::HttpStats::default()), auth.clone(), shutdown_rx.clone())));
+    let web = listener.map(|l| {
+        let media = Arc::new(http::Media { catalog: catalog.clone(), data_dir: data_dir.clone(), streams: live });
+        tokio::spawn(http::serve(l, Arc::new(http::HttpStats::default()), auth.clone(), media, shutdown_rx.clone()))
+    });
     wait_for_signal().await;
     info!("stopping");
     status.abort();

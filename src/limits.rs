@@ -176,6 +176,12 @@ pub const HTTP_REQUESTS_WAITING_MAX: usize = 8;
 /// Request handlers running at once.
 pub const HTTP_HANDLERS_MAX: usize = 64;
 
+/// Longest time range one API query may cover.
+pub const API_RANGE_MAX_US: i64 = 400 * 24 * 3600 * 1_000_000;
+
+/// Longest list one API reply holds (runs, tokens, …); a longer one says `truncated`.
+pub const API_LIST_MAX: usize = 10_000;
+
 /// A request body where no route allows more (small JSON such as a delete): 413 beyond it.
 pub const HTTP_SMALL_BODY_MAX_BYTES: u64 = 16 << 10;
 

@@ -8,22 +8,21 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
-use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, Method, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Ctx, Reply, error, metrics, text};
+use super::{Ctx, Reply, error, full, media, metrics, text};
 use crate::auth::{AuthError, Principal, Role, scope};
 use crate::limits;
 
 const SESSION_COOKIE: &str = "kp_session";
 
 fn json_reply(status: StatusCode, value: serde_json::Value) -> Reply {
-    let mut r = Response::new(Full::new(Bytes::from(value.to_string())));
+    let mut r = Response::new(full(value.to_string()));
     *r.status_mut() = status;
     r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
     r
@@ -149,6 +148,19 @@ pub async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketAddr) ->
     match (&method, segments.as_slice()) {
         (&Method::GET, ["metrics"]) => need(scope::METRICS)
             .unwrap_or_else(|| text(metrics(&ctx.stats), "text/plain; version=0.0.4; charset=utf-8")),
+        (&Method::GET, ["api", "cameras"]) => need(scope::VIEW).unwrap_or_else(|| media::cameras(ctx)),
+        (&Method::GET, ["api", "streams", camera, kind, what]) => {
+            if let Some(r) = need(scope::VIEW) {
+                return r;
+            }
+            let stream = format!("{camera}/{kind}");
+            match *what {
+                "recordings" => media::recordings(ctx, &parts, &stream),
+                "coverage" => media::coverage(ctx, &parts, &stream),
+                "export.mp4" => media::export(ctx, &parts, &stream),
+                _ => error(StatusCode::NOT_FOUND, "not_found", "no such route"),
+            }
+        }
         (&Method::GET, ["api", "me"]) => match &who {
             Principal::User { name, role, csrf, .. } => {
                 json_reply(StatusCode::OK, json!({ "user": name, "role": role.name(), "csrf": csrf }))

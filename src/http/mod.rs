@@ -17,6 +17,7 @@
 
 mod api;
 mod guard;
+mod media;
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
@@ -61,15 +62,38 @@ pub struct HttpStats {
     pub busy: AtomicU64,
 }
 
+/// What the media routes read: the catalog, the files, and each stream's live state.
+pub struct Media {
+    pub catalog: Arc<crate::catalog::Catalog>,
+    pub data_dir: std::path::PathBuf,
+    pub streams: Vec<LiveStream>,
+}
+
+/// One configured stream and its live state.
+pub struct LiveStream {
+    pub camera: String,
+    pub kind: crate::config::StreamKind,
+    pub recorded: bool,
+    pub state: Arc<crate::ingest::state::StreamState>,
+}
+
 /// What every request handler shares.
 struct Ctx {
     stats: Arc<HttpStats>,
     auth: Arc<Auth>,
+    media: Arc<Media>,
     handlers: Semaphore,
     waiting: AtomicUsize,
 }
 
-type Reply = Response<Full<Bytes>>;
+/// Response bodies: whole (`full`) or streamed from disk (export).
+type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
+type Reply = Response<Body>;
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    use http_body_util::BodyExt;
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
+}
 
 /// Why the listener could not start.
 #[derive(Debug, thiserror::Error)]
@@ -85,11 +109,18 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ListenError> {
 }
 
 /// Serves until `shutdown` turns true.
-pub async fn serve(listener: TcpListener, stats: Arc<HttpStats>, auth: Arc<Auth>, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    listener: TcpListener,
+    stats: Arc<HttpStats>,
+    auth: Arc<Auth>,
+    media: Arc<Media>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let connections = Arc::new(Semaphore::new(limits::HTTP_CONNECTIONS_MAX));
     let ctx = Arc::new(Ctx {
         stats: stats.clone(),
         auth,
+        media,
         handlers: Semaphore::new(limits::HTTP_HANDLERS_MAX),
         waiting: 0.into(),
     });
@@ -150,14 +181,14 @@ pub async fn serve(listener: TcpListener, stats: Arc<HttpStats>, auth: Arc<Auth>
 /// A JSON error body with a stable code.
 fn error(status: StatusCode, code: &str, message: &str) -> Reply {
     let body = serde_json::json!({ "code": code, "message": message }).to_string();
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+    let mut r = Response::new(full(body));
     *r.status_mut() = status;
     r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
     r
 }
 
 fn text(body: String, content_type: &'static str) -> Reply {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+    let mut r = Response::new(full(body));
     r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
     r
 }
@@ -275,7 +306,8 @@ mod tests {
         let catalog = Arc::new(crate::catalog::Catalog::open(&dir.path().join("c.redb")).unwrap());
         let ctx = Ctx {
             stats: Arc::default(),
-            auth: Arc::new(Auth::new(catalog)),
+            auth: Arc::new(Auth::new(catalog.clone())),
+            media: Arc::new(Media { catalog, data_dir: dir.path().into(), streams: Vec::new() }),
             handlers: Semaphore::new(limits::HTTP_HANDLERS_MAX),
             waiting: 0.into(),
         };

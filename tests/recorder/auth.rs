@@ -63,6 +63,8 @@ fn the_auth_matrix_over_every_route() {
     let routes: &[(&str, &str, &str, &str)] = &[
         ("GET", "/metrics", "", "metrics"),
         ("GET", "/api/me", "", "any"),
+        ("GET", "/api/cameras", "", "view"),
+        ("GET", "/api/streams/a/main/coverage?from_us=0&to_us=1", "", "view"),
         ("GET", "/api/users", "", "admin"),
         ("POST", "/api/users", r#"{"username":"x1","password":"some password","role":"viewer"}"#, "admin"),
         ("DELETE", "/api/users/x1", "", "admin"),
@@ -77,7 +79,11 @@ fn the_auth_matrix_over_every_route() {
         let viewer_h = [("cookie", viewer.0.as_str()), ("x-csrf-token", viewer.1.as_str())];
         let view_bearer = format!("Bearer {view_token}");
         let wrong_scope = [("authorization", view_bearer.as_str())];
-        if needs != "any" {
+        if needs == "view" {
+            // Viewers may view; a token without the view scope may not.
+            let metrics_bearer = format!("Bearer {metrics_token}");
+            assert_eq!(call(&[("authorization", &metrics_bearer)]), 403, "{method} {path} with a metrics token");
+        } else if needs != "any" {
             assert_eq!(call(&viewer_h), 403, "{method} {path} as a viewer");
             assert_eq!(call(&wrong_scope), 403, "{method} {path} with a token of the wrong scope");
         }
@@ -88,9 +94,14 @@ fn the_auth_matrix_over_every_route() {
                 [("cookie", admin.0.as_str()), ("x-csrf-token", admin.1.as_str()), ("origin", "http://evil.example")];
             assert_eq!(call(&foreign), 403, "{method} {path} from a foreign Origin");
         }
-        let right_bearer = format!("Bearer {}", if needs == "metrics" { &metrics_token } else { &admin_token });
-        let right = call(&[("authorization", &right_bearer)]);
-        let ok = if path.ends_with("/999") {
+        let right_token = match needs {
+            "metrics" => &metrics_token,
+            "view" => &view_token,
+            _ => &admin_token,
+        };
+        let right = call(&[("authorization", &format!("Bearer {right_token}"))]);
+        // A stream never recorded is a 404, past the auth check.
+        let ok = if path.ends_with("/999") || path.contains("/streams/") {
             404
         } else if method == "POST" {
             201

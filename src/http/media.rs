@@ -1,0 +1,245 @@
+//! The media API: cameras with their live state, a stream's recordings (runs and gaps), its
+//! coverage from the maintained summaries, and export of a time range as an MP4 file,
+//! streamed from disk with byte ranges.
+//!
+//! Times are UTC µs in query parameters (`from_us`, `to_us`) and replies; a range is at most
+//! [`limits::API_RANGE_MAX_US`] long, and lists at most [`limits::API_LIST_MAX`] long.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{Response, StatusCode, header};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use serde_json::json;
+
+use super::{Body, Ctx, Reply, error};
+use crate::catalog::Bucket;
+use crate::export::{Export, ExportError};
+use crate::limits;
+
+/// Six hours: the coverage view's bucket.
+const COVERAGE_VIEW_BUCKET_US: i64 = 6 * 3_600_000_000;
+
+fn json_reply(value: serde_json::Value) -> Reply {
+    let mut r = Response::new(super::full(value.to_string()));
+    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    r
+}
+
+/// `from_us` and `to_us` from the query: present, ordered, and not too far apart.
+fn range(parts: &Parts) -> Result<(i64, i64), Reply> {
+    let mut from = None;
+    let mut to = None;
+    for kv in parts.uri.query().unwrap_or("").split('&') {
+        match kv.split_once('=') {
+            Some(("from_us", v)) => from = v.parse::<i64>().ok(),
+            Some(("to_us", v)) => to = v.parse::<i64>().ok(),
+            _ => {}
+        }
+    }
+    match (from, to) {
+        (Some(f), Some(t)) if f < t && t - f <= limits::API_RANGE_MAX_US => Ok((f, t)),
+        (Some(f), Some(t)) if f < t => {
+            Err(error(StatusCode::BAD_REQUEST, "range_too_long", "the range is over 400 days"))
+        }
+        _ => Err(error(StatusCode::BAD_REQUEST, "bad_range", "give from_us < to_us (UTC µs)")),
+    }
+}
+
+/// `GET /api/cameras`
+pub fn cameras(ctx: &Ctx) -> Reply {
+    let mut by_camera: BTreeMap<&str, Vec<serde_json::Value>> = BTreeMap::new();
+    for s in &ctx.media.streams {
+        let st = s.state.snapshot();
+        by_camera.entry(&s.camera).or_default().push(json!({
+            "stream": s.kind.name(),
+            "recorded": s.recorded,
+            "connected": st.connected,
+            "codec": st.codec.map(|c| c.name()),
+            "width": st.width,
+            "height": st.height,
+            "fps": st.fps,
+            "bitrate_bps": st.bitrate_bps,
+            "last_error": st.last_error,
+        }));
+    }
+    let list: Vec<_> = by_camera.into_iter().map(|(c, streams)| json!({ "camera": c, "streams": streams })).collect();
+    json_reply(json!(list))
+}
+
+/// The catalog id of `camera/kind`, if it was ever recorded.
+fn stream_id(ctx: &Ctx, name: &str) -> Result<u32, Reply> {
+    match ctx.media.catalog.streams() {
+        Ok(s) => s
+            .into_iter()
+            .find(|(_, n)| n == name)
+            .map(|(id, _)| id)
+            .ok_or_else(|| error(StatusCode::NOT_FOUND, "not_found", "no recordings of that stream")),
+        Err(e) => Err(error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string())),
+    }
+}
+
+/// `GET /api/streams/{camera}/{kind}/recordings?from_us&to_us`: runs and the gaps between.
+pub fn recordings(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
+    let (from, to, id) = match range(parts).and_then(|(f, t)| Ok((f, t, stream_id(ctx, stream)?))) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let recs = match ctx.media.catalog.recordings() {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
+    };
+    let mut runs: Vec<serde_json::Value> = Vec::new();
+    let mut gaps: Vec<serde_json::Value> = Vec::new();
+    let mut truncated = false;
+    let mut current: Option<(u64, i64, i64, u64, u32)> = None; // run id, start, end, bytes, segments
+    for (_, r) in recs.iter().filter(|(_, r)| r.stream_id == id && r.wall_end_us > from && r.wall_start_us < to) {
+        match &mut current {
+            Some(c) if c.0 == r.run_id => {
+                c.2 = c.2.max(r.wall_end_us);
+                c.3 += r.bytes;
+                c.4 += 1;
+            }
+            _ => {
+                if let Some(c) = current.take() {
+                    if runs.len() >= limits::API_LIST_MAX {
+                        truncated = true;
+                        break;
+                    }
+                    gaps.push(json!({ "from_us": c.2, "to_us": r.wall_start_us }));
+                    runs.push(json!({ "run": c.0, "start_us": c.1, "end_us": c.2, "bytes": c.3, "segments": c.4 }));
+                }
+                current = Some((r.run_id, r.wall_start_us, r.wall_end_us, r.bytes, 1));
+            }
+        }
+    }
+    if let Some(c) = current.filter(|_| !truncated) {
+        runs.push(json!({ "run": c.0, "start_us": c.1, "end_us": c.2, "bytes": c.3, "segments": c.4 }));
+    }
+    json_reply(json!({ "runs": runs, "gaps": gaps, "truncated": truncated }))
+}
+
+/// `GET /api/streams/{camera}/{kind}/coverage?from_us&to_us`: 6-hour buckets from the
+/// maintained hourly summaries (never a scan of fragment rows).
+pub fn coverage(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
+    let (from, to, id) = match range(parts).and_then(|(f, t)| Ok((f, t, stream_id(ctx, stream)?))) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let hours = match ctx.media.catalog.coverage(id, from, to) {
+        Ok(h) => h,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
+    };
+    let mut buckets: BTreeMap<i64, Bucket> = BTreeMap::new();
+    for (hour, b) in hours {
+        let six = hour.div_euclid(COVERAGE_VIEW_BUCKET_US) * COVERAGE_VIEW_BUCKET_US;
+        let total = buckets.entry(six).or_default();
+        *total = crate::catalog::coverage::apply(*total, b, true);
+    }
+    let list: Vec<_> = buckets
+        .into_iter()
+        .map(|(start, b)| json!({ "start_us": start, "recorded_us": b.recorded_us, "bytes": b.bytes, "fragments": b.fragments }))
+        .collect();
+    json_reply(json!({ "bucket_us": COVERAGE_VIEW_BUCKET_US, "buckets": list }))
+}
+
+/// A single `bytes=` range of a body of `len` bytes: (start, end exclusive).
+fn byte_range(parts: &Parts, len: u64) -> Result<Option<(u64, u64)>, ()> {
+    let Some(v) = parts.headers.get(header::RANGE) else { return Ok(None) };
+    let spec = v.to_str().map_err(|_| ())?.strip_prefix("bytes=").ok_or(())?;
+    if spec.contains(',') {
+        return Err(());
+    }
+    let (a, b) = spec.split_once('-').ok_or(())?;
+    let (start, end) = match (a.trim(), b.trim()) {
+        ("", suffix) => {
+            let n: u64 = suffix.parse().map_err(|_| ())?;
+            (len.saturating_sub(n), len)
+        }
+        (a, "") => (a.parse().map_err(|_| ())?, len),
+        (a, b) => (a.parse().map_err(|_| ())?, b.parse::<u64>().map_err(|_| ())?.saturating_add(1).min(len)),
+    };
+    if start >= end || start >= len {
+        return Err(());
+    }
+    Ok(Some((start, end)))
+}
+
+/// `GET /api/streams/{camera}/{kind}/export.mp4?from_us&to_us`: the range as one MP4,
+/// streamed from the segment files in constant memory, with byte ranges.
+pub fn export(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
+    let (from, to) = match range(parts) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let ex = match Export::plan(&ctx.media.catalog, &ctx.media.data_dir, stream, from, to) {
+        Ok(ex) => Arc::new(ex),
+        Err(ExportError::Empty | ExportError::NoStream(_)) => {
+            return error(StatusCode::NOT_FOUND, "nothing_recorded", "nothing recorded in that range");
+        }
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
+    };
+    let len = ex.len_bytes;
+    let (status, start, end) = match byte_range(parts, len) {
+        Ok(None) => (StatusCode::OK, 0, len),
+        Ok(Some((s, e))) => (StatusCode::PARTIAL_CONTENT, s, e),
+        Err(()) => {
+            let mut r = error(StatusCode::RANGE_NOT_SATISFIABLE, "bad_range", "one byte range within the file");
+            if let Ok(v) = header::HeaderValue::from_str(&format!("bytes */{len}")) {
+                r.headers_mut().insert(header::CONTENT_RANGE, v);
+            }
+            return r;
+        }
+    };
+    let name = ex.file_name(stream);
+    let mut r = Response::new(export_body(ex, start, end));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("video/mp4"));
+    h.insert(header::ACCEPT_RANGES, header::HeaderValue::from_static("bytes"));
+    h.insert(header::CONTENT_LENGTH, header::HeaderValue::from(end - start));
+    if let Ok(v) = header::HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    if status == StatusCode::PARTIAL_CONTENT
+        && let Ok(v) = header::HeaderValue::from_str(&format!("bytes {start}-{}/{len}", end - 1))
+    {
+        h.insert(header::CONTENT_RANGE, v);
+    }
+    r
+}
+
+/// Streams `[start, end)` of an export, one chunk at a time off the async runtime.
+fn export_body(ex: Arc<Export>, start: u64, end: u64) -> Body {
+    const CHUNK_BYTES: usize = 64 << 10;
+    let stream = futures::stream::unfold(start, move |at| {
+        let ex = ex.clone();
+        async move {
+            if at >= end {
+                return None;
+            }
+            let want = ((end - at) as usize).min(CHUNK_BYTES);
+            let read = tokio::task::spawn_blocking(move || {
+                let mut buf = vec![0u8; want];
+                let n = ex.read_at(at, &mut buf).map_err(std::io::Error::other)?;
+                buf.truncate(n);
+                Ok::<_, std::io::Error>(buf)
+            })
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|r| r);
+            match read {
+                Ok(buf) if buf.is_empty() => None,
+                Ok(buf) => {
+                    let n = buf.len() as u64;
+                    Some((Ok(Frame::data(Bytes::from(buf))), at + n))
+                }
+                Err(e) => Some((Err(e), end)),
+            }
+        }
+    });
+    StreamBody::new(stream).boxed_unsync()
+}

@@ -1,0 +1,95 @@
+//! The media API over real HTTP against a recording daemon: live camera state, runs,
+//! coverage from the summaries, and export downloads with byte ranges that ffprobe plays.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+#[test]
+fn cameras_recordings_coverage_and_export_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let clip = fixtures().join("h264.mp4");
+    write_config(
+        dir.path(),
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\nflush_interval_s = 1\n[retention]\nstream_max_bytes = \"1 GiB\"\n\
+             total_max_bytes = \"1 GiB\"\n[[cameras]]\nname = \"a\"\nmain = {{ url = \"file://{}\" }}\n",
+            clip.display()
+        ),
+    );
+    let t0 = wall_us();
+    let d = Daemon::start(dir.path());
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    let token = make_token(port, &admin, "\"view\"");
+    let bearer = format!("Bearer {token}");
+    let get = |path: &str| request(port, "GET", path, &[("authorization", &bearer)], "");
+    std::thread::sleep(Duration::from_secs(9));
+
+    let (code, _, body) = get("/api/cameras");
+    assert_eq!(code, 200, "{body}");
+    let cams: Value = serde_json::from_str(&body).unwrap();
+    let main = &cams[0]["streams"][0];
+    assert_eq!(cams[0]["camera"], "a");
+    assert_eq!(
+        (main["connected"].as_bool(), main["codec"].as_str(), main["width"].as_u64()),
+        (Some(true), Some("h264"), Some(640))
+    );
+    assert!(main["fps"].as_f64().unwrap() > 10.0 && main["bitrate_bps"].as_u64().unwrap() > 10_000, "{main}");
+
+    // End the range in the past, so every fragment it touches is written and committed (one
+    // GOP, the queue and a flush interval, with room for a loaded machine): the export's length then stays the same between requests.
+    let now = wall_us() - 5_000_000;
+    let q = format!("?from_us={t0}&to_us={now}");
+    let (code, _, body) = get(&format!("/api/streams/a/main/recordings{q}"));
+    assert_eq!(code, 200, "{body}");
+    let recs: Value = serde_json::from_str(&body).unwrap();
+    let run = &recs["runs"][0];
+    assert!(run["end_us"].as_i64().unwrap() - run["start_us"].as_i64().unwrap() >= 2_000_000, "{recs}");
+
+    let (code, _, body) = get(&format!("/api/streams/a/main/coverage{q}"));
+    assert_eq!(code, 200, "{body}");
+    let cov: Value = serde_json::from_str(&body).unwrap();
+    let recorded: u64 = cov["buckets"].as_array().unwrap().iter().map(|b| b["recorded_us"].as_u64().unwrap()).sum();
+    assert!(recorded >= 2_000_000, "{cov}");
+
+    // The export: a whole download and a byte range of it.
+    let (code, head, _) = get(&format!("/api/streams/a/main/export.mp4{q}"));
+    assert_eq!(code, 200, "{head}");
+    assert!(
+        head.contains("attachment; filename=\"a-main-") && head.to_ascii_lowercase().contains("accept-ranges: bytes"),
+        "{head}"
+    );
+    let path = format!("/api/streams/a/main/export.mp4{q}");
+    let download = |range: &str| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let req =
+            format!("GET {path} HTTP/1.1\r\nhost: kp\r\nauthorization: {bearer}\r\n{range}connection: close\r\n\r\n");
+        std::io::Write::write_all(&mut s, req.as_bytes()).unwrap();
+        let mut raw = Vec::new();
+        std::io::Read::read_to_end(&mut s, &mut raw).unwrap();
+        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        (String::from_utf8_lossy(&raw[..split]).into_owned(), raw[split..].to_vec())
+    };
+    let (_, mp4) = download("");
+    let file = dir.path().join("download.mp4");
+    std::fs::write(&file, &mp4).unwrap();
+    let packets = ffprobe_packets(&file);
+    assert!(packets[0].key && packets.len() > 30, "{} packets", packets.len());
+    assert_decodes(&file);
+
+    let (head, part) = download("range: bytes=100-199\r\n");
+    assert!(head.starts_with("HTTP/1.1 206"), "{head}");
+    assert!(head.contains(&format!("bytes 100-199/{}", mp4.len())), "{head}");
+    assert_eq!(part, &mp4[100..200]);
+    let (code, _, _) = request(port, "GET", &path, &[("authorization", &bearer), ("range", "bytes=999999999-")], "");
+    assert_eq!(code, 416);
+    let (code, _, _) =
+        request(port, "GET", "/api/streams/a/main/export.mp4?from_us=1&to_us=2", &[("authorization", &bearer)], "");
+    assert_eq!(code, 404);
+    let (code, _, _) = get("/api/streams/a/main/coverage?from_us=5&to_us=1");
+    assert_eq!(code, 400);
+}

@@ -44,6 +44,7 @@ struct Part {
     len_bytes: u64,
     /// Where it starts in the output.
     out_start: u64,
+    duration_90k: u64,
     sequence: u32,
     video_delta: i64,
     audio_delta: i64,
@@ -142,6 +143,7 @@ impl Export {
                     start_byte: f.start_byte,
                     len_bytes: f.end_byte - f.start_byte,
                     out_start: 0,
+                    duration_90k: f.duration_90k,
                     sequence: ex.parts.len() as u32 + 1,
                     video_delta,
                     audio_delta,
@@ -177,6 +179,12 @@ impl Export {
             rem % 3600 / 60,
             rem % 60
         )
+    }
+
+    /// The output's layout for an HLS playlist: the init segment's length, then each
+    /// fragment's (offset, length, duration in 90 kHz).
+    pub fn layout(&self) -> (u64, Vec<(u64, u64, u64)>) {
+        (self.init.len() as u64, self.parts.iter().map(|p| (p.out_start, p.len_bytes, p.duration_90k)).collect())
     }
 
     /// Fills `buf` from output offset `offset`; returns how many bytes (0 at the end).

@@ -157,8 +157,21 @@ pub async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketAddr) ->
             match *what {
                 "recordings" => media::recordings(ctx, &parts, &stream),
                 "coverage" => media::coverage(ctx, &parts, &stream),
-                "export.mp4" => media::export(ctx, &parts, &stream),
+                "export.mp4" => match media::range(&parts) {
+                    Ok((from, to)) => media::export(ctx, &parts, &stream, from, to),
+                    Err(r) => r,
+                },
+                "export.m3u8" => media::playlist(ctx, &parts, &stream),
                 _ => error(StatusCode::NOT_FOUND, "not_found", "no such route"),
+            }
+        }
+        (&Method::GET, ["api", "streams", camera, kind, "exports", name]) => {
+            if let Some(r) = need(scope::VIEW) {
+                return r;
+            }
+            match media::range_in_name(name) {
+                Ok((from, to)) => media::export(ctx, &parts, &format!("{camera}/{kind}"), from, to),
+                Err(r) => r,
             }
         }
         (&Method::GET, ["api", "me"]) => match &who {

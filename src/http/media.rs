@@ -29,8 +29,26 @@ fn json_reply(value: serde_json::Value) -> Reply {
     r
 }
 
+/// `{from_us}-{to_us}.mp4`, the export path of an HLS segment.
+pub fn range_in_name(name: &str) -> Result<(i64, i64), Reply> {
+    let bad = || error(StatusCode::NOT_FOUND, "not_found", "no such export");
+    let (from, to) = name.strip_suffix(".mp4").and_then(|r| r.split_once('-')).ok_or_else(bad)?;
+    let (from, to) = (from.parse::<i64>().map_err(|_| bad())?, to.parse::<i64>().map_err(|_| bad())?);
+    check_range(from, to)
+}
+
+fn check_range(from: i64, to: i64) -> Result<(i64, i64), Reply> {
+    if from >= to {
+        return Err(error(StatusCode::BAD_REQUEST, "bad_range", "give from_us < to_us (UTC µs)"));
+    }
+    if to - from > limits::API_RANGE_MAX_US {
+        return Err(error(StatusCode::BAD_REQUEST, "range_too_long", "the range is over 400 days"));
+    }
+    Ok((from, to))
+}
+
 /// `from_us` and `to_us` from the query: present, ordered, and not too far apart.
-fn range(parts: &Parts) -> Result<(i64, i64), Reply> {
+pub fn range(parts: &Parts) -> Result<(i64, i64), Reply> {
     let mut from = None;
     let mut to = None;
     for kv in parts.uri.query().unwrap_or("").split('&') {
@@ -41,10 +59,7 @@ fn range(parts: &Parts) -> Result<(i64, i64), Reply> {
         }
     }
     match (from, to) {
-        (Some(f), Some(t)) if f < t && t - f <= limits::API_RANGE_MAX_US => Ok((f, t)),
-        (Some(f), Some(t)) if f < t => {
-            Err(error(StatusCode::BAD_REQUEST, "range_too_long", "the range is over 400 days"))
-        }
+        (Some(f), Some(t)) => check_range(f, t),
         _ => Err(error(StatusCode::BAD_REQUEST, "bad_range", "give from_us < to_us (UTC µs)")),
     }
 }
@@ -146,6 +161,39 @@ pub fn coverage(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
     json_reply(json!({ "bucket_us": COVERAGE_VIEW_BUCKET_US, "buckets": list }))
 }
 
+/// `GET /api/streams/{camera}/{kind}/export.m3u8?from_us&to_us`: an HLS VOD playlist of
+/// the same export, one segment per fragment, each a byte range of `export.mp4` (so players
+/// that speak HLS — Safari, VLC, ffmpeg — can seek without downloading the whole file).
+pub fn playlist(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
+    let (from, to) = match range(parts) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let ex = match Export::plan(&ctx.media.catalog, &ctx.media.data_dir, stream, from, to) {
+        Ok(ex) => ex,
+        Err(ExportError::Empty | ExportError::NoStream(_)) => {
+            return error(StatusCode::NOT_FOUND, "nothing_recorded", "nothing recorded in that range");
+        }
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
+    };
+    let (init_len, segments) = ex.layout();
+    let target_s = segments.iter().map(|s| s.2).max().unwrap_or(0).div_ceil(90_000).max(1);
+    // The range goes in the path: HLS players judge a segment by its extension.
+    let uri = format!("exports/{from}-{to}.mp4");
+    let mut m3u8 = format!(
+        "#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-TARGETDURATION:{target_s}\n\
+         #EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-INDEPENDENT-SEGMENTS\n#EXT-X-MAP:URI=\"{uri}\",BYTERANGE=\"{init_len}@0\"\n"
+    );
+    for (offset, len, duration_90k) in segments {
+        m3u8.push_str(&format!(
+            "#EXTINF:{:.3},\n#EXT-X-BYTERANGE:{len}@{offset}\n{uri}\n",
+            duration_90k as f64 / 90_000.0
+        ));
+    }
+    m3u8.push_str("#EXT-X-ENDLIST\n");
+    super::text(m3u8, "application/vnd.apple.mpegurl")
+}
+
 /// A single `bytes=` range of a body of `len` bytes: (start, end exclusive).
 fn byte_range(parts: &Parts, len: u64) -> Result<Option<(u64, u64)>, ()> {
     let Some(v) = parts.headers.get(header::RANGE) else { return Ok(None) };
@@ -168,13 +216,10 @@ fn byte_range(parts: &Parts, len: u64) -> Result<Option<(u64, u64)>, ()> {
     Ok(Some((start, end)))
 }
 
-/// `GET /api/streams/{camera}/{kind}/export.mp4?from_us&to_us`: the range as one MP4,
+/// `GET /api/streams/{camera}/{kind}/export.mp4?from_us&to_us` (or
+/// `…/exports/{from_us}-{to_us}.mp4`, the form HLS segments use): the range as one MP4,
 /// streamed from the segment files in constant memory, with byte ranges.
-pub fn export(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
-    let (from, to) = match range(parts) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
+pub fn export(ctx: &Ctx, parts: &Parts, stream: &str, from: i64, to: i64) -> Reply {
     let ex = match Export::plan(&ctx.media.catalog, &ctx.media.data_dir, stream, from, to) {
         Ok(ex) => Arc::new(ex),
         Err(ExportError::Empty | ExportError::NoStream(_)) => {

@@ -90,6 +90,31 @@ fn cameras_recordings_coverage_and_export_over_http() {
     let (code, _, _) =
         request(port, "GET", "/api/streams/a/main/export.mp4?from_us=1&to_us=2", &[("authorization", &bearer)], "");
     assert_eq!(code, 404);
+    // The same range as an HLS VOD playlist of byte ranges, which ffmpeg reads end to end.
+    let (code, _, m3u8) = get(&format!("/api/streams/a/main/export.m3u8{q}"));
+    assert_eq!(code, 200, "{m3u8}");
+    assert!(m3u8.starts_with("#EXTM3U") && m3u8.contains("#EXT-X-MAP:") && m3u8.trim_end().ends_with("#EXT-X-ENDLIST"));
+    let url = format!("http://127.0.0.1:{port}/api/streams/a/main/export.m3u8{q}");
+    let out = std::process::Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-headers",
+            &format!("Authorization: {bearer}\r\n"),
+            "-count_packets",
+            "-select_streams",
+            "v:0",
+        ])
+        .args(["-show_entries", "stream=nb_read_packets", "-of", "csv=p=0", &url])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.is_empty(), "ffprobe of the playlist: {stderr}");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    // HLS shows the stream once under its program and once on its own: the same count.
+    let first = printed.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let hls_packets: usize = first.trim().parse().unwrap_or_else(|_| panic!("ffprobe printed {printed:?}"));
+    assert_eq!(hls_packets, packets.len(), "the playlist holds the same frames as the download");
     let (code, _, _) = get("/api/streams/a/main/coverage?from_us=5&to_us=1");
     assert_eq!(code, 400);
 }

@@ -15,7 +15,8 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Ctx, Reply, error, full, media, metrics, text};
+use super::parse::{Credentials, NewToken, NewUser};
+use super::{Ctx, Reply, error, full, media, metrics, parse, text};
 use crate::auth::{AuthError, Principal, Role, scope};
 use crate::limits;
 
@@ -65,10 +66,11 @@ async fn read_json<T: for<'de> Deserialize<'de>>(body: Incoming, ctx: &Ctx) -> R
 }
 
 fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';')).find_map(|kv| {
-        let (k, v) = kv.trim().split_once('=')?;
-        (k == name).then(|| v.to_string())
-    })
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| parse::cookie(v, name).map(str::to_string))
 }
 
 fn principal(headers: &HeaderMap, ctx: &Ctx) -> Option<Principal> {
@@ -89,31 +91,6 @@ fn csrf_ok(headers: &HeaderMap, csrf: &str) -> bool {
         }
     };
     token_ok && origin_ok
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Credentials {
-    username: String,
-    password: String,
-    /// Setup from another machine: the token printed in the log.
-    #[serde(default)]
-    setup_token: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewUser {
-    username: String,
-    password: String,
-    role: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NewToken {
-    name: String,
-    scopes: Vec<String>,
 }
 
 /// Routes one admitted request.

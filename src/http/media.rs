@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use serde_json::json;
 
-use super::{Body, Ctx, Reply, error};
+use super::{Body, Ctx, Reply, error, parse};
 use crate::catalog::Bucket;
 use crate::export::{Export, ExportError};
 use crate::limits;
@@ -31,9 +31,8 @@ fn json_reply(value: serde_json::Value) -> Reply {
 
 /// `{from_us}-{to_us}.mp4`, the export path of an HLS segment.
 pub fn range_in_name(name: &str) -> Result<(i64, i64), Reply> {
-    let bad = || error(StatusCode::NOT_FOUND, "not_found", "no such export");
-    let (from, to) = name.strip_suffix(".mp4").and_then(|r| r.split_once('-')).ok_or_else(bad)?;
-    let (from, to) = (from.parse::<i64>().map_err(|_| bad())?, to.parse::<i64>().map_err(|_| bad())?);
+    let (from, to) =
+        parse::range_name(name).ok_or_else(|| error(StatusCode::NOT_FOUND, "not_found", "no such export"))?;
     check_range(from, to)
 }
 
@@ -49,16 +48,7 @@ fn check_range(from: i64, to: i64) -> Result<(i64, i64), Reply> {
 
 /// `from_us` and `to_us` from the query: present, ordered, and not too far apart.
 pub fn range(parts: &Parts) -> Result<(i64, i64), Reply> {
-    let mut from = None;
-    let mut to = None;
-    for kv in parts.uri.query().unwrap_or("").split('&') {
-        match kv.split_once('=') {
-            Some(("from_us", v)) => from = v.parse::<i64>().ok(),
-            Some(("to_us", v)) => to = v.parse::<i64>().ok(),
-            _ => {}
-        }
-    }
-    match (from, to) {
+    match parse::range_query(parts.uri.query().unwrap_or("")) {
         (Some(f), Some(t)) => check_range(f, t),
         _ => Err(error(StatusCode::BAD_REQUEST, "bad_range", "give from_us < to_us (UTC µs)")),
     }
@@ -196,24 +186,10 @@ pub fn playlist(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
 
 /// A single `bytes=` range of a body of `len` bytes: (start, end exclusive).
 fn byte_range(parts: &Parts, len: u64) -> Result<Option<(u64, u64)>, ()> {
-    let Some(v) = parts.headers.get(header::RANGE) else { return Ok(None) };
-    let spec = v.to_str().map_err(|_| ())?.strip_prefix("bytes=").ok_or(())?;
-    if spec.contains(',') {
-        return Err(());
+    match parts.headers.get(header::RANGE) {
+        None => Ok(None),
+        Some(v) => v.to_str().ok().and_then(|v| parse::byte_range(v, len)).map(Some).ok_or(()),
     }
-    let (a, b) = spec.split_once('-').ok_or(())?;
-    let (start, end) = match (a.trim(), b.trim()) {
-        ("", suffix) => {
-            let n: u64 = suffix.parse().map_err(|_| ())?;
-            (len.saturating_sub(n), len)
-        }
-        (a, "") => (a.parse().map_err(|_| ())?, len),
-        (a, b) => (a.parse().map_err(|_| ())?, b.parse::<u64>().map_err(|_| ())?.saturating_add(1).min(len)),
-    };
-    if start >= end || start >= len {
-        return Err(());
-    }
-    Ok(Some((start, end)))
 }
 
 /// `GET /api/streams/{camera}/{kind}/export.mp4?from_us&to_us` (or

@@ -18,6 +18,7 @@
 mod api;
 mod guard;
 mod media;
+pub mod parse;
 
 use std::convert::Infallible;
 use std::fmt::Write as _;

@@ -1,0 +1,103 @@
+//! The hand-written parsers of the HTTP edge, pure so they can be fuzzed (`fuzz/`): byte
+//! ranges, time-range queries and names, cookies, and the JSON request bodies.
+
+use serde::Deserialize;
+
+/// A single `bytes=…` range of a body of `len` bytes: (start, end exclusive); `None` when it
+/// is malformed, multiple or outside the body.
+pub fn byte_range(header: &str, len: u64) -> Option<(u64, u64)> {
+    let spec = header.trim().strip_prefix("bytes=")?;
+    if spec.contains(',') {
+        return None;
+    }
+    let (a, b) = spec.split_once('-')?;
+    let (start, end) = match (a.trim(), b.trim()) {
+        ("", suffix) => (len.saturating_sub(suffix.parse().ok()?), len),
+        (a, "") => (a.parse().ok()?, len),
+        (a, b) => (a.parse().ok()?, b.parse::<u64>().ok()?.saturating_add(1).min(len)),
+    };
+    (start < end && start < len).then_some((start, end))
+}
+
+/// `from_us` and `to_us` from a query string (unchecked).
+pub fn range_query(query: &str) -> (Option<i64>, Option<i64>) {
+    let mut from = None;
+    let mut to = None;
+    for kv in query.split('&') {
+        match kv.split_once('=') {
+            Some(("from_us", v)) => from = v.parse::<i64>().ok(),
+            Some(("to_us", v)) => to = v.parse::<i64>().ok(),
+            _ => {}
+        }
+    }
+    (from, to)
+}
+
+/// `{from_us}-{to_us}.mp4`, the path of an HLS segment (unchecked).
+pub fn range_name(name: &str) -> Option<(i64, i64)> {
+    let (from, to) = name.strip_suffix(".mp4")?.split_once('-')?;
+    Some((from.parse().ok()?, to.parse().ok()?))
+}
+
+/// The value of cookie `name` in a `Cookie` header.
+pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
+    header.split(';').find_map(|kv| {
+        let (k, v) = kv.trim().split_once('=')?;
+        (k == name).then_some(v)
+    })
+}
+
+/// `POST /api/login` and `/api/setup`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+    /// Setup from another machine: the token printed in the log.
+    #[serde(default)]
+    pub setup_token: Option<String>,
+}
+
+/// `POST /api/users`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewUser {
+    pub username: String,
+    pub password: String,
+    pub role: String,
+}
+
+/// `POST /api/tokens`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewToken {
+    pub name: String,
+    pub scopes: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_ranges() {
+        assert_eq!(byte_range("bytes=0-99", 1000), Some((0, 100)));
+        assert_eq!(byte_range("bytes=900-", 1000), Some((900, 1000)));
+        assert_eq!(byte_range("bytes=-100", 1000), Some((900, 1000)));
+        assert_eq!(byte_range("bytes=990-2000", 1000), Some((990, 1000)));
+        for bad in ["bytes=1000-", "bytes=5-1", "bytes=0-1,3-4", "items=0-1", "bytes=x-1", "bytes=-"] {
+            assert_eq!(byte_range(bad, 1000), None, "{bad}");
+        }
+        assert_eq!(byte_range("bytes=0-18446744073709551615", 10), Some((0, 10)));
+    }
+
+    #[test]
+    fn queries_names_and_cookies() {
+        assert_eq!(range_query("from_us=5&to_us=9&x=1"), (Some(5), Some(9)));
+        assert_eq!(range_query("from_us=a"), (None, None));
+        assert_eq!(range_name("-5-9.mp4"), None);
+        assert_eq!(range_name("5-9.mp4"), Some((5, 9)));
+        assert_eq!(cookie("a=1; kp_session=abc", "kp_session"), Some("abc"));
+        assert_eq!(cookie("kp_sessionx=1", "kp_session"), None);
+    }
+}

@@ -91,7 +91,12 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         info!(setup_token = auth.setup_token(), "no admin yet: open the web face to set one up");
     }
     let web = listener.map(|l| {
-        let media = Arc::new(http::Media { catalog: catalog.clone(), data_dir: data_dir.clone(), streams: live });
+        let media = Arc::new(http::Media {
+            catalog: catalog.clone(),
+            recorder: Some(recorder.handle()),
+            data_dir: data_dir.clone(),
+            streams: live,
+        });
         tokio::spawn(http::serve(l, Arc::new(http::HttpStats::default()), auth.clone(), media, shutdown_rx.clone()))
     });
     wait_for_signal().await;

@@ -142,6 +142,10 @@ pub async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketAddr) ->
                 _ => error(StatusCode::NOT_FOUND, "not_found", "no such route"),
             }
         }
+        (&Method::DELETE, ["api", "streams", camera, kind, "recordings"]) => match need(scope::ADMIN) {
+            Some(r) => r,
+            None => media::delete_range(ctx, &parts, &format!("{camera}/{kind}")).await,
+        },
         (&Method::GET, ["api", "streams", camera, kind, "exports", name]) => {
             if let Some(r) = need(scope::VIEW) {
                 return r;

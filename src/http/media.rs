@@ -184,6 +184,23 @@ pub fn playlist(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
     super::text(m3u8, "application/vnd.apple.mpegurl")
 }
 
+/// `DELETE /api/streams/{camera}/{kind}/recordings?from_us&to_us` (admin): deletes the
+/// closed recordings wholly within the range; one that reaches outside it is kept whole.
+pub async fn delete_range(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
+    let (from, to, id) = match range(parts).and_then(|(f, t)| Ok((f, t, stream_id(ctx, stream)?))) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let Some(recorder) = ctx.media.recorder.clone() else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "no_recorder", "the recorder is not running");
+    };
+    let done = tokio::task::spawn_blocking(move || recorder.delete_range(id, from, to)).await.ok().flatten();
+    match done {
+        Some((deleted, bytes, kept)) => json_reply(json!({ "deleted": deleted, "bytes": bytes, "kept": kept })),
+        None => error(StatusCode::SERVICE_UNAVAILABLE, "busy", "the recorder did not answer in time"),
+    }
+}
+
 /// A single `bytes=` range of a body of `len` bytes: (start, end exclusive).
 fn byte_range(parts: &Parts, len: u64) -> Result<Option<(u64, u64)>, ()> {
     match parts.headers.get(header::RANGE) {

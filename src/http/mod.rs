@@ -66,6 +66,8 @@ pub struct HttpStats {
 /// What the media routes read: the catalog, the files, and each stream's live state.
 pub struct Media {
     pub catalog: Arc<crate::catalog::Catalog>,
+    /// Deletions go through the recorder (none in tests of the edge alone).
+    pub recorder: Option<crate::record::RecorderHandle>,
     pub data_dir: std::path::PathBuf,
     pub streams: Vec<LiveStream>,
 }
@@ -308,7 +310,7 @@ mod tests {
         let ctx = Ctx {
             stats: Arc::default(),
             auth: Arc::new(Auth::new(catalog.clone())),
-            media: Arc::new(Media { catalog, data_dir: dir.path().into(), streams: Vec::new() }),
+            media: Arc::new(Media { catalog, recorder: None, data_dir: dir.path().into(), streams: Vec::new() }),
             handlers: Semaphore::new(limits::HTTP_HANDLERS_MAX),
             waiting: 0.into(),
         };

@@ -39,6 +39,12 @@ pub enum ToFlusher {
     NeedSpace { reply: SyncSender<u64> },
     /// Commit everything now (shutdown); reply when done.
     Flush { reply: SyncSender<()> },
+    /// Stop after a final flush (shutdown; API handles may still hold senders).
+    Stop,
+    /// Delete a stream's closed recordings that lie wholly within a wall-time range (an
+    /// admin's request); reply with (recordings deleted, bytes freed, recordings left because
+    /// they reach outside the range or are still being written).
+    DeleteRange { stream_id: u32, from_us: i64, to_us: i64, reply: SyncSender<(u64, u64, u64)> },
 }
 
 /// What the flusher has done, for `/metrics` and the benchmarks.
@@ -124,6 +130,7 @@ impl Flusher {
         loop {
             let wait = next.saturating_duration_since(Instant::now());
             match rx.recv_timeout(wait) {
+                Ok(ToFlusher::Stop) => break,
                 Ok(msg) => self.handle(msg),
                 Err(RecvTimeoutError::Timeout) => {
                     self.flush();
@@ -208,6 +215,10 @@ impl Flusher {
             ToFlusher::Flush { reply } => {
                 self.flush();
                 let _ = reply.send(());
+            }
+            ToFlusher::Stop => {}
+            ToFlusher::DeleteRange { stream_id, from_us, to_us, reply } => {
+                let _ = reply.send(self.delete_range(stream_id, from_us, to_us));
             }
         }
     }
@@ -326,6 +337,36 @@ impl Flusher {
             }
         }
         Some(row)
+    }
+
+    /// Deletes the closed recordings of a stream wholly within `[from_us, to_us]`, through the
+    /// garbage list like retention. A recording that reaches outside the range is kept whole:
+    /// segments are a few minutes at most, and cutting one would mean rewriting it.
+    fn delete_range(&mut self, stream_id: u32, from_us: i64, to_us: i64) -> (u64, u64, u64) {
+        self.flush();
+        let rows = match self.catalog.recordings() {
+            Ok(r) => r,
+            Err(e) => {
+                error!("cannot list recordings to delete: {e}");
+                return (0, 0, 0);
+            }
+        };
+        let (mut deleted, mut bytes, mut kept) = (0, 0, 0);
+        for (id, r) in
+            rows.iter().filter(|(_, r)| r.stream_id == stream_id && r.wall_end_us > from_us && r.wall_start_us < to_us)
+        {
+            if r.open || r.wall_start_us < from_us || r.wall_end_us > to_us {
+                kept += 1;
+                continue;
+            }
+            if let Some(row) = self.forget(*id) {
+                deleted += 1;
+                bytes += row.bytes;
+                info!(recording = id, "deleted on request: {}", row.path);
+            }
+        }
+        self.flush();
+        (deleted, bytes, kept)
     }
 
     /// Deletes what retention asks for. With `urgent`, a write is waiting on a full disk:

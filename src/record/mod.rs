@@ -45,6 +45,22 @@ pub struct RecordedStream {
     pub stats: Arc<RecorderStats>,
 }
 
+/// What the API may ask of the recorder.
+#[derive(Clone)]
+pub struct RecorderHandle {
+    flusher_tx: SyncSender<flusher::ToFlusher>,
+}
+
+impl RecorderHandle {
+    /// Deletes a stream's closed recordings wholly within a range; returns (deleted, bytes,
+    /// kept). Blocks until the flusher answers, at most [`limits::SHUTDOWN_TIMEOUT_MS`].
+    pub fn delete_range(&self, stream_id: u32, from_us: i64, to_us: i64) -> Option<(u64, u64, u64)> {
+        let (reply, rx) = std::sync::mpsc::sync_channel(1);
+        self.flusher_tx.try_send(flusher::ToFlusher::DeleteRange { stream_id, from_us, to_us, reply }).ok()?;
+        rx.recv_timeout(Duration::from_millis(limits::SHUTDOWN_TIMEOUT_MS)).ok()
+    }
+}
+
 /// The running recorder.
 pub struct Recorder {
     flusher_tx: SyncSender<flusher::ToFlusher>,
@@ -108,6 +124,12 @@ impl Recorder {
         Ok((Recorder { flusher_tx, flusher, streams: handles, flusher_stats }, streams))
     }
 
+    /// A handle for the API: deletions go through the flusher, which owns retention's view of
+    /// what exists.
+    pub fn handle(&self) -> RecorderHandle {
+        RecorderHandle { flusher_tx: self.flusher_tx.clone() }
+    }
+
     /// Waits (bounded by [`limits::SHUTDOWN_TIMEOUT_MS`]) for the recorder threads to close
     /// their files, then has the flusher commit. Every `FrameSender` must be dropped first.
     pub fn shutdown(self) {
@@ -133,6 +155,8 @@ impl Recorder {
         if !flushed {
             warn!("the final catalog commit did not finish in time");
         }
+        // API handles may still hold senders: tell the flusher to end rather than wait for them.
+        let _ = self.flusher_tx.try_send(flusher::ToFlusher::Stop);
         drop(self.flusher_tx);
         if all_stopped && flushed {
             let _ = self.flusher.join();

@@ -65,6 +65,7 @@ fn the_auth_matrix_over_every_route() {
         ("GET", "/api/me", "", "any"),
         ("GET", "/api/cameras", "", "view"),
         ("GET", "/api/streams/a/main/coverage?from_us=0&to_us=1", "", "view"),
+        ("DELETE", "/api/streams/a/main/recordings?from_us=0&to_us=1", "", "admin"),
         ("GET", "/api/users", "", "admin"),
         ("POST", "/api/users", r#"{"username":"x1","password":"some password","role":"viewer"}"#, "admin"),
         ("DELETE", "/api/users/x1", "", "admin"),

@@ -118,3 +118,56 @@ fn cameras_recordings_coverage_and_export_over_http() {
     let (code, _, _) = get("/api/streams/a/main/coverage?from_us=5&to_us=1");
     assert_eq!(code, 400);
 }
+
+#[test]
+fn deleting_a_time_range_removes_whole_closed_recordings_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let clip = fixtures().join("h264.mp4");
+    write_config(
+        dir.path(),
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\nflush_interval_s = 1\n[retention]\nstream_max_bytes = \"1 GiB\"\n\
+             total_max_bytes = \"1 GiB\"\n[[cameras]]\nname = \"a\"\nmain = {{ url = \"file://{}\" }}\n",
+            clip.display()
+        ),
+    );
+    let t0 = wall_us();
+    let mut first = Daemon::start(dir.path());
+    first.wait_log("recording to", 1, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(4));
+    first.stop();
+    let t_mid = wall_us();
+    let mut d = Daemon::start(dir.path());
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    std::thread::sleep(Duration::from_secs(3));
+    // The first run's file: the oldest name in the stream's folder (names sort by time).
+    let stream_dir = dir.path().join("data/recordings/a/main");
+    let mut names: Vec<_> = std::fs::read_dir(&stream_dir).unwrap().map(|e| e.unwrap().path()).collect();
+    names.sort();
+    assert_eq!(names.len(), 2);
+    let first_file = names[0].clone();
+
+    let delete = |from: i64, to: i64| {
+        let (code, _, body) = request(
+            port,
+            "DELETE",
+            &format!("/api/streams/a/main/recordings?from_us={from}&to_us={to}"),
+            &[("cookie", &admin.0), ("x-csrf-token", &admin.1)],
+            "",
+        );
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str::<Value>(&body).unwrap()
+    };
+    // The recording still being written is kept whole, even inside the range.
+    let r = delete(t0, wall_us());
+    assert_eq!((r["deleted"].as_u64(), r["kept"].as_u64()), (Some(1), Some(1)), "{r}");
+    assert!(!first_file.exists(), "the first run's file is gone");
+    let r = delete(t0, t_mid);
+    assert_eq!(r["deleted"].as_u64(), Some(0), "{r}");
+    d.stop();
+    let v = d.check();
+    assert!(v["problems"].as_array().unwrap().is_empty(), "{v}");
+    assert_eq!(d.recordings().len(), 1);
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # KeepPeek's one test command: installs what the tests need when it is missing (Debian
 # packages, rustup targets), then runs every test: unit tests on the host and on aarch64
-# under qemu-user, the integration tests against real peers, the fuzz corpus, and the
+# under qemu-user, the integration tests against real peers, the browser tests, and the
 # benchmarks in smoke mode. Run as root on Debian bookworm (as CI does).
 #
 # Usage: tools/test.sh            everything
@@ -14,6 +14,7 @@ DEBIAN_PACKAGES=(
     python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-tools
     gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
     qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+    chromium
 )
 RUST_TARGETS=(aarch64-unknown-linux-musl)
 
@@ -28,6 +29,14 @@ setup() {
         step "installing Debian packages: ${missing[*]}"
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    fi
+    if ! command -v npm >/dev/null; then
+        step "installing Node.js and npm"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm
+    fi
+    if [[ ! -d tests/ui/node_modules/playwright-core ]]; then
+        step "installing playwright-core (it drives Debian's Chromium; no browser is downloaded)"
+        (cd tests/ui && npm ci --no-audit --no-fund --silent)
     fi
     local installed
     installed=$(rustup target list --installed)
@@ -54,6 +63,10 @@ step "integration tests against real peers"
 # The tests mostly wait on real time (cameras at 15 fps, flush intervals): run them side by
 # side rather than two at a time.
 cargo test --test recorder -- --test-threads 8
+
+step "browser tests (Chromium + playwright-core; screenshots in target/ui/)"
+cargo build --bin keeppeek
+node --test tests/ui/
 
 step "benchmarks (smoke mode)"
 # Performance is a benchmark, not a test: this only proves the benchmark runs end to end.

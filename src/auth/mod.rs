@@ -124,6 +124,8 @@ pub struct Auth {
     failures: Mutex<Failures>,
     hashing: Semaphore,
     setup_token: String,
+    /// Held while the first admin is created, so two setups cannot both succeed.
+    pub setup_lock: tokio::sync::Mutex<()>,
 }
 
 /// 32 random bytes as lower-case hex.
@@ -182,6 +184,7 @@ impl Auth {
             failures: Mutex::new(Failures::default()),
             hashing: Semaphore::new(limits::AUTH_HASHES_CONCURRENT_MAX),
             setup_token: random_hex()[..24].to_string(),
+            setup_lock: tokio::sync::Mutex::new(()),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The routes: who may call what, and the account API.
 //!
-//! Without credentials only `/healthz`, setup (`/api/setup`) and login answer. Everything
+//! Without credentials only `/healthz`, the UI's files (the login page), setup
+//! (`/api/setup`) and login answer. Everything
 //! else needs a session cookie or a bearer token with the route's scope; a request with a
 //! session cookie that changes state must also carry the session's CSRF token in
 //! `x-csrf-token`, and an `Origin` header, when present, must name this host.
@@ -99,6 +100,12 @@ pub async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketAddr) ->
     let method = parts.method.clone();
     match (&method, path.as_str()) {
         (&Method::GET | &Method::HEAD, "/healthz") => return text("ok\n".into(), "text/plain; charset=utf-8"),
+        // The UI's files are the login page: they answer without credentials.
+        (&Method::GET, p) if !p.starts_with("/api/") => {
+            if let Some(r) = super::ui::file(p, &parts.headers) {
+                return r;
+            }
+        }
         (&Method::GET, "/api/setup") => {
             return match ctx.auth.setup_needed() {
                 Ok(needed) => json_reply(StatusCode::OK, json!({ "needed": needed })),
@@ -269,6 +276,7 @@ async fn setup(body: Incoming, ctx: &Ctx, peer: SocketAddr) -> Reply {
         Ok(c) => c,
         Err(r) => return r,
     };
+    let _one_at_a_time = ctx.auth.setup_lock.lock().await;
     match ctx.auth.setup_needed() {
         Ok(true) => {}
         Ok(false) => return error(StatusCode::FORBIDDEN, "setup_done", "an admin exists: log in"),

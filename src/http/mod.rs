@@ -19,6 +19,7 @@ mod api;
 mod guard;
 mod media;
 pub mod parse;
+mod ui;
 
 use std::convert::Infallible;
 use std::fmt::Write as _;

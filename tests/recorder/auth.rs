@@ -111,8 +111,10 @@ fn the_auth_matrix_over_every_route() {
         };
         assert_eq!(right, ok, "{method} {path} with the right credential");
     }
-    // No route but health, setup and login answers without credentials.
-    for (method, path) in [("GET", "/"), ("GET", "/api/recordings"), ("GET", "/metrics"), ("POST", "/api/logout")] {
+    // No route but health, the UI (the login page), setup and login answers without credentials.
+    for (method, path) in
+        [("GET", "/api/recordings"), ("GET", "/api/cameras"), ("GET", "/metrics"), ("POST", "/api/logout")]
+    {
         let code = request(port, method, path, &[], "").0;
         assert_eq!(code, 401, "{method} {path}");
     }

@@ -7,8 +7,8 @@
 //! [`Export::read_at`] serves any byte range from the files, so HTTP range requests (and a
 //! plain download) cost constant memory. The plan holds one small entry per fragment.
 //!
-//! A range is cut at fragment (GOP) boundaries, so an export starts on a keyframe and its
-//! duration matches the request within one GOP. An export stops early at a change of codec
+//! A range is cut at fragment (GOP) boundaries — a fragment is in when its middle is — so an
+//! export starts on a keyframe and its duration matches the request within one GOP. An export stops early at a change of codec
 //! parameters (a different init segment): one file has one set.
 
 use std::fs::File;
@@ -109,10 +109,15 @@ impl Export {
             if rec.wall_end_us <= from_us || rec.wall_start_us >= to_us {
                 continue;
             }
+            // A fragment belongs to the range when its middle does: the export then starts and
+            // ends within half a GOP of the range's ends, and its duration is within one GOP.
             let frags: Vec<_> = catalog
                 .fragments(*id)?
                 .into_iter()
-                .filter(|(_, f)| f.wall_end_us > from_us && f.wall_start_us < to_us)
+                .filter(|(_, f)| {
+                    let mid = f.wall_start_us + (f.wall_end_us - f.wall_start_us) / 2;
+                    mid >= from_us && mid < to_us
+                })
                 .collect();
             let (Some((_, first)), Some((_, last))) = (frags.first(), frags.last()) else { continue };
             let path = data_dir.join(&rec.path);

@@ -56,6 +56,22 @@ fn a_range_over_two_runs_exports_as_one_playable_mp4_with_byte_ranges() {
     assert!(audio.windows(2).all(|w| w[1].pts_s > w[0].pts_s) && audio.len() > 200);
     assert_decodes(&out);
 
+    // A part of a run: its duration is the request's within one GOP (1 s here).
+    let start_s = recs[0]["wall_start_us"].as_i64().unwrap() as f64 / 1e6;
+    let part = dir.path().join("part.mp4");
+    succeed(
+        keeppeek()
+            .arg("export")
+            .arg(&d.config)
+            .args(["--stream", "a/main", "--from", &(start_s + 1.4).to_string(), "--to", &(start_s + 4.4).to_string()])
+            .arg("--out")
+            .arg(&part),
+    );
+    let p = ffprobe_packets(&part);
+    let part_s = p.last().unwrap().pts_s + p.last().unwrap().duration_s - p[0].pts_s;
+    assert!((part_s - 3.0).abs() <= 1.0, "3 s asked, {part_s} s exported");
+    assert!(p[0].key);
+
     // Any byte range reads the same as the whole file, in constant-size pieces.
     let whole = std::fs::read(&out).unwrap();
     let catalog = Catalog::open(&d.data().join("catalog.redb")).unwrap();

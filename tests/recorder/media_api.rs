@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use crate::common::*;
 
-#[test]
-fn cameras_recordings_coverage_and_export_over_http() {
+/// A data directory configured for camera `a` (the fixture clip) and a web face on a free port.
+fn file_camera_with_web_face() -> (tempfile::TempDir, u16) {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let clip = fixtures().join("h264.mp4");
@@ -20,6 +20,12 @@ fn cameras_recordings_coverage_and_export_over_http() {
             clip.display()
         ),
     );
+    (dir, port)
+}
+
+#[test]
+fn cameras_recordings_coverage_and_export_over_http() {
+    let (dir, port) = file_camera_with_web_face();
     let t0 = wall_us();
     let d = Daemon::start(dir.path());
     d.wait_log("web face listening", 1, Duration::from_secs(20));
@@ -121,17 +127,7 @@ fn cameras_recordings_coverage_and_export_over_http() {
 
 #[test]
 fn deleting_a_time_range_removes_whole_closed_recordings_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let clip = fixtures().join("h264.mp4");
-    write_config(
-        dir.path(),
-        &format!(
-            "listen = \"127.0.0.1:{port}\"\nflush_interval_s = 1\n[retention]\nstream_max_bytes = \"1 GiB\"\n\
-             total_max_bytes = \"1 GiB\"\n[[cameras]]\nname = \"a\"\nmain = {{ url = \"file://{}\" }}\n",
-            clip.display()
-        ),
-    );
+    let (dir, port) = file_camera_with_web_face();
     let t0 = wall_us();
     let mut first = Daemon::start(dir.path());
     first.wait_log("recording to", 1, Duration::from_secs(20));

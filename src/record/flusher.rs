@@ -428,6 +428,12 @@ mod tests {
         RecordingRow::for_test(path)
     }
 
+    /// A flusher whose interval never comes in a test, with a per-stream cap.
+    fn flusher(catalog: &Arc<Catalog>, dir: &Path, stream_max_bytes: u64) -> Flusher {
+        let caps = Retention { stream_max_bytes, total_max_bytes: u64::MAX };
+        Flusher::new(catalog.clone(), dir.into(), Duration::from_secs(3600), caps).unwrap()
+    }
+
     fn fragment(i: u32) -> FragmentRow {
         FragmentRow {
             wall_start_us: i64::from(i),
@@ -447,8 +453,7 @@ mod tests {
         let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
         let (id, row) = catalog.begin_recording(recording(""), |_| "seg.mp4".into()).unwrap();
         std::fs::write(dir.path().join("seg.mp4"), b"bytes").unwrap();
-        let caps = Retention { stream_max_bytes: u64::MAX, total_max_bytes: u64::MAX };
-        let mut f = Flusher::new(catalog.clone(), dir.path().into(), Duration::from_secs(3600), caps).unwrap();
+        let mut f = flusher(&catalog, dir.path(), u64::MAX);
         let stats = f.stats();
         for i in 1..limits::CATALOG_PENDING_FRAGMENTS_MAX as u32 {
             f.handle(ToFlusher::Fragment {
@@ -479,8 +484,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
         let (id, row) = catalog.begin_recording(recording(""), |_| "missing.mp4".into()).unwrap();
-        let caps = Retention { stream_max_bytes: u64::MAX, total_max_bytes: u64::MAX };
-        let mut f = Flusher::new(catalog.clone(), dir.path().into(), Duration::from_secs(3600), caps).unwrap();
+        let mut f = flusher(&catalog, dir.path(), u64::MAX);
         f.handle(ToFlusher::Fragment { rec_id: id, sequence: 1, row: fragment(1), keyframes: vec![], recording: row });
         f.flush();
         assert!(catalog.fragments(id).unwrap().is_empty());
@@ -491,8 +495,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
         let (id, row) = catalog.begin_recording(recording(""), |_| "gone.mp4".into()).unwrap();
-        let caps = Retention { stream_max_bytes: u64::MAX, total_max_bytes: u64::MAX };
-        let mut f = Flusher::new(catalog.clone(), dir.path().into(), Duration::from_secs(3600), caps).unwrap();
+        let mut f = flusher(&catalog, dir.path(), u64::MAX);
         f.handle(ToFlusher::Fragment {
             rec_id: id,
             sequence: 1,
@@ -532,8 +535,7 @@ mod tests {
         let (old_id, _) = catalog.begin_recording(old, |_| "old.mp4".into()).unwrap();
         std::fs::write(dir.path().join("old.mp4"), b"old").unwrap();
         let (id, mut row) = catalog.begin_recording(recording(""), |_| "new.mp4".into()).unwrap();
-        let caps = Retention { stream_max_bytes: 1000, total_max_bytes: u64::MAX };
-        let mut f = Flusher::new(catalog.clone(), dir.path().into(), Duration::from_secs(3600), caps).unwrap();
+        let mut f = flusher(&catalog, dir.path(), 1000);
         row.bytes = 300;
         f.handle(ToFlusher::Fragment {
             rec_id: id,

@@ -56,7 +56,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut senders: std::collections::HashMap<(String, &'static str), _> =
-        recorded.into_iter().map(|r| ((r.camera.clone(), r.kind.name()), r.sender)).collect();
+        recorded.into_iter().map(|r| ((r.camera.clone(), r.kind.name()), (r.sender, r.queue, r.stats))).collect();
     let mut tasks = Vec::new();
     let mut states = Vec::new();
     let mut live = Vec::new();
@@ -65,17 +65,19 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
             let state = Arc::new(StreamState::default());
             let name = format!("{}/{}", camera.name, kind.name());
             states.push((name.clone(), state.clone()));
+            let recorder = senders.remove(&(camera.name.clone(), kind.name()));
             live.push(http::LiveStream {
                 camera: camera.name.clone(),
                 kind,
                 recorded: camera.record,
                 state: state.clone(),
+                recording: recorder.as_ref().map(|(_, queue, stats)| (queue.clone(), stats.clone())),
             });
             let input = StreamInput {
                 name,
                 source: source.clone(),
                 credentials: camera.username.clone().zip(camera.password.clone()),
-                recorder: senders.remove(&(camera.name.clone(), kind.name())),
+                recorder: recorder.map(|(sender, _, _)| sender),
                 state,
             };
             tasks.push(tokio::spawn(ingest::supervise(input, shutdown_rx.clone())));
@@ -96,6 +98,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
             recorder: Some(recorder.handle()),
             data_dir: data_dir.clone(),
             streams: live,
+            flusher: Some(recorder.flusher_stats.clone()),
         });
         tokio::spawn(http::serve(l, Arc::new(http::HttpStats::default()), auth.clone(), media, shutdown_rx.clone()))
     });

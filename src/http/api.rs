@@ -130,8 +130,9 @@ pub async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketAddr) ->
     };
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (&method, segments.as_slice()) {
-        (&Method::GET, ["metrics"]) => need(scope::METRICS)
-            .unwrap_or_else(|| text(metrics(&ctx.stats), "text/plain; version=0.0.4; charset=utf-8")),
+        (&Method::GET, ["metrics"]) => need(scope::METRICS).unwrap_or_else(|| {
+            text(metrics::render(&ctx.stats, &ctx.media), "text/plain; version=0.0.4; charset=utf-8")
+        }),
         (&Method::GET, ["api", "cameras"]) => need(scope::VIEW).unwrap_or_else(|| media::cameras(ctx)),
         (&Method::GET, ["api", "streams", camera, kind, what]) => {
             if let Some(r) = need(scope::VIEW) {

@@ -18,11 +18,11 @@
 mod api;
 mod guard;
 mod media;
+mod metrics;
 pub mod parse;
 mod ui;
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -71,6 +71,8 @@ pub struct Media {
     pub recorder: Option<crate::record::RecorderHandle>,
     pub data_dir: std::path::PathBuf,
     pub streams: Vec<LiveStream>,
+    /// The catalog writer's counters (none in tests of the edge alone).
+    pub flusher: Option<Arc<crate::record::flusher::FlusherStats>>,
 }
 
 /// One configured stream and its live state.
@@ -79,6 +81,8 @@ pub struct LiveStream {
     pub kind: crate::config::StreamKind,
     pub recorded: bool,
     pub state: Arc<crate::ingest::state::StreamState>,
+    /// The queue to its recorder and the recorder's counters, when it is recorded.
+    pub recording: Option<(Arc<crate::record::queue::QueueStats>, Arc<crate::record::stream::RecorderStats>)>,
 }
 
 /// What every request handler shares.
@@ -255,51 +259,6 @@ async fn admit(ctx: &Ctx) -> Result<tokio::sync::SemaphorePermit<'_>, Reply> {
     p.map_err(|_| error(StatusCode::SERVICE_UNAVAILABLE, "stopping", "the server is stopping"))
 }
 
-/// The Prometheus text of the listener's counters.
-fn metrics(s: &HttpStats) -> String {
-    let mut out = String::new();
-    let gauge = |out: &mut String, name: &str, help: &str, v: u64| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-    };
-    gauge(
-        &mut out,
-        "keeppeek_http_connections_open",
-        "Open HTTP connections.",
-        s.connections_open.load(Ordering::Relaxed) as u64,
-    );
-    let _ = writeln!(
-        out,
-        "# HELP keeppeek_http_connections_total HTTP connections accepted.\n# TYPE keeppeek_http_connections_total counter"
-    );
-    let _ = writeln!(out, "keeppeek_http_connections_total {}", s.connections_total.load(Ordering::Relaxed));
-    let _ = writeln!(
-        out,
-        "# HELP keeppeek_http_requests_total HTTP requests parsed.\n# TYPE keeppeek_http_requests_total counter"
-    );
-    let _ = writeln!(out, "keeppeek_http_requests_total {}", s.requests.load(Ordering::Relaxed));
-    let _ = writeln!(
-        out,
-        "# HELP keeppeek_http_refused_total Requests and connections refused, by reason.\n# TYPE keeppeek_http_refused_total counter"
-    );
-    for (reason, status, v) in [
-        ("connection_limit", 503, &s.connections_refused),
-        ("busy", 503, &s.busy),
-        ("request_timeout", 408, &s.request_timeouts),
-        ("write_timeout", 0, &s.write_timeouts),
-        ("bad_request", 400, &s.bad_requests),
-        ("uri_too_long", 414, &s.uri_too_long),
-        ("headers_too_large", 431, &s.headers_too_large),
-        ("body_too_large", 413, &s.body_too_large),
-    ] {
-        let _ = writeln!(
-            out,
-            "keeppeek_http_refused_total{{reason=\"{reason}\",status=\"{status}\"}} {}",
-            v.load(Ordering::Relaxed)
-        );
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,7 +270,13 @@ mod tests {
         let ctx = Ctx {
             stats: Arc::default(),
             auth: Arc::new(Auth::new(catalog.clone())),
-            media: Arc::new(Media { catalog, recorder: None, data_dir: dir.path().into(), streams: Vec::new() }),
+            media: Arc::new(Media {
+                catalog,
+                recorder: None,
+                data_dir: dir.path().into(),
+                streams: Vec::new(),
+                flusher: None,
+            }),
             handlers: Semaphore::new(limits::HTTP_HANDLERS_MAX),
             waiting: 0.into(),
         };

@@ -47,6 +47,23 @@ pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
+/// Whether an `Accept-Encoding` header takes gzip: a `gzip` (or `*`) coding whose weight is
+/// not zero.
+pub fn accepts_gzip(header: &str) -> bool {
+    header.split(',').any(|coding| {
+        let mut parts = coding.split(';');
+        let name = parts.next().unwrap_or("").trim();
+        let zero =
+            parts.any(|p| p.trim().strip_prefix("q=").is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)));
+        (name.eq_ignore_ascii_case("gzip") || name == "*") && !zero
+    })
+}
+
+/// Whether an `If-None-Match` header names `etag` (strong or weak) or is `*`.
+pub fn etag_matches(header: &str, etag: &str) -> bool {
+    header.split(',').map(str::trim).any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag)
+}
+
 /// `POST /api/login` and `/api/setup`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -99,5 +116,18 @@ mod tests {
         assert_eq!(range_name("5-9.mp4"), Some((5, 9)));
         assert_eq!(cookie("a=1; kp_session=abc", "kp_session"), Some("abc"));
         assert_eq!(cookie("kp_sessionx=1", "kp_session"), None);
+    }
+
+    #[test]
+    fn encodings_and_etags() {
+        for yes in ["gzip", "gzip, deflate, br", "br;q=1.0, GZIP;q=0.5", "*", "deflate, gzip;q=0.001"] {
+            assert!(accepts_gzip(yes), "{yes}");
+        }
+        for no in ["", "br", "gzip;q=0", "gzip; q=0.0, br", "x-gzip-not"] {
+            assert!(!accepts_gzip(no), "{no}");
+        }
+        assert!(etag_matches("\"a\", W/\"b\"", "\"b\""));
+        assert!(etag_matches("*", "\"b\""));
+        assert!(!etag_matches("\"a\"", "\"b\""));
     }
 }

@@ -120,3 +120,44 @@ fn the_auth_matrix_over_every_route() {
     }
     assert_eq!(request(port, "GET", "/healthz", &[], "").0, 200);
 }
+
+/// The UI's files answer without credentials, precompressed for browsers that take gzip,
+/// with an ETag per variant that turns a reload into a `304`.
+#[test]
+fn the_ui_is_served_gzipped_with_etags() {
+    use std::io::{Read as _, Write as _};
+    let (_dir, _d, port) = web_daemon();
+    let get = |extra: &str| -> (String, Vec<u8>) {
+        let mut s = connect(port);
+        s.write_all(format!("GET /app.js HTTP/1.1\r\nhost: kp\r\nconnection: close\r\n{extra}\r\n").as_bytes())
+            .unwrap();
+        let mut all = Vec::new();
+        s.read_to_end(&mut all).unwrap();
+        let end = all.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head") + 4;
+        (String::from_utf8_lossy(&all[..end]).to_ascii_lowercase(), all[end..].to_vec())
+    };
+    let header = |head: &str, name: &str| -> String {
+        head.lines().find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_string)).unwrap_or_default()
+    };
+    let source = std::fs::read(repo().join("ui-static/app.js")).unwrap();
+    let (plain_head, plain) = get("");
+    assert!(plain_head.starts_with("http/1.1 200"), "{plain_head}");
+    assert_eq!(plain, source);
+    assert_eq!(header(&plain_head, "content-encoding"), "");
+    let (gz_head, gz) = get("accept-encoding: gzip, deflate, br\r\n");
+    assert_eq!(header(&gz_head, "content-encoding"), "gzip");
+    assert_eq!(header(&gz_head, "vary"), "accept-encoding");
+    assert_eq!(header(&gz_head, "cache-control"), "no-cache");
+    assert!(gz.len() * 2 < source.len(), "gzip shrinks app.js: {} of {}", gz.len(), source.len());
+    let mut inflated = Vec::new();
+    flate2::read::GzDecoder::new(gz.as_slice()).read_to_end(&mut inflated).unwrap();
+    assert_eq!(inflated, source);
+    let (plain_tag, gz_tag) = (header(&plain_head, "etag"), header(&gz_head, "etag"));
+    assert!(!plain_tag.is_empty() && plain_tag != gz_tag, "{plain_tag} {gz_tag}");
+    let (fresh, body) = get(&format!("accept-encoding: gzip\r\nif-none-match: {gz_tag}\r\n"));
+    assert!(fresh.starts_with("http/1.1 304"), "{fresh}");
+    assert!(body.is_empty());
+    // A tag of the other variant is not a match: the browser gets the bytes it can read.
+    let (stale, _) = get(&format!("if-none-match: {gz_tag}\r\n"));
+    assert!(stale.starts_with("http/1.1 200"), "{stale}");
+}

@@ -46,6 +46,24 @@ fn cameras_recordings_coverage_and_export_over_http() {
     );
     assert!(main["fps"].as_f64().unwrap() > 10.0 && main["bitrate_bps"].as_u64().unwrap() > 10_000, "{main}");
 
+    // The same state, and the recorder's and catalog's counters, in /metrics.
+    let metrics_token = format!("Bearer {}", make_token(port, &admin, "\"metrics\""));
+    let (code, _, text) = request(port, "GET", "/metrics", &[("authorization", &metrics_token)], "");
+    assert_eq!(code, 200, "{text}");
+    let sample = |name: &str| -> u64 {
+        let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in {text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(sample("keeppeek_stream_connected{stream=\"a/main\"}"), 1);
+    assert_eq!(sample("keeppeek_stream_sessions_total{stream=\"a/main\"}"), 1);
+    assert!(sample("keeppeek_stream_frames_total{stream=\"a/main\"}") > 100);
+    assert!(sample("keeppeek_recorder_fragments_total{stream=\"a/main\"}") >= 2);
+    assert!(sample("keeppeek_recorder_bytes_total{stream=\"a/main\"}") > 100_000);
+    assert_eq!(sample("keeppeek_recorder_queue_dropped_total{stream=\"a/main\"}"), 0);
+    assert_eq!(sample("keeppeek_recorder_write_errors_total{stream=\"a/main\"}"), 0);
+    assert!(sample("keeppeek_catalog_commits_total") >= 2);
+    assert_eq!(sample("keeppeek_catalog_commit_errors_total"), 0);
+
     // End the range in the past, so every fragment it touches is written and committed (one
     // GOP, the queue and a flush interval, with room for a loaded machine): the export's length then stays the same between requests.
     let now = wall_us() - 5_000_000;

@@ -1,0 +1,140 @@
+//! `/metrics`: the Prometheus text of every counter the daemon keeps — the listener's
+//! refusals, each stream's ingest and recorder, and the catalog writer.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{HttpStats, Media};
+
+/// Writes one metric family: its help, its type and one sample per label set.
+fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, u64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (labels, v) in samples {
+        if labels.is_empty() {
+            let _ = writeln!(out, "{name} {v}");
+        } else {
+            let _ = writeln!(out, "{name}{{{labels}}} {v}");
+        }
+    }
+}
+
+/// A label value with Prometheus' escapes (`\`, `"`, newline).
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn load(v: &AtomicU64) -> u64 {
+    v.load(Ordering::Relaxed)
+}
+
+/// The whole `/metrics` body.
+pub fn render(s: &HttpStats, media: &Media) -> String {
+    let mut out = String::new();
+    let one = |v: u64| vec![(String::new(), v)];
+    family(
+        &mut out,
+        "keeppeek_http_connections_open",
+        "gauge",
+        "Open HTTP connections.",
+        &one(s.connections_open.load(Ordering::Relaxed) as u64),
+    );
+    family(
+        &mut out,
+        "keeppeek_http_connections_total",
+        "counter",
+        "HTTP connections accepted.",
+        &one(load(&s.connections_total)),
+    );
+    family(&mut out, "keeppeek_http_requests_total", "counter", "HTTP requests parsed.", &one(load(&s.requests)));
+    let refused: Vec<_> = [
+        ("connection_limit", 503, &s.connections_refused),
+        ("busy", 503, &s.busy),
+        ("request_timeout", 408, &s.request_timeouts),
+        ("write_timeout", 0, &s.write_timeouts),
+        ("bad_request", 400, &s.bad_requests),
+        ("uri_too_long", 414, &s.uri_too_long),
+        ("headers_too_large", 431, &s.headers_too_large),
+        ("body_too_large", 413, &s.body_too_large),
+    ]
+    .into_iter()
+    .map(|(reason, status, v)| (format!("reason=\"{reason}\",status=\"{status}\""), load(v)))
+    .collect();
+    family(
+        &mut out,
+        "keeppeek_http_refused_total",
+        "counter",
+        "Requests and connections refused, by reason.",
+        &refused,
+    );
+    streams(&mut out, media);
+    if let Some(f) = &media.flusher {
+        for (name, help, v) in [
+            ("keeppeek_catalog_commits_total", "Durable catalog commits.", &f.commits),
+            ("keeppeek_catalog_commit_errors_total", "Catalog commits that failed.", &f.commit_errors),
+            ("keeppeek_file_syncs_total", "Recording files synced to disk.", &f.file_syncs),
+            ("keeppeek_file_sync_errors_total", "File syncs that failed.", &f.sync_errors),
+            ("keeppeek_retention_recordings_deleted_total", "Recordings deleted by retention.", &f.recordings_deleted),
+            ("keeppeek_retention_bytes_deleted_total", "Bytes deleted by retention.", &f.bytes_deleted),
+        ] {
+            family(&mut out, name, "counter", help, &one(load(v)));
+        }
+    }
+    out
+}
+
+/// How a per-stream family reads its value from stream `i` (none: the family skips it).
+type PerStream<'a> = (&'static str, &'static str, &'a dyn Fn(usize) -> Option<u64>);
+
+/// Per-stream families, each sample labelled `stream="camera/kind"`.
+fn streams(out: &mut String, media: &Media) {
+    let snapshots: Vec<_> = media.streams.iter().map(|s| s.state.snapshot()).collect();
+    let name = |i: usize| format!("stream=\"{}/{}\"", label(&media.streams[i].camera), media.streams[i].kind.name());
+    let per = |f: &dyn Fn(usize) -> Option<u64>| -> Vec<(String, u64)> {
+        (0..media.streams.len()).filter_map(|i| Some((name(i), f(i)?))).collect()
+    };
+    let gauges: [PerStream; 3] = [
+        ("keeppeek_stream_connected", "1 while the camera session is up.", &|i| {
+            Some(u64::from(snapshots[i].connected))
+        }),
+        ("keeppeek_stream_bitrate_bps", "Measured bitrate of the stream.", &|i| Some(snapshots[i].bitrate_bps)),
+        ("keeppeek_recorder_queue_bytes", "Frame bytes waiting for the recorder.", &|i| {
+            media.streams[i].recording.as_ref().map(|(q, _)| q.bytes_in_flight.load(Ordering::Relaxed) as u64)
+        }),
+    ];
+    for (metric, help, f) in gauges {
+        family(out, metric, "gauge", help, &per(f));
+    }
+    let rec = |i: usize, f: fn(&crate::record::stream::RecorderStats) -> &AtomicU64| {
+        media.streams[i].recording.as_ref().map(|(_, r)| load(f(r)))
+    };
+    let counters: [PerStream; 9] = [
+        ("keeppeek_stream_sessions_total", "Camera sessions started.", &|i| Some(snapshots[i].sessions_started)),
+        ("keeppeek_stream_frames_total", "Video frames received.", &|i| Some(snapshots[i].frames_received)),
+        ("keeppeek_stream_frames_oversized_total", "Frames over the frame ceiling, dropped.", &|i| {
+            Some(snapshots[i].frames_oversized)
+        }),
+        ("keeppeek_recorder_queue_dropped_total", "Frames dropped at a full recorder queue.", &|i| {
+            media.streams[i].recording.as_ref().map(|(q, _)| load(&q.frames_dropped))
+        }),
+        ("keeppeek_recorder_fragments_total", "Fragments written.", &|i| rec(i, |r| &r.fragments_written)),
+        ("keeppeek_recorder_bytes_total", "Bytes of fragments written.", &|i| rec(i, |r| &r.bytes_written)),
+        ("keeppeek_recorder_fragments_dropped_total", "Fragments that could not be written.", &|i| {
+            rec(i, |r| &r.fragments_dropped)
+        }),
+        ("keeppeek_recorder_disk_full_total", "Writes that met a full disk.", &|i| rec(i, |r| &r.disk_full)),
+        ("keeppeek_recorder_write_errors_total", "Writes that failed otherwise.", &|i| rec(i, |r| &r.write_errors)),
+    ];
+    for (metric, help, f) in counters {
+        family(out, metric, "counter", help, &per(f));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

@@ -30,6 +30,8 @@ pub enum ExportError {
     NoStream(String),
     #[error("nothing recorded in that range")]
     Empty,
+    #[error("the range holds more than {max} fragments: export it in parts", max = limits::EXPORT_FRAGMENTS_MAX)]
+    TooLong,
     #[error("{path}: {source}")]
     Io { path: String, source: io::Error },
     #[error("{path}: {source}")]
@@ -120,6 +122,9 @@ impl Export {
                 })
                 .collect();
             let (Some((_, first)), Some((_, last))) = (frags.first(), frags.last()) else { continue };
+            if ex.parts.len() + frags.len() > limits::EXPORT_FRAGMENTS_MAX {
+                return Err(ExportError::TooLong);
+            }
             let path = data_dir.join(&rec.path);
             let file = File::open(&path).map_err(io_err(&path))?;
             let (mut reader, init) = SegmentReader::open(&file, rec.bytes).map_err(read_err(&path))?;
@@ -264,5 +269,38 @@ mod tests {
         assert_eq!(civil_from_days(19_723), (2024, 1, 1));
         assert_eq!(civil_from_days(20_513), (2026, 3, 1));
         assert_eq!(civil_from_days(-1), (1969, 12, 31));
+    }
+
+    #[test]
+    fn a_range_of_more_fragments_than_the_ceiling_is_refused_before_any_file_is_read() {
+        use crate::catalog::{Batch, FragmentRow, RecordingRow};
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("catalog.redb")).unwrap();
+        let s = cat.stream_id("cam/main").unwrap();
+        let n = limits::EXPORT_FRAGMENTS_MAX as i64 + 1;
+        let row = RecordingRow {
+            stream_id: s,
+            open: false,
+            wall_end_us: n * 1_000_000,
+            fragments: n as u32,
+            ..RecordingRow::for_test("")
+        };
+        let (id, row) = cat.begin_recording(row, |id| format!("missing/{id}.mp4")).unwrap();
+        let fragment = |i: i64| FragmentRow {
+            wall_start_us: i * 1_000_000,
+            wall_end_us: (i + 1) * 1_000_000,
+            media_start_90k: i as u64 * 90_000,
+            duration_90k: 90_000,
+            start_byte: 100 + i as u64 * 10,
+            end_byte: 110 + i as u64 * 10,
+            frames: 1,
+            keyframes: 1,
+        };
+        let fragments = (0..n).map(|i| (id, i as u32, fragment(i))).collect();
+        cat.commit(&Batch { fragments, recordings: vec![(id, row)], ..Batch::default() }).unwrap();
+        let plan = |to_s: i64| Export::plan(&cat, dir.path(), "cam/main", 0, to_s * 1_000_000);
+        assert!(matches!(plan(n), Err(ExportError::TooLong)));
+        // One fragment fewer is planned: it fails only at the file, which does not exist.
+        assert!(matches!(plan(n - 1), Err(ExportError::Io { .. })));
     }
 }

@@ -182,6 +182,15 @@ pub const API_RANGE_MAX_US: i64 = 400 * 24 * 3600 * 1_000_000;
 /// Longest list one API reply holds (runs, tokens, …); a longer one says `truncated`.
 pub const API_LIST_MAX: usize = 10_000;
 
+/// Fragments in one export. Its plan holds one small entry (~64 B) per fragment, so this
+/// bounds an export's memory at about 2 MiB: some 36 hours of 4-second fragments. A longer
+/// range is refused with a clear error (export it in parts).
+pub const EXPORT_FRAGMENTS_MAX: usize = 32_768;
+
+/// Exports (MP4 downloads and HLS segments) streaming at once: the next gets 503. With
+/// [`EXPORT_FRAGMENTS_MAX`] this bounds exports at 8 MiB of plans and 4 read chunks.
+pub const EXPORTS_RUNNING_MAX: usize = 4;
+
 /// A request body where no route allows more (small JSON such as a delete): 413 beyond it.
 pub const HTTP_SMALL_BODY_MAX_BYTES: u64 = 16 << 10;
 

@@ -3,11 +3,12 @@
 # non-zero if any of them failed to build or found a crash (its input is left in
 # fuzz/artifacts/<target>/).
 #
-# Usage: tools/fuzz.sh [SECONDS_PER_TARGET]   (default 300)
+# Usage: tools/fuzz.sh [SECONDS_PER_TARGET [TARGET...]]   (default 300 s, every target)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SECONDS_PER_TARGET="${1:-300}"
+shift || true
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked
@@ -33,7 +34,11 @@ extra_args() {
 }
 
 failed=()
-for target in $(cargo fuzz list); do
+targets=("$@")
+if ((${#targets[@]} == 0)); then
+    mapfile -t targets < <(cargo fuzz list)
+fi
+for target in "${targets[@]}"; do
     printf '\n== %s: %s s\n' "$target" "$SECONDS_PER_TARGET"
     # shellcheck disable=SC2046  # extra_args is a word list on purpose
     if ! cargo fuzz run --sanitizer "$SANITIZER" "$target" -- \

@@ -307,6 +307,27 @@ impl Catalog {
         Ok(out)
     }
 
+    /// A stream's coverage from `from_us` to `to_us` in buckets of `bucket_us` (a whole
+    /// number of hours), summed from the maintained hourly summaries — a range of days reads
+    /// a few rows per day, whatever was recorded in them.
+    pub fn coverage_view(
+        &self,
+        stream_id: u32,
+        from_us: i64,
+        to_us: i64,
+        bucket_us: i64,
+    ) -> Result<Vec<(i64, Bucket)>, CatalogError> {
+        let mut out: Vec<(i64, Bucket)> = Vec::new();
+        for (hour, b) in self.coverage(stream_id, from_us, to_us)? {
+            let start = hour.div_euclid(bucket_us) * bucket_us;
+            match out.last_mut() {
+                Some((s, total)) if *s == start => *total = coverage::apply(*total, b, true),
+                _ => out.push((start, b)),
+            }
+        }
+        Ok(out)
+    }
+
     /// Adds or replaces a user (durably).
     pub fn put_user(&self, name: &str, role: u8, phc: &str) -> Result<(), CatalogError> {
         let mut txn = self.db.begin_write().storage()?;

@@ -16,7 +16,6 @@ use hyper::body::Frame;
 use serde_json::json;
 
 use super::{Body, Ctx, Reply, error, parse};
-use crate::catalog::Bucket;
 use crate::export::{Export, ExportError};
 use crate::limits;
 
@@ -134,16 +133,10 @@ pub fn coverage(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
         Ok(r) => r,
         Err(r) => return r,
     };
-    let hours = match ctx.media.catalog.coverage(id, from, to) {
-        Ok(h) => h,
+    let buckets = match ctx.media.catalog.coverage_view(id, from, to, COVERAGE_VIEW_BUCKET_US) {
+        Ok(b) => b,
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
     };
-    let mut buckets: BTreeMap<i64, Bucket> = BTreeMap::new();
-    for (hour, b) in hours {
-        let six = hour.div_euclid(COVERAGE_VIEW_BUCKET_US) * COVERAGE_VIEW_BUCKET_US;
-        let total = buckets.entry(six).or_default();
-        *total = crate::catalog::coverage::apply(*total, b, true);
-    }
     let list: Vec<_> = buckets
         .into_iter()
         .map(|(start, b)| json!({ "start_us": start, "recorded_us": b.recorded_us, "bytes": b.bytes, "fragments": b.fragments }))
@@ -164,6 +157,7 @@ pub fn playlist(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
         Err(ExportError::Empty | ExportError::NoStream(_)) => {
             return error(StatusCode::NOT_FOUND, "nothing_recorded", "nothing recorded in that range");
         }
+        Err(e @ ExportError::TooLong) => return error(StatusCode::BAD_REQUEST, "export_too_long", &e.to_string()),
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
     };
     let (init_len, segments) = ex.layout();
@@ -213,11 +207,17 @@ fn byte_range(parts: &Parts, len: u64) -> Result<Option<(u64, u64)>, ()> {
 /// `…/exports/{from_us}-{to_us}.mp4`, the form HLS segments use): the range as one MP4,
 /// streamed from the segment files in constant memory, with byte ranges.
 pub fn export(ctx: &Ctx, parts: &Parts, stream: &str, from: i64, to: i64) -> Reply {
+    // Held until the body is sent (or the client goes).
+    let Ok(permit) = ctx.exports.clone().try_acquire_owned() else {
+        let message = format!("{} exports are running: try again shortly", limits::EXPORTS_RUNNING_MAX);
+        return error(StatusCode::SERVICE_UNAVAILABLE, "exports_busy", &message);
+    };
     let ex = match Export::plan(&ctx.media.catalog, &ctx.media.data_dir, stream, from, to) {
         Ok(ex) => Arc::new(ex),
         Err(ExportError::Empty | ExportError::NoStream(_)) => {
             return error(StatusCode::NOT_FOUND, "nothing_recorded", "nothing recorded in that range");
         }
+        Err(e @ ExportError::TooLong) => return error(StatusCode::BAD_REQUEST, "export_too_long", &e.to_string()),
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
     };
     let len = ex.len_bytes;
@@ -233,7 +233,7 @@ pub fn export(ctx: &Ctx, parts: &Parts, stream: &str, from: i64, to: i64) -> Rep
         }
     };
     let name = ex.file_name(stream);
-    let mut r = Response::new(export_body(ex, start, end));
+    let mut r = Response::new(export_body(ex, start, end, permit));
     *r.status_mut() = status;
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("video/mp4"));
@@ -251,10 +251,12 @@ pub fn export(ctx: &Ctx, parts: &Parts, stream: &str, from: i64, to: i64) -> Rep
 }
 
 /// Streams `[start, end)` of an export, one chunk at a time off the async runtime.
-fn export_body(ex: Arc<Export>, start: u64, end: u64) -> Body {
+fn export_body(ex: Arc<Export>, start: u64, end: u64, permit: tokio::sync::OwnedSemaphorePermit) -> Body {
     const CHUNK_BYTES: usize = 64 << 10;
+    let permit = Arc::new(permit);
     let stream = futures::stream::unfold(start, move |at| {
         let ex = ex.clone();
+        let _running = permit.clone();
         async move {
             if at >= end {
                 return None;

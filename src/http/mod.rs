@@ -92,6 +92,35 @@ struct Ctx {
     media: Arc<Media>,
     handlers: Semaphore,
     waiting: AtomicUsize,
+    /// Exports streaming: [`limits::EXPORTS_RUNNING_MAX`].
+    exports: Arc<Semaphore>,
+}
+
+impl Ctx {
+    fn new(stats: Arc<HttpStats>, auth: Arc<Auth>, media: Arc<Media>) -> Ctx {
+        Ctx {
+            stats,
+            auth,
+            media,
+            handlers: Semaphore::new(limits::HTTP_HANDLERS_MAX),
+            waiting: 0.into(),
+            exports: Arc::new(Semaphore::new(limits::EXPORTS_RUNNING_MAX)),
+        }
+    }
+
+    /// With an empty catalog in `dir`, no camera and no recorder (fuzzing and tests).
+    fn bare(dir: &std::path::Path) -> Ctx {
+        let catalog =
+            Arc::new(crate::catalog::Catalog::open(&dir.join("catalog.redb")).expect("a catalog in a fresh dir"));
+        let media = Media {
+            catalog: catalog.clone(),
+            recorder: None,
+            data_dir: dir.into(),
+            streams: Vec::new(),
+            flusher: None,
+        };
+        Ctx::new(Arc::default(), Arc::new(Auth::new(catalog)), Arc::new(media))
+    }
 }
 
 /// Response bodies: whole (`full`) or streamed from disk (export).
@@ -125,13 +154,7 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let connections = Arc::new(Semaphore::new(limits::HTTP_CONNECTIONS_MAX));
-    let ctx = Arc::new(Ctx {
-        stats: stats.clone(),
-        auth,
-        media,
-        handlers: Semaphore::new(limits::HTTP_HANDLERS_MAX),
-        waiting: 0.into(),
-    });
+    let ctx = Arc::new(Ctx::new(stats.clone(), auth, media));
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "web face listening");
     }
@@ -158,31 +181,99 @@ pub async fn serve(
         };
         let ctx = ctx.clone();
         tokio::spawn(async move {
-            let stats = ctx.stats.clone();
-            stats.connections_open.fetch_add(1, Ordering::Relaxed);
-            let io = TokioIo::new(guard::Guarded::new(stream, stats.clone()));
-            let service = service_fn(move |req| handle(req, ctx.clone(), peer));
-            let result = http1::Builder::new()
-                .timer(TokioTimer::new())
-                // The guard's own read clock covers the head, with a 408; hyper's would drop
-                // the connection silently.
-                .header_read_timeout(None)
-                .max_headers(limits::HTTP_HEADERS_MAX)
-                .max_header_size(limits::HTTP_HEAD_MAX_BYTES)
-                .max_buf_size(limits::HTTP_HEAD_MAX_BYTES.max(8192))
-                .serve_connection(io, service)
-                .await;
-            if let Err(e) = result {
-                if e.is_parse_too_large() {
-                    stats.headers_too_large.fetch_add(1, Ordering::Relaxed);
-                } else if e.is_parse() {
-                    stats.bad_requests.fetch_add(1, Ordering::Relaxed);
-                }
-                debug!(%peer, "connection ended: {e}");
-            }
-            stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+            let io = guard::Guarded::new(stream, ctx.stats.clone());
+            connection(io, ctx, peer).await;
             drop(permit);
         });
+    }
+}
+
+/// Serves one connection until it ends: hyper's HTTP/1.1 with the head ceilings configured,
+/// then [`check_head`], admission and the routes for each request.
+async fn connection<I>(io: I, ctx: Arc<Ctx>, peer: SocketAddr)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let stats = ctx.stats.clone();
+    stats.connections_open.fetch_add(1, Ordering::Relaxed);
+    let service = service_fn(move |req| handle(req, ctx.clone(), peer));
+    let result = http1::Builder::new()
+        .timer(TokioTimer::new())
+        // The guard's own read clock covers the head, with a 408; hyper's would drop the
+        // connection silently.
+        .header_read_timeout(None)
+        // A client that sends its requests and closes its side still gets every answer.
+        .half_close(true)
+        .max_headers(limits::HTTP_HEADERS_MAX)
+        .max_header_size(limits::HTTP_HEAD_MAX_BYTES)
+        .max_buf_size(limits::HTTP_HEAD_MAX_BYTES.max(8192))
+        .serve_connection(TokioIo::new(io), service)
+        .await;
+    if let Err(e) = result {
+        if e.is_parse_too_large() {
+            stats.headers_too_large.fetch_add(1, Ordering::Relaxed);
+        } else if e.is_parse() {
+            stats.bad_requests.fetch_add(1, Ordering::Relaxed);
+        }
+        debug!(%peer, "connection ended: {e}");
+    }
+    stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// The real connection code on an in-memory pipe, for the fuzz target `http_head` (`fuzz/`)
+/// and tests: whatever bytes a client sends, served as one connection from a LAN address.
+#[doc(hidden)]
+pub mod fuzzing {
+    use std::net::SocketAddr;
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::{Ctx, connection};
+
+    /// Responses past this are not read (the UI's largest file is far below it).
+    const READ_MAX_BYTES: u64 = 4 << 20;
+
+    pub struct Server {
+        rt: tokio::runtime::Runtime,
+        ctx: Arc<Ctx>,
+    }
+
+    impl Server {
+        /// A server with an empty catalog in `dir`, no camera and no recorder.
+        pub fn new(dir: &Path) -> Server {
+            let ctx = Arc::new(Ctx::bare(dir));
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+            Server { rt, ctx }
+        }
+
+        /// Sends `input`, closes the client's side, and returns everything the server wrote
+        /// (up to 4 MiB). Panics if the server has not closed the connection within 10 s.
+        pub fn exchange(&self, input: &[u8]) -> Vec<u8> {
+            let peer: SocketAddr = ([192, 0, 2, 7], 40000).into();
+            self.rt.block_on(async {
+                let (client, server) = tokio::io::duplex(64 << 10);
+                let served = tokio::spawn(connection(server, self.ctx.clone(), peer));
+                let (rx, mut tx) = tokio::io::split(client);
+                let send = async {
+                    // The server may close early (a refused head): the rest is not read.
+                    let _ = tx.write_all(input).await;
+                    let _ = tx.shutdown().await;
+                };
+                let mut out = Vec::new();
+                let mut rx = rx.take(READ_MAX_BYTES);
+                let receive = rx.read_to_end(&mut out);
+                let both = async { tokio::join!(send, receive) };
+                let (_, read) =
+                    tokio::time::timeout(Duration::from_secs(10), both).await.expect("the connection ended");
+                read.expect("reading an in-memory pipe");
+                drop(rx);
+                let _ = served.await;
+                out
+            })
+        }
     }
 }
 
@@ -263,23 +354,26 @@ async fn admit(ctx: &Ctx) -> Result<tokio::sync::SemaphorePermit<'_>, Reply> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_in_memory_connection_answers_like_the_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = fuzzing::Server::new(dir.path());
+        let status = |out: &[u8]| String::from_utf8_lossy(&out[..12.min(out.len())]).into_owned();
+        let two =
+            server.exchange(b"GET /healthz HTTP/1.1\r\nhost: a\r\n\r\nGET /api/cameras HTTP/1.1\r\nhost: a\r\n\r\n");
+        let text = String::from_utf8_lossy(&two);
+        assert!(text.starts_with("HTTP/1.1 200") && text.contains("HTTP/1.1 401"), "{text}");
+        assert_eq!(status(&server.exchange(b"\x00\x01garbage\r\n\r\n")), "HTTP/1.1 400");
+        let long = format!("GET / HTTP/1.1\r\nx: {}\r\n\r\n", "a".repeat(limits::HTTP_LINE_MAX_BYTES));
+        assert_eq!(status(&server.exchange(long.as_bytes())), "HTTP/1.1 431");
+        let big = b"POST /api/login HTTP/1.1\r\ncontent-length: 999999\r\n\r\n";
+        assert_eq!(status(&server.exchange(big)), "HTTP/1.1 413");
+    }
+
     #[tokio::test]
     async fn with_every_handler_busy_eight_requests_wait_and_the_ninth_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let catalog = Arc::new(crate::catalog::Catalog::open(&dir.path().join("c.redb")).unwrap());
-        let ctx = Ctx {
-            stats: Arc::default(),
-            auth: Arc::new(Auth::new(catalog.clone())),
-            media: Arc::new(Media {
-                catalog,
-                recorder: None,
-                data_dir: dir.path().into(),
-                streams: Vec::new(),
-                flusher: None,
-            }),
-            handlers: Semaphore::new(limits::HTTP_HANDLERS_MAX),
-            waiting: 0.into(),
-        };
+        let ctx = Ctx::bare(dir.path());
         let running: Vec<_> = (0..limits::HTTP_HANDLERS_MAX).map(|_| admit(&ctx)).collect();
         let mut held = Vec::new();
         for r in running {
@@ -294,5 +388,17 @@ mod tests {
         assert_eq!(ctx.stats.busy.load(Ordering::Relaxed), 1);
         drop(held.pop());
         assert!(futures::poll!(waiting[0].as_mut()).is_ready(), "a freed handler goes to a waiting request");
+    }
+
+    #[test]
+    fn with_four_exports_running_the_fifth_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = Ctx::bare(dir.path());
+        let parts = Request::get("/x?from_us=1&to_us=2").body(()).unwrap().into_parts().0;
+        let running: Vec<_> =
+            (0..limits::EXPORTS_RUNNING_MAX).map(|_| ctx.exports.clone().try_acquire_owned().unwrap()).collect();
+        assert_eq!(media::export(&ctx, &parts, "a/main", 1, 2).status(), StatusCode::SERVICE_UNAVAILABLE);
+        drop(running);
+        assert_eq!(media::export(&ctx, &parts, "a/main", 1, 2).status(), StatusCode::NOT_FOUND, "nothing recorded");
     }
 }

@@ -230,12 +230,26 @@ impl Export {
         Ok(want)
     }
 
+    /// Fills as much of `buf` as the export has from `offset` on, across fragments (one
+    /// [`read_at`](Self::read_at) stops at the end of a fragment or its header); returns how
+    /// many bytes.
+    pub fn read_full_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, ExportError> {
+        let mut filled = 0;
+        while filled < buf.len() {
+            match self.read_at(offset + filled as u64, &mut buf[filled..])? {
+                0 => break,
+                n => filled += n,
+            }
+        }
+        Ok(filled)
+    }
+
     /// Writes the whole export to `out`, a chunk at a time.
     pub fn write_to(&self, out: &mut impl io::Write) -> Result<u64, ExportError> {
-        let mut buf = vec![0u8; 64 << 10];
+        let mut buf = vec![0u8; limits::EXPORT_CHUNK_BYTES];
         let mut at = 0;
         loop {
-            let n = self.read_at(at, &mut buf)?;
+            let n = self.read_full_at(at, &mut buf)?;
             if n == 0 {
                 return Ok(at);
             }

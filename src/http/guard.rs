@@ -63,27 +63,51 @@ impl AsyncRead for Guarded {
     }
 }
 
-impl AsyncWrite for Guarded {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        let me = self.get_mut();
+impl Guarded {
+    /// A write that makes no progress for [`limits::HTTP_WRITE_TIMEOUT_MS`] fails.
+    fn guard_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
         // A response is going out: the request was read; the next one gets a fresh clock.
-        me.read_deadline = None;
-        match Pin::new(&mut me.stream).poll_write(cx, data) {
+        self.read_deadline = None;
+        match write(Pin::new(&mut self.stream), cx) {
             Poll::Ready(r) => {
-                me.write_stall = None;
+                self.write_stall = None;
                 Poll::Ready(r)
             }
             Poll::Pending => {
-                let stall = me.write_stall.get_or_insert_with(|| sleep_ms(limits::HTTP_WRITE_TIMEOUT_MS));
+                let stall = self.write_stall.get_or_insert_with(|| sleep_ms(limits::HTTP_WRITE_TIMEOUT_MS));
                 match stall.as_mut().poll(cx) {
                     Poll::Pending => Poll::Pending,
                     Poll::Ready(()) => {
-                        me.stats.write_timeouts.fetch_add(1, Ordering::Relaxed);
+                        self.stats.write_timeouts.fetch_add(1, Ordering::Relaxed);
                         Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "response not taken in time")))
                     }
                 }
             }
         }
+    }
+}
+
+impl AsyncWrite for Guarded {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        self.get_mut().guard_write(cx, |s, cx| s.poll_write(cx, data))
+    }
+
+    /// Vectored, so hyper hands a response's head and body chunks to the socket as they are
+    /// instead of copying them into one buffer first.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().guard_write(cx, |s, cx| s.poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

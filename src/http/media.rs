@@ -252,7 +252,6 @@ pub fn export(ctx: &Ctx, parts: &Parts, stream: &str, from: i64, to: i64) -> Rep
 
 /// Streams `[start, end)` of an export, one chunk at a time off the async runtime.
 fn export_body(ex: Arc<Export>, start: u64, end: u64, permit: tokio::sync::OwnedSemaphorePermit) -> Body {
-    const CHUNK_BYTES: usize = 64 << 10;
     let permit = Arc::new(permit);
     let stream = futures::stream::unfold(start, move |at| {
         let ex = ex.clone();
@@ -261,10 +260,10 @@ fn export_body(ex: Arc<Export>, start: u64, end: u64, permit: tokio::sync::Owned
             if at >= end {
                 return None;
             }
-            let want = ((end - at) as usize).min(CHUNK_BYTES);
+            let want = ((end - at) as usize).min(limits::EXPORT_CHUNK_BYTES);
             let read = tokio::task::spawn_blocking(move || {
                 let mut buf = vec![0u8; want];
-                let n = ex.read_at(at, &mut buf).map_err(std::io::Error::other)?;
+                let n = ex.read_full_at(at, &mut buf).map_err(std::io::Error::other)?;
                 buf.truncate(n);
                 Ok::<_, std::io::Error>(buf)
             })

@@ -16,6 +16,8 @@ fuzz_target!(|data: &[u8]| {
         let _ = parse::range_query(text);
         let _ = parse::range_name(text);
         let _ = parse::cookie(text, "kp_session");
+        let _ = parse::accepts_gzip(text);
+        let _ = parse::etag_matches(text, "\"0123456789abcdef-gz\"");
     }
     let _ = serde_json::from_slice::<parse::Credentials>(rest);
     let _ = serde_json::from_slice::<parse::NewUser>(rest);

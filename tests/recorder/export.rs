@@ -93,6 +93,20 @@ fn a_range_over_two_runs_exports_as_one_playable_mp4_with_byte_ranges() {
         let end = (offset + len).min(whole.len());
         assert_eq!(got, whole[offset..end], "range {offset}+{len}");
     }
+    // The HTTP body's reads: a whole chunk across fragment boundaries, then the rest.
+    let mut chunk = vec![0u8; keeppeek::limits::EXPORT_CHUNK_BYTES];
+    let mut at = 0;
+    loop {
+        let n = ex.read_full_at(at as u64, &mut chunk).unwrap();
+        if n == 0 {
+            break;
+        }
+        assert!(n == chunk.len() || at + n == whole.len(), "a short chunk only at the end");
+        assert_eq!(chunk[..n], whole[at..at + n]);
+        at += n;
+    }
+    assert_eq!(at, whole.len());
+    assert!(whole.len() > chunk.len(), "the export spans several chunks");
     drop(catalog); // one process at a time may open the catalog
     // A range with nothing in it is a clear error.
     let empty = keeppeek()

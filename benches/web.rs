@@ -199,7 +199,7 @@ fn start_server(catalog: Arc<Catalog>, data_dir: PathBuf, streams: Vec<LiveStrea
         rt.block_on(async move {
             let listener = http::bind(([127, 0, 0, 1], 0).into()).await.unwrap();
             port_tx.send(listener.local_addr().unwrap().port()).unwrap();
-            let media = Arc::new(Media { catalog, recorder: None, data_dir, streams, flusher: None });
+            let media = Arc::new(Media { catalog, recorder: None, data_dir, streams, flusher: None, webrtc: None });
             let (_keep, shutdown) = tokio::sync::watch::channel(false);
             http::serve(listener, Arc::new(HttpStats::default()), auth, media, shutdown).await;
         });
@@ -354,7 +354,7 @@ fn demo_recording(work: &Path) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_keeppeek"))
-        .args(["demo", "--data-dir"])
+        .args(["demo", "--webrtc-port", "0", "--data-dir"])
         .arg(&dir)
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .stdout(Stdio::null())
@@ -546,6 +546,7 @@ fn main() {
                 recorded: true,
                 state: Arc::new(StreamState::default()),
                 recording: None,
+                live: Arc::new(keeppeek::live::Fanout::new(Arc::default())),
             }
         })
         .collect();

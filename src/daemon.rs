@@ -17,6 +17,7 @@ use crate::http;
 use crate::ingest::{self, StreamInput, state::StreamState};
 use crate::limits;
 use crate::record::{Recorder, recovery};
+use crate::webrtc;
 
 /// The catalog's file name in the data directory.
 pub const CATALOG_FILE: &str = "catalog.redb";
@@ -34,6 +35,8 @@ pub enum DaemonError {
     Recovery(#[from] recovery::RecoveryError),
     #[error(transparent)]
     Listen(#[from] http::ListenError),
+    #[error("cannot open the live view port {port} (udp): {source}")]
+    Webrtc { port: u16, source: std::io::Error },
 }
 
 /// Runs until SIGTERM or SIGINT.
@@ -50,6 +53,23 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         Some(addr) => Some(http::bind(addr).await?),
         None => None,
     };
+    // One fanout per stream, in config order: live view's sources.
+    let gop_pool = Arc::new(crate::live::GopPool::default());
+    let fanouts: Vec<Arc<crate::live::Fanout>> = config
+        .cameras
+        .iter()
+        .flat_map(|c| c.streams())
+        .map(|_| Arc::new(crate::live::Fanout::new(gop_pool.clone())))
+        .collect();
+    let webrtc = match config.webrtc.port {
+        0 => None,
+        port => {
+            let addresses = webrtc::host_addresses(config.webrtc.loopback);
+            let max = webrtc::max_sessions(config.ram_class_bytes);
+            let bound = webrtc::Engine::bind(port, &addresses, fanouts.clone(), max).await;
+            Some(bound.map_err(|source| DaemonError::Webrtc { port, source })?)
+        }
+    };
     let catalog = Arc::new(Catalog::open(&data_dir.join(CATALOG_FILE))?);
     recovery::recover(&catalog, &data_dir)?;
     let (recorder, recorded) = Recorder::start(&config, catalog.clone())?;
@@ -60,9 +80,11 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     let mut tasks = Vec::new();
     let mut states = Vec::new();
     let mut live = Vec::new();
+    let mut fanouts = fanouts.into_iter();
     for camera in &config.cameras {
         for (kind, source) in camera.streams() {
             let state = Arc::new(StreamState::default());
+            let fanout = fanouts.next().expect("a fanout per stream");
             let name = format!("{}/{}", camera.name, kind.name());
             states.push((name.clone(), state.clone()));
             let recorder = senders.remove(&(camera.name.clone(), kind.name()));
@@ -72,6 +94,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
                 recorded: camera.record,
                 state: state.clone(),
                 recording: recorder.as_ref().map(|(_, queue, stats)| (queue.clone(), stats.clone())),
+                live: fanout.clone(),
             });
             let input = StreamInput {
                 name,
@@ -79,6 +102,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
                 credentials: camera.username.clone().zip(camera.password.clone()),
                 recorder: recorder.map(|(sender, _, _)| sender),
                 state,
+                live: fanout,
             };
             tasks.push(tokio::spawn(ingest::supervise(input, shutdown_rx.clone())));
         }
@@ -92,6 +116,10 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         // another machine; from the box itself no token is needed.
         info!(setup_token = auth.setup_token(), "no admin yet: open the web face to set one up");
     }
+    let (engine, webrtc) = match webrtc {
+        Some((engine, handle)) => (Some(tokio::spawn(engine.run(shutdown_rx.clone()))), Some(handle)),
+        None => (None, None),
+    };
     let web = listener.map(|l| {
         let media = Arc::new(http::Media {
             catalog: catalog.clone(),
@@ -99,6 +127,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
             data_dir: data_dir.clone(),
             streams: live,
             flusher: Some(recorder.flusher_stats.clone()),
+            webrtc,
         });
         tokio::spawn(http::serve(l, Arc::new(http::HttpStats::default()), auth.clone(), media, shutdown_rx.clone()))
     });
@@ -108,6 +137,9 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     let _ = shutdown_tx.send(true);
     if let Some(web) = web {
         let _ = web.await;
+    }
+    if let Some(engine) = engine {
+        let _ = engine.await;
     }
     // One deadline for all; a task that misses it is aborted, which drops its sender so its
     // recorder can still close the files.

@@ -14,6 +14,8 @@ pub mod export;
 pub mod http;
 pub mod ingest;
 pub mod limits;
+pub mod live;
 pub mod media;
 pub mod record;
 pub mod report;
+pub mod webrtc;

@@ -198,6 +198,52 @@ pub const EXPORT_CHUNK_BYTES: usize = 256 << 10;
 /// A request body where no route allows more (small JSON such as a delete): 413 beyond it.
 pub const HTTP_SMALL_BODY_MAX_BYTES: u64 = 16 << 10;
 
+// ---- live view ----
+
+/// The current GOP a stream holds so a new viewer starts at once: a GOP larger than this is
+/// not held (the viewer waits for the next keyframe). 2 s of a 8 Mbit/s main stream.
+pub const LIVE_GOP_MAX_BYTES: usize = 2 << 20;
+
+/// Held GOPs across all streams.
+pub const LIVE_GOP_TOTAL_MAX_BYTES: usize = 32 << 20;
+
+/// Frames waiting in one live tap (a consumer such as the WebRTC engine); a frame past it is
+/// dropped for that tap, which then skips to the next keyframe.
+pub const LIVE_TAP_FRAMES: usize = 256;
+
+// ---- WebRTC ----
+
+/// Live sessions one principal (a user or a token) may hold: the 65th is refused.
+pub const WEBRTC_SESSIONS_PER_PRINCIPAL_MAX: usize = 64;
+
+/// Live sessions from one client address.
+pub const WEBRTC_SESSIONS_PER_ADDRESS_MAX: usize = 128;
+
+/// Live sessions the box holds per GiB of its RAM class (so 64 on a 1 GiB board).
+pub const WEBRTC_SESSIONS_PER_GIB: usize = 64;
+
+/// Live sessions on any board, whatever its RAM.
+pub const WEBRTC_SESSIONS_SERVER_MAX: usize = 512;
+
+/// What one session is budgeted (str0m's state, send buffer, DTLS and SCTP): the goal per
+/// viewer.
+pub const WEBRTC_SESSION_BUDGET_BYTES: usize = 512 << 10;
+
+/// RTP packets a session keeps for resends (~1.2 KB each): one 1080p keyframe and then some.
+pub const WEBRTC_SEND_BUFFER_PACKETS: usize = 256;
+
+/// An SDP offer (a WHEP body).
+pub const WEBRTC_OFFER_MAX_BYTES: usize = 16 << 10;
+
+/// A datagram read from the WebRTC port; a larger one is cut and fails to parse.
+pub const WEBRTC_DATAGRAM_MAX_BYTES: usize = 2048;
+
+/// A session whose browser has not connected by then is dropped.
+pub const WEBRTC_CONNECT_TIMEOUT_MS: u64 = 15_000;
+
+/// Requests (open, close) waiting for the engine.
+pub const WEBRTC_COMMANDS_MAX: usize = 64;
+
 // ---- accounts ----
 
 /// Users. A box has a handful; the table stays small enough to list in one page.

@@ -30,6 +30,9 @@ enum Command {
         /// Where the web face listens.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: std::net::SocketAddr,
+        /// The UDP port of live view (WebRTC); 0 turns it off.
+        #[arg(long, default_value_t = keeppeek::config::WEBRTC_PORT_DEFAULT)]
+        webrtc_port: u16,
     },
     /// Validate a config file and exit.
     CheckConfig { config: PathBuf },
@@ -111,14 +114,16 @@ fn dispatch(command: Command) -> Result<(), String> {
             let config = Config::load(&config).map_err(|e| e.to_string())?;
             run_daemon(config)
         }
-        Command::Demo { data_dir, listen } => {
+        Command::Demo { data_dir, listen, webrtc_port } => {
             let data_dir = match data_dir {
                 Some(d) => d,
                 None => make_temp_dir()?,
             };
             println!("KeepPeek demo: recording the built-in camera into {}", data_dir.display());
             println!("KeepPeek demo: web face on http://{listen}/ (health at /healthz); stop with Ctrl-C");
-            run_daemon(Config::demo(data_dir, listen))
+            let mut config = Config::demo(data_dir, listen);
+            config.webrtc.port = webrtc_port;
+            run_daemon(config)
         }
         Command::CheckConfig { config } => {
             let c = Config::load(&config).map_err(|e| e.to_string())?;

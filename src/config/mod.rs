@@ -111,7 +111,20 @@ pub struct Config {
     pub ram_class_bytes: u64,
     pub retention: Retention,
     pub cameras: Vec<Camera>,
+    pub webrtc: Webrtc,
 }
+
+/// Live view over WebRTC: one UDP port for every session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Webrtc {
+    /// The UDP port, on every LAN address; 0: no live view.
+    pub port: u16,
+    /// Also offer 127.0.0.1 (a browser on the box itself, tests).
+    pub loopback: bool,
+}
+
+/// The default WebRTC port.
+pub const WEBRTC_PORT_DEFAULT: u16 = 8189;
 
 /// Default flush interval. Each flush is one fdatasync per open segment and one catalog
 /// commit (a few 4 KiB pages): at 10 s that is under 1% of the writes of a 1 Mbit/s stream,
@@ -134,6 +147,27 @@ struct RawConfig {
     retention: RawRetention,
     #[serde(default)]
     cameras: Vec<RawCamera>,
+    #[serde(default)]
+    webrtc: RawWebrtc,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWebrtc {
+    #[serde(default = "default_webrtc_port")]
+    port: u16,
+    #[serde(default)]
+    loopback: bool,
+}
+
+impl Default for RawWebrtc {
+    fn default() -> Self {
+        RawWebrtc { port: WEBRTC_PORT_DEFAULT, loopback: false }
+    }
+}
+
+fn default_webrtc_port() -> u16 {
+    WEBRTC_PORT_DEFAULT
 }
 
 #[derive(Deserialize)]
@@ -221,6 +255,8 @@ impl Config {
             require_sane_clock: false,
             ram_class_bytes: 1 << 30,
             retention: Retention { stream_max_bytes: 1 << 30, total_max_bytes: 1 << 30 },
+            // The demo is watched from the box itself as often as from the LAN.
+            webrtc: Webrtc { port: WEBRTC_PORT_DEFAULT, loopback: true },
             cameras: vec![Camera {
                 name: "demo".into(),
                 record: true,
@@ -313,6 +349,7 @@ impl RawConfig {
             ram_class_bytes,
             retention,
             cameras,
+            webrtc: Webrtc { port: self.webrtc.port, loopback: self.webrtc.loopback },
         })
     }
 }

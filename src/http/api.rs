@@ -52,17 +52,23 @@ fn auth_error(e: AuthError) -> Reply {
     }
 }
 
+/// Reads a body of at most `max` bytes: 413 past it.
+pub(super) async fn read_body(body: Incoming, ctx: &Ctx, max: usize) -> Result<bytes::Bytes, Reply> {
+    match Limited::new(body, max).collect().await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            ctx.stats.body_too_large.fetch_add(1, Ordering::Relaxed);
+            let message = format!("the request body is over {} KiB", max >> 10);
+            Err(error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", &message))
+        }
+        Err(_) => Err(error(StatusCode::BAD_REQUEST, "bad_body", "the request body could not be read")),
+    }
+}
+
 /// Reads a small JSON body: 413 past [`limits::HTTP_SMALL_BODY_MAX_BYTES`], 400 if it is not
 /// the expected JSON.
 async fn read_json<T: for<'de> Deserialize<'de>>(body: Incoming, ctx: &Ctx) -> Result<T, Reply> {
-    let bytes = match Limited::new(body, limits::HTTP_SMALL_BODY_MAX_BYTES as usize).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
-            ctx.stats.body_too_large.fetch_add(1, Ordering::Relaxed);
-            return Err(error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", "the request body is over 16 KiB"));
-        }
-        Err(_) => return Err(error(StatusCode::BAD_REQUEST, "bad_body", "the request body could not be read")),
-    };
+    let bytes = read_body(body, ctx, limits::HTTP_SMALL_BODY_MAX_BYTES as usize).await?;
     serde_json::from_slice(&bytes).map_err(|e| error(StatusCode::BAD_REQUEST, "bad_json", &e.to_string()))
 }
 
@@ -95,7 +101,7 @@ fn csrf_ok(headers: &HeaderMap, csrf: &str) -> bool {
 }
 
 /// Routes one admitted request.
-pub async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketAddr) -> Reply {
+pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketAddr) -> Reply {
     let path = parts.uri.path().to_string();
     let method = parts.method.clone();
     match (&method, path.as_str()) {
@@ -163,6 +169,14 @@ pub async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketAddr) ->
                 Err(r) => r,
             }
         }
+        (&Method::POST, ["api", "whep", camera, kind]) => match need(scope::VIEW) {
+            Some(r) => r,
+            None => super::live::whep_open(ctx, &who, peer, camera, kind, body).await,
+        },
+        (&Method::DELETE, ["api", "whep", "sessions", id]) => match need(scope::VIEW) {
+            Some(r) => r,
+            None => super::live::whep_close(ctx, &who, id).await,
+        },
         (&Method::GET, ["api", "me"]) => match &who {
             Principal::User { name, role, csrf, .. } => {
                 json_reply(StatusCode::OK, json!({ "user": name, "role": role.name(), "csrf": csrf }))
@@ -174,6 +188,9 @@ pub async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketAddr) ->
         (&Method::POST, ["api", "logout"]) => match &who {
             Principal::User { session, .. } => {
                 ctx.auth.end_session(session);
+                if let Some(w) = &ctx.media.webrtc {
+                    w.close_login(*session);
+                }
                 with_cookie(json_reply(StatusCode::OK, json!({})), "", 0)
             }
             Principal::Token { .. } => error(StatusCode::BAD_REQUEST, "no_session", "a token has no session to end"),
@@ -216,6 +233,9 @@ pub async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketAddr) ->
             match ctx.auth.catalog().delete_user(name) {
                 Ok(true) => {
                     ctx.auth.end_sessions_of(name);
+                    if let Some(w) = &ctx.media.webrtc {
+                        w.close_principal(format!("user:{name}"));
+                    }
                     json_reply(StatusCode::OK, json!({}))
                 }
                 Ok(false) => error(StatusCode::NOT_FOUND, "not_found", "no such user"),

@@ -17,6 +17,7 @@
 
 mod api;
 mod guard;
+mod live;
 mod media;
 mod metrics;
 pub mod parse;
@@ -73,6 +74,8 @@ pub struct Media {
     pub streams: Vec<LiveStream>,
     /// The catalog writer's counters (none in tests of the edge alone).
     pub flusher: Option<Arc<crate::record::flusher::FlusherStats>>,
+    /// Live view (none when turned off).
+    pub webrtc: Option<crate::webrtc::WebrtcHandle>,
 }
 
 /// One configured stream and its live state.
@@ -83,6 +86,8 @@ pub struct LiveStream {
     pub state: Arc<crate::ingest::state::StreamState>,
     /// The queue to its recorder and the recorder's counters, when it is recorded.
     pub recording: Option<(Arc<crate::record::queue::QueueStats>, Arc<crate::record::stream::RecorderStats>)>,
+    /// Its live frames.
+    pub live: Arc<crate::live::Fanout>,
 }
 
 /// What every request handler shares.
@@ -118,6 +123,7 @@ impl Ctx {
             data_dir: dir.into(),
             streams: Vec::new(),
             flusher: None,
+            webrtc: None,
         };
         Ctx::new(Arc::default(), Arc::new(Auth::new(catalog)), Arc::new(media))
     }

@@ -21,6 +21,7 @@ use tracing::{info, warn};
 use crate::clock::Clocks;
 use crate::config::Source;
 use crate::limits;
+use crate::live::Fanout;
 use crate::media::{AudioFrame, Frame, VideoParams};
 use crate::record::FrameSender;
 use state::StreamState;
@@ -54,6 +55,8 @@ impl IngestError {
 pub struct Sink<'a> {
     pub recorder: Option<&'a mut FrameSender>,
     pub state: &'a StreamState,
+    /// Live viewers.
+    pub live: Option<&'a Fanout>,
 }
 
 impl Sink<'_> {
@@ -82,6 +85,9 @@ impl Sink<'_> {
             return;
         }
         self.state.frame(frame.data.len(), frame.received_mono_us);
+        if let Some(live) = self.live {
+            live.publish(&frame);
+        }
         if let Some(r) = self.recorder.as_deref_mut() {
             r.send(frame);
         }
@@ -112,6 +118,7 @@ pub struct StreamInput {
     pub credentials: Option<(String, String)>,
     pub recorder: Option<FrameSender>,
     pub state: Arc<StreamState>,
+    pub live: Arc<Fanout>,
 }
 
 /// Keeps one stream's session up until `shutdown` turns true. Dropping the returned future
@@ -127,7 +134,7 @@ pub async fn supervise(mut input: StreamInput, mut shutdown: watch::Receiver<boo
     let mut attempt: u32 = 0;
     while !*shutdown.borrow() {
         let started = Instant::now();
-        let mut sink = Sink { recorder: input.recorder.as_mut(), state: &input.state };
+        let mut sink = Sink { recorder: input.recorder.as_mut(), state: &input.state, live: Some(&input.live) };
         let session = async {
             match (&input.source, &clip) {
                 (Source::Rtsp { url, transport }, _) => {
@@ -147,6 +154,7 @@ pub async fn supervise(mut input: StreamInput, mut shutdown: watch::Receiver<boo
         if let Some(r) = input.recorder.as_mut() {
             r.session_ended();
         }
+        input.live.session_ended();
         let err = match result {
             Ok(()) => IngestError::Ended,
             Err(e) => e,
@@ -199,7 +207,7 @@ mod tests {
     fn a_frame_over_the_ceiling_is_dropped_and_counted_never_queued() {
         let (mut tx, _rx, queue) = crate::record::queue::channel();
         let state = StreamState::default();
-        let mut sink = Sink { recorder: Some(&mut tx), state: &state };
+        let mut sink = Sink { recorder: Some(&mut tx), state: &state, live: None };
         sink.deliver(frame(limits::FRAME_MAX_BYTES));
         sink.deliver(frame(limits::FRAME_MAX_BYTES + 1));
         assert_eq!(state.snapshot().frames_oversized, 1);

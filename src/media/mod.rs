@@ -5,6 +5,7 @@
 //! (the MP4 form; parameter sets travel in the sample entry, not in the frame). Frames are
 //! shared as [`Bytes`] and never copied per consumer. Media time is in 90 kHz units.
 
+pub mod annexb;
 pub mod avc;
 pub mod fmp4;
 pub mod fmp4_read;

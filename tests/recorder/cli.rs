@@ -86,7 +86,7 @@ fn the_demo_records_the_builtin_camera_with_no_setup() {
     let data = dir.path().join("demo");
     let port = free_port();
     let mut child = keeppeek()
-        .args(["demo", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .args(["demo", "--webrtc-port", "0", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
         .arg(&data)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

@@ -107,10 +107,12 @@ pub struct Daemon {
     pub log: PathBuf,
 }
 
-/// Writes `dir/keeppeek.toml` with `data_dir = "data"` and `body`.
+/// Writes `dir/keeppeek.toml` with `data_dir = "data"` and `body`; live view is off unless
+/// `body` has a `[webrtc]` table (tests run side by side: no two may take its port).
 pub fn write_config(dir: &Path, body: &str) -> PathBuf {
     let config = dir.join("keeppeek.toml");
-    std::fs::write(&config, format!("data_dir = \"data\"\n{body}")).unwrap();
+    let webrtc = if body.contains("[webrtc]") { "" } else { "\n[webrtc]\nport = 0\n" };
+    std::fs::write(&config, format!("data_dir = \"data\"\n{body}{webrtc}")).unwrap();
     config
 }
 

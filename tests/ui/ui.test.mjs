@@ -40,6 +40,7 @@ test('setup, cameras, coverage, export and logout in Chromium', async (t) => {
   writeFileSync(join(dir, 'keeppeek.toml'), [
     'data_dir = "data"', `listen = "127.0.0.1:${port}"`, 'flush_interval_s = 1',
     '[retention]', 'stream_max_bytes = "1 GiB"', 'total_max_bytes = "1 GiB"',
+    '[webrtc]', 'port = 0',
     '[[cameras]]', 'name = "porch"', `main = { url = "file://${clip}" }`, '',
   ].join('\n'));
   const daemon = spawn(bin, ['run', '--config', join(dir, 'keeppeek.toml')], { stdio: 'ignore', env: { ...process.env, NO_COLOR: '1' } });

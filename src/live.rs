@@ -1,0 +1,244 @@
+//! The live fanout: each stream's frames, as ingest delivers them, to whoever watches live.
+//!
+//! Frames are shared, never copied: a [`Frame`]'s data is reference-counted, so a tap and
+//! the held GOP cost a pointer each. A stream keeps its current GOP (from the newest
+//! keyframe on) so a new viewer starts at once; the GOP is capped per stream
+//! ([`limits::LIVE_GOP_MAX_BYTES`]) and across streams ([`limits::LIVE_GOP_TOTAL_MAX_BYTES`]):
+//! a GOP that would pass either cap is dropped, and the stream holds nothing until its next
+//! keyframe (a new viewer then waits for it).
+//!
+//! Consumers register a tap: a bounded queue ([`limits::LIVE_TAP_FRAMES`]) that publication
+//! never waits on. A frame that does not fit is dropped for that tap and the tap is marked
+//! lagged; its consumer skips to the next keyframe.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+
+use crate::limits;
+use crate::media::{Frame, VideoParams};
+
+/// What a tap receives.
+#[derive(Clone, Debug)]
+pub struct LiveFrame {
+    /// Which fanout it came from (the index the consumer gave at [`Fanout::tap`]).
+    pub stream: usize,
+    pub frame: Frame,
+    /// Frames were lost before this one on this tap (full queue or a new camera session):
+    /// decode state is broken until a keyframe.
+    pub after_gap: bool,
+}
+
+struct Tap {
+    id: u64,
+    stream: usize,
+    tx: mpsc::Sender<LiveFrame>,
+    lagged: bool,
+}
+
+#[derive(Default)]
+struct Inner {
+    gop: Vec<Frame>,
+    gop_bytes: usize,
+    taps: Vec<Tap>,
+    /// The codec parameters of the newest frame.
+    params: Option<Arc<VideoParams>>,
+    /// A camera session ended: every tap's next frame is after a gap.
+    session_gap: bool,
+}
+
+/// Counters of one fanout.
+#[derive(Debug, Default)]
+pub struct FanoutStats {
+    pub frames: AtomicU64,
+    /// Frames a tap had no room for.
+    pub tap_drops: AtomicU64,
+    /// GOPs dropped at a cap.
+    pub gops_dropped: AtomicU64,
+}
+
+/// Bytes of held GOPs across every fanout, against [`limits::LIVE_GOP_TOTAL_MAX_BYTES`].
+#[derive(Debug, Default)]
+pub struct GopPool {
+    held_bytes: AtomicUsize,
+}
+
+impl GopPool {
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Takes `len` bytes of the pool if they fit under the cap.
+    fn reserve(&self, len: usize) -> bool {
+        self.held_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                (held + len <= limits::LIVE_GOP_TOTAL_MAX_BYTES).then_some(held + len)
+            })
+            .is_ok()
+    }
+}
+
+/// One stream's fanout.
+pub struct Fanout {
+    inner: Mutex<Inner>,
+    pool: Arc<GopPool>,
+    next_tap: AtomicU64,
+    pub stats: FanoutStats,
+}
+
+impl Fanout {
+    pub fn new(pool: Arc<GopPool>) -> Fanout {
+        Fanout { inner: Mutex::default(), pool, next_tap: AtomicU64::new(1), stats: FanoutStats::default() }
+    }
+
+    /// Hands a frame to every tap and keeps it in the GOP.
+    pub fn publish(&self, frame: &Frame) {
+        self.stats.frames.fetch_add(1, Ordering::Relaxed);
+        let mut inner = self.inner.lock().expect("fanout lock");
+        let len = frame.data.len();
+        if inner.params.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &frame.params)) {
+            inner.params = Some(frame.params.clone());
+        }
+        if frame.is_key {
+            self.release(&mut inner);
+        }
+        if frame.is_key || !inner.gop.is_empty() {
+            let fits = inner.gop_bytes + len <= limits::LIVE_GOP_MAX_BYTES && self.pool.reserve(len);
+            if fits {
+                inner.gop.push(frame.clone());
+                inner.gop_bytes += len;
+            } else {
+                // A partial GOP cannot start a decoder: hold nothing until the next keyframe.
+                self.stats.gops_dropped.fetch_add(1, Ordering::Relaxed);
+                self.release(&mut inner);
+            }
+        }
+        let gap = std::mem::take(&mut inner.session_gap);
+        for tap in &mut inner.taps {
+            let item = LiveFrame { stream: tap.stream, frame: frame.clone(), after_gap: gap || tap.lagged };
+            match tap.tx.try_send(item) {
+                Ok(()) => tap.lagged = false,
+                Err(_) => {
+                    tap.lagged = true;
+                    self.stats.tap_drops.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        inner.taps.retain(|t| !t.tx.is_closed());
+    }
+
+    fn release(&self, inner: &mut Inner) {
+        self.pool.held_bytes.fetch_sub(inner.gop_bytes, Ordering::Relaxed);
+        inner.gop.clear();
+        inner.gop_bytes = 0;
+    }
+
+    /// The camera session ended: the GOP is of no use to a new viewer, and every tap's next
+    /// frame comes after a gap.
+    pub fn session_ended(&self) {
+        let mut inner = self.inner.lock().expect("fanout lock");
+        self.release(&mut inner);
+        inner.session_gap = true;
+        inner.params = None;
+    }
+
+    /// The codec parameters of the stream's newest frame: none until it has sent one.
+    pub fn params(&self) -> Option<Arc<VideoParams>> {
+        self.inner.lock().expect("fanout lock").params.clone()
+    }
+
+    /// The held GOP (empty when none is held), oldest first.
+    pub fn gop(&self) -> Vec<Frame> {
+        self.inner.lock().expect("fanout lock").gop.clone()
+    }
+
+    /// Registers a tap sending to `tx`, its frames labelled `stream`; returns its id.
+    pub fn tap(&self, stream: usize, tx: mpsc::Sender<LiveFrame>) -> u64 {
+        let id = self.next_tap.fetch_add(1, Ordering::Relaxed);
+        self.inner.lock().expect("fanout lock").taps.push(Tap { id, stream, tx, lagged: false });
+        id
+    }
+
+    pub fn untap(&self, id: u64) {
+        self.inner.lock().expect("fanout lock").taps.retain(|t| t.id != id);
+    }
+
+    pub fn taps(&self) -> usize {
+        self.inner.lock().expect("fanout lock").taps.len()
+    }
+}
+
+impl Drop for Fanout {
+    fn drop(&mut self) {
+        let mut inner = std::mem::take(self.inner.get_mut().expect("fanout lock"));
+        self.release(&mut inner);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(len: usize, is_key: bool) -> Frame {
+        Frame::for_test(len, is_key)
+    }
+
+    #[test]
+    fn the_gop_starts_at_the_newest_keyframe_and_stays_under_both_caps() {
+        let pool = Arc::new(GopPool::default());
+        let f = Fanout::new(pool.clone());
+        f.publish(&frame(10, false));
+        assert!(f.gop().is_empty(), "nothing before the first keyframe");
+        f.publish(&frame(100, true));
+        f.publish(&frame(10, false));
+        assert_eq!(f.gop().len(), 2);
+        f.publish(&frame(200, true));
+        assert_eq!(f.gop().iter().map(|f| f.data.len()).collect::<Vec<_>>(), [200]);
+        assert_eq!(pool.held_bytes(), 200);
+        // Past the per-stream cap the GOP goes, until the next keyframe.
+        f.publish(&frame(limits::LIVE_GOP_MAX_BYTES, false));
+        assert!(f.gop().is_empty());
+        assert_eq!(pool.held_bytes(), 0);
+        f.publish(&frame(10, false));
+        assert!(f.gop().is_empty());
+        f.publish(&frame(50, true));
+        assert_eq!(f.gop().len(), 1);
+        // Past the global cap, across streams.
+        let others: Vec<_> = (0..limits::LIVE_GOP_TOTAL_MAX_BYTES / limits::LIVE_GOP_MAX_BYTES + 1)
+            .map(|_| {
+                let o = Fanout::new(pool.clone());
+                o.publish(&frame(limits::LIVE_GOP_MAX_BYTES - 100, true));
+                o
+            })
+            .collect();
+        assert!(pool.held_bytes() <= limits::LIVE_GOP_TOTAL_MAX_BYTES, "{}", pool.held_bytes());
+        assert!(others.iter().any(|o| o.gop().is_empty()), "one GOP did not fit");
+        assert!(others.iter().map(|o| o.stats.gops_dropped.load(Ordering::Relaxed)).sum::<u64>() >= 1);
+        drop(others);
+        drop(f);
+        assert_eq!(pool.held_bytes(), 0, "every byte given back");
+    }
+
+    #[test]
+    fn a_full_tap_loses_frames_and_is_told_so_and_publication_never_waits() {
+        let f = Fanout::new(Arc::default());
+        let (tx, mut rx) = mpsc::channel(limits::LIVE_TAP_FRAMES);
+        f.tap(7, tx);
+        for i in 0..limits::LIVE_TAP_FRAMES + 5 {
+            f.publish(&frame(10, i == 0));
+        }
+        assert_eq!(f.stats.tap_drops.load(Ordering::Relaxed), 5);
+        let first = rx.try_recv().unwrap();
+        assert_eq!((first.stream, first.after_gap), (7, false));
+        while rx.try_recv().is_ok() {}
+        f.publish(&frame(10, false));
+        assert!(rx.try_recv().unwrap().after_gap, "the tap lagged");
+        f.session_ended();
+        f.publish(&frame(10, true));
+        assert!(rx.try_recv().unwrap().after_gap, "a new camera session");
+        drop(rx);
+        f.publish(&frame(10, false));
+        assert_eq!(f.taps(), 0, "a closed tap goes");
+    }
+}

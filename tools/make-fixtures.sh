@@ -4,8 +4,10 @@
 # Usage: tools/make-fixtures.sh OUT_DIR
 #
 # Every clip is 640x360 at 15 fps: testsrc2 with a burned-in frame counter
-# ("f=<frame> t=<time>") so a test can read from a screenshot or a decoded frame
-# exactly which frame it is looking at. Encoding is deterministic in shape:
+# ("f=<frame> t=<time>") for people, and the same frame number as a bar code for
+# programs: the bottom 24 rows are 16 cells of 40 px, cell i (from the left) white
+# when bit i of the frame number is set, black otherwise. A test reads it from a
+# decoded frame's pixels (the middle of each cell, threshold at half brightness). Encoding is deterministic in shape:
 # no B-frames (PTS == DTS, so the camera can stamp frames itself) and a fixed GOP
 # without scene-cut keyframes, so keyframe positions are known in advance.
 #
@@ -45,7 +47,12 @@ video_src() {
     local seconds=$1
     printf '%s' "testsrc2=size=${SIZE}:rate=${FPS}:duration=${seconds},"
     printf '%s' "drawtext=fontfile='${font}':text='f=%{frame_num} t=%{pts\\:hms}'"
-    printf '%s' ":fontsize=36:fontcolor=white:box=1:boxcolor=black@0.7:boxborderw=8:x=16:y=16"
+    printf '%s' ":fontsize=36:fontcolor=white:box=1:boxcolor=black@0.7:boxborderw=8:x=16:y=16,"
+    # The bar code. geq works per plane (W and H are the plane's own size), so the strip
+    # is placed by fraction: the luma cells carry the bits, the chroma is neutral there.
+    local strip='gte(Y,H*336/360)' cell='floor(X*16/W)'
+    printf '%s' "geq=lum='if(${strip},255*mod(floor(N/pow(2,${cell})),2),lum(X,Y))'"
+    printf '%s' ":cb='if(${strip},128,cb(X,Y))':cr='if(${strip},128,cr(X,Y))'"
 }
 
 # Common H.264 settings. -bf 0: no B-frames. -g/-keyint_min equal and

@@ -61,6 +61,14 @@ async function cameras() {
       const cells = [c.camera, s.stream, s.connected ? 'connected' : 'disconnected', s.codec || '', s.width ? `${s.width}×${s.height}` : '',
         s.fps ? s.fps.toFixed(1) : '', s.bitrate_bps ? Math.round(s.bitrate_bps / 1000) : '', s.last_error || ''];
       for (const v of cells) { const td = document.createElement('td'); td.textContent = v; tr.append(td); }
+      const watch = document.createElement('button');
+      watch.type = 'button';
+      watch.textContent = 'Watch';
+      watch.setAttribute('aria-label', `Watch ${c.camera} ${s.stream} live`);
+      watch.addEventListener('click', () => startLive(c.camera, s.stream).catch((e) => say(String(e))));
+      const td = document.createElement('td');
+      td.append(watch);
+      tr.append(td);
       body.append(tr);
       const o = document.createElement('option');
       o.value = `${c.camera}/${s.stream}`;
@@ -165,7 +173,57 @@ on('#token-form', async () => {
   await adminLists();
 });
 
+// Live view: a WHEP session (an SDP offer POSTed, the answer back, DELETE to end it). The
+// box is ICE-lite with a candidate on each of its LAN addresses: no STUN server is needed.
+let live = null;
+
+async function startLive(camera, stream) {
+  await stopLive();
+  const pc = new RTCPeerConnection();
+  pc.addTransceiver('video', { direction: 'recvonly' });
+  pc.createDataChannel('control');
+  const session = { pc, location: null, name: `${camera}/${stream}` };
+  live = session;
+  const video = $('#live-video');
+  pc.ontrack = (e) => { video.srcObject = e.streams[0] || new MediaStream([e.track]); };
+  pc.onconnectionstatechange = () => {
+    $('#live-state').textContent = `${session.name}: ${pc.connectionState}`;
+  };
+  await pc.setLocalDescription(await pc.createOffer());
+  const headers = { 'content-type': 'application/sdp' };
+  if (csrf) headers['x-csrf-token'] = csrf;
+  const r = await fetch(`/api/whep/${camera}/${stream}`, { method: 'POST', headers, body: pc.localDescription.sdp });
+  if (r.status !== 201) {
+    let message = `live view failed (${r.status})`;
+    try { message = (await r.json()).message; } catch (_) { /* not JSON */ }
+    pc.close();
+    live = null;
+    throw new Error(message);
+  }
+  session.location = r.headers.get('location');
+  await pc.setRemoteDescription({ type: 'answer', sdp: await r.text() });
+  $('#live-title').textContent = `Live: ${session.name}`;
+  $('#live').hidden = false;
+  $('#live-stop').focus();
+}
+
+async function stopLive() {
+  const session = live;
+  live = null;
+  if (!session) return;
+  session.pc.close();
+  $('#live-video').srcObject = null;
+  $('#live').hidden = true;
+  if (session.location) {
+    const headers = csrf ? { 'x-csrf-token': csrf } : {};
+    await fetch(session.location, { method: 'DELETE', headers });
+  }
+}
+
+$('#live-stop').addEventListener('click', () => stopLive());
+
 $('#logout').addEventListener('click', async () => {
+  await stopLive();
   await api('POST', '/api/logout');
   csrf = null;
   $('#who').textContent = '';

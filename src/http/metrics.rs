@@ -67,6 +67,59 @@ pub fn render(s: &HttpStats, media: &Media) -> String {
         &refused,
     );
     streams(&mut out, media);
+    if let Some(w) = &media.webrtc {
+        let st = &w.stats;
+        family(
+            &mut out,
+            "keeppeek_webrtc_sessions_open",
+            "gauge",
+            "Live view sessions open.",
+            &one(st.sessions_open.load(Ordering::Relaxed) as u64),
+        );
+        family(
+            &mut out,
+            "keeppeek_webrtc_sessions_max",
+            "gauge",
+            "Live view sessions the box may hold.",
+            &one(w.max_sessions as u64),
+        );
+        let refused: Vec<_> = [
+            ("principal", &st.refused_principal),
+            ("address", &st.refused_address),
+            ("server", &st.refused_server),
+            ("bad_offer", &st.bad_offers),
+        ]
+        .into_iter()
+        .map(|(reason, v)| (format!("reason=\"{reason}\""), load(v)))
+        .collect();
+        family(
+            &mut out,
+            "keeppeek_webrtc_refused_total",
+            "counter",
+            "Live view sessions refused, by reason.",
+            &refused,
+        );
+        for (name, help, v) in [
+            ("keeppeek_webrtc_sessions_total", "Live view sessions opened.", &st.sessions_total),
+            ("keeppeek_webrtc_connect_timeouts_total", "Sessions whose browser never connected.", &st.connect_timeouts),
+            ("keeppeek_webrtc_datagrams_total", "Datagrams received on the WebRTC port.", &st.datagrams_in),
+            (
+                "keeppeek_webrtc_datagrams_bad_total",
+                "Datagrams that are not STUN, DTLS, RTP or RTCP.",
+                &st.datagrams_bad,
+            ),
+            ("keeppeek_webrtc_datagrams_unmatched_total", "Datagrams no session claims.", &st.datagrams_unmatched),
+            ("keeppeek_webrtc_send_errors_total", "Datagrams the socket would not take.", &st.send_errors),
+            ("keeppeek_webrtc_frames_total", "Frames sent to viewers.", &st.frames_sent),
+            (
+                "keeppeek_webrtc_keyframe_bursts_total",
+                "Held GOPs sent to start or repair a picture.",
+                &st.keyframe_bursts,
+            ),
+        ] {
+            family(&mut out, name, "counter", help, &one(load(v)));
+        }
+    }
     if let Some(f) = &media.flusher {
         for (name, help, v) in [
             ("keeppeek_catalog_commits_total", "Durable catalog commits.", &f.commits),

@@ -4,56 +4,13 @@
 // to target/ui/. Run from the repository root after `cargo build`: node --test tests/ui/
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync, mkdirSync, existsSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { chromium } from 'playwright-core';
-
-const repo = resolve(import.meta.dirname, '..', '..');
-const shots = join(repo, 'target', 'ui');
-mkdirSync(shots, { recursive: true });
-
-function freePort() {
-  return new Promise((ok) => {
-    const s = createServer().listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => ok(p)); });
-  });
-}
-
-async function waitFor(what, fn, ms = 20000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    try { if (await fn()) return; } catch (_) { /* not yet */ }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { shots, startKeeppeek, launchChromium, waitFor } from './harness.mjs';
 
 test('setup, cameras, coverage, export and logout in Chromium', async (t) => {
-  const bin = join(repo, 'target', 'debug', 'keeppeek');
-  const clip = join(repo, 'target', 'fixtures', 'h264.mp4');
-  assert.ok(existsSync(bin), `build keeppeek first (${bin})`);
-  assert.ok(existsSync(clip), `make the fixtures first (${clip})`);
-  const dir = mkdtempSync(join(tmpdir(), 'kp-ui-'));
-  const port = await freePort();
-  writeFileSync(join(dir, 'keeppeek.toml'), [
-    'data_dir = "data"', `listen = "127.0.0.1:${port}"`, 'flush_interval_s = 1',
-    '[retention]', 'stream_max_bytes = "1 GiB"', 'total_max_bytes = "1 GiB"',
-    '[webrtc]', 'port = 0',
-    '[[cameras]]', 'name = "porch"', `main = { url = "file://${clip}" }`, '',
-  ].join('\n'));
-  const daemon = spawn(bin, ['run', '--config', join(dir, 'keeppeek.toml')], { stdio: 'ignore', env: { ...process.env, NO_COLOR: '1' } });
-  t.after(() => daemon.kill('SIGTERM'));
-  const base = `http://127.0.0.1:${port}`;
-  await waitFor('the web face', async () => (await fetch(`${base}/healthz`)).ok);
-
-  const browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
-  t.after(() => browser.close());
+  const { base } = await startKeeppeek(t);
+  const browser = await launchChromium(t);
   const context = await browser.newContext({ acceptDownloads: true });
   const page = await context.newPage();
   const errors = [];

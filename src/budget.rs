@@ -37,6 +37,7 @@ pub fn compute(config: &Config) -> Budget {
     let streams: u64 = config.cameras.iter().map(|c| c.streams().count() as u64).sum();
     let recorded: u64 = config.cameras.iter().filter(|c| c.record).map(|c| c.streams().count() as u64).sum();
     let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    let live_sessions = crate::webrtc::max_sessions(config.ram_class_bytes) as u64;
     let mut lines = vec![
         Line {
             component: "process",
@@ -101,6 +102,34 @@ pub fn compute(config: &Config) -> Budget {
                 "{} recorder and flusher threads × {} KiB (THREAD_STACK_BYTES)",
                 recorded + 1,
                 limits::THREAD_STACK_BYTES >> 10
+            ),
+        },
+        Line {
+            component: "exports",
+            bytes: (limits::EXPORTS_RUNNING_MAX * (limits::EXPORT_FRAGMENTS_MAX * 64 + limits::EXPORT_CHUNK_BYTES))
+                as u64,
+            why: format!(
+                "{} exports × ({} fragments × 64 B + {} KiB chunk) (EXPORTS_RUNNING_MAX, EXPORT_FRAGMENTS_MAX, EXPORT_CHUNK_BYTES)",
+                limits::EXPORTS_RUNNING_MAX,
+                limits::EXPORT_FRAGMENTS_MAX,
+                limits::EXPORT_CHUNK_BYTES >> 10
+            ),
+        },
+        Line {
+            component: "live GOPs",
+            bytes: (streams * limits::LIVE_GOP_MAX_BYTES as u64).min(limits::LIVE_GOP_TOTAL_MAX_BYTES as u64),
+            why: format!(
+                "{streams} streams × {:.0} MiB, at most {:.0} MiB in all (LIVE_GOP_MAX_BYTES, LIVE_GOP_TOTAL_MAX_BYTES)",
+                mib(limits::LIVE_GOP_MAX_BYTES as u64),
+                mib(limits::LIVE_GOP_TOTAL_MAX_BYTES as u64)
+            ),
+        },
+        Line {
+            component: "live sessions",
+            bytes: if config.webrtc.port == 0 { 0 } else { live_sessions * limits::WEBRTC_SESSION_BUDGET_BYTES as u64 },
+            why: format!(
+                "{live_sessions} WebRTC sessions for this RAM class × {} KiB (WEBRTC_SESSIONS_PER_GIB, WEBRTC_SESSION_BUDGET_BYTES)",
+                limits::WEBRTC_SESSION_BUDGET_BYTES >> 10
             ),
         },
     ];

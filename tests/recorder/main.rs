@@ -8,6 +8,7 @@ mod camera_failures;
 mod cli;
 mod export;
 mod http_limits;
+mod live;
 mod media_api;
 mod power_cut;
 mod retention;

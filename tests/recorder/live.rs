@@ -1,0 +1,172 @@
+//! Live view's ceilings and bad input over real sockets, against the real binary: WHEP
+//! offers (a Chromium offer captured once, `chromium-offer.sdp`), sessions per principal,
+//! per client address and per box, malformed and oversized offers, garbage datagrams on the
+//! media port. Each refusal has its status and counter; the daemon keeps serving.
+//! Decoding in a browser is `tests/ui/live.test.mjs`.
+
+use std::net::UdpSocket;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+const OFFER: &str = include_str!("chromium-offer.sdp");
+
+/// A daemon recording camera `a` from the fixture clip, live view on a free UDP port.
+fn live_daemon(ram_class: &str) -> (tempfile::TempDir, Daemon, u16, u16) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let clip = fixtures().join("h264.mp4");
+    write_config(
+        dir.path(),
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\nram_class = \"{ram_class}\"\n[retention]\nstream_max_bytes = \"1 GiB\"\n\
+             total_max_bytes = \"1 GiB\"\n[webrtc]\nport = {udp}\nloopback = true\n[[cameras]]\nname = \"a\"\n\
+             main = {{ url = \"file://{}\" }}\n",
+            clip.display()
+        ),
+    );
+    let d = Daemon::start(dir.path());
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    (dir, d, port, udp)
+}
+
+fn webrtc_metric(port: u16, token: &str, name: &str) -> u64 {
+    let (_, _, text) = request(port, "GET", "/metrics", &[("authorization", &format!("Bearer {token}"))], "");
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// Opens a session with `token`; returns (status, body, Location).
+fn whep(port: u16, token: &str, offer: &str) -> (u16, String, String) {
+    let bearer = format!("Bearer {token}");
+    let (code, head, body) = request(
+        port,
+        "POST",
+        "/api/whep/a/main",
+        &[("authorization", &bearer), ("content-type", "application/sdp")],
+        offer,
+    );
+    let location = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("location:").map(|v| v.trim().to_string()))
+        .unwrap_or_default();
+    (code, body, location)
+}
+
+fn wait_connected(port: u16, token: &str) {
+    let bearer = format!("Bearer {token}");
+    let up = wait_until(Duration::from_secs(20), || {
+        let (_, _, body) = request(port, "GET", "/api/cameras", &[("authorization", &bearer)], "");
+        serde_json::from_str::<Value>(&body).is_ok_and(|v| v[0]["streams"][0]["connected"] == true)
+    });
+    assert!(up, "the camera connects");
+}
+
+#[test]
+fn sessions_are_capped_per_principal_and_per_address_and_bad_input_is_refused() {
+    let (_dir, _d, port, udp) = live_daemon("4 GiB");
+    let admin = setup_admin(port);
+    let tokens: Vec<String> = (0..3).map(|_| make_token(port, &admin, "\"view\"")).collect();
+    let metrics = make_token(port, &admin, "\"metrics\"");
+    wait_connected(port, &tokens[0]);
+
+    // A principal holds 64 sessions; the 65th is refused with a clear error.
+    let mut first = String::new();
+    for i in 0..64 {
+        let (code, body, location) = whep(port, &tokens[0], OFFER);
+        assert_eq!(code, 201, "session {i}: {body}");
+        assert!(body.starts_with("v=0") && body.contains("a=ice-lite"), "an ICE-lite answer: {body}");
+        assert!(location.starts_with("/api/whep/sessions/"), "{location}");
+        if i == 0 {
+            first = location;
+        }
+    }
+    let (code, body, _) = whep(port, &tokens[0], OFFER);
+    assert_eq!(code, 429, "{body}");
+    assert!(body.contains("\"code\":\"too_many_sessions\"") && body.contains("64"), "{body}");
+    assert_eq!(webrtc_metric(port, &metrics, "keeppeek_webrtc_refused_total{reason=\"principal\"}"), 1);
+    // One address holds 128, whoever the principals.
+    for i in 0..64 {
+        let (code, body, _) = whep(port, &tokens[1], OFFER);
+        assert_eq!(code, 201, "second principal, session {i}: {body}");
+    }
+    let (code, body, _) = whep(port, &tokens[2], OFFER);
+    assert_eq!(code, 429, "{body}");
+    assert_eq!(webrtc_metric(port, &metrics, "keeppeek_webrtc_refused_total{reason=\"address\"}"), 1);
+    assert_eq!(webrtc_metric(port, &metrics, "keeppeek_webrtc_sessions_open"), 128);
+
+    // WHEP DELETE ends a session, once, and only for its owner.
+    let bearer = |t: &str| format!("Bearer {t}");
+    let other = request(port, "DELETE", &first, &[("authorization", &bearer(&tokens[1]))], "");
+    assert_eq!(other.0, 404, "another principal's session");
+    assert_eq!(request(port, "DELETE", &first, &[("authorization", &bearer(&tokens[0]))], "").0, 200);
+    assert_eq!(request(port, "DELETE", &first, &[("authorization", &bearer(&tokens[0]))], "").0, 404);
+
+    // Malformed and oversized offers.
+    let (code, body, _) = whep(port, &tokens[2], "v=0\r\nthis is not SDP\r\n");
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("\"code\":\"bad_offer\""), "{body}");
+    let no_video = OFFER.split("m=video").next().unwrap().to_string();
+    assert_eq!(whep(port, &tokens[2], &no_video).0, 400);
+    assert_eq!(whep(port, &tokens[2], &"a".repeat(16 * 1024 + 1)).0, 413);
+    assert!(webrtc_metric(port, &metrics, "keeppeek_webrtc_refused_total{reason=\"bad_offer\"}") >= 2);
+    let wrong_stream = request(port, "POST", "/api/whep/a/sub", &[("authorization", &bearer(&tokens[2]))], OFFER);
+    assert_eq!(wrong_stream.0, 404);
+
+    // Garbage on the media port: counted, nothing else happens.
+    let before = webrtc_metric(port, &metrics, "keeppeek_webrtc_datagrams_total");
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..500usize {
+        let len = 1 + i % 1400;
+        let junk: Vec<u8> = (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect();
+        s.send_to(&junk, ("127.0.0.1", udp)).unwrap();
+        // In batches, so the kernel's receive buffer never overflows (that loss is not ours).
+        if i % 50 == 49 {
+            let want = before + i as u64 + 1;
+            let counted = wait_until(Duration::from_secs(10), || {
+                webrtc_metric(port, &metrics, "keeppeek_webrtc_datagrams_total") >= want
+            });
+            assert!(counted, "datagrams up to {i} read");
+        }
+    }
+    let bad = webrtc_metric(port, &metrics, "keeppeek_webrtc_datagrams_bad_total");
+    let unmatched = webrtc_metric(port, &metrics, "keeppeek_webrtc_datagrams_unmatched_total");
+    assert!(bad + unmatched >= 500, "bad {bad}, unmatched {unmatched}");
+    healthy(port);
+    assert_eq!(webrtc_metric(port, &metrics, "keeppeek_webrtc_sessions_open"), 127, "the others live on");
+}
+
+#[test]
+fn the_box_holds_the_sessions_its_ram_class_allows() {
+    let (_dir, _d, port, _) = live_daemon("1 GiB");
+    let admin = setup_admin(port);
+    let tokens: Vec<String> = (0..3).map(|_| make_token(port, &admin, "\"view\"")).collect();
+    wait_connected(port, &tokens[0]);
+    for i in 0..64 {
+        let (code, body, _) = whep(port, &tokens[i % 2], OFFER);
+        assert_eq!(code, 201, "session {i}: {body}");
+    }
+    let (code, body, _) = whep(port, &tokens[2], OFFER);
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("\"code\":\"server_full\""), "{body}");
+    // A session whose browser never connects is dropped after the connect timeout.
+    let metrics = make_token(port, &admin, "\"metrics\"");
+    let swept =
+        wait_until(Duration::from_secs(30), || webrtc_metric(port, &metrics, "keeppeek_webrtc_sessions_open") == 0);
+    assert!(swept, "unconnected sessions time out");
+    assert_eq!(webrtc_metric(port, &metrics, "keeppeek_webrtc_connect_timeouts_total"), 64);
+    assert_eq!(whep(port, &tokens[2], OFFER).0, 201, "room again");
+}

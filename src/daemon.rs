@@ -61,16 +61,20 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         .flat_map(|c| c.streams())
         .map(|_| Arc::new(crate::live::Fanout::new(gop_pool.clone())))
         .collect();
+    let catalog = Arc::new(Catalog::open(&data_dir.join(CATALOG_FILE))?);
     let webrtc = match config.webrtc.port {
         0 => None,
         port => {
             let addresses = webrtc::host_addresses(config.webrtc.loopback);
             let max = webrtc::max_sessions(config.ram_class_bytes);
-            let bound = webrtc::Engine::bind(port, &addresses, fanouts.clone(), max).await;
+            let names =
+                config.cameras.iter().flat_map(|c| c.streams().map(move |(k, _)| format!("{}/{}", c.name, k.name())));
+            let streams = names.zip(fanouts.iter().cloned()).collect();
+            let store = (catalog.clone(), data_dir.clone());
+            let bound = webrtc::Engine::bind(port, &addresses, streams, store, max).await;
             Some(bound.map_err(|source| DaemonError::Webrtc { port, source })?)
         }
     };
-    let catalog = Arc::new(Catalog::open(&data_dir.join(CATALOG_FILE))?);
     recovery::recover(&catalog, &data_dir)?;
     let (recorder, recorded) = Recorder::start(&config, catalog.clone())?;
 

@@ -241,6 +241,23 @@ pub const WEBRTC_DATAGRAM_MAX_BYTES: usize = 2048;
 /// A session whose browser has not connected by then is dropped.
 pub const WEBRTC_CONNECT_TIMEOUT_MS: u64 = 15_000;
 
+/// One control message, either way: a larger one is answered with an error.
+pub const WEBRTC_CONTROL_MESSAGE_MAX_BYTES: usize = 64 << 10;
+
+/// Control messages of one session waiting to be handled: past it the oldest is dropped
+/// (and answered with an error), so a flood cannot grow memory or starve other sessions.
+pub const WEBRTC_CONTROL_QUEUE_MESSAGES: usize = 16;
+
+/// Stored-playback cursors (tracks playing stored video) in one session.
+pub const WEBRTC_CURSORS_PER_SESSION_MAX: usize = 16;
+
+/// Stored-playback cursors across the box.
+pub const WEBRTC_CURSORS_MAX: usize = 1024;
+
+/// Runs in one timeline answer (about 20 bytes each, under the message ceiling); a longer
+/// timeline says `truncated`.
+pub const WEBRTC_TIMELINE_RUNS_MAX: usize = 2000;
+
 /// Requests (open, close) waiting for the engine.
 pub const WEBRTC_COMMANDS_MAX: usize = 64;
 

@@ -454,6 +454,41 @@ impl Catalog {
         Ok(out)
     }
 
+    /// One recording's row.
+    pub fn recording(&self, id: u64) -> Result<Option<RecordingRow>, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let t = txn.open_table(RECORDINGS).storage()?;
+        t.get(id).storage()?.map(|v| RecordingRow::decode(v.value())).transpose().map_err(Into::into)
+    }
+
+    /// A stream's last keyframe at or before `wall_us` (looking back at most `back_us`), or
+    /// its first after it (looking ahead at most `ahead_us`): (recording, keyframe).
+    pub fn keyframe_near(
+        &self,
+        stream_id: u32,
+        wall_us: i64,
+        back_us: i64,
+        ahead_us: i64,
+    ) -> Result<Option<(u64, Keyframe)>, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let t = txn.open_table(KEYFRAMES).storage()?;
+        type Entry<'a> = (redb::AccessGuard<'a, (u32, i64)>, redb::AccessGuard<'a, (u64, u64)>);
+        let pick =
+            |entry: Option<Result<Entry<'_>, redb::StorageError>>| -> Result<Option<(u64, Keyframe)>, CatalogError> {
+                let Some(entry) = entry else { return Ok(None) };
+                let (k, v) = entry.storage()?;
+                let (rec, off) = v.value();
+                Ok(Some((rec, Keyframe { wall_us: k.value().1, fragment_start_byte: off })))
+            };
+        let before =
+            t.range((stream_id, wall_us.saturating_sub(back_us))..=(stream_id, wall_us)).storage()?.next_back();
+        if let Some(found) = pick(before)? {
+            return Ok(Some(found));
+        }
+        let after = t.range((stream_id, wall_us)..=(stream_id, wall_us.saturating_add(ahead_us))).storage()?.next();
+        pick(after)
+    }
+
     /// One recording's fragments, in order.
     pub fn fragments(&self, id: u64) -> Result<Vec<(u32, FragmentRow)>, CatalogError> {
         let txn = self.db.begin_read().storage()?;

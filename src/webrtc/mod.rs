@@ -14,12 +14,15 @@
 //! Every ceiling (sessions per principal, per address and per server, offer size, send
 //! buffer) is in `src/limits.rs`; each refusal and each bad datagram is counted.
 
+pub mod control;
+mod playback;
 mod session;
 
 use std::collections::HashMap;
 use std::future::poll_fn;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::Poll;
@@ -33,9 +36,11 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
+use playback::Cursor;
 pub use session::{OfferError, Owner};
-use session::{Session, Viewer};
+use session::{Session, Source, Viewer};
 
+use crate::catalog::{Catalog, CatalogError};
 use crate::limits;
 use crate::live::{Fanout, LiveFrame};
 use crate::media::annexb;
@@ -167,6 +172,9 @@ pub fn host_addresses(loopback: bool) -> Vec<IpAddr> {
     out
 }
 
+/// How often a track playing stored video reports its position.
+const POSITION_EVERY: Duration = Duration::from_millis(250);
+
 /// One stream the engine watches: its tap and the parameter sets of its current params.
 struct Watched {
     tap: u64,
@@ -178,6 +186,10 @@ pub struct Engine {
     sockets: Vec<UdpSocket>,
     locals: Vec<SocketAddr>,
     streams: Vec<Arc<Fanout>>,
+    /// `camera/kind` of each stream.
+    names: Vec<String>,
+    catalog: Arc<Catalog>,
+    data_dir: PathBuf,
     watched: HashMap<usize, Watched>,
     sessions: Vec<Session>,
     deadlines: Vec<Instant>,
@@ -194,9 +206,12 @@ impl Engine {
     pub async fn bind(
         port: u16,
         addresses: &[IpAddr],
-        streams: Vec<Arc<Fanout>>,
+        streams: Vec<(String, Arc<Fanout>)>,
+        store: (Arc<Catalog>, PathBuf),
         max_sessions: usize,
     ) -> io::Result<(Engine, WebrtcHandle)> {
+        let (names, streams): (Vec<String>, Vec<Arc<Fanout>>) = streams.into_iter().unzip();
+        let (catalog, data_dir) = store;
         let mut sockets = Vec::new();
         let mut locals = Vec::new();
         for ip in addresses {
@@ -212,6 +227,9 @@ impl Engine {
             sockets,
             locals,
             streams,
+            names,
+            catalog,
+            data_dir,
             watched: HashMap::new(),
             sessions: Vec::new(),
             deadlines: Vec::new(),
@@ -364,40 +382,26 @@ impl Engine {
                 if self.sessions[i].rtc.handle_input(Input::Timeout(now)).is_err() {
                     self.sessions[i].rtc.disconnect();
                 }
+                self.pump_cursors(i, now);
                 self.drive(i);
             }
         }
     }
 
-    /// Drains session `i`'s output to the sockets; answers its keyframe wants.
+    /// Drains session `i`'s output to the sockets; answers its keyframe wants and control
+    /// messages.
     fn drive(&mut self, i: usize) {
-        if self.drive_quiet(i).keyframe {
-            self.keyframe_burst(i);
+        let wants = self.drive_quiet(i);
+        for t in wants.keyframe {
+            self.keyframe_burst(i, t);
+        }
+        if wants.control {
+            self.control(i);
         }
     }
 
-    /// Sends session `i` the stream's held GOP (if any), squeezed.
-    fn keyframe_burst(&mut self, i: usize) {
-        let stream = self.sessions[i].stream;
-        let gop = self.streams[stream].gop();
-        if gop.is_empty() {
-            return; // the next keyframe will do
-        }
-        self.stats.keyframe_bursts.fetch_add(1, Ordering::Relaxed);
-        let now = Instant::now();
-        for f in &gop {
-            let Some(data) = self.annexb(stream, f) else { return };
-            if self.sessions[i].send_frame(&data, f.is_key, f.pts_90k, true, now).is_err() {
-                self.sessions[i].lost_frames();
-                return;
-            }
-            self.sessions[i].last_sent_mono_us = f.received_mono_us;
-        }
-        // Wants raised while sending the burst are answered by the burst itself.
-        let _ = self.drive_quiet(i);
-    }
-
-    /// Drains session `i`'s output to the sockets; returns what it wants.
+    /// Drains session `i`'s output to the sockets; returns what it wants. Its next deadline
+    /// is the earlier of its own timeout and its cursors' next frames.
     fn drive_quiet(&mut self, i: usize) -> session::Wants {
         let (sockets, locals, stats) = (&self.sockets, &self.locals, &self.stats);
         let mut send = |t: Transmit| {
@@ -406,9 +410,83 @@ impl Engine {
                 stats.send_errors.fetch_add(1, Ordering::Relaxed);
             }
         };
-        let (next, wants) = self.sessions[i].drive(&mut send);
-        self.deadlines[i] = next.unwrap_or_else(Instant::now);
+        let s = &mut self.sessions[i];
+        let (next, wants) = s.drive(&mut send);
+        let cursors = s.tracks.iter().filter_map(|t| match &t.source {
+            Source::Stored(c) if s.is_connected() => c.due(),
+            _ => None,
+        });
+        self.deadlines[i] = cursors.chain(next).min().unwrap_or_else(Instant::now);
         wants
+    }
+
+    /// Sends track `t` of session `i` a keyframe: the stream's held GOP for live video, the
+    /// keyframe at or before the position for stored video.
+    fn keyframe_burst(&mut self, i: usize, t: usize) {
+        let now = Instant::now();
+        let stream = match &mut self.sessions[i].tracks[t].source {
+            Source::Live(stream) => *stream,
+            Source::Stored(cursor) => {
+                let at = cursor.position_us();
+                if cursor.seek(at, now).is_ok() {
+                    self.sessions[i].tracks[t].lost_frames();
+                }
+                return;
+            }
+            Source::Idle => return,
+        };
+        let gop = self.streams[stream].gop();
+        if gop.is_empty() {
+            return; // the next keyframe will do
+        }
+        self.stats.keyframe_bursts.fetch_add(1, Ordering::Relaxed);
+        for f in &gop {
+            let Some(data) = self.annexb(stream, f) else { return };
+            let s = &mut self.sessions[i];
+            if s.send_frame(t, &data, f.is_key, f.pts_90k, true, now).is_err() {
+                s.tracks[t].lost_frames();
+                return;
+            }
+            s.tracks[t].last_sent_mono_us = f.received_mono_us;
+        }
+        // Wants raised while sending the burst are answered by the burst itself.
+        let _ = self.drive_quiet(i);
+    }
+
+    /// Sends session `i`'s stored tracks every frame that is due.
+    fn pump_cursors(&mut self, i: usize, now: Instant) {
+        let s = &mut self.sessions[i];
+        if !s.is_connected() {
+            return;
+        }
+        for t in 0..s.tracks.len() {
+            while let Source::Stored(cursor) = &mut s.tracks[t].source {
+                let frame = match cursor.pop(now) {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break,
+                    Err(e) => {
+                        s.send_control(&control::error(0, t as u32, "internal", e.to_string()));
+                        s.tracks[t].source = Source::Idle;
+                        break;
+                    }
+                };
+                let pts = frame.wall_us * 9 / 100;
+                match s.send_frame(t, &frame.annexb, frame.is_key, pts, false, now) {
+                    Ok(true) => {
+                        self.stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(false) => {}
+                    Err(_) => s.tracks[t].lost_frames(),
+                }
+                let report = s.tracks[t].reported.is_none_or(|r| now.duration_since(r) >= POSITION_EVERY);
+                if report {
+                    s.tracks[t].reported = Some(now);
+                    let body =
+                        control::pb::server_message::Body::Position(control::pb::Position { wall_us: frame.wall_us });
+                    s.send_control(&control::pb::ServerMessage { request_id: 0, track: t as u32, body: Some(body) });
+                }
+            }
+        }
     }
 
     /// A frame in Annex B with the parameter sets in front of a keyframe; `None` (and a
@@ -434,38 +512,197 @@ impl Engine {
     fn frame(&mut self, lf: LiveFrame) {
         let stream = lf.stream;
         let now = Instant::now();
-        let viewers: Vec<usize> = (0..self.sessions.len()).filter(|&i| self.sessions[i].stream == stream).collect();
-        if lf.after_gap {
-            for &i in &viewers {
-                self.sessions[i].lost_frames();
-                self.sessions[i].rebase();
+        let mut viewers: Vec<(usize, usize)> = Vec::new();
+        for (i, s) in self.sessions.iter_mut().enumerate() {
+            for (t, track) in s.tracks.iter_mut().enumerate() {
+                if matches!(track.source, Source::Live(x) if x == stream) {
+                    if lf.after_gap {
+                        track.rebase();
+                    }
+                    viewers.push((i, t));
+                }
             }
         }
-        let wanted = viewers.iter().any(|&i| {
-            let s = &self.sessions[i];
+        let wanted = viewers.iter().any(|&(i, t)| {
+            let (s, track) = (&self.sessions[i], &self.sessions[i].tracks[t]);
             s.is_connected()
-                && (lf.frame.is_key || !s.needs_keyframe())
-                && lf.frame.received_mono_us > s.last_sent_mono_us
+                && (lf.frame.is_key || !track.needs_keyframe())
+                && lf.frame.received_mono_us > track.last_sent_mono_us
         });
         if !wanted {
             return;
         }
         let Some(data) = self.annexb(stream, &lf.frame) else { return };
-        for i in viewers {
+        let mut touched = Vec::new();
+        for (i, t) in viewers {
             let s = &mut self.sessions[i];
-            if lf.frame.received_mono_us <= s.last_sent_mono_us {
+            if lf.frame.received_mono_us <= s.tracks[t].last_sent_mono_us {
                 continue; // already sent in a keyframe burst
             }
-            match s.send_frame(&data, lf.frame.is_key, lf.frame.pts_90k, false, now) {
+            match s.send_frame(t, &data, lf.frame.is_key, lf.frame.pts_90k, false, now) {
                 Ok(true) => {
-                    s.last_sent_mono_us = lf.frame.received_mono_us;
+                    s.tracks[t].last_sent_mono_us = lf.frame.received_mono_us;
                     self.stats.frames_sent.fetch_add(1, Ordering::Relaxed);
                 }
                 Ok(false) => {}
-                Err(_) => s.lost_frames(),
+                Err(_) => s.tracks[t].lost_frames(),
             }
+            if touched.last() != Some(&i) {
+                touched.push(i);
+            }
+        }
+        for i in touched {
             self.drive(i);
         }
+    }
+
+    /// Handles session `i`'s control messages.
+    fn control(&mut self, i: usize) {
+        while let Some(bytes) = self.sessions[i].inbox.pop_front() {
+            let tracks = self.sessions[i].tracks.len();
+            let reply = match control::decode(&bytes, tracks) {
+                Ok(request) => self.command_for(i, &request).unwrap_or_else(|e| e),
+                Err(e) => e,
+            };
+            self.sessions[i].send_control(&reply);
+        }
+        let _ = self.drive_quiet(i);
+    }
+
+    /// The index and name of a stream named in a command (empty: the session's own).
+    fn stream_named(
+        &self,
+        i: usize,
+        name: &str,
+        req: &control::Request,
+    ) -> Result<(usize, String), control::pb::ServerMessage> {
+        let ix =
+            if name.is_empty() { Some(self.sessions[i].stream) } else { self.names.iter().position(|n| n == name) };
+        let ix =
+            ix.ok_or_else(|| control::error(req.id, req.track as u32, "not_found", format!("no stream {name}")))?;
+        Ok((ix, self.names[ix].clone()))
+    }
+
+    /// Carries out one request on track `req.track` of session `i`; returns the answer.
+    fn command_for(
+        &mut self,
+        i: usize,
+        req: &control::Request,
+    ) -> Result<control::pb::ServerMessage, control::pb::ServerMessage> {
+        use control::Command as C;
+        let (id, t) = (req.id, req.track);
+        let now = Instant::now();
+        let err = |code: &str, message: String| control::error(id, t as u32, code, message);
+        match &req.command {
+            C::PlayLive { stream } => {
+                let (ix, name) = self.stream_named(i, stream, req)?;
+                let codec = self.streams[ix].params().map(|p| p.codec);
+                if codec.is_some_and(|c| c != self.sessions[i].codec) {
+                    return Err(err("no_codec", format!("{name} is not in the codec this session negotiated")));
+                }
+                if !self.watched.contains_key(&ix) {
+                    let tap = self.streams[ix].tap(ix, self.frames_tx.clone());
+                    self.watched.insert(ix, Watched { tap, params: None });
+                }
+                let track = &mut self.sessions[i].tracks[t];
+                track.source = Source::Live(ix);
+                track.play = control::PlayState::live(name);
+                track.rebase();
+                track.last_sent_mono_us = i64::MIN;
+                self.keyframe_burst(i, t);
+            }
+            C::PlayStored { stream, wall_us } => {
+                let (_, name) = self.stream_named(i, stream, req)?;
+                let is_stored = matches!(self.sessions[i].tracks[t].source, Source::Stored(_));
+                if !is_stored && self.sessions[i].cursors() >= limits::WEBRTC_CURSORS_PER_SESSION_MAX {
+                    let m = format!("a session plays at most {} stored tracks", limits::WEBRTC_CURSORS_PER_SESSION_MAX);
+                    return Err(err("too_many_cursors", m));
+                }
+                let all: usize = self.sessions.iter().map(Session::cursors).sum();
+                if !is_stored && all >= limits::WEBRTC_CURSORS_MAX {
+                    let m = format!("the box plays at most {} stored tracks", limits::WEBRTC_CURSORS_MAX);
+                    return Err(err("too_many_cursors", m));
+                }
+                let stream_id = match self.catalog.streams() {
+                    Ok(list) => list.into_iter().find(|(_, n)| *n == name).map(|(id, _)| id),
+                    Err(e) => return Err(err("internal", e.to_string())),
+                };
+                let stream_id =
+                    stream_id.ok_or_else(|| err("nothing_recorded", format!("{name} has no recordings")))?;
+                let cursor = Cursor::open(self.catalog.clone(), &self.data_dir, stream_id, *wall_us, now)
+                    .map_err(|e| err("nothing_recorded", e.to_string()))?;
+                if cursor.params().is_some_and(|p| p.codec != self.sessions[i].codec) {
+                    return Err(err(
+                        "no_codec",
+                        format!("{name} was recorded in a codec this session did not negotiate"),
+                    ));
+                }
+                let track = &mut self.sessions[i].tracks[t];
+                track.source = Source::Stored(Box::new(cursor));
+                track.play = control::PlayState { stored: true, stream: name, paused: false, rate: 1.0, step: false };
+                track.rebase();
+            }
+            C::Seek { wall_us } => {
+                let track = &mut self.sessions[i].tracks[t];
+                let Source::Stored(cursor) = &mut track.source else {
+                    return Err(err("not_stored", "the track is not playing stored video".into()));
+                };
+                cursor.seek(*wall_us, now).map_err(|e| err("nothing_recorded", e.to_string()))?;
+                track.rebase();
+            }
+            C::Pause | C::Resume | C::SetRate { .. } | C::Step => {
+                let track = &mut self.sessions[i].tracks[t];
+                track.play.apply(req)?;
+                if let Source::Stored(cursor) = &mut track.source {
+                    cursor.set_rate(track.play.rate, track.play.keyframes_only(), now);
+                    cursor.set_paused(track.play.paused, track.play.step, now);
+                    if track.play.keyframes_only() {
+                        track.lost_frames();
+                    }
+                }
+            }
+            C::Timeline { stream, from_us, to_us } => {
+                let (_, name) = self.stream_named(i, stream, req)?;
+                return self.timeline(req, name, *from_us, *to_us);
+            }
+        }
+        let track = &self.sessions[i].tracks[t];
+        Ok(track.play.message(id, t as u32))
+    }
+
+    /// Runs and gaps of a stream: its recordings grouped by run.
+    fn timeline(
+        &self,
+        req: &control::Request,
+        name: String,
+        from_us: i64,
+        to_us: i64,
+    ) -> Result<control::pb::ServerMessage, control::pb::ServerMessage> {
+        let err = |e: CatalogError| control::error(req.id, req.track as u32, "internal", e.to_string());
+        let stream_id = self.catalog.streams().map_err(err)?.into_iter().find(|(_, n)| *n == name).map(|(id, _)| id);
+        let mut runs: Vec<control::pb::Run> = Vec::new();
+        let mut truncated = false;
+        if let Some(stream_id) = stream_id {
+            let mut last_run = None;
+            for (_, r) in self.catalog.recordings().map_err(err)? {
+                if r.stream_id != stream_id || r.wall_end_us <= from_us || r.wall_start_us >= to_us || r.fragments == 0
+                {
+                    continue;
+                }
+                let full = runs.len() >= limits::WEBRTC_TIMELINE_RUNS_MAX;
+                match runs.last_mut() {
+                    Some(run) if last_run == Some(r.run_id) => run.end_us = run.end_us.max(r.wall_end_us),
+                    _ if full => {
+                        truncated = true;
+                        break;
+                    }
+                    _ => runs.push(control::pb::Run { start_us: r.wall_start_us, end_us: r.wall_end_us }),
+                }
+                last_run = Some(r.run_id);
+            }
+        }
+        let body = control::pb::server_message::Body::Timeline(control::pb::Timeline { stream: name, runs, truncated });
+        Ok(control::pb::ServerMessage { request_id: req.id, track: req.track as u32, body: Some(body) })
     }
 
     /// Drops dead sessions (and ones that never connected), and taps no one needs.
@@ -488,7 +725,15 @@ impl Engine {
                 debug!(id = s.id, frames = s.frames_sent, "live session ended");
             }
         }
-        let in_use: Vec<usize> = self.sessions.iter().map(|s| s.stream).collect();
+        let in_use: Vec<usize> = self
+            .sessions
+            .iter()
+            .flat_map(|s| s.tracks.iter())
+            .filter_map(|t| match t.source {
+                Source::Live(x) => Some(x),
+                _ => None,
+            })
+            .collect();
         let streams = &self.streams;
         self.watched.retain(|stream, w| {
             let keep = in_use.contains(stream);

@@ -2,6 +2,7 @@
 //! the engine ([`super::Engine`]) hands in datagrams and frames and takes out datagrams, so a
 //! session can be driven by a test or a fuzz target as well.
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,6 +14,10 @@ use str0m::media::{MediaKind, MediaTime, Mid, Pt};
 use str0m::net::Transmit;
 use str0m::{Candidate, Event, IceConnectionState, Output, Rtc, RtcError};
 
+use prost::Message;
+
+use super::control::{self, PlayState};
+use super::playback::Cursor;
 use crate::limits;
 use crate::media::{Codec, VideoParams};
 
@@ -50,8 +55,10 @@ pub enum OfferError {
 /// What a session tells the engine after it was driven.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Wants {
-    /// The viewer is connected and needs a keyframe to start (or asked for one).
-    pub keyframe: bool,
+    /// Tracks that need a keyframe now: the viewer connected, or asked for one.
+    pub keyframe: Vec<usize>,
+    /// Control messages arrived.
+    pub control: bool,
 }
 
 /// One session.
@@ -62,18 +69,61 @@ pub struct Session {
     /// Index of the stream it shows.
     pub stream: usize,
     pub rtc: Rtc,
-    video: Option<(Mid, Pt)>,
+    /// One per video media line of the offer, in order.
+    pub tracks: Vec<Track>,
+    /// The codec negotiated for every track.
+    pub codec: Codec,
     connected: bool,
-    /// Frames are skipped until a keyframe (start, loss, a lagging queue).
-    need_key: bool,
     channel: Option<ChannelId>,
-    /// Output RTP time = frame pts + offset, kept increasing across camera sessions.
+    /// Control messages waiting for the engine.
+    pub inbox: VecDeque<Vec<u8>>,
+    pub frames_sent: u64,
+    pub created: Instant,
+}
+
+/// What a track shows.
+pub enum Source {
+    /// Nothing yet (tracks past the first, until told).
+    Idle,
+    /// A stream's live frames (its index).
+    Live(usize),
+    /// Stored video.
+    Stored(Box<Cursor>),
+}
+
+/// One video track of a session.
+pub struct Track {
+    mid: Mid,
+    pt: Pt,
+    pub source: Source,
+    pub play: PlayState,
+    /// Frames are skipped until a keyframe (start, loss, a lagging queue, a switch).
+    need_key: bool,
+    /// Output RTP time = frame pts + offset, kept increasing across sources.
     offset_90k: Option<i64>,
     last_rtp_90k: i64,
-    pub frames_sent: u64,
-    /// Receipt time of the newest frame sent: a frame not newer is not sent again.
+    /// Receipt time of the newest live frame sent: a frame not newer is not sent again.
     pub last_sent_mono_us: i64,
-    pub created: Instant,
+    /// When the last position report went out.
+    pub reported: Option<Instant>,
+}
+
+impl Track {
+    /// Whether it waits for a keyframe to (re)start its picture.
+    pub fn needs_keyframe(&self) -> bool {
+        self.need_key
+    }
+
+    /// Marks the picture broken (frames were lost): it restarts at the next keyframe.
+    pub fn lost_frames(&mut self) {
+        self.need_key = true;
+    }
+
+    /// A new source or camera session: presentation times start from a new base.
+    pub fn rebase(&mut self) {
+        self.offset_90k = None;
+        self.need_key = true;
+    }
 }
 
 /// The payload type of `codec` the offer allows, for a stream of `params`: for H.264 with
@@ -139,30 +189,44 @@ impl Session {
         }
         let answer = rtc.sdp_api().accept_offer(offer).map_err(|e| OfferError::Rejected(e.to_string()))?;
         let Viewer { id, owner, peer, stream } = who;
-        let mut session = Session {
+        let mids: Vec<Mid> = video_mids(offer_text)
+            .into_iter()
+            .map(Mid::from)
+            .filter(|m| rtc.media(*m).is_some_and(|media| media.kind() == MediaKind::Video))
+            .take(limits::WEBRTC_CURSORS_PER_SESSION_MAX + 1)
+            .collect();
+        if mids.is_empty() {
+            return Err(OfferError::NoVideo);
+        }
+        let mut tracks = Vec::new();
+        for (i, mid) in mids.into_iter().enumerate() {
+            let pt = pick_pt(&mut rtc, mid, params)?;
+            tracks.push(Track {
+                mid,
+                pt,
+                source: if i == 0 { Source::Live(stream) } else { Source::Idle },
+                play: PlayState::live(String::new()),
+                need_key: true,
+                offset_90k: None,
+                last_rtp_90k: 0,
+                last_sent_mono_us: i64::MIN,
+                reported: None,
+            });
+        }
+        let session = Session {
             id,
             owner,
             peer,
             stream,
             rtc,
-            video: None,
+            tracks,
+            codec: params.codec,
             connected: false,
-            need_key: true,
             channel: None,
-            offset_90k: None,
-            last_rtp_90k: 0,
+            inbox: VecDeque::new(),
             frames_sent: 0,
-            last_sent_mono_us: i64::MIN,
             created: now,
         };
-        // The offer's first video media line (its `mid`), which the answer accepted.
-        let mid = video_mids(offer_text)
-            .into_iter()
-            .map(Mid::from)
-            .find(|m| session.rtc.media(*m).is_some_and(|media| media.kind() == MediaKind::Video))
-            .ok_or(OfferError::NoVideo)?;
-        let pt = pick_pt(&mut session.rtc, mid, params)?;
-        session.video = Some((mid, pt));
         Ok((session, answer.to_sdp_string()))
     }
 
@@ -185,14 +249,31 @@ impl Session {
                 Ok(Output::Event(e)) => match e {
                     Event::Connected => {
                         self.connected = true;
-                        self.need_key = true;
-                        wants.keyframe = true;
+                        for (i, t) in self.tracks.iter_mut().enumerate() {
+                            t.need_key = true;
+                            wants.keyframe.push(i);
+                        }
                     }
-                    Event::KeyframeRequest(_) => {
-                        self.need_key = true;
-                        wants.keyframe = true;
+                    Event::KeyframeRequest(r) => {
+                        if let Some(i) = self.tracks.iter().position(|t| t.mid == r.mid) {
+                            self.tracks[i].need_key = true;
+                            wants.keyframe.push(i);
+                        }
                     }
                     Event::ChannelOpen(id, _) => self.channel = Some(id),
+                    Event::ChannelData(d) => {
+                        if self.inbox.len() >= limits::WEBRTC_CONTROL_QUEUE_MESSAGES {
+                            self.inbox.pop_front();
+                            self.send_control(&control::error(
+                                0,
+                                0,
+                                "flooded",
+                                "too many control messages at once: one was dropped",
+                            ));
+                        }
+                        self.inbox.push_back(d.data);
+                        wants.control = true;
+                    }
                     Event::ChannelClose(_) => self.channel = None,
                     Event::IceConnectionStateChange(IceConnectionState::Disconnected) | Event::Closed => {
                         self.rtc.disconnect();
@@ -207,48 +288,53 @@ impl Session {
         }
     }
 
-    /// Whether the session is waiting for a keyframe to (re)start its picture.
-    pub fn needs_keyframe(&self) -> bool {
-        self.connected && self.need_key
-    }
-
-    /// Marks the picture broken (frames were lost): it restarts at the next keyframe.
-    pub fn lost_frames(&mut self) {
-        self.need_key = true;
-    }
-
-    /// Sends one frame (Annex B, parameter sets in front of a keyframe) with presentation
-    /// time `pts_90k`. Skipped until connected and, after a loss, until a keyframe.
-    /// `squeeze` sends it 1 tick after the previous one instead (a GOP sent in a burst so a
-    /// new viewer's decoder catches up at once).
+    /// Sends one frame on track `t` (Annex B, parameter sets in front of a keyframe) with
+    /// presentation time `pts_90k`. Skipped until connected and, after a loss, until a
+    /// keyframe. `squeeze` sends it 1 tick after the previous one instead (a GOP sent in a
+    /// burst so a new viewer's decoder catches up at once).
     pub fn send_frame(
         &mut self,
+        t: usize,
         annexb: &Arc<[u8]>,
         is_key: bool,
         pts_90k: i64,
         squeeze: bool,
         now: Instant,
     ) -> Result<bool, RtcError> {
-        let Some((mid, pt)) = self.video else { return Ok(false) };
-        if !self.connected || (self.need_key && !is_key) {
+        let Some(track) = self.tracks.get_mut(t) else { return Ok(false) };
+        if !self.connected || (track.need_key && !is_key) {
             return Ok(false);
         }
-        let offset = *self.offset_90k.get_or_insert(self.last_rtp_90k - pts_90k);
+        let offset = *track.offset_90k.get_or_insert(track.last_rtp_90k - pts_90k);
         let mut rtp = pts_90k + offset;
-        if squeeze || rtp <= self.last_rtp_90k {
-            rtp = self.last_rtp_90k + 1;
-            self.offset_90k = Some(rtp - pts_90k);
+        if squeeze || rtp <= track.last_rtp_90k {
+            rtp = track.last_rtp_90k + 1;
+            track.offset_90k = Some(rtp - pts_90k);
         }
+        let (mid, pt) = (track.mid, track.pt);
         let Some(writer) = self.rtc.writer(mid) else { return Ok(false) };
         writer.write(pt, now, MediaTime::from_90khz(rtp as u64), annexb.clone())?;
-        self.last_rtp_90k = rtp;
-        self.need_key = false;
+        let track = &mut self.tracks[t];
+        track.last_rtp_90k = rtp;
+        track.need_key = false;
         self.frames_sent += 1;
         Ok(true)
     }
 
-    /// A new camera session: its presentation times start from a new base.
-    pub fn rebase(&mut self) {
-        self.offset_90k = None;
+    /// Sends a control message to the browser (dropped when the channel is not open or full).
+    pub fn send_control(&mut self, m: &control::pb::ServerMessage) {
+        let Some(id) = self.channel else { return };
+        let bytes = m.encode_to_vec();
+        if bytes.len() > limits::WEBRTC_CONTROL_MESSAGE_MAX_BYTES {
+            return;
+        }
+        if let Some(mut ch) = self.rtc.channel(id) {
+            let _ = ch.write(true, &bytes);
+        }
+    }
+
+    /// Stored-playback cursors this session holds.
+    pub fn cursors(&self) -> usize {
+        self.tracks.iter().filter(|t| matches!(t.source, Source::Stored(_))).count()
     }
 }

@@ -1,0 +1,271 @@
+//! Stored playback: a cursor over one stream's recordings. It finds where to start through
+//! the catalog (the keyframe at or before the target), reads one fragment's index at a time
+//! from the segment file and one sample's bytes at a time, and paces frames by their wall
+//! time divided by the rate. Gaps between recordings are skipped, not waited out. Above 2×
+//! only keyframes are read.
+//!
+//! Memory: one fragment's sample table (at most [`limits::FRAGMENT_MAX_SAMPLES`] entries) and
+//! one frame.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::catalog::{Catalog, CatalogError, Keyframe, RecordingRow};
+use crate::clock::ticks_90k_to_us;
+use crate::limits;
+use crate::media::fmp4_read::{ReadError, SegmentReader};
+use crate::media::{VideoParams, annexb};
+
+/// Why a cursor cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub enum CursorError {
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error("nothing recorded there")]
+    NothingRecorded,
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Read { path: String, source: ReadError },
+    #[error("{0}")]
+    Params(#[from] annexb::AnnexbError),
+}
+
+/// How far a seek looks back for a keyframe, and ahead when there is none before.
+const SEEK_WINDOW_US: i64 = 24 * 3600 * 1_000_000;
+
+/// A gap longer than this between two frames is skipped at once.
+const GAP_SKIP_US: i64 = 2_000_000;
+
+/// One sample to come.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    offset: u64,
+    len: u32,
+    wall_us: i64,
+    is_key: bool,
+}
+
+/// The recording being read.
+struct Open {
+    row: RecordingRow,
+    path: PathBuf,
+    file: File,
+    reader: SegmentReader<File>,
+    params: Arc<VideoParams>,
+    sets: Vec<Bytes>,
+}
+
+/// A frame read for sending.
+pub struct StoredFrame {
+    /// Annex B, parameter sets in front of a keyframe.
+    pub annexb: Arc<[u8]>,
+    pub is_key: bool,
+    pub wall_us: i64,
+}
+
+pub struct Cursor {
+    catalog: Arc<Catalog>,
+    data_dir: PathBuf,
+    stream_id: u32,
+    open: Option<Open>,
+    pending: VecDeque<Sample>,
+    /// Wall time of the last frame read, so the next recording is found after it.
+    last_wall_us: i64,
+    /// Pacing: this wall time was due at this instant.
+    anchor: (Instant, i64),
+    rate: f32,
+    paused: bool,
+    step: bool,
+    keyframes_only: bool,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CursorError + '_ {
+    move |source| CursorError::Io { path: path.display().to_string(), source }
+}
+
+impl Cursor {
+    /// A cursor on stream `stream_id` at the keyframe at or before `wall_us` (or the first
+    /// one after it, when nothing is recorded before).
+    pub fn open(
+        catalog: Arc<Catalog>,
+        data_dir: &Path,
+        stream_id: u32,
+        wall_us: i64,
+        now: Instant,
+    ) -> Result<Cursor, CursorError> {
+        let mut c = Cursor {
+            catalog,
+            data_dir: data_dir.into(),
+            stream_id,
+            open: None,
+            pending: VecDeque::new(),
+            last_wall_us: wall_us,
+            anchor: (now, wall_us),
+            rate: 1.0,
+            paused: false,
+            step: false,
+            keyframes_only: false,
+        };
+        c.seek(wall_us, now)?;
+        Ok(c)
+    }
+
+    /// Moves to the keyframe at or before `wall_us`.
+    pub fn seek(&mut self, wall_us: i64, now: Instant) -> Result<(), CursorError> {
+        let (rec, kf) = self
+            .catalog
+            .keyframe_near(self.stream_id, wall_us, SEEK_WINDOW_US, SEEK_WINDOW_US)?
+            .ok_or(CursorError::NothingRecorded)?;
+        self.start_at(rec, kf)?;
+        self.anchor = (now, kf.wall_us);
+        Ok(())
+    }
+
+    /// Opens recording `rec` at keyframe `kf`: its fragment's samples from that keyframe on.
+    fn start_at(&mut self, rec: u64, kf: Keyframe) -> Result<(), CursorError> {
+        let row = self.catalog.recording(rec)?.ok_or(CursorError::NothingRecorded)?;
+        let reuse = self.open.as_ref().is_some_and(|o| o.row.path == row.path);
+        if !reuse {
+            let path = self.data_dir.join(&row.path);
+            let file = File::open(&path).map_err(io_err(&path))?;
+            let reader_file = file.try_clone().map_err(io_err(&path))?;
+            let (reader, init) = SegmentReader::open(reader_file, row.bytes)
+                .map_err(|source| CursorError::Read { path: path.display().to_string(), source })?;
+            let params = Arc::new(VideoParams {
+                codec: init.codec,
+                rfc6381: String::new(),
+                width: init.width,
+                height: init.height,
+                sample_entry: init.sample_entry.into(),
+            });
+            let sets = annexb::parameter_sets(&params)?;
+            self.open = Some(Open { row, path, file, reader, params, sets });
+        }
+        let open = self.open.as_mut().expect("just opened");
+        open.reader.seek_to(kf.fragment_start_byte);
+        self.pending.clear();
+        self.load_fragment()?;
+        while self.pending.front().is_some_and(|s| !(s.is_key && s.wall_us >= kf.wall_us - 1_000)) {
+            self.pending.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Reads the next fragment's sample table; false at the end of the file.
+    fn load_fragment(&mut self) -> Result<bool, CursorError> {
+        let Some(open) = self.open.as_mut() else { return Ok(false) };
+        if open.reader.position_byte() >= open.row.bytes {
+            return Ok(false);
+        }
+        let path = open.path.display().to_string();
+        let Some(f) = open.reader.next_fragment().map_err(|source| CursorError::Read { path, source })? else {
+            return Ok(false);
+        };
+        let Some(wall0) = f.wall_us else { return Ok(false) };
+        let mut offset = f.data_start_byte;
+        let mut at_90k: i64 = 0;
+        for s in f.samples.iter().take(limits::FRAGMENT_MAX_SAMPLES) {
+            self.pending.push_back(Sample {
+                offset,
+                len: s.size_bytes,
+                wall_us: wall0 + ticks_90k_to_us(at_90k),
+                is_key: s.is_key,
+            });
+            offset += u64::from(s.size_bytes);
+            at_90k += i64::from(s.duration);
+        }
+        Ok(true)
+    }
+
+    /// The next sample, moving to the next fragment and the next recording as needed.
+    fn next_sample(&mut self) -> Result<Option<Sample>, CursorError> {
+        loop {
+            while let Some(s) = self.pending.pop_front() {
+                if !self.keyframes_only || s.is_key {
+                    return Ok(Some(s));
+                }
+            }
+            if self.load_fragment()? {
+                continue;
+            }
+            // The next recording: its first keyframe after the last frame read.
+            let next = self.catalog.keyframe_near(self.stream_id, self.last_wall_us + 1, 0, SEEK_WINDOW_US)?;
+            match next {
+                Some((rec, kf)) if kf.wall_us > self.last_wall_us => self.start_at(rec, kf)?,
+                _ => return Ok(None),
+            }
+        }
+    }
+
+    pub fn set_rate(&mut self, rate: f32, keyframes_only: bool, now: Instant) {
+        // Re-anchor at the current position so the new rate applies from now.
+        self.anchor = (now, self.last_wall_us);
+        self.rate = rate;
+        self.keyframes_only = keyframes_only;
+    }
+
+    pub fn set_paused(&mut self, paused: bool, step: bool, now: Instant) {
+        if self.paused && !paused {
+            self.anchor = (now, self.last_wall_us);
+        }
+        self.paused = paused;
+        self.step = step;
+    }
+
+    /// When the next frame is due; `None` while paused (and no step is asked) or at the end.
+    pub fn due(&self) -> Option<Instant> {
+        if self.paused && !self.step {
+            return None;
+        }
+        let next = self.pending.front().map_or(self.last_wall_us, |s| s.wall_us);
+        if self.step {
+            return Some(self.anchor.0);
+        }
+        let ahead_us = ((next - self.anchor.1).max(0) as f64 / f64::from(self.rate)) as u64;
+        Some(self.anchor.0 + Duration::from_micros(ahead_us))
+    }
+
+    /// The next frame if it is due at `now`; `Ok(None)` when not yet (or at the end).
+    pub fn pop(&mut self, now: Instant) -> Result<Option<StoredFrame>, CursorError> {
+        if self.due().is_none_or(|d| d > now) {
+            return Ok(None);
+        }
+        let Some(s) = self.next_sample()? else { return Ok(None) };
+        if s.wall_us - self.last_wall_us > GAP_SKIP_US || s.wall_us < self.last_wall_us {
+            self.anchor = (now, s.wall_us);
+        }
+        self.last_wall_us = s.wall_us;
+        if self.step {
+            self.step = false;
+            self.anchor = (now, s.wall_us);
+        }
+        let open = self.open.as_ref().expect("a sample comes from an open file");
+        if s.len as usize > limits::FRAME_MAX_BYTES {
+            let source = ReadError::Malformed { at_byte: s.offset, what: "a sample over the frame ceiling" };
+            return Err(CursorError::Read { path: open.path.display().to_string(), source });
+        }
+        let mut data = vec![0u8; s.len as usize];
+        open.file.read_exact_at(&mut data, s.offset).map_err(io_err(&open.path))?;
+        let sets: &[Bytes] = if s.is_key { &open.sets } else { &[] };
+        let mut out = Vec::with_capacity(data.len() + 64);
+        annexb::to_annexb(&data, sets, &mut out)?;
+        Ok(Some(StoredFrame { annexb: out.into(), is_key: s.is_key, wall_us: s.wall_us }))
+    }
+
+    /// The wall time of the last frame read.
+    pub fn position_us(&self) -> i64 {
+        self.last_wall_us
+    }
+
+    /// The codec parameters of the recording being read.
+    pub fn params(&self) -> Option<&Arc<VideoParams>> {
+        self.open.as_ref().map(|o| &o.params)
+    }
+}

@@ -181,8 +181,11 @@ async function startLive(camera, stream) {
   await stopLive();
   const pc = new RTCPeerConnection();
   pc.addTransceiver('video', { direction: 'recvonly' });
-  pc.createDataChannel('control');
-  const session = { pc, location: null, name: `${camera}/${stream}` };
+  const channel = pc.createDataChannel('control');
+  channel.binaryType = 'arraybuffer';
+  const session = { pc, channel, location: null, name: `${camera}/${stream}`, nextRequest: 1 };
+  channel.onmessage = (e) => onControl(KeepPeekControl.decode('ServerMessage', e.data));
+  channel.onopen = () => { timeline.stream = session.name; queryTimeline(); };
   live = session;
   const video = $('#live-video');
   pc.ontrack = (e) => { video.srcObject = e.streams[0] || new MediaStream([e.track]); };
@@ -203,6 +206,7 @@ async function startLive(camera, stream) {
   session.location = r.headers.get('location');
   await pc.setRemoteDescription({ type: 'answer', sdp: await r.text() });
   $('#live-title').textContent = `Live: ${session.name}`;
+  $('#playback-from').value = localInput(new Date(Date.now() - 60_000));
   $('#live').hidden = false;
   $('#live-stop').focus();
 }
@@ -221,6 +225,114 @@ async function stopLive() {
 }
 
 $('#live-stop').addEventListener('click', () => stopLive());
+
+// The control channel (protobuf, /control_pb.js generated from the same .proto as the box's).
+function sendControl(command) {
+  if (!live || live.channel.readyState !== 'open') return;
+  const m = { request_id: live.nextRequest++, track: 0, ...command };
+  live.channel.send(KeepPeekControl.encode('ClientMessage', m));
+}
+
+function onControl(m) {
+  if (m.position) {
+    const out = $('#playback-position');
+    out.dataset.wallUs = String(m.position.wall_us);
+    out.textContent = new Date(m.position.wall_us / 1000).toLocaleString();
+    timeline.position = m.position.wall_us;
+    drawTimeline();
+  }
+  if (m.state) {
+    const stored = m.state.mode === KeepPeekControl.ENUMS.Mode.MODE_STORED;
+    $('#live-state').textContent = stored
+      ? `${m.state.stream}: recorded, ${m.state.paused ? 'paused' : `${m.state.rate}×`}`
+      : `${m.state.stream || live.name}: live`;
+    $('#live-state').dataset.mode = stored ? 'stored' : 'live';
+    $('#live-state').dataset.paused = String(m.state.paused);
+    if (!stored) { $('#playback-position').textContent = 'live'; delete $('#playback-position').dataset.wallUs; timeline.position = null; }
+  }
+  if (m.timeline) { timeline.runs = m.timeline.runs; drawTimeline(); }
+  if (m.error) say(`${m.error.code}: ${m.error.message}`);
+}
+
+on('#playback-form', async () => {
+  const wall = toUs(new Date($('#playback-from').value));
+  if (!Number.isFinite(wall)) return say('Choose a time to play from.');
+  sendControl({ play_stored: { stream: live ? live.name : '', wall_us: wall } });
+});
+$('#play-live').addEventListener('click', () => sendControl({ play_live: { stream: '' } }));
+$('#pause').addEventListener('click', () => sendControl({ pause: {} }));
+$('#resume').addEventListener('click', () => sendControl({ resume: {} }));
+$('#step').addEventListener('click', () => sendControl({ step: {} }));
+$('#rate').addEventListener('change', () => sendControl({ set_rate: { rate: Number($('#rate').value) } }));
+
+// The timeline: runs of recording in the visible window only (asked for again as it moves),
+// gaps left blank; click or drag plays from that time; + and - zoom from minutes to days.
+const SPANS_US = [5 * 60e6, 30 * 60e6, 3 * 3600e6, 12 * 3600e6, 24 * 3600e6, 7 * 24 * 3600e6];
+const timeline = { stream: null, span: 0, end: 0, runs: [], position: null };
+// The visible window follows the present while nobody moved it.
+setInterval(() => { if (live && !timeline.end) queryTimeline(); }, 5000);
+
+function timelineWindow() {
+  const span = SPANS_US[timeline.span];
+  const end = timeline.end || Date.now() * 1000;
+  return [end - span, end];
+}
+
+function queryTimeline() {
+  if (!timeline.stream) return;
+  const [from, to] = timelineWindow();
+  sendControl({ timeline: { stream: timeline.stream, from_us: Math.floor(from), to_us: Math.ceil(to) } });
+  $('#timeline-span').textContent = `${new Date(from / 1000).toLocaleString()} – ${new Date(to / 1000).toLocaleString()}`;
+}
+
+function drawTimeline() {
+  const c = $('#timeline');
+  const g = c.getContext('2d');
+  const [from, to] = timelineWindow();
+  const x = (t) => ((t - from) / (to - from)) * c.width;
+  g.fillStyle = '#eee';
+  g.fillRect(0, 0, c.width, c.height);
+  g.fillStyle = '#2a7';
+  for (const r of timeline.runs) {
+    const a = Math.max(0, x(r.start_us));
+    const b = Math.min(c.width, x(r.end_us));
+    if (b > a) g.fillRect(a, 8, Math.max(1, b - a), c.height - 16);
+  }
+  if (timeline.position !== null) {
+    g.fillStyle = '#c00';
+    g.fillRect(x(timeline.position) - 1, 0, 2, c.height);
+  }
+}
+
+function playAtCanvas(clientX) {
+  const c = $('#timeline');
+  const rect = c.getBoundingClientRect();
+  const [from, to] = timelineWindow();
+  const wall = Math.round(from + ((clientX - rect.left) / rect.width) * (to - from));
+  sendControl({ play_stored: { stream: live ? live.name : '', wall_us: wall } });
+}
+
+let dragging = false;
+$('#timeline').addEventListener('pointerdown', (e) => { dragging = true; playAtCanvas(e.clientX); });
+$('#timeline').addEventListener('pointerup', () => { dragging = false; });
+$('#timeline').addEventListener('pointermove', (e) => { if (dragging && e.buttons) playAtCanvas(e.clientX); });
+function zoom(by) {
+  timeline.span = Math.min(SPANS_US.length - 1, Math.max(0, timeline.span + by));
+  queryTimeline();
+  drawTimeline();
+}
+$('#zoom-in').addEventListener('click', () => zoom(-1));
+$('#zoom-out').addEventListener('click', () => zoom(1));
+$('#timeline').addEventListener('keydown', (e) => {
+  const step = SPANS_US[timeline.span] / 10;
+  const [, to] = timelineWindow();
+  if (e.key === '+') zoom(-1);
+  else if (e.key === '-') zoom(1);
+  else if (e.key === 'ArrowLeft') { timeline.end = to - step; queryTimeline(); }
+  else if (e.key === 'ArrowRight') { timeline.end = Math.min(Date.now() * 1000, to + step); queryTimeline(); }
+  else return;
+  e.preventDefault();
+});
 
 $('#logout').addEventListener('click', async () => {
   await stopLive();

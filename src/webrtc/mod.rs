@@ -560,11 +560,21 @@ impl Engine {
     fn control(&mut self, i: usize) {
         while let Some(bytes) = self.sessions[i].inbox.pop_front() {
             let tracks = self.sessions[i].tracks.len();
-            let reply = match control::decode(&bytes, tracks) {
-                Ok(request) => self.command_for(i, &request).unwrap_or_else(|e| e),
-                Err(e) => e,
+            let (reply, track) = match control::decode(&bytes, tracks) {
+                Ok(request) => (self.command_for(i, &request).unwrap_or_else(|e| e), Some(request.track)),
+                Err(e) => (e, None),
             };
-            self.sessions[i].send_control(&reply);
+            let s = &mut self.sessions[i];
+            s.send_control(&reply);
+            // A stored track also says where it is (after a seek: the keyframe it starts at).
+            if let Some(t) = track
+                && let Source::Stored(cursor) = &s.tracks[t].source
+            {
+                let body = control::pb::server_message::Body::Position(control::pb::Position {
+                    wall_us: cursor.position_us(),
+                });
+                s.send_control(&control::pb::ServerMessage { request_id: 0, track: t as u32, body: Some(body) });
+            }
         }
         let _ = self.drive_quiet(i);
     }

@@ -125,6 +125,7 @@ impl Cursor {
             .ok_or(CursorError::NothingRecorded)?;
         self.start_at(rec, kf)?;
         self.anchor = (now, kf.wall_us);
+        self.last_wall_us = kf.wall_us;
         Ok(())
     }
 

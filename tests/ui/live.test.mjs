@@ -1,7 +1,9 @@
-// Live view over WebRTC in Debian's Chromium against the real keeppeek binary: the UI's
-// "Watch" button opens a WHEP session; frames decode (requestVideoFrameCallback counts
-// rise); the fixture's bar-coded frame number, read from the decoded pixels, advances;
-// closing the page frees the session on the server. Screenshots go to target/ui/.
+// Live view and playback over WebRTC in Debian's Chromium against the real keeppeek binary:
+// the UI's "Watch" button opens a WHEP session; frames decode (requestVideoFrameCallback
+// counts rise); the fixture's bar-coded frame number, read from the decoded pixels,
+// advances; closing the page frees the session on the server. Playback over the control
+// channel shows the frame recorded at the chosen time; seek, pause, step and 4× behave.
+// Screenshots go to target/ui/.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
@@ -26,6 +28,20 @@ function readBarcode() {
   return n;
 }
 
+async function setUp(page, base) {
+  await page.goto(base);
+  await page.locator('#setup-username').waitFor();
+  await page.fill('#setup-username', 'root');
+  await page.fill('#setup-password', 'correct horse battery');
+  await page.click('#setup-form button');
+  await page.locator('#cameras tbody tr').first().waitFor();
+  await waitFor('the camera to connect', async () => {
+    await page.reload();
+    await page.locator('#cameras tbody tr').first().waitFor();
+    return (await page.locator('#cameras tbody tr').first().innerText()).includes('connected\t');
+  });
+}
+
 test('live view: frames decode, the counter advances, closing the page frees the session', async (t) => {
   const udp = await freePort();
   const { base } = await startKeeppeek(t, ['[webrtc]', `port = ${udp}`, 'loopback = true']);
@@ -34,12 +50,7 @@ test('live view: frames decode, the counter advances, closing the page frees the
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
 
-  await page.goto(base);
-  await page.locator('#setup-username').waitFor();
-  await page.fill('#setup-username', 'root');
-  await page.fill('#setup-password', 'correct horse battery');
-  await page.click('#setup-form button');
-  await page.locator('#cameras tbody tr').first().waitFor();
+  await setUp(page, base);
   // A metrics token, to watch the server's session count from outside the page.
   const token = await page.evaluate(async () => {
     const csrf = (await (await fetch('/api/me')).json()).csrf;
@@ -51,11 +62,6 @@ test('live view: frames decode, the counter advances, closing the page frees the
     const text = await (await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${token}` } })).text();
     return Number(text.match(/^keeppeek_webrtc_sessions_open (\d+)$/m)[1]);
   };
-  await waitFor('the camera to connect', async () => {
-    await page.reload();
-    await page.locator('#cameras tbody tr').first().waitFor();
-    return (await page.locator('#cameras tbody tr').first().innerText()).includes('connected\t');
-  });
 
   // Watch, by keyboard: the row's button.
   const started = Date.now();
@@ -88,5 +94,81 @@ test('live view: frames decode, the counter advances, closing the page frees the
   // Closing the page ends the session on the server.
   await page.close();
   await waitFor('the session to close', async () => (await sessionsOpen()) === 0, 20000);
+  assert.deepEqual(errors, []);
+});
+
+test('playback: the frame recorded at the chosen time, then seek, pause, step and 4x', async (t) => {
+  const udp = await freePort();
+  const { base } = await startKeeppeek(t, ['[webrtc]', `port = ${udp}`, 'loopback = true']);
+  const browser = await launchChromium(t);
+  const page = await browser.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await setUp(page, base);
+
+  // The file camera plays the 15 fps clip from frame 0 when its session starts, so the frame
+  // recorded at wall time W is (W - start) × 15 mod 150.
+  const recordings = async () => page.evaluate(async () => {
+    const now = Date.now() * 1000;
+    const r = await fetch(`/api/streams/porch/main/recordings?from_us=${now - 3600e6}&to_us=${now}`);
+    return (await r.json()).runs;
+  });
+  await waitFor('16 s recorded', async () => {
+    const runs = await recordings();
+    return runs.length > 0 && runs[0].end_us - runs[0].start_us >= 16e6;
+  }, 40000);
+  const start = (await recordings())[0].start_us;
+  const frameAt = (wallUs) => Math.round(((wallUs - start) * 15) / 1e6) % 150;
+
+  await page.locator('#cameras tbody tr button').first().click();
+  await page.waitForFunction(() => live && live.channel.readyState === 'open');
+  const position = async () => Number(await page.locator('#playback-position').getAttribute('data-wall-us'));
+  const shown = async () => {
+    await new Promise((r) => setTimeout(r, 600)); // the jitter buffer drains
+    return page.evaluate(readBarcode);
+  };
+  const near = (a, b) => Math.min((a - b + 150) % 150, (b - a + 150) % 150) <= 1;
+
+  // Play from 5.3 s in: it starts at the keyframe at or before (5.0 s, frame 75).
+  const target = start + 5_300_000;
+  await page.evaluate((wall) => sendControl({ play_stored: { stream: 'porch/main', wall_us: wall } }), target);
+  await waitFor('stored playback', async () => (await page.locator('#live-state').getAttribute('data-mode')) === 'stored');
+  const first = await position();
+  assert.ok(first <= target && first > target - 1_100_000, `starts at ${first - start} µs, target ${target - start}`);
+  assert.equal(frameAt(first) % 15, 0, 'a keyframe');
+
+  // Pause: the picture holds the frame recorded at the reported position.
+  await new Promise((r) => setTimeout(r, 700));
+  await page.click('#pause');
+  await waitFor('paused', async () => (await page.locator('#live-state').getAttribute('data-paused')) === 'true');
+  const paused = await position();
+  const pausedFrame = await shown();
+  assert.ok(near(pausedFrame, frameAt(paused)), `shows frame ${pausedFrame}, recorded at ${paused - start} µs: frame ${frameAt(paused)}`);
+  await page.screenshot({ path: join(shots, 'playback-paused.png') });
+
+  // Step: one frame on.
+  await page.click('#step');
+  await waitFor('a step', async () => (await position()) > paused);
+  const stepped = await position();
+  assert.ok(stepped - paused >= 50_000 && stepped - paused <= 80_000, `a step of ${stepped - paused} µs`);
+  assert.ok(near(await shown(), frameAt(stepped)), 'the next frame is shown');
+
+  // Seek back to 3.5 s: the keyframe at 3.0 s.
+  await page.evaluate((wall) => sendControl({ seek: { wall_us: wall } }), start + 3_500_000);
+  await waitFor('the seek', async () => (await position()) < paused - 1_000_000);
+  const sought = await position();
+  assert.ok(Math.abs(sought - (start + 3_000_000)) < 100_000, `seek landed at ${sought - start} µs`);
+
+  // 4×, keyframes only: about 6 s of recording in 1.5 s.
+  await page.selectOption('#rate', '4');
+  await page.click('#resume');
+  const before = await position();
+  await new Promise((r) => setTimeout(r, 1500));
+  const advanced = (await position()) - before;
+  assert.ok(advanced >= 4_000_000 && advanced <= 8_000_000, `4× advanced ${advanced} µs in 1.5 s`);
+
+  // Back to live.
+  await page.click('#play-live');
+  await waitFor('live again', async () => (await page.locator('#live-state').getAttribute('data-mode')) === 'live');
   assert.deepEqual(errors, []);
 });

@@ -28,6 +28,19 @@ function readBarcode() {
   return n;
 }
 
+// keeppeek with live view on a free UDP port (loopback offered), and a page logged in as
+// the first admin once the camera is up.
+async function liveBox(t) {
+  const udp = await freePort();
+  const { base } = await startKeeppeek(t, ['[webrtc]', `port = ${udp}`, 'loopback = true']);
+  const browser = await launchChromium(t);
+  const page = await browser.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await setUp(page, base);
+  return { base, page, errors };
+}
+
 async function setUp(page, base) {
   await page.goto(base);
   await page.locator('#setup-username').waitFor();
@@ -43,14 +56,7 @@ async function setUp(page, base) {
 }
 
 test('live view: frames decode, the counter advances, closing the page frees the session', async (t) => {
-  const udp = await freePort();
-  const { base } = await startKeeppeek(t, ['[webrtc]', `port = ${udp}`, 'loopback = true']);
-  const browser = await launchChromium(t);
-  const page = await browser.newPage();
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(String(e)));
-
-  await setUp(page, base);
+  const { base, page, errors } = await liveBox(t);
   // A metrics token, to watch the server's session count from outside the page.
   const token = await page.evaluate(async () => {
     const csrf = (await (await fetch('/api/me')).json()).csrf;
@@ -98,13 +104,7 @@ test('live view: frames decode, the counter advances, closing the page frees the
 });
 
 test('playback: the frame recorded at the chosen time, then seek, pause, step and 4x', async (t) => {
-  const udp = await freePort();
-  const { base } = await startKeeppeek(t, ['[webrtc]', `port = ${udp}`, 'loopback = true']);
-  const browser = await launchChromium(t);
-  const page = await browser.newPage();
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(String(e)));
-  await setUp(page, base);
+  const { base, page, errors } = await liveBox(t);
 
   // The file camera plays the 15 fps clip from frame 0 when its session starts, so the frame
   // recorded at wall time W is (W - start) × 15 mod 150.

@@ -89,6 +89,19 @@ impl Clip {
     pub fn params(&self) -> &Arc<VideoParams> {
         &self.params
     }
+
+    /// The clip's video frames in order: (pts 90 kHz from the clip's start, keyframe, data).
+    pub fn video_frames(&self) -> impl Iterator<Item = (i64, bool, Bytes)> + '_ {
+        self.samples.iter().filter_map(|(pts, s)| match s {
+            Sample::Video { is_key, data } => Some((*pts, *is_key, data.clone())),
+            Sample::Audio { .. } => None,
+        })
+    }
+
+    /// One lap of the clip, 90 kHz.
+    pub fn duration_90k(&self) -> i64 {
+        self.duration_90k
+    }
 }
 
 /// Appends every sample of track `id` to `out`; returns the track's end in 90 kHz.

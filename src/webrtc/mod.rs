@@ -65,6 +65,26 @@ pub struct WebrtcStats {
     pub keyframe_bursts: AtomicU64,
     /// Sessions that never connected within [`limits::WEBRTC_CONNECT_TIMEOUT_MS`].
     pub connect_timeouts: AtomicU64,
+    /// The engine's time for each of the last live frames (in to RTP out, all viewers), µs.
+    frame_times: std::sync::Mutex<std::collections::VecDeque<u32>>,
+}
+
+/// Frame times kept for [`WebrtcStats::frame_times_us`].
+const FRAME_TIMES_KEPT: usize = 4096;
+
+impl WebrtcStats {
+    fn record_frame(&self, took: Duration) {
+        let mut times = self.frame_times.lock().expect("stats lock");
+        if times.len() == FRAME_TIMES_KEPT {
+            times.pop_front();
+        }
+        times.push_back(took.as_micros().min(u128::from(u32::MAX)) as u32);
+    }
+
+    /// Takes the engine's recorded times per live frame (for the benchmark), µs.
+    pub fn frame_times_us(&self) -> Vec<u32> {
+        self.frame_times.lock().expect("stats lock").drain(..).collect()
+    }
 }
 
 /// Why a session could not be opened.
@@ -554,6 +574,7 @@ impl Engine {
         for i in touched {
             self.drive(i);
         }
+        self.stats.record_frame(now.elapsed());
     }
 
     /// Handles session `i`'s control messages.

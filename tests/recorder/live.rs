@@ -170,3 +170,64 @@ fn the_box_holds_the_sessions_its_ram_class_allows() {
     assert_eq!(webrtc_metric(port, &metrics, "keeppeek_webrtc_connect_timeouts_total"), 64);
     assert_eq!(whep(port, &tokens[2], OFFER).0, 201, "room again");
 }
+
+#[test]
+fn logout_closes_the_logins_sessions_within_a_second() {
+    let (_dir, _d, port, _) = live_daemon("1 GiB");
+    let admin = setup_admin(port);
+    let metrics = make_token(port, &admin, "\"metrics\"");
+    let view = make_token(port, &admin, "\"view\"");
+    wait_connected(port, &view);
+    let with_cookie =
+        [("cookie", admin.0.as_str()), ("x-csrf-token", admin.1.as_str()), ("content-type", "application/sdp")];
+    for _ in 0..3 {
+        assert_eq!(request(port, "POST", "/api/whep/a/main", &with_cookie, OFFER).0, 201);
+    }
+    // Without the CSRF token a session cookie opens nothing.
+    let no_csrf = request(port, "POST", "/api/whep/a/main", &[("cookie", admin.0.as_str())], OFFER);
+    assert_eq!(no_csrf.0, 403);
+    assert_eq!(whep(port, &view, OFFER).0, 201, "a token's session, which logout leaves alone");
+    assert_eq!(webrtc_metric(port, &metrics, "keeppeek_webrtc_sessions_open"), 4);
+    let out = request(port, "POST", "/api/logout", &[("cookie", &admin.0), ("x-csrf-token", &admin.1)], "");
+    assert_eq!(out.0, 200);
+    let t = std::time::Instant::now();
+    let closed =
+        wait_until(Duration::from_secs(1), || webrtc_metric(port, &metrics, "keeppeek_webrtc_sessions_open") == 1);
+    assert!(closed, "the login's 3 sessions closed within 1 s");
+    eprintln!("logout closed 3 live sessions in {} ms", t.elapsed().as_millis());
+}
+
+/// The canned offer with H.265 added (payload type 50), as a browser that decodes it offers.
+fn offer_with_h265() -> String {
+    OFFER.replace("m=video 9 UDP/TLS/RTP/SAVPF 96 ", "m=video 9 UDP/TLS/RTP/SAVPF 50 96 ").replace(
+        "a=rtpmap:96 VP8/90000\r\n",
+        "a=rtpmap:50 H265/90000\r\na=rtcp-fb:50 nack pli\r\na=rtpmap:96 VP8/90000\r\n",
+    )
+}
+
+#[test]
+fn h265_is_sent_only_to_a_browser_that_offers_it() {
+    let cam = Camera::start();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    write_config(
+        dir.path(),
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n\
+             [webrtc]\nport = {udp}\nloopback = true\n[[cameras]]\nname = \"a\"\nmain = {{ url = \"{}\" }}\n",
+            cam.url("/h265")
+        ),
+    );
+    let d = Daemon::start(dir.path());
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    let view = make_token(port, &admin, "\"view\"");
+    wait_connected(port, &view);
+    let (code, body, _) = whep(port, &view, OFFER);
+    assert_eq!(code, 406, "{body}");
+    assert!(body.contains("\"code\":\"no_codec\"") && body.contains("H.265"), "{body}");
+    let (code, body, _) = whep(port, &view, &offer_with_h265());
+    assert_eq!(code, 201, "{body}");
+    assert!(body.contains("H265/90000"), "the answer carries H.265: {body}");
+}

@@ -419,7 +419,11 @@ fn per_viewer(clip: &Path, work: &Path, counts: &[usize], window: Duration) -> V
 
 /// Part 3: `tests/ui/bench-setup.mjs` in Node: click to first decoded frame, five times.
 fn chromium_setup() -> Value {
-    let out = Command::new("node").arg(repo().join("tests/ui/bench-setup.mjs")).output().expect("node runs");
+    let out = Command::new("node")
+        .arg(repo().join("tests/ui/bench-setup.mjs"))
+        .env("KEEPPEEK_BIN", env!("CARGO_BIN_EXE_keeppeek"))
+        .output()
+        .expect("node runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("the script prints JSON")
 }

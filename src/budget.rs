@@ -125,6 +125,19 @@ pub fn compute(config: &Config) -> Budget {
             ),
         },
         Line {
+            component: "WHEP offers",
+            bytes: if config.webrtc.port == 0 {
+                0
+            } else {
+                (limits::HTTP_HANDLERS_MAX * limits::WEBRTC_OFFER_MAX_BYTES) as u64
+            },
+            why: format!(
+                "{} handlers × {} KiB offer (HTTP_HANDLERS_MAX, WEBRTC_OFFER_MAX_BYTES)",
+                limits::HTTP_HANDLERS_MAX,
+                limits::WEBRTC_OFFER_MAX_BYTES >> 10
+            ),
+        },
+        Line {
             component: "live sessions",
             bytes: if config.webrtc.port == 0 { 0 } else { live_sessions * limits::WEBRTC_SESSION_BUDGET_BYTES as u64 },
             why: format!(

@@ -229,11 +229,13 @@ pub const WEBRTC_SESSIONS_SERVER_MAX: usize = 512;
 /// viewer.
 pub const WEBRTC_SESSION_BUDGET_BYTES: usize = 512 << 10;
 
-/// RTP packets a session keeps for resends (~1.2 KB each): one 1080p keyframe and then some.
-pub const WEBRTC_SEND_BUFFER_PACKETS: usize = 256;
+/// RTP packets a session keeps for resends (~1.2 KB each): a LAN's round trip of a 1080p
+/// stream with room to spare; the largest share of a viewer's memory.
+pub const WEBRTC_SEND_BUFFER_PACKETS: usize = 128;
 
-/// An SDP offer (a WHEP body).
-pub const WEBRTC_OFFER_MAX_BYTES: usize = 16 << 10;
+/// An SDP offer (a WHEP body): a browser's offer is ~4.5 KiB per video track, and a session
+/// has at most 17 (16 cursors and one more to be refused).
+pub const WEBRTC_OFFER_MAX_BYTES: usize = 128 << 10;
 
 /// A datagram read from the WebRTC port; a larger one is cut and fails to parse.
 pub const WEBRTC_DATAGRAM_MAX_BYTES: usize = 2048;

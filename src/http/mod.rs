@@ -298,6 +298,15 @@ fn text(body: String, content_type: &'static str) -> Reply {
     r
 }
 
+/// The largest body a route takes: an SDP offer for WHEP, small JSON everywhere else.
+pub(crate) fn body_max_bytes(method: &http::Method, path: &str) -> u64 {
+    if method == http::Method::POST && path.starts_with("/api/whep/") {
+        limits::WEBRTC_OFFER_MAX_BYTES as u64
+    } else {
+        limits::HTTP_SMALL_BODY_MAX_BYTES
+    }
+}
+
 /// Checks a parsed head against the limits hyper does not enforce.
 fn check_head(req: &Request<Incoming>, stats: &HttpStats) -> Option<Reply> {
     // "METHOD SP request-target SP HTTP/1.1 CRLF"
@@ -317,9 +326,11 @@ fn check_head(req: &Request<Incoming>, stats: &HttpStats) -> Option<Reply> {
         ));
     }
     let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limits::HTTP_SMALL_BODY_MAX_BYTES) {
+    let max = body_max_bytes(req.method(), req.uri().path());
+    if declared.is_some_and(|n| n > max) {
         stats.body_too_large.fetch_add(1, Ordering::Relaxed);
-        let mut r = error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", "the request body is over 16 KiB");
+        let message = format!("the request body is over {} KiB", max >> 10);
+        let mut r = error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", &message);
         // The body will not be read: do not keep the connection for the next request.
         r.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
         return Some(r);

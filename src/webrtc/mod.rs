@@ -63,6 +63,13 @@ pub struct WebrtcStats {
     pub send_errors: AtomicU64,
     pub frames_sent: AtomicU64,
     pub keyframe_bursts: AtomicU64,
+    pub control_messages: AtomicU64,
+    /// Control messages answered with an error.
+    pub control_errors: AtomicU64,
+    /// Control messages dropped because too many waited.
+    pub control_dropped: AtomicU64,
+    /// Messages to browsers their channel would not take (full, or closed).
+    pub replies_dropped: AtomicU64,
     /// Sessions that never connected within [`limits::WEBRTC_CONNECT_TIMEOUT_MS`].
     pub connect_timeouts: AtomicU64,
     /// The engine's time for each of the last live frames (in to RTP out, all viewers), µs.
@@ -305,6 +312,8 @@ impl Engine {
                 Step::Timeout => self.timeouts(),
             }
             self.sweep();
+            // Share the runtime fairly (ingest, the web face, signals) however busy it is.
+            tokio::task::consume_budget().await;
         }
         for s in &mut self.sessions {
             s.rtc.disconnect();
@@ -415,7 +424,8 @@ impl Engine {
         for t in wants.keyframe {
             self.keyframe_burst(i, t);
         }
-        if wants.control {
+        // Messages may also have arrived during a drive whose wants were not looked at.
+        if wants.control || !self.sessions[i].inbox.is_empty() {
             self.control(i);
         }
     }
@@ -432,6 +442,8 @@ impl Engine {
         };
         let s = &mut self.sessions[i];
         let (next, wants) = s.drive(&mut send);
+        stats.control_dropped.fetch_add(std::mem::take(&mut s.control_dropped), Ordering::Relaxed);
+        stats.replies_dropped.fetch_add(std::mem::take(&mut s.replies_dropped), Ordering::Relaxed);
         let cursors = s.tracks.iter().filter_map(|t| match &t.source {
             Source::Stored(c) if s.is_connected() => c.due(),
             _ => None,
@@ -579,12 +591,23 @@ impl Engine {
 
     /// Handles session `i`'s control messages.
     fn control(&mut self, i: usize) {
+        // Answering drives the session, which may take in more messages: until none wait.
+        while !self.sessions[i].inbox.is_empty() {
+            self.control_batch(i);
+        }
+    }
+
+    fn control_batch(&mut self, i: usize) {
         while let Some(bytes) = self.sessions[i].inbox.pop_front() {
             let tracks = self.sessions[i].tracks.len();
+            self.stats.control_messages.fetch_add(1, Ordering::Relaxed);
             let (reply, track) = match control::decode(&bytes, tracks) {
                 Ok(request) => (self.command_for(i, &request).unwrap_or_else(|e| e), Some(request.track)),
                 Err(e) => (e, None),
             };
+            if matches!(reply.body, Some(control::pb::server_message::Body::Error(_))) {
+                self.stats.control_errors.fetch_add(1, Ordering::Relaxed);
+            }
             let s = &mut self.sessions[i];
             s.send_control(&reply);
             // A stored track also says where it is (after a seek: the keyframe it starts at).

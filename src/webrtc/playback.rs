@@ -40,6 +40,9 @@ pub enum CursorError {
 /// How far a seek looks back for a keyframe, and ahead when there is none before.
 const SEEK_WINDOW_US: i64 = 24 * 3600 * 1_000_000;
 
+/// How often a cursor at the end of what is recorded looks for more.
+const END_RETRY: Duration = Duration::from_millis(250);
+
 /// A gap longer than this between two frames is skipped at once.
 const GAP_SKIP_US: i64 = 2_000_000;
 
@@ -84,6 +87,8 @@ pub struct Cursor {
     paused: bool,
     step: bool,
     keyframes_only: bool,
+    /// At the end of what is recorded: look again for new fragments then, not before.
+    retry_at: Option<Instant>,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CursorError + '_ {
@@ -112,6 +117,7 @@ impl Cursor {
             paused: false,
             step: false,
             keyframes_only: false,
+            retry_at: None,
         };
         c.seek(wall_us, now)?;
         Ok(c)
@@ -119,6 +125,7 @@ impl Cursor {
 
     /// Moves to the keyframe at or before `wall_us`.
     pub fn seek(&mut self, wall_us: i64, now: Instant) -> Result<(), CursorError> {
+        self.retry_at = None;
         let (rec, kf) = self
             .catalog
             .keyframe_near(self.stream_id, wall_us, SEEK_WINDOW_US, SEEK_WINDOW_US)?
@@ -133,7 +140,10 @@ impl Cursor {
     fn start_at(&mut self, rec: u64, kf: Keyframe) -> Result<(), CursorError> {
         let row = self.catalog.recording(rec)?.ok_or(CursorError::NothingRecorded)?;
         let reuse = self.open.as_ref().is_some_and(|o| o.row.path == row.path);
-        if !reuse {
+        if reuse {
+            // The same file, perhaps grown since: its current length is the row's.
+            self.open.as_mut().expect("checked").row = row;
+        } else {
             let path = self.data_dir.join(&row.path);
             let file = File::open(&path).map_err(io_err(&path))?;
             let reader_file = file.try_clone().map_err(io_err(&path))?;
@@ -187,7 +197,8 @@ impl Cursor {
 
     /// The next sample, moving to the next fragment and the next recording as needed.
     fn next_sample(&mut self) -> Result<Option<Sample>, CursorError> {
-        loop {
+        // Bounded: a catalog and file that disagree must not keep the engine here.
+        for _ in 0..limits::FRAGMENT_MAX_SAMPLES {
             while let Some(s) = self.pending.pop_front() {
                 if !self.keyframes_only || s.is_key {
                     return Ok(Some(s));
@@ -199,10 +210,17 @@ impl Cursor {
             // The next recording: its first keyframe after the last frame read.
             let next = self.catalog.keyframe_near(self.stream_id, self.last_wall_us + 1, 0, SEEK_WINDOW_US)?;
             match next {
-                Some((rec, kf)) if kf.wall_us > self.last_wall_us => self.start_at(rec, kf)?,
+                Some((rec, kf)) if kf.wall_us > self.last_wall_us => {
+                    self.start_at(rec, kf)?;
+                    if self.pending.is_empty() {
+                        // Nothing readable there yet (a fragment not on disk): later.
+                        return Ok(None);
+                    }
+                }
                 _ => return Ok(None),
             }
         }
+        Ok(None)
     }
 
     pub fn set_rate(&mut self, rate: f32, keyframes_only: bool, now: Instant) {
@@ -225,6 +243,9 @@ impl Cursor {
         if self.paused && !self.step {
             return None;
         }
+        if let Some(retry) = self.retry_at {
+            return Some(retry);
+        }
         let next = self.pending.front().map_or(self.last_wall_us, |s| s.wall_us);
         if self.step {
             return Some(self.anchor.0);
@@ -238,7 +259,12 @@ impl Cursor {
         if self.due().is_none_or(|d| d > now) {
             return Ok(None);
         }
-        let Some(s) = self.next_sample()? else { return Ok(None) };
+        self.retry_at = None;
+        let Some(s) = self.next_sample()? else {
+            // Caught up with the recording: new fragments reach the catalog at each flush.
+            self.retry_at = Some(now + END_RETRY);
+            return Ok(None);
+        };
         if s.wall_us - self.last_wall_us > GAP_SKIP_US || s.wall_us < self.last_wall_us {
             self.anchor = (now, s.wall_us);
         }

@@ -77,6 +77,10 @@ pub struct Session {
     channel: Option<ChannelId>,
     /// Control messages waiting for the engine.
     pub inbox: VecDeque<Vec<u8>>,
+    /// Control messages dropped (too many waited) since the engine last counted.
+    pub control_dropped: u64,
+    /// Messages to the browser the channel would not take, since the engine last counted.
+    pub replies_dropped: u64,
     pub frames_sent: u64,
     pub created: Instant,
 }
@@ -224,6 +228,8 @@ impl Session {
             connected: false,
             channel: None,
             inbox: VecDeque::new(),
+            control_dropped: 0,
+            replies_dropped: 0,
             frames_sent: 0,
             created: now,
         };
@@ -264,6 +270,7 @@ impl Session {
                     Event::ChannelData(d) => {
                         if self.inbox.len() >= limits::WEBRTC_CONTROL_QUEUE_MESSAGES {
                             self.inbox.pop_front();
+                            self.control_dropped += 1;
                             self.send_control(&control::error(
                                 0,
                                 0,
@@ -328,8 +335,9 @@ impl Session {
         if bytes.len() > limits::WEBRTC_CONTROL_MESSAGE_MAX_BYTES {
             return;
         }
-        if let Some(mut ch) = self.rtc.channel(id) {
-            let _ = ch.write(true, &bytes);
+        let sent = self.rtc.channel(id).is_some_and(|mut ch| ch.write(true, &bytes).unwrap_or(false));
+        if !sent {
+            self.replies_dropped += 1;
         }
     }
 

@@ -113,7 +113,7 @@ fn sessions_are_capped_per_principal_and_per_address_and_bad_input_is_refused() 
     assert!(body.contains("\"code\":\"bad_offer\""), "{body}");
     let no_video = OFFER.split("m=video").next().unwrap().to_string();
     assert_eq!(whep(port, &tokens[2], &no_video).0, 400);
-    assert_eq!(whep(port, &tokens[2], &"a".repeat(16 * 1024 + 1)).0, 413);
+    assert_eq!(whep(port, &tokens[2], &"a".repeat(128 * 1024 + 1)).0, 413);
     assert!(webrtc_metric(port, &metrics, "keeppeek_webrtc_refused_total{reason=\"bad_offer\"}") >= 2);
     let wrong_stream = request(port, "POST", "/api/whep/a/sub", &[("authorization", &bearer(&tokens[2]))], OFFER);
     assert_eq!(wrong_stream.0, 404);

@@ -1,7 +1,7 @@
 // Live view set-up time for benches/live.rs (not a test): keeppeek recording the fixture
 // clip, Chromium logged in; five times: click "Watch", time to the first decoded frame
 // (requestVideoFrameCallback), stop. Prints JSON: { ms: [...], median_ms }.
-import { startKeeppeek, launchChromium, freePort, waitFor } from './harness.mjs';
+import { startKeeppeek, launchChromium, freePort, setUpAdmin } from './harness.mjs';
 
 const cleanups = [];
 const t = { after: (fn) => cleanups.push(fn) };
@@ -10,16 +10,7 @@ try {
   const { base } = await startKeeppeek(t, ['[webrtc]', `port = ${udp}`, 'loopback = true']);
   const browser = await launchChromium(t);
   const page = await browser.newPage();
-  await page.goto(base);
-  await page.locator('#setup-username').waitFor();
-  await page.fill('#setup-username', 'root');
-  await page.fill('#setup-password', 'correct horse battery');
-  await page.click('#setup-form button');
-  await waitFor('the camera to connect', async () => {
-    await page.reload();
-    await page.locator('#cameras tbody tr').first().waitFor();
-    return (await page.locator('#cameras tbody tr').first().innerText()).includes('connected\t');
-  });
+  await setUpAdmin(page, base);
   const ms = [];
   for (let i = 0; i < 5; i++) {
     const took = await page.evaluate(() => new Promise((done) => {

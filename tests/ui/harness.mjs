@@ -30,7 +30,7 @@ export async function waitFor(what, fn, ms = 20000) {
 // Starts keeppeek recording camera "porch" from the fixture clip, with `extra` config lines
 // (a `[webrtc]` table turns live view on; without one it is off). Stopped when `t` ends.
 export async function startKeeppeek(t, extra = []) {
-  const bin = join(repo, 'target', 'debug', 'keeppeek');
+  const bin = process.env.KEEPPEEK_BIN || join(repo, 'target', 'debug', 'keeppeek');
   const clip = join(repo, 'target', 'fixtures', 'h264.mp4');
   assert.ok(existsSync(bin), `build keeppeek first (${bin})`);
   assert.ok(existsSync(clip), `make the fixtures first (${clip})`);
@@ -59,3 +59,19 @@ export async function launchChromium(t) {
   t.after(() => browser.close());
   return browser;
 }
+
+// First-time setup of the admin "root" in `page`, then waits until the camera is connected.
+export async function setUpAdmin(page, base) {
+  await page.goto(base);
+  await page.locator('#setup-username').waitFor();
+  await page.fill('#setup-username', 'root');
+  await page.fill('#setup-password', 'correct horse battery');
+  await page.click('#setup-form button');
+  await page.locator('#cameras tbody tr').first().waitFor();
+  await waitFor('the camera to connect', async () => {
+    await page.reload();
+    await page.locator('#cameras tbody tr').first().waitFor();
+    return (await page.locator('#cameras tbody tr').first().innerText()).includes('connected\t');
+  });
+}
+

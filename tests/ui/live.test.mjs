@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { shots, startKeeppeek, launchChromium, waitFor, freePort } from './harness.mjs';
+import { shots, startKeeppeek, launchChromium, waitFor, freePort, setUpAdmin } from './harness.mjs';
 
 // Reads the frame number the fixtures burn in as a bar code (tools/make-fixtures.sh): the
 // bottom 24 rows of the 640x360 picture, 16 cells of 40 px, bit i white in cell i.
@@ -37,22 +37,8 @@ async function liveBox(t) {
   const page = await browser.newPage();
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
-  await setUp(page, base);
+  await setUpAdmin(page, base);
   return { base, page, errors };
-}
-
-async function setUp(page, base) {
-  await page.goto(base);
-  await page.locator('#setup-username').waitFor();
-  await page.fill('#setup-username', 'root');
-  await page.fill('#setup-password', 'correct horse battery');
-  await page.click('#setup-form button');
-  await page.locator('#cameras tbody tr').first().waitFor();
-  await waitFor('the camera to connect', async () => {
-    await page.reload();
-    await page.locator('#cameras tbody tr').first().waitFor();
-    return (await page.locator('#cameras tbody tr').first().innerText()).includes('connected\t');
-  });
 }
 
 test('live view: frames decode, the counter advances, closing the page frees the session', async (t) => {
@@ -170,5 +156,69 @@ test('playback: the frame recorded at the chosen time, then seek, pause, step an
   // Back to live.
   await page.click('#play-live');
   await waitFor('live again', async () => (await page.locator('#live-state').getAttribute('data-mode')) === 'live');
+  assert.deepEqual(errors, []);
+});
+
+test('control channel limits: the 17th cursor, an oversized message and a flood get error replies', async (t) => {
+  const { page, errors } = await liveBox(t);
+  await waitFor('16 s recorded', async () => page.evaluate(async () => {
+    const now = Date.now() * 1000;
+    const r = await fetch(`/api/streams/porch/main/recordings?from_us=${now - 3600e6}&to_us=${now}`);
+    const runs = (await r.json()).runs;
+    return runs.length > 0 && runs[0].end_us - runs[0].start_us >= 4e6;
+  }), 40000);
+  const result = await page.evaluate(async () => {
+    const csrf = (await (await fetch('/api/me')).json()).csrf;
+    const pc = new RTCPeerConnection();
+    for (let i = 0; i < 17; i++) pc.addTransceiver('video', { direction: 'recvonly' });
+    const channel = pc.createDataChannel('control');
+    channel.binaryType = 'arraybuffer';
+    const replies = [];
+    channel.onmessage = (e) => replies.push(KeepPeekControl.decode('ServerMessage', e.data));
+    await pc.setLocalDescription(await pc.createOffer());
+    const r = await fetch('/api/whep/porch/main', { method: 'POST', headers: { 'content-type': 'application/sdp', 'x-csrf-token': csrf }, body: pc.localDescription.sdp });
+    if (r.status !== 201) return { status: r.status, body: await r.text() };
+    await pc.setRemoteDescription({ type: 'answer', sdp: await r.text() });
+    await new Promise((ok, fail) => { channel.onopen = ok; setTimeout(() => fail(new Error('no channel')), 10000); });
+    const wait = (ms) => new Promise((ok) => setTimeout(ok, ms));
+    const send = (m) => channel.send(KeepPeekControl.encode('ClientMessage', m));
+    const answer = async (id) => {
+      for (let i = 0; i < 100 && !replies.some((m) => m.request_id === id); i++) await wait(50);
+      return replies.find((m) => m.request_id === id);
+    };
+    const from = (Date.now() - 3000) * 1000;
+    const out = { cursors: [] };
+    for (let track = 0; track < 17; track++) {
+      send({ request_id: 100 + track, track, play_stored: { stream: 'porch/main', wall_us: from } });
+      const a = await answer(100 + track);
+      out.cursors.push(a && (a.error ? a.error.code : a.state ? 'state' : '?'));
+    }
+    channel.send(new Uint8Array(64 * 1024 + 1));
+    channel.send(new Uint8Array([0xff, 0xff, 0xff]));
+    send({ request_id: 300, track: 99, pause: {} });
+    await wait(500);
+    out.oversized = replies.some((m) => m.error && m.error.code === 'too_large');
+    out.garbage = replies.some((m) => m.error && m.error.code === 'bad_message');
+    out.unknownTrack = (await answer(300))?.error?.code;
+    // A flood: far more than the box keeps waiting for one session.
+    for (let i = 0; i < 300; i++) send({ request_id: 1000 + i, track: 0, set_rate: { rate: 2 } });
+    const settled = () => replies.filter((m) => m.request_id >= 1000 || (m.error && m.error.code === 'flooded')).length;
+    for (let i = 0; i < 100 && settled() < 300; i++) await wait(100);
+    out.flooded = replies.filter((m) => m.error && m.error.code === 'flooded').length;
+    out.floodAnswers = replies.filter((m) => m.request_id >= 1000).length;
+    // The session lives on.
+    send({ request_id: 2000, track: 0, pause: {} });
+    out.afterFlood = (await answer(2000))?.state?.paused;
+    pc.close();
+    return out;
+  });
+  assert.equal(result.status, undefined, JSON.stringify(result));
+  assert.deepEqual(result.cursors.slice(0, 16), Array(16).fill('state'), JSON.stringify(result.cursors));
+  assert.equal(result.cursors[16], 'too_many_cursors');
+  assert.ok(result.oversized, 'a 64 KiB + 1 message is refused');
+  assert.ok(result.garbage, 'garbage is refused');
+  assert.equal(result.unknownTrack, 'unknown_track');
+  assert.equal(result.floodAnswers + result.flooded, 300, `every message answered or refused: ${JSON.stringify(result)}`);
+  assert.equal(result.afterFlood, true, 'the session answers after the flood');
   assert.deepEqual(errors, []);
 });

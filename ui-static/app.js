@@ -177,21 +177,15 @@ on('#token-form', async () => {
 // box is ICE-lite with a candidate on each of its LAN addresses: no STUN server is needed.
 let live = null;
 
-async function startLive(camera, stream) {
-  await stopLive();
+// Opens a WHEP session for `camera/stream` shown in `video`; returns it (pc, channel,
+// location). Throws with the box's message when it is refused.
+async function openWhep(camera, stream, video) {
   const pc = new RTCPeerConnection();
   pc.addTransceiver('video', { direction: 'recvonly' });
   const channel = pc.createDataChannel('control');
   channel.binaryType = 'arraybuffer';
   const session = { pc, channel, location: null, name: `${camera}/${stream}`, nextRequest: 1 };
-  channel.onmessage = (e) => onControl(KeepPeekControl.decode('ServerMessage', e.data));
-  channel.onopen = () => { timeline.stream = session.name; queryTimeline(); };
-  live = session;
-  const video = $('#live-video');
   pc.ontrack = (e) => { video.srcObject = e.streams[0] || new MediaStream([e.track]); };
-  pc.onconnectionstatechange = () => {
-    $('#live-state').textContent = `${session.name}: ${pc.connectionState}`;
-  };
   await pc.setLocalDescription(await pc.createOffer());
   const headers = { 'content-type': 'application/sdp' };
   if (csrf) headers['x-csrf-token'] = csrf;
@@ -200,28 +194,81 @@ async function startLive(camera, stream) {
     let message = `live view failed (${r.status})`;
     try { message = (await r.json()).message; } catch (_) { /* not JSON */ }
     pc.close();
-    live = null;
     throw new Error(message);
   }
   session.location = r.headers.get('location');
   await pc.setRemoteDescription({ type: 'answer', sdp: await r.text() });
+  return session;
+}
+
+async function closeWhep(session) {
+  session.pc.close();
+  if (session.location) {
+    const headers = csrf ? { 'x-csrf-token': csrf } : {};
+    await fetch(session.location, { method: 'DELETE', headers });
+  }
+}
+
+async function startLive(camera, stream) {
+  await stopGrid();
+  await stopLive();
+  const session = await openWhep(camera, stream, $('#live-video'));
+  live = session;
+  session.channel.onmessage = (e) => onControl(KeepPeekControl.decode('ServerMessage', e.data));
+  session.channel.onopen = () => { timeline.stream = session.name; queryTimeline(); };
+  session.pc.onconnectionstatechange = () => {
+    $('#live-state').textContent = `${session.name}: ${session.pc.connectionState}`;
+  };
   $('#live-title').textContent = `Live: ${session.name}`;
   $('#playback-from').value = localInput(new Date(Date.now() - 60_000));
   $('#live').hidden = false;
   $('#live-stop').focus();
 }
 
+// The live grid: every camera at once, each from its sub stream when it has one (a grid
+// tile is small; the main stream is for one camera at a time).
+let grid = [];
+
+async function startGrid() {
+  await stopLive();
+  await stopGrid();
+  const r = await api('GET', '/api/cameras');
+  const tiles = $('#grid-tiles');
+  tiles.replaceChildren();
+  for (const c of r.data || []) {
+    const stream = c.streams.some((s) => s.stream === 'sub') ? 'sub' : 'main';
+    const figure = document.createElement('figure');
+    const video = document.createElement('video');
+    video.muted = true; video.autoplay = true; video.playsInline = true;
+    video.dataset.stream = `${c.camera}/${stream}`;
+    const caption = document.createElement('figcaption');
+    caption.textContent = `${c.camera} (${stream})`;
+    figure.append(video, caption);
+    tiles.append(figure);
+    try { grid.push(await openWhep(c.camera, stream, video)); } catch (e) { caption.textContent += `: ${e.message}`; }
+  }
+  $('#grid').hidden = false;
+  $('#grid-stop').focus();
+}
+
+async function stopGrid() {
+  const sessions = grid;
+  grid = [];
+  await Promise.all(sessions.map(closeWhep));
+  $('#grid-tiles').replaceChildren();
+  $('#grid').hidden = true;
+}
+
+$('#grid-start').addEventListener('click', () => startGrid().catch((e) => say(String(e))));
+$('#grid-stop').addEventListener('click', () => stopGrid());
+
 async function stopLive() {
   const session = live;
   live = null;
   if (!session) return;
-  session.pc.close();
   $('#live-video').srcObject = null;
   $('#live').hidden = true;
-  if (session.location) {
-    const headers = csrf ? { 'x-csrf-token': csrf } : {};
-    await fetch(session.location, { method: 'DELETE', headers });
-  }
+  await closeWhep(session);
 }
 
 $('#live-stop').addEventListener('click', () => stopLive());
@@ -336,6 +383,7 @@ $('#timeline').addEventListener('keydown', (e) => {
 
 $('#logout').addEventListener('click', async () => {
   await stopLive();
+  await stopGrid();
   await api('POST', '/api/logout');
   csrf = null;
   $('#who').textContent = '';

@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { shots, startKeeppeek, launchChromium, waitFor, freePort, setUpAdmin } from './harness.mjs';
+import { repo, shots, startKeeppeek, launchChromium, waitFor, freePort, setUpAdmin } from './harness.mjs';
 
 // Reads the frame number the fixtures burn in as a bar code (tools/make-fixtures.sh): the
 // bottom 24 rows of the 640x360 picture, 16 cells of 40 px, bit i white in cell i.
@@ -30,9 +30,9 @@ function readBarcode() {
 
 // keeppeek with live view on a free UDP port (loopback offered), and a page logged in as
 // the first admin once the camera is up.
-async function liveBox(t) {
+async function liveBox(t, extra = []) {
   const udp = await freePort();
-  const { base } = await startKeeppeek(t, ['[webrtc]', `port = ${udp}`, 'loopback = true']);
+  const { base } = await startKeeppeek(t, ['[webrtc]', `port = ${udp}`, 'loopback = true', ...extra]);
   const browser = await launchChromium(t);
   const page = await browser.newPage();
   const errors = [];
@@ -220,5 +220,33 @@ test('control channel limits: the 17th cursor, an oversized message and a flood 
   assert.equal(result.unknownTrack, 'unknown_track');
   assert.equal(result.floodAnswers + result.flooded, 300, `every message answered or refused: ${JSON.stringify(result)}`);
   assert.equal(result.afterFlood, true, 'the session answers after the flood');
+  assert.deepEqual(errors, []);
+});
+
+test('live grid: every camera at once, from its sub stream when it has one', async (t) => {
+  const clip = join(repo, 'target', 'fixtures', 'h264.mp4');
+  const yard = ['[[cameras]]', 'name = "yard"', `main = { url = "file://${clip}" }`, `sub = { url = "file://${clip}" }`];
+  const { page, errors } = await liveBox(t, yard);
+  await waitFor('every stream connected', async () => {
+    await page.reload();
+    await page.locator('#cameras tbody tr').nth(2).waitFor();
+    const rows = await page.locator('#cameras tbody tr').allInnerTexts();
+    return rows.length === 3 && rows.every((r) => r.includes('\tconnected\t'));
+  });
+  await page.click('#grid-start');
+  await page.locator('#grid-tiles video').nth(1).waitFor();
+  const streams = await page.locator('#grid-tiles video').evaluateAll((vs) => vs.map((v) => v.dataset.stream));
+  assert.deepEqual(streams, ['porch/main', 'yard/sub']);
+  await page.evaluate(() => {
+    window.tileFrames = [0, 0];
+    document.querySelectorAll('#grid-tiles video').forEach((v, i) => {
+      const count = () => { window.tileFrames[i]++; v.requestVideoFrameCallback(count); };
+      v.requestVideoFrameCallback(count);
+    });
+  });
+  await waitFor('both tiles decoding', async () => (await page.evaluate(() => Math.min(...window.tileFrames))) >= 15, 15000);
+  await page.screenshot({ path: join(shots, 'live-grid.png') });
+  await page.click('#grid-stop');
+  await waitFor('the grid to close', async () => (await page.locator('#grid-tiles video').count()) === 0);
   assert.deepEqual(errors, []);
 });

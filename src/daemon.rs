@@ -39,6 +39,36 @@ pub enum DaemonError {
     Webrtc { port: u16, source: std::io::Error },
 }
 
+/// File descriptors the daemon may hold at once: connections, playback cursors, a few per
+/// stream (socket, segment file, directory), the catalog and some slack.
+fn open_files_needed(config: &Config) -> u64 {
+    let streams: u64 = config.cameras.iter().map(|c| c.streams().count() as u64).sum();
+    (limits::HTTP_CONNECTIONS_MAX + limits::WEBRTC_CURSORS_MAX + limits::EXPORTS_RUNNING_MAX * 2) as u64
+        + streams * 4
+        + 64
+}
+
+/// Raises the soft limit on open files to the hard one (a service's soft limit is often
+/// 1,024, below what the ceilings allow); warns when even the hard limit is short.
+fn raise_open_files_limit(config: &Config) {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return;
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim = raised;
+        }
+    }
+    let needed = open_files_needed(config);
+    if (lim.rlim_cur as u64) < needed {
+        tracing::warn!(limit = lim.rlim_cur, needed, "the open-files limit is below what the ceilings allow");
+    }
+}
+
 /// Runs until SIGTERM or SIGINT.
 pub async fn run(config: Config) -> Result<(), DaemonError> {
     let budget = budget::compute(&config);
@@ -46,6 +76,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         return Err(DaemonError::Budget(budget));
     }
     info!("memory budget {} MiB of {} MiB allowed", budget.total_bytes() >> 20, budget.allowed_bytes >> 20);
+    raise_open_files_limit(&config);
     let data_dir = config.data_dir.clone();
     std::fs::create_dir_all(&data_dir).map_err(|source| DaemonError::DataDir { path: data_dir.clone(), source })?;
     // Bind first: a taken port is a clear error before anything else starts.

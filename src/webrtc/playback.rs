@@ -55,12 +55,28 @@ struct Sample {
     is_key: bool,
 }
 
+/// One open file for both the fragment reader (which seeks) and the sample reads (which
+/// are positioned, so the shared offset does not matter): one descriptor per cursor.
+struct Shared(Arc<File>);
+
+impl std::io::Read for Shared {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        (&*self.0).read(buf)
+    }
+}
+
+impl std::io::Seek for Shared {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        (&*self.0).seek(pos)
+    }
+}
+
 /// The recording being read.
 struct Open {
     row: RecordingRow,
     path: PathBuf,
-    file: File,
-    reader: SegmentReader<File>,
+    file: Arc<File>,
+    reader: SegmentReader<Shared>,
     params: Arc<VideoParams>,
     sets: Vec<Bytes>,
 }
@@ -146,8 +162,8 @@ impl Cursor {
         } else {
             let path = self.data_dir.join(&row.path);
             let file = File::open(&path).map_err(io_err(&path))?;
-            let reader_file = file.try_clone().map_err(io_err(&path))?;
-            let (reader, init) = SegmentReader::open(reader_file, row.bytes)
+            let file = Arc::new(file);
+            let (reader, init) = SegmentReader::open(Shared(file.clone()), row.bytes)
                 .map_err(|source| CursorError::Read { path: path.display().to_string(), source })?;
             let params = Arc::new(VideoParams {
                 codec: init.codec,

@@ -112,3 +112,39 @@ fn the_demo_records_the_builtin_camera_with_no_setup() {
         assert!(ffprobe_stream_packets(&path, "a:0").len() > 40, "{}", path.display());
     }
 }
+
+/// A service's soft limit on open files is often far below what the ceilings allow (256
+/// connections, 1,024 playback cursors): the daemon raises it to the hard limit at start.
+#[test]
+fn the_daemon_raises_its_open_files_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n"
+        ),
+    );
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", "ulimit -Sn 256 && exec \"$0\" run --config \"$1\""])
+        .arg(env!("CARGO_BIN_EXE_keeppeek"))
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let limits = || std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap_or_default();
+    let soft_and_hard = |text: &str| -> Option<(String, String)> {
+        let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+        let mut v = line.split_whitespace().skip(3);
+        Some((v.next()?.to_string(), v.next()?.to_string()))
+    };
+    let raised = wait_until(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && soft_and_hard(&limits()).is_some_and(|(s, h)| s == h)
+    });
+    let seen = soft_and_hard(&limits());
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    assert!(raised, "soft limit raised to the hard one: {seen:?}");
+}

@@ -51,7 +51,6 @@ struct Inner {
 /// Counters of one fanout.
 #[derive(Debug, Default)]
 pub struct FanoutStats {
-    pub frames: AtomicU64,
     /// Frames a tap had no room for.
     pub tap_drops: AtomicU64,
     /// GOPs dropped at a cap.
@@ -94,7 +93,6 @@ impl Fanout {
 
     /// Hands a frame to every tap and keeps it in the GOP.
     pub fn publish(&self, frame: &Frame) {
-        self.stats.frames.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.inner.lock().expect("fanout lock");
         let len = frame.data.len();
         if inner.params.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &frame.params)) {

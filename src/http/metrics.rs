@@ -160,7 +160,7 @@ fn streams(out: &mut String, media: &Media) {
     let rec = |i: usize, f: fn(&crate::record::stream::RecorderStats) -> &AtomicU64| {
         media.streams[i].recording.as_ref().map(|(_, r)| load(f(r)))
     };
-    let counters: [PerStream; 9] = [
+    let counters: [PerStream; 11] = [
         ("keeppeek_stream_sessions_total", "Camera sessions started.", &|i| Some(snapshots[i].sessions_started)),
         ("keeppeek_stream_frames_total", "Video frames received.", &|i| Some(snapshots[i].frames_received)),
         ("keeppeek_stream_frames_oversized_total", "Frames over the frame ceiling, dropped.", &|i| {
@@ -176,6 +176,12 @@ fn streams(out: &mut String, media: &Media) {
         }),
         ("keeppeek_recorder_disk_full_total", "Writes that met a full disk.", &|i| rec(i, |r| &r.disk_full)),
         ("keeppeek_recorder_write_errors_total", "Writes that failed otherwise.", &|i| rec(i, |r| &r.write_errors)),
+        ("keeppeek_live_tap_drops_total", "Frames a live tap had no room for.", &|i| {
+            Some(load(&media.streams[i].live.stats.tap_drops))
+        }),
+        ("keeppeek_live_gops_dropped_total", "GOPs not held for new viewers: over a cap.", &|i| {
+            Some(load(&media.streams[i].live.stats.gops_dropped))
+        }),
     ];
     for (metric, help, f) in counters {
         family(out, metric, "counter", help, &per(f));

@@ -226,6 +226,9 @@ pub struct Engine {
     stats: Arc<WebrtcStats>,
     max_sessions: usize,
     next_id: u64,
+    /// (session, track) pairs showing the stream of the frame being sent: kept between
+    /// frames so the per-frame path does not allocate it.
+    viewers: Vec<(usize, usize)>,
 }
 
 impl Engine {
@@ -266,13 +269,9 @@ impl Engine {
             stats,
             max_sessions,
             next_id: 1,
+            viewers: Vec::new(),
         };
         Ok((engine, handle))
-    }
-
-    /// The local addresses (one per socket), for logs and tests.
-    pub fn locals(&self) -> &[SocketAddr] {
-        &self.locals
     }
 
     /// Runs until `shutdown` turns true or every handle is gone.
@@ -544,7 +543,8 @@ impl Engine {
     fn frame(&mut self, lf: LiveFrame) {
         let stream = lf.stream;
         let now = Instant::now();
-        let mut viewers: Vec<(usize, usize)> = Vec::new();
+        let mut viewers = std::mem::take(&mut self.viewers);
+        viewers.clear();
         for (i, s) in self.sessions.iter_mut().enumerate() {
             for (t, track) in s.tracks.iter_mut().enumerate() {
                 if matches!(track.source, Source::Live(x) if x == stream) {
@@ -561,12 +561,13 @@ impl Engine {
                 && (lf.frame.is_key || !track.needs_keyframe())
                 && lf.frame.received_mono_us > track.last_sent_mono_us
         });
-        if !wanted {
+        let data = if wanted { self.annexb(stream, &lf.frame) } else { None };
+        let Some(data) = data else {
+            self.viewers = viewers;
             return;
-        }
-        let Some(data) = self.annexb(stream, &lf.frame) else { return };
-        let mut touched = Vec::new();
-        for (i, t) in viewers {
+        };
+        let mut last_touched = None;
+        for &(i, t) in &viewers {
             let s = &mut self.sessions[i];
             if lf.frame.received_mono_us <= s.tracks[t].last_sent_mono_us {
                 continue; // already sent in a keyframe burst
@@ -579,13 +580,16 @@ impl Engine {
                 Ok(false) => {}
                 Err(_) => s.tracks[t].lost_frames(),
             }
-            if touched.last() != Some(&i) {
-                touched.push(i);
+            // A session's tracks come together: drive it once, after its last one.
+            if last_touched.is_some_and(|l| l != i) {
+                self.drive(last_touched.take().expect("checked"));
             }
+            last_touched = Some(i);
         }
-        for i in touched {
+        if let Some(i) = last_touched {
             self.drive(i);
         }
+        self.viewers = viewers;
         self.stats.record_frame(now.elapsed());
     }
 
@@ -853,6 +857,11 @@ pub mod fuzzing {
             self.session.inbox.clear();
         }
 
+        #[cfg(test)]
+        pub(super) fn session(&mut self) -> &mut Session {
+            &mut self.session
+        }
+
         /// A datagram from the browser's address.
         pub fn datagram(&mut self, bytes: &[u8]) {
             if let Ok(r) = Receive::new(Protocol::Udp, PEER.into(), LOCAL.into(), bytes) {
@@ -880,5 +889,30 @@ pub mod fuzzing {
             }
             self.drive();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_box_holds_sessions_by_its_ram_class_up_to_the_server_ceiling() {
+        assert_eq!(max_sessions(512 << 20), limits::WEBRTC_SESSIONS_PER_GIB, "at least one GiB's worth");
+        assert_eq!(max_sessions(2 << 30), 2 * limits::WEBRTC_SESSIONS_PER_GIB);
+        assert_eq!(max_sessions(1 << 40), limits::WEBRTC_SESSIONS_SERVER_MAX);
+    }
+
+    #[test]
+    fn a_flood_of_control_messages_keeps_the_newest_and_counts_the_dropped() {
+        let offer = include_str!("../../tests/recorder/chromium-offer.sdp");
+        let mut h = fuzzing::Harness::new(offer).expect("the canned offer is accepted");
+        let s = h.session();
+        for i in 0..limits::WEBRTC_CONTROL_QUEUE_MESSAGES + 3 {
+            s.queue_control(vec![i as u8]);
+        }
+        assert_eq!(s.inbox.len(), limits::WEBRTC_CONTROL_QUEUE_MESSAGES);
+        assert_eq!(s.control_dropped, 3);
+        assert_eq!(s.inbox.front(), Some(&vec![3u8]), "the oldest went");
     }
 }

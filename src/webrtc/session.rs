@@ -268,17 +268,7 @@ impl Session {
                     }
                     Event::ChannelOpen(id, _) => self.channel = Some(id),
                     Event::ChannelData(d) => {
-                        if self.inbox.len() >= limits::WEBRTC_CONTROL_QUEUE_MESSAGES {
-                            self.inbox.pop_front();
-                            self.control_dropped += 1;
-                            self.send_control(&control::error(
-                                0,
-                                0,
-                                "flooded",
-                                "too many control messages at once: one was dropped",
-                            ));
-                        }
-                        self.inbox.push_back(d.data);
+                        self.queue_control(d.data);
                         wants.control = true;
                     }
                     Event::ChannelClose(_) => self.channel = None,
@@ -312,11 +302,12 @@ impl Session {
         if !self.connected || (track.need_key && !is_key) {
             return Ok(false);
         }
-        let offset = *track.offset_90k.get_or_insert(track.last_rtp_90k - pts_90k);
-        let mut rtp = pts_90k + offset;
+        // Camera timestamps are outside input: saturate rather than overflow.
+        let offset = *track.offset_90k.get_or_insert(track.last_rtp_90k.saturating_sub(pts_90k));
+        let mut rtp = pts_90k.saturating_add(offset);
         if squeeze || rtp <= track.last_rtp_90k {
             rtp = track.last_rtp_90k + 1;
-            track.offset_90k = Some(rtp - pts_90k);
+            track.offset_90k = Some(rtp.saturating_sub(pts_90k));
         }
         let (mid, pt) = (track.mid, track.pt);
         let Some(writer) = self.rtc.writer(mid) else { return Ok(false) };
@@ -326,6 +317,17 @@ impl Session {
         track.need_key = false;
         self.frames_sent += 1;
         Ok(true)
+    }
+
+    /// Queues a control message for the engine; past [`limits::WEBRTC_CONTROL_QUEUE_MESSAGES`]
+    /// the oldest is dropped, counted and answered with an error.
+    pub fn queue_control(&mut self, data: Vec<u8>) {
+        if self.inbox.len() >= limits::WEBRTC_CONTROL_QUEUE_MESSAGES {
+            self.inbox.pop_front();
+            self.control_dropped += 1;
+            self.send_control(&control::error(0, 0, "flooded", "too many control messages at once: one was dropped"));
+        }
+        self.inbox.push_back(data);
     }
 
     /// Sends a control message to the browser (dropped when the channel is not open or full).

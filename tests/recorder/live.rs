@@ -121,6 +121,8 @@ fn sessions_are_capped_per_principal_and_per_address_and_bad_input_is_refused() 
     // Garbage on the media port: counted, nothing else happens.
     let before = webrtc_metric(port, &metrics, "keeppeek_webrtc_datagrams_total");
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // One past the read buffer (WEBRTC_DATAGRAM_MAX_BYTES): cut, and counted like the rest.
+    s.send_to(&[0x17; 4000], ("127.0.0.1", udp)).unwrap();
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     for i in 0..500usize {
         let len = 1 + i % 1400;

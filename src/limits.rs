@@ -260,7 +260,8 @@ pub const WEBRTC_CURSORS_MAX: usize = 1024;
 /// timeline says `truncated`.
 pub const WEBRTC_TIMELINE_RUNS_MAX: usize = 2000;
 
-/// Requests (open, close) waiting for the engine.
+/// Requests (open, close) waiting for the engine; one more session opening is refused at
+/// once (503 `busy`).
 pub const WEBRTC_COMMANDS_MAX: usize = 64;
 
 // ---- accounts ----

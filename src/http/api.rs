@@ -189,7 +189,7 @@ pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketA
             Principal::User { session, .. } => {
                 ctx.auth.end_session(session);
                 if let Some(w) = &ctx.media.webrtc {
-                    w.close_login(*session);
+                    w.close_login(*session).await;
                 }
                 with_cookie(json_reply(StatusCode::OK, json!({})), "", 0)
             }
@@ -234,7 +234,7 @@ pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketA
                 Ok(true) => {
                     ctx.auth.end_sessions_of(name);
                     if let Some(w) = &ctx.media.webrtc {
-                        w.close_principal(format!("user:{name}"));
+                        w.close_principal(format!("user:{name}")).await;
                     }
                     json_reply(StatusCode::OK, json!({}))
                 }

@@ -64,6 +64,7 @@ pub async fn whep_open(
                 OpenError::NotLive => (StatusCode::SERVICE_UNAVAILABLE, "not_live"),
                 OpenError::NoStream => (StatusCode::NOT_FOUND, "not_found"),
                 OpenError::Stopped => (StatusCode::SERVICE_UNAVAILABLE, "stopping"),
+                OpenError::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             };
             error(status, code, &message)
         }

@@ -15,6 +15,8 @@ pub mod queue;
 pub mod recovery;
 pub mod retention;
 pub mod stream;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod verify;
 
 use std::path::PathBuf;

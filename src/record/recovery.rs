@@ -294,33 +294,11 @@ pub(crate) fn walk(dir: &Path, data_dir: &Path, depth: usize, f: &mut dyn FnMut(
 mod tests {
     use super::*;
     use crate::catalog::Batch;
-    use crate::limits;
-    use crate::media::avc;
-    use crate::media::fmp4::{
-        SampleEntry, TrackRun, fragment_header_buffer, write_fragment_header, write_init_segment,
-    };
 
     const WALL0: i64 = 1_800_000_000_000_000;
 
-    /// Init segment plus `n` one-second fragments of 15 frames; returns the bytes and each
-    /// fragment's (start, end).
     fn segment(n: u32) -> (Vec<u8>, Vec<(u64, u64)>) {
-        let mut init = vec![0u8; limits::INIT_SEGMENT_MAX_BYTES];
-        let len = write_init_segment(&mut init, &avc::test_sample_entry(), 640, 360, None).unwrap();
-        let mut out = init[..len].to_vec();
-        let mut bounds = Vec::new();
-        let mut head = fragment_header_buffer();
-        for i in 0..n {
-            let samples: Vec<_> =
-                (0..15).map(|k| SampleEntry { duration: 6000, size_bytes: 40, is_key: k == 0 }).collect();
-            let start = out.len() as u64;
-            let video = TrackRun { base_decode: u64::from(i) * 90_000, samples: &samples };
-            let h = write_fragment_header(&mut head[..], i + 1, WALL0 + i64::from(i) * 1_000_000, video, None).unwrap();
-            out.extend_from_slice(&head[..h]);
-            out.extend(std::iter::repeat_n(7u8, 15 * 40));
-            bounds.push((start, out.len() as u64));
-        }
-        (out, bounds)
+        crate::record::testing::segment(n, WALL0)
     }
 
     fn open_row(path: &str) -> RecordingRow {

@@ -111,6 +111,8 @@ pub enum OpenError {
     NoStream,
     #[error("live view is stopping")]
     Stopped,
+    #[error("live view has {0} requests waiting, the most it queues: try again")]
+    Busy(usize),
 }
 
 enum Command {
@@ -150,7 +152,10 @@ impl WebrtcHandle {
     ) -> Result<(u64, String), OpenError> {
         let (reply, rx) = oneshot::channel();
         let cmd = Command::Open { stream, offer, owner, peer, reply };
-        self.tx.send(cmd).await.map_err(|_| OpenError::Stopped)?;
+        self.tx.try_send(cmd).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => OpenError::Busy(limits::WEBRTC_COMMANDS_MAX),
+            mpsc::error::TrySendError::Closed(_) => OpenError::Stopped,
+        })?;
         rx.await.map_err(|_| OpenError::Stopped)?
     }
 
@@ -163,14 +168,16 @@ impl WebrtcHandle {
         rx.await.unwrap_or(false)
     }
 
-    /// Closes every session opened with a login session (at logout).
-    pub fn close_login(&self, login: [u8; 32]) {
-        let _ = self.tx.try_send(Command::CloseLogin(login));
+    /// Closes every session opened with a login session (at logout). Waits for room in
+    /// the queue rather than lose the request: a logout must end its sessions.
+    pub async fn close_login(&self, login: [u8; 32]) {
+        let _ = self.tx.send(Command::CloseLogin(login)).await;
     }
 
-    /// Closes every session of a principal (a user deleted).
-    pub fn close_principal(&self, principal: String) {
-        let _ = self.tx.try_send(Command::ClosePrincipal(principal));
+    /// Closes every session of a principal (a user deleted); waits for room like
+    /// [`WebrtcHandle::close_login`].
+    pub async fn close_principal(&self, principal: String) {
+        let _ = self.tx.send(Command::ClosePrincipal(principal)).await;
     }
 }
 
@@ -836,7 +843,7 @@ pub mod fuzzing {
     }
 
     /// A 640x360 H.264 stream's parameters (Main profile, level 3.1).
-    fn params() -> VideoParams {
+    pub(super) fn params() -> VideoParams {
         let sps = [0x67, 0x4d, 0x00, 0x1f, 0x9a, 0x66, 0x02, 0x80, 0x2d, 0xd8];
         let pps = [0x68, 0xee, 0x3c, 0x80];
         avc::video_params(&sps, &pps, 640, 360).expect("valid parameter sets")
@@ -895,6 +902,165 @@ pub mod fuzzing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::live::GopPool;
+    use str0m::Rtc;
+    use str0m::media::{Direction, MediaKind};
+
+    const WALL0: i64 = 1_800_000_000_000_000;
+
+    /// A browser's offer, made by `str0m` as a client: `videos` receive-only video tracks
+    /// and the control channel.
+    fn offer(videos: usize) -> String {
+        let mut rtc = Rtc::new(Instant::now());
+        let mut api = rtc.sdp_api();
+        for _ in 0..videos {
+            api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None);
+        }
+        api.add_channel("control".into());
+        let (offer, _pending) = api.apply().expect("an offer");
+        offer.to_sdp_string()
+    }
+
+    /// An engine on a loopback port serving one stream, `cam/main`, that has a picture (and
+    /// so parameters) and one 30-second recording.
+    async fn engine(dir: &std::path::Path, max_sessions: usize) -> (Engine, WebrtcHandle) {
+        let catalog = Arc::new(Catalog::open(&dir.join("catalog.redb")).unwrap());
+        crate::record::testing::recording(&catalog, dir, "cam/main", WALL0, 30);
+        let fanout = Arc::new(Fanout::new(Arc::new(GopPool::default())));
+        let params = Arc::new(fuzzing::params());
+        fanout.publish(&Frame { params, ..Frame::for_test(100, true) });
+        let addrs = [IpAddr::from([127, 0, 0, 1])];
+        let streams = vec![("cam/main".to_string(), fanout)];
+        Engine::bind(0, &addrs, streams, (catalog, dir.into()), max_sessions).await.unwrap()
+    }
+
+    fn owner(principal: &str) -> Owner {
+        Owner { principal: principal.into(), login: None }
+    }
+
+    fn play_stored(track: usize) -> control::Request {
+        let command = control::Command::PlayStored { stream: String::new(), wall_us: WALL0 + 10_000_000 };
+        control::Request { id: 7, track, command }
+    }
+
+    fn error_code(m: &control::pb::ServerMessage) -> &str {
+        match &m.body {
+            Some(control::pb::server_message::Body::Error(e)) => &e.code,
+            other => panic!("not an error: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn stored_tracks_stop_at_sixteen_per_session_and_the_box_ceiling() {
+        let dir = tempfile::tempdir().unwrap();
+        let per_session = limits::WEBRTC_CURSORS_PER_SESSION_MAX;
+        let sessions = limits::WEBRTC_CURSORS_MAX / per_session;
+        let (mut e, _handle) = engine(dir.path(), sessions + 1).await;
+        let offer = offer(per_session + 1);
+        let peer = IpAddr::from([127, 0, 0, 1]);
+        for k in 0..=sessions {
+            let who = owner(&format!("user:{}", k / limits::WEBRTC_SESSIONS_PER_PRINCIPAL_MAX));
+            e.open(0, &offer, who, peer).expect("a session");
+        }
+        assert_eq!(e.sessions[0].tracks.len(), per_session + 1, "one live track and sixteen more");
+        for i in 0..sessions {
+            for t in 0..per_session {
+                let answer = e.command_for(i, &play_stored(t)).expect("a stored track");
+                assert_eq!(answer.request_id, 7);
+            }
+        }
+        let all: usize = e.sessions.iter().map(Session::cursors).sum();
+        assert_eq!(all, limits::WEBRTC_CURSORS_MAX);
+        // The seventeenth of a session.
+        let refused = e.command_for(0, &play_stored(per_session)).unwrap_err();
+        assert_eq!(error_code(&refused), "too_many_cursors");
+        // The box is full: a session with none is refused too, with the box's reason.
+        let refused = e.command_for(sessions, &play_stored(0)).unwrap_err();
+        assert_eq!(error_code(&refused), "too_many_cursors");
+        assert!(format!("{refused:?}").contains("the box plays at most 1024"), "{refused:?}");
+        // A track already playing stored video may seek or play stored again.
+        e.command_for(0, &play_stored(0)).expect("replaying a stored track is not a new cursor");
+        // One ends: its room is free again.
+        e.sessions[0].tracks[3].source = Source::Idle;
+        e.command_for(sessions, &play_stored(0)).expect("room for one more");
+    }
+
+    #[tokio::test]
+    async fn the_timeline_stops_at_its_ceiling_of_runs_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut e, _handle) = engine(dir.path(), 1).await;
+        e.open(0, &offer(1), owner("user:a"), IpAddr::from([127, 0, 0, 1])).unwrap();
+        // Runs of one recording each, a minute apart, after the one recording made above.
+        let stream_id = e.catalog.stream_id("cam/main").unwrap();
+        let mut batch = crate::catalog::Batch::default();
+        for k in 0..limits::WEBRTC_TIMELINE_RUNS_MAX as u64 + 10 {
+            let start = WALL0 + 60_000_000 * (k as i64 + 1);
+            let row = crate::catalog::RecordingRow {
+                stream_id,
+                run_id: 100 + k,
+                wall_start_us: start,
+                wall_end_us: start + 30_000_000,
+                fragments: 1,
+                open: false,
+                ..crate::catalog::RecordingRow::for_test(&format!("r/{k}.mp4"))
+            };
+            batch.recordings.push((1_000 + k, row));
+        }
+        e.catalog.commit(&batch).unwrap();
+        let ask = |from_us, to_us| control::Request {
+            id: 3,
+            track: 0,
+            command: control::Command::Timeline { stream: String::new(), from_us, to_us },
+        };
+        let timeline = |m: control::pb::ServerMessage| match m.body {
+            Some(control::pb::server_message::Body::Timeline(t)) => t,
+            other => panic!("not a timeline: {other:?}"),
+        };
+        let all = timeline(e.command_for(0, &ask(0, i64::MAX)).unwrap());
+        assert_eq!(all.runs.len(), limits::WEBRTC_TIMELINE_RUNS_MAX);
+        assert!(all.truncated);
+        assert_eq!(all.runs[0], control::pb::Run { start_us: WALL0, end_us: WALL0 + 30_000_000 });
+        // A window within the ceiling is whole.
+        let some = timeline(e.command_for(0, &ask(WALL0, WALL0 + 60_000_000 * 5)).unwrap());
+        assert_eq!(some.runs.len(), 5);
+        assert!(!some.truncated);
+    }
+
+    #[tokio::test]
+    async fn opening_sessions_beyond_the_request_queue_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (e, handle) = engine(dir.path(), 1).await;
+        // The engine is not running yet: requests wait in its queue.
+        let mut waiting = Vec::new();
+        for _ in 0..limits::WEBRTC_COMMANDS_MAX {
+            let h = handle.clone();
+            let peer = IpAddr::from([127, 0, 0, 1]);
+            waiting.push(tokio::spawn(async move { h.open(0, offer(1), owner("user:a"), peer).await }));
+        }
+        while e.cmd_rx.len() < limits::WEBRTC_COMMANDS_MAX {
+            tokio::task::yield_now().await;
+        }
+        let refused = handle.open(0, offer(1), owner("user:a"), IpAddr::from([127, 0, 0, 1])).await;
+        assert!(matches!(refused, Err(OpenError::Busy(limits::WEBRTC_COMMANDS_MAX))), "{refused:?}");
+        // Logout does not lose its request to a full queue: it waits for room.
+        let logout = tokio::spawn({
+            let h = handle.clone();
+            async move { h.close_login([1; 32]).await }
+        });
+        let (_stop_tx, stop) = watch::channel(false);
+        let engine = tokio::spawn(e.run(stop));
+        let mut opened = 0;
+        for w in waiting {
+            match w.await.unwrap() {
+                Ok(_) => opened += 1,
+                Err(OpenError::Server(1)) => {}
+                Err(other) => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(opened, 1, "the engine took every queued request in turn");
+        tokio::time::timeout(Duration::from_secs(5), logout).await.unwrap().unwrap();
+        engine.abort();
+    }
 
     #[test]
     fn the_box_holds_sessions_by_its_ram_class_up_to_the_server_ceiling() {

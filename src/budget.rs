@@ -35,7 +35,16 @@ impl Budget {
 /// Computes the budget of `config`.
 pub fn compute(config: &Config) -> Budget {
     let streams: u64 = config.cameras.iter().map(|c| c.streams().count() as u64).sum();
-    let recorded: u64 = config.cameras.iter().filter(|c| c.record).map(|c| c.streams().count() as u64).sum();
+    let recorded: u64 = config.cameras.iter().map(|c| c.recorded_streams().count() as u64).sum();
+    let prerolls: Vec<crate::preroll::Caps> = config
+        .cameras
+        .iter()
+        .flat_map(|c| c.recorded_streams().map(move |(_, m)| (c, m)))
+        .filter(|(c, m)| *m == crate::config::RecordMode::Events && c.pre_roll_ms > 0)
+        .map(|(c, _)| crate::preroll::Caps::for_pre_roll(c.pre_roll_ms, config.preroll.stream_max_bytes as usize))
+        .collect();
+    let preroll_bytes = (prerolls.len() as u64 * config.preroll.stream_max_bytes).min(config.preroll.total_max_bytes);
+    let preroll_slots: u64 = prerolls.iter().map(|c| c.slot_bytes() as u64).sum();
     let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
     let live_sessions = crate::webrtc::max_sessions(config.ram_class_bytes) as u64;
     let mut lines = vec![
@@ -116,6 +125,17 @@ pub fn compute(config: &Config) -> Budget {
             ),
         },
         Line {
+            component: "pre-roll history",
+            bytes: preroll_bytes + preroll_slots,
+            why: format!(
+                "{} streams with a pre-roll × {:.0} MiB, at most {:.0} MiB in all ([preroll]), + {:.1} MiB of frame slots",
+                prerolls.len(),
+                mib(config.preroll.stream_max_bytes),
+                mib(config.preroll.total_max_bytes),
+                mib(preroll_slots)
+            ),
+        },
+        Line {
             component: "live GOPs",
             bytes: (streams * limits::LIVE_GOP_MAX_BYTES as u64).min(limits::LIVE_GOP_TOTAL_MAX_BYTES as u64),
             why: format!(
@@ -171,15 +191,22 @@ impl fmt::Display for Budget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Camera, Source};
+    use crate::config::{Camera, RecordMode, Source};
 
     fn config_with(cameras: usize, ram_class_bytes: u64) -> Config {
+        config_recording(cameras, ram_class_bytes, RecordMode::Continuous)
+    }
+
+    fn config_recording(cameras: usize, ram_class_bytes: u64, record: RecordMode) -> Config {
         let mut c = Config::demo("/data".into(), "127.0.0.1:8080".parse().unwrap());
         c.ram_class_bytes = ram_class_bytes;
         c.cameras = (0..cameras)
             .map(|i| Camera {
                 name: format!("c{i}"),
-                record: true,
+                record,
+                record_sub: record,
+                pre_roll_ms: 5000,
+                post_roll_ms: 10_000,
                 username: None,
                 password: None,
                 main: Source::Builtin,
@@ -200,5 +227,18 @@ mod tests {
         for component in ["process", "rtsp sessions", "ingest queues", "fragment buffers", "catalog cache", "total"] {
             assert!(text.contains(component), "{component} in {text}");
         }
+    }
+
+    #[test]
+    fn pre_roll_is_budgeted_for_event_streams_only_and_capped_in_total() {
+        let line = |c: &Config| {
+            compute(c).lines.into_iter().find(|l| l.component == "pre-roll history").map_or(0, |l| l.bytes)
+        };
+        assert_eq!(line(&config_with(4, 2 << 30)), 0, "continuous streams hold no history");
+        let one = line(&config_recording(1, 2 << 30, RecordMode::Events));
+        let slots = 2 * crate::preroll::Caps::for_pre_roll(5000, 0).slot_bytes() as u64;
+        assert_eq!(one, 2 * limits::PREROLL_STREAM_MAX_BYTES as u64 + slots);
+        let many = config_recording(64, 16 << 30, RecordMode::Events);
+        assert_eq!(line(&many), limits::PREROLL_TOTAL_MAX_BYTES as u64 + 64 * slots);
     }
 }

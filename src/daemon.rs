@@ -111,7 +111,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut senders: std::collections::HashMap<(String, &'static str), _> =
-        recorded.into_iter().map(|r| ((r.camera.clone(), r.kind.name()), (r.sender, r.queue, r.stats))).collect();
+        recorded.into_iter().map(|r| ((r.camera.clone(), r.kind.name()), (r.sender, r.watch))).collect();
     let mut tasks = Vec::new();
     let mut states = Vec::new();
     let mut live = Vec::new();
@@ -126,16 +126,15 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
             live.push(http::LiveStream {
                 camera: camera.name.clone(),
                 kind,
-                recorded: camera.record,
                 state: state.clone(),
-                recording: recorder.as_ref().map(|(_, queue, stats)| (queue.clone(), stats.clone())),
+                recording: recorder.as_ref().map(|(_, watch)| watch.clone()),
                 live: fanout.clone(),
             });
             let input = StreamInput {
                 name,
                 source: source.clone(),
                 credentials: camera.username.clone().zip(camera.password.clone()),
-                recorder: recorder.map(|(sender, _, _)| sender),
+                recorder: recorder.map(|(sender, _)| sender),
                 state,
                 live: fanout,
             };

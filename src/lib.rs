@@ -16,6 +16,7 @@ pub mod ingest;
 pub mod limits;
 pub mod live;
 pub mod media;
+pub mod preroll;
 pub mod record;
 pub mod report;
 pub mod webrtc;

@@ -300,6 +300,38 @@ pub const AUTH_PASSWORD_MIN_BYTES: usize = 8;
 /// Longest password accepted: hashing is costly, and nobody types more.
 pub const AUTH_PASSWORD_MAX_BYTES: usize = 128;
 
+// ---- pre-roll and events ----
+
+/// Pre-roll history of one stream (board presets lower it): a minute of a 8 Mbit/s stream.
+pub const PREROLL_STREAM_MAX_BYTES: usize = 64 << 20;
+
+/// Pre-roll history of every stream together (board presets lower it).
+pub const PREROLL_TOTAL_MAX_BYTES: usize = 256 << 20;
+
+/// The longest pre-roll a camera may ask for.
+pub const PREROLL_MAX_MS: u32 = 30_000;
+
+/// The longest post-roll a camera may ask for.
+pub const POSTROLL_MAX_MS: u32 = 600_000;
+
+/// How long before its arrival an event may say it happened and still get its whole
+/// pre-roll (detectors lag); the history keeps this much more than the pre-roll, and an
+/// earlier event time is taken as this.
+pub const EVENT_BACKDATE_MAX_MS: u64 = 2_000;
+
+/// The frame rate a history's slots are sized for.
+pub const PREROLL_FPS_MAX: usize = 60;
+
+/// The longest GOP a history's slots are sized for (beyond the kept time, it holds the GOP
+/// the kept time starts in).
+pub const PREROLL_GOP_MAX_MS: u64 = 10_000;
+
+/// Frame slots of one stream's history, whatever its pre-roll.
+pub const PREROLL_FRAMES_MAX: usize = 4096;
+
+/// Keyframes one stream's history indexes (fixed capacity): 32 s of quarter-second GOPs.
+pub const PREROLL_KEYFRAMES_MAX: usize = 128;
+
 // ---- memory budget ----
 
 /// Estimated heap of one RTSP session (retina's read buffer, depacketizer, reassembly).

@@ -75,11 +75,38 @@ impl StreamKind {
     }
 }
 
+/// How a stream is recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordMode {
+    /// Every frame, always.
+    Continuous,
+    /// Around events: from the pre-roll before the first to the post-roll after the last.
+    Events,
+    /// Not at all (live view only).
+    Off,
+}
+
+impl RecordMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordMode::Continuous => "continuous",
+            RecordMode::Events => "events",
+            RecordMode::Off => "off",
+        }
+    }
+}
+
 /// A validated camera.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Camera {
     pub name: String,
-    pub record: bool,
+    /// How the main stream is recorded.
+    pub record: RecordMode,
+    /// How the sub stream is recorded (the camera's mode unless the stream says otherwise).
+    pub record_sub: RecordMode,
+    /// Of event recordings: how far before the first event and after the last they reach.
+    pub pre_roll_ms: u32,
+    pub post_roll_ms: u32,
     pub username: Option<String>,
     pub password: Option<String>,
     pub main: Source,
@@ -91,7 +118,40 @@ impl Camera {
     pub fn streams(&self) -> impl Iterator<Item = (StreamKind, &Source)> {
         std::iter::once((StreamKind::Main, &self.main)).chain(self.sub.iter().map(|s| (StreamKind::Sub, s)))
     }
+
+    /// How stream `kind` is recorded.
+    pub fn mode(&self, kind: StreamKind) -> RecordMode {
+        match kind {
+            StreamKind::Main => self.record,
+            StreamKind::Sub => self.record_sub,
+        }
+    }
+
+    /// The streams that are recorded at all, with their modes.
+    pub fn recorded_streams(&self) -> impl Iterator<Item = (StreamKind, RecordMode)> {
+        self.streams().map(|(k, _)| (k, self.mode(k))).filter(|(_, m)| *m != RecordMode::Off)
+    }
 }
+
+/// Caps of the pre-roll history (a board preset lowers them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Preroll {
+    pub stream_max_bytes: u64,
+    pub total_max_bytes: u64,
+}
+
+impl Default for Preroll {
+    fn default() -> Self {
+        Preroll {
+            stream_max_bytes: limits::PREROLL_STREAM_MAX_BYTES as u64,
+            total_max_bytes: limits::PREROLL_TOTAL_MAX_BYTES as u64,
+        }
+    }
+}
+
+/// Default pre-roll and post-roll of event recordings.
+pub const PRE_ROLL_DEFAULT_S: u32 = 5;
+pub const POST_ROLL_DEFAULT_S: u32 = 10;
 
 /// Retention caps, in bytes of stored media.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +172,7 @@ pub struct Config {
     pub retention: Retention,
     pub cameras: Vec<Camera>,
     pub webrtc: Webrtc,
+    pub preroll: Preroll,
 }
 
 /// Live view over WebRTC: one UDP port for every session.
@@ -149,6 +210,38 @@ struct RawConfig {
     cameras: Vec<RawCamera>,
     #[serde(default)]
     webrtc: RawWebrtc,
+    #[serde(default)]
+    preroll: RawPreroll,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawPreroll {
+    stream_max_bytes: Option<RawBytes>,
+    total_max_bytes: Option<RawBytes>,
+}
+
+/// A recording mode: `true` (continuous), `false` (off) or its name.
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+enum RawMode {
+    Flag(bool),
+    Name(String),
+}
+
+impl RawMode {
+    fn resolve(&self, key: &str) -> Result<RecordMode, Invalid> {
+        match self {
+            RawMode::Flag(true) => Ok(RecordMode::Continuous),
+            RawMode::Flag(false) => Ok(RecordMode::Off),
+            RawMode::Name(n) => match n.as_str() {
+                "continuous" => Ok(RecordMode::Continuous),
+                "events" => Ok(RecordMode::Events),
+                "off" => Ok(RecordMode::Off),
+                _ => Err((key.into(), format!("\"{n}\" is not a mode: continuous, events or off"))),
+            },
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -181,8 +274,12 @@ struct RawRetention {
 #[serde(deny_unknown_fields)]
 struct RawCamera {
     name: String,
-    #[serde(default = "default_true")]
-    record: bool,
+    #[serde(default = "default_mode")]
+    record: RawMode,
+    #[serde(default = "default_pre_roll_s")]
+    pre_roll_s: u32,
+    #[serde(default = "default_post_roll_s")]
+    post_roll_s: u32,
     username: Option<String>,
     password: Option<String>,
     main: RawStream,
@@ -195,6 +292,8 @@ struct RawStream {
     url: String,
     #[serde(default)]
     transport: Transport,
+    /// This stream's own mode (else the camera's).
+    record: Option<RawMode>,
 }
 
 /// A byte count written as a number or as a string with a unit ("8 GiB").
@@ -210,6 +309,15 @@ fn default_flush_interval_s() -> u64 {
 }
 fn default_true() -> bool {
     true
+}
+fn default_mode() -> RawMode {
+    RawMode::Flag(true)
+}
+fn default_pre_roll_s() -> u32 {
+    PRE_ROLL_DEFAULT_S
+}
+fn default_post_roll_s() -> u32 {
+    POST_ROLL_DEFAULT_S
 }
 fn default_ram_class() -> RawBytes {
     RawBytes::Number(1 << 30)
@@ -257,9 +365,13 @@ impl Config {
             retention: Retention { stream_max_bytes: 1 << 30, total_max_bytes: 1 << 30 },
             // The demo is watched from the box itself as often as from the LAN.
             webrtc: Webrtc { port: WEBRTC_PORT_DEFAULT, loopback: true },
+            preroll: Preroll::default(),
             cameras: vec![Camera {
                 name: "demo".into(),
-                record: true,
+                record: RecordMode::Continuous,
+                record_sub: RecordMode::Continuous,
+                pre_roll_ms: PRE_ROLL_DEFAULT_S * 1000,
+                post_roll_ms: POST_ROLL_DEFAULT_S * 1000,
                 username: None,
                 password: None,
                 main: Source::Builtin,
@@ -326,6 +438,25 @@ impl RawConfig {
                 format!("{} cameras, over the maximum of {} (CAMERAS_MAX)", self.cameras.len(), limits::CAMERAS_MAX),
             ));
         }
+        let mut preroll = Preroll::default();
+        let caps = [
+            (
+                "stream_max_bytes",
+                &self.preroll.stream_max_bytes,
+                &mut preroll.stream_max_bytes,
+                "PREROLL_STREAM_MAX_BYTES",
+            ),
+            ("total_max_bytes", &self.preroll.total_max_bytes, &mut preroll.total_max_bytes, "PREROLL_TOTAL_MAX_BYTES"),
+        ];
+        for (key, raw, into, ceiling_name) in caps {
+            let Some(raw) = raw else { continue };
+            let key = format!("preroll.{key}");
+            let v = raw.resolve(&key)?;
+            if v > *into {
+                return Err((key, format!("at most {} bytes ({ceiling_name})", *into)));
+            }
+            *into = v;
+        }
         let mut cameras: Vec<Camera> = Vec::with_capacity(self.cameras.len());
         for (i, c) in self.cameras.into_iter().enumerate() {
             let at = format!("cameras[{i}]");
@@ -350,6 +481,7 @@ impl RawConfig {
             retention,
             cameras,
             webrtc: Webrtc { port: self.webrtc.port, loopback: self.webrtc.loopback },
+            preroll,
         })
     }
 }
@@ -380,9 +512,38 @@ impl RawCamera {
         if self.username.is_some() != self.password.is_some() {
             return Err((format!("{at}.password"), "username and password go together".into()));
         }
+        let record = self.record.resolve(&format!("{at}.record"))?;
+        let stream_mode = |s: &RawStream, key: &str| s.record.as_ref().map_or(Ok(record), |m| m.resolve(key));
+        let main_mode = stream_mode(&self.main, &format!("{at}.main.record"))?;
+        let sub_mode = match &self.sub {
+            Some(s) => stream_mode(s, &format!("{at}.sub.record"))?,
+            None => RecordMode::Off,
+        };
+        if u64::from(self.pre_roll_s) * 1000 > u64::from(limits::PREROLL_MAX_MS) {
+            return Err((
+                format!("{at}.pre_roll_s"),
+                format!("at most {} s (PREROLL_MAX_MS)", limits::PREROLL_MAX_MS / 1000),
+            ));
+        }
+        if u64::from(self.post_roll_s) * 1000 > u64::from(limits::POSTROLL_MAX_MS) {
+            return Err((
+                format!("{at}.post_roll_s"),
+                format!("at most {} s (POSTROLL_MAX_MS)", limits::POSTROLL_MAX_MS / 1000),
+            ));
+        }
         let main = self.main.validate(&format!("{at}.main"), base_dir)?;
         let sub = self.sub.map(|s| s.validate(&format!("{at}.sub"), base_dir)).transpose()?;
-        Ok(Camera { name: self.name, record: self.record, username: self.username, password: self.password, main, sub })
+        Ok(Camera {
+            name: self.name,
+            record: main_mode,
+            record_sub: sub_mode,
+            pre_roll_ms: self.pre_roll_s * 1000,
+            post_roll_ms: self.post_roll_s * 1000,
+            username: self.username,
+            password: self.password,
+            main,
+            sub,
+        })
     }
 }
 
@@ -452,7 +613,28 @@ main = { url = "file:///clips/a.mp4" }
         assert!(matches!(c.cameras[0].sub, Some(Source::Rtsp { transport: Transport::Udp, .. })));
         assert!(matches!(c.cameras[0].main, Source::Rtsp { transport: Transport::Tcp, .. }));
         assert_eq!(c.cameras[1].main, Source::File { path: "/clips/a.mp4".into() });
-        assert!(!c.cameras[1].record);
+        assert_eq!(c.cameras[1].record, RecordMode::Off);
+        assert_eq!((c.cameras[0].record, c.cameras[0].record_sub), (RecordMode::Continuous, RecordMode::Continuous));
+        assert_eq!(c.cameras[0].pre_roll_ms, PRE_ROLL_DEFAULT_S * 1000);
+        assert_eq!(c.preroll, Preroll::default());
+    }
+
+    #[test]
+    fn recording_modes_per_camera_and_per_stream_with_pre_and_post_roll() {
+        let text = GOOD
+            .replace("password = \"pw\"", "password = \"pw\"\nrecord = \"events\"\npre_roll_s = 8\npost_roll_s = 0")
+            .replace("transport = \"udp\"", "transport = \"udp\", record = \"off\"")
+            .replace(
+                "[[cameras]]\nname = \"file-cam\"",
+                "[preroll]\ntotal_max_bytes = \"32 MiB\"\n[[cameras]]\nname = \"file-cam\"",
+            );
+        let c = parse(&text).unwrap();
+        let front = &c.cameras[0];
+        assert_eq!((front.record, front.record_sub), (RecordMode::Events, RecordMode::Off));
+        assert_eq!((front.pre_roll_ms, front.post_roll_ms), (8000, 0));
+        assert_eq!(front.recorded_streams().collect::<Vec<_>>(), [(StreamKind::Main, RecordMode::Events)]);
+        assert_eq!(c.preroll.total_max_bytes, 32 << 20);
+        assert_eq!(c.preroll.stream_max_bytes, limits::PREROLL_STREAM_MAX_BYTES as u64);
     }
 
     #[test]
@@ -486,6 +668,22 @@ main = { url = "file:///clips/a.mp4" }
                 "rtsp://192.0.2.1/main",
                 "rtsp://192.0.2.1/{url}",
                 "cameras[0].main.url: longer than 1024 bytes (CAMERA_URL_MAX_BYTES)",
+            ),
+            ("record = false", "record = \"sometimes\"", "cameras[1].record: \"sometimes\" is not a mode"),
+            (
+                "name = \"file-cam\"",
+                "name = \"file-cam\"\npre_roll_s = 31",
+                "cameras[1].pre_roll_s: at most 30 s (PREROLL_MAX_MS)",
+            ),
+            (
+                "name = \"file-cam\"",
+                "name = \"file-cam\"\npost_roll_s = 4294967295",
+                "cameras[1].post_roll_s: at most 600 s",
+            ),
+            (
+                "data_dir = \"data\"",
+                "data_dir = \"data\"\n[preroll]\nstream_max_bytes = \"65 MiB\"",
+                "preroll.stream_max_bytes: at most 67108864 bytes (PREROLL_STREAM_MAX_BYTES)",
             ),
         ];
         for (from, to, want) in cases {

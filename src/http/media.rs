@@ -60,7 +60,8 @@ pub fn cameras(ctx: &Ctx) -> Reply {
         let st = s.state.snapshot();
         by_camera.entry(&s.camera).or_default().push(json!({
             "stream": s.kind.name(),
-            "recorded": s.recorded,
+            "recorded": s.recording.is_some(),
+            "record_mode": s.recording.as_ref().map_or("off", |r| r.mode.name()),
             "connected": st.connected,
             "codec": st.codec.map(|c| c.name()),
             "width": st.width,

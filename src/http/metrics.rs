@@ -145,29 +145,40 @@ fn streams(out: &mut String, media: &Media) {
     let per = |f: &dyn Fn(usize) -> Option<u64>| -> Vec<(String, u64)> {
         (0..media.streams.len()).filter_map(|i| Some((name(i), f(i)?))).collect()
     };
-    let gauges: [PerStream; 3] = [
+    let history = |i: usize| media.streams[i].recording.as_ref().and_then(|r| r.history.as_ref());
+    let admission = |i: usize| media.streams[i].recording.as_ref().map(|r| &r.admission);
+    let gauges: [PerStream; 6] = [
         ("keeppeek_stream_connected", "1 while the camera session is up.", &|i| {
             Some(u64::from(snapshots[i].connected))
         }),
         ("keeppeek_stream_bitrate_bps", "Measured bitrate of the stream.", &|i| Some(snapshots[i].bitrate_bps)),
         ("keeppeek_recorder_queue_bytes", "Frame bytes waiting for the recorder.", &|i| {
-            media.streams[i].recording.as_ref().map(|(q, _)| q.bytes_in_flight.load(Ordering::Relaxed) as u64)
+            media.streams[i].recording.as_ref().map(|r| r.queue.bytes_in_flight.load(Ordering::Relaxed) as u64)
+        }),
+        ("keeppeek_preroll_bytes", "Bytes of pre-roll history held.", &|i| {
+            history(i).map(|h| h.held_bytes.load(Ordering::Relaxed) as u64)
+        }),
+        ("keeppeek_preroll_high_water_bytes", "The most pre-roll history ever held at once.", &|i| {
+            history(i).map(|h| h.high_water_bytes.load(Ordering::Relaxed) as u64)
+        }),
+        ("keeppeek_preroll_frames", "Frames of pre-roll history held.", &|i| {
+            history(i).map(|h| h.held_frames.load(Ordering::Relaxed) as u64)
         }),
     ];
     for (metric, help, f) in gauges {
         family(out, metric, "gauge", help, &per(f));
     }
     let rec = |i: usize, f: fn(&crate::record::stream::RecorderStats) -> &AtomicU64| {
-        media.streams[i].recording.as_ref().map(|(_, r)| load(f(r)))
+        media.streams[i].recording.as_ref().map(|r| load(f(&r.stats)))
     };
-    let counters: [PerStream; 11] = [
+    let counters: [PerStream; 16] = [
         ("keeppeek_stream_sessions_total", "Camera sessions started.", &|i| Some(snapshots[i].sessions_started)),
         ("keeppeek_stream_frames_total", "Video frames received.", &|i| Some(snapshots[i].frames_received)),
         ("keeppeek_stream_frames_oversized_total", "Frames over the frame ceiling, dropped.", &|i| {
             Some(snapshots[i].frames_oversized)
         }),
         ("keeppeek_recorder_queue_dropped_total", "Frames dropped at a full recorder queue.", &|i| {
-            media.streams[i].recording.as_ref().map(|(q, _)| load(&q.frames_dropped))
+            media.streams[i].recording.as_ref().map(|r| load(&r.queue.frames_dropped))
         }),
         ("keeppeek_recorder_fragments_total", "Fragments written.", &|i| rec(i, |r| &r.fragments_written)),
         ("keeppeek_recorder_bytes_total", "Bytes of fragments written.", &|i| rec(i, |r| &r.bytes_written)),
@@ -176,6 +187,21 @@ fn streams(out: &mut String, media: &Media) {
         }),
         ("keeppeek_recorder_disk_full_total", "Writes that met a full disk.", &|i| rec(i, |r| &r.disk_full)),
         ("keeppeek_recorder_write_errors_total", "Writes that failed otherwise.", &|i| rec(i, |r| &r.write_errors)),
+        ("keeppeek_preroll_gops_capped_total", "Pre-roll GOPs let go early to stay under a cap.", &|i| {
+            history(i).map(|h| load(&h.gops_capped))
+        }),
+        ("keeppeek_preroll_frames_refused_total", "Frames the pre-roll could not hold at all.", &|i| {
+            history(i).map(|h| load(&h.frames_refused))
+        }),
+        ("keeppeek_event_recordings_total", "Event recordings started.", &|i| {
+            admission(i).map(|a| load(&a.recordings_started))
+        }),
+        ("keeppeek_event_recordings_finished_total", "Event recordings ended after their post-roll.", &|i| {
+            admission(i).map(|a| load(&a.recordings_finished))
+        }),
+        ("keeppeek_event_preroll_frames_total", "Pre-roll frames written into event recordings.", &|i| {
+            admission(i).map(|a| load(&a.preroll_frames))
+        }),
         ("keeppeek_live_tap_drops_total", "Frames a live tap had no room for.", &|i| {
             Some(load(&media.streams[i].live.stats.tap_drops))
         }),

@@ -82,10 +82,9 @@ pub struct Media {
 pub struct LiveStream {
     pub camera: String,
     pub kind: crate::config::StreamKind,
-    pub recorded: bool,
     pub state: Arc<crate::ingest::state::StreamState>,
-    /// The queue to its recorder and the recorder's counters, when it is recorded.
-    pub recording: Option<(Arc<crate::record::queue::QueueStats>, Arc<crate::record::stream::RecorderStats>)>,
+    /// Its recorder's queue, counters and trigger, when it is recorded.
+    pub recording: Option<crate::record::RecordingWatch>,
     /// Its live frames.
     pub live: Arc<crate::live::Fanout>,
 }

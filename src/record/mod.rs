@@ -30,8 +30,9 @@ use std::sync::atomic::Ordering;
 use tracing::{info, warn};
 
 use crate::catalog::{Catalog, CatalogError};
-use crate::config::{Config, StreamKind};
+use crate::config::{Camera, Config, RecordMode, StreamKind};
 use crate::limits;
+use crate::preroll::{Admission, AdmissionStats, Caps, History, HistoryPool, HistoryStats, Mode, Trigger};
 
 pub use flusher::FlusherStats;
 pub use queue::{FrameSender, QueueStats};
@@ -43,8 +44,20 @@ pub struct RecordedStream {
     pub kind: StreamKind,
     pub stream_id: u32,
     pub sender: FrameSender,
+    pub watch: RecordingWatch,
+}
+
+/// What the API and `/metrics` see of a recorded stream, and how events reach it.
+#[derive(Clone)]
+pub struct RecordingWatch {
+    pub mode: RecordMode,
     pub queue: Arc<QueueStats>,
     pub stats: Arc<RecorderStats>,
+    /// Fired by events; the stream's recorder takes it (events mode only).
+    pub trigger: Arc<Trigger>,
+    pub admission: Arc<AdmissionStats>,
+    /// The pre-roll history's counters, when there is a history.
+    pub history: Option<Arc<HistoryStats>>,
 }
 
 /// What the API may ask of the recorder.
@@ -69,6 +82,8 @@ pub struct Recorder {
     flusher: JoinHandle<()>,
     streams: Vec<JoinHandle<()>>,
     pub flusher_stats: Arc<FlusherStats>,
+    /// Bytes of pre-roll history across every stream.
+    pub preroll: Arc<HistoryPool>,
 }
 
 /// The segment bounds for a config: a segment is at most an eighth of a stream's share of
@@ -98,32 +113,37 @@ impl Recorder {
         let (flusher_tx, flusher_rx) = std::sync::mpsc::sync_channel(limits::CATALOG_QUEUE_COMMANDS);
         let flusher = spawn("kp-flusher", move || f.run(flusher_rx));
 
-        let recorded: Vec<_> = config
-            .cameras
-            .iter()
-            .filter(|c| c.record)
-            .flat_map(|c| c.streams().map(move |(kind, _)| (c.name.clone(), kind)))
-            .collect();
+        let recorded: Vec<_> =
+            config.cameras.iter().flat_map(|c| c.recorded_streams().map(move |(kind, mode)| (c, kind, mode))).collect();
         let fs_bytes = flusher::disk_space(&data_dir).map(|d| d.total_bytes);
         let bounds = segment_bounds(config, recorded.len(), fs_bytes);
+        let pool = Arc::new(HistoryPool::new(config.preroll.total_max_bytes as usize));
         let mut handles = Vec::new();
         let mut streams = Vec::new();
-        for (camera, kind) in recorded {
-            let stream_id = catalog.stream_id(&format!("{camera}/{}", kind.name()))?;
+        for (camera, kind, mode) in recorded {
+            let stream_id = catalog.stream_id(&format!("{}/{}", camera.name, kind.name()))?;
             let (sender, receiver, queue) = queue::channel();
             let rec = stream::StreamRecorder::new(
                 stream_id,
-                format!("{}/{camera}/{}", recovery::RECORDINGS_DIR, kind.name()),
+                format!("{}/{}/{}", recovery::RECORDINGS_DIR, camera.name, kind.name()),
                 data_dir.clone(),
                 catalog.clone(),
                 flusher_tx.clone(),
                 fragmenter::Fragmenter::new(bounds, config.require_sane_clock),
             );
-            let stats = rec.stats.clone();
-            handles.push(spawn(&format!("kp-rec-{stream_id}"), move || rec.run(receiver)));
-            streams.push(RecordedStream { camera, kind, stream_id, sender, queue, stats });
+            let admission = admission_for(camera, mode, config, &pool);
+            let watch = RecordingWatch {
+                mode,
+                queue,
+                stats: rec.stats.clone(),
+                trigger: admission.trigger(),
+                admission: admission.stats.clone(),
+                history: admission.history().map(|h| h.stats.clone()),
+            };
+            handles.push(spawn(&format!("kp-rec-{stream_id}"), move || rec.run(receiver, admission)));
+            streams.push(RecordedStream { camera: camera.name.clone(), kind, stream_id, sender, watch });
         }
-        Ok((Recorder { flusher_tx, flusher, streams: handles, flusher_stats }, streams))
+        Ok((Recorder { flusher_tx, flusher, streams: handles, flusher_stats, preroll: pool }, streams))
     }
 
     /// A handle for the API: deletions go through the flusher, which owns retention's view of
@@ -171,6 +191,25 @@ impl Recorder {
             "recorder stopped"
         );
     }
+}
+
+/// A stream's admission: its mode, and for events with a pre-roll its history, allocated
+/// here, before the stream starts.
+fn admission_for(camera: &Camera, mode: RecordMode, config: &Config, pool: &Arc<HistoryPool>) -> Admission {
+    let trigger = Arc::new(Trigger::default());
+    let mode = match mode {
+        RecordMode::Continuous => Mode::Continuous,
+        RecordMode::Off => Mode::Off,
+        RecordMode::Events => Mode::Events { pre_roll_ms: camera.pre_roll_ms, post_roll_ms: camera.post_roll_ms },
+    };
+    let history = match mode {
+        Mode::Events { pre_roll_ms, .. } if pre_roll_ms > 0 => {
+            let caps = Caps::for_pre_roll(pre_roll_ms, config.preroll.stream_max_bytes as usize);
+            Some(History::new(caps, pool.clone()))
+        }
+        _ => None,
+    };
+    Admission::new(mode, history, trigger)
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {

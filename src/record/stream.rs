@@ -27,6 +27,7 @@ use crate::clock::ticks_90k_to_us;
 use crate::limits;
 use crate::media::fmp4::{self, AudioTrack, TrackRun, write_fragment_header, write_init_segment};
 use crate::media::{AudioParams, VideoParams};
+use crate::preroll::{Admission, Out};
 
 /// Counters of one stream's recorder.
 #[derive(Debug, Default)]
@@ -94,18 +95,28 @@ impl StreamRecorder {
         }
     }
 
-    /// The thread's body: records until the queue closes, then closes what is open.
-    pub fn run(mut self, mut rx: FrameReceiver) {
+    /// The thread's body: records what `admission` lets through until the queue closes, then
+    /// closes what is open.
+    pub fn run(mut self, mut rx: FrameReceiver, mut admission: Admission) {
         let mut events = Vec::new();
         while let Some(msg) = rx.recv() {
             match msg {
                 StreamMsg::Frame { frame, after_gap } => {
-                    if after_gap {
-                        self.fragmenter.finish(&mut events);
-                    }
-                    self.fragmenter.push(frame, &mut events);
+                    let fragmenter = &mut self.fragmenter;
+                    admission.frame(frame, after_gap, &mut |out| match out {
+                        Out::Frame { frame, after_gap } => {
+                            if after_gap {
+                                fragmenter.finish(&mut events);
+                            }
+                            fragmenter.push(frame, &mut events);
+                        }
+                        Out::Finish => fragmenter.finish(&mut events),
+                    });
                 }
-                StreamMsg::Audio(frame) => self.fragmenter.push_audio(frame),
+                // Audio is not held in the pre-roll, so event recordings are video only:
+                // live audio would not line up with pre-roll video in one fragment.
+                StreamMsg::Audio(frame) if admission.is_continuous() => self.fragmenter.push_audio(frame),
+                StreamMsg::Audio(_) => {}
                 StreamMsg::SessionEnded => self.fragmenter.finish(&mut events),
             }
             for e in events.drain(..) {

@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod daemon;
+pub mod events;
 pub mod export;
 pub mod http;
 pub mod ingest;

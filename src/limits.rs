@@ -332,6 +332,54 @@ pub const PREROLL_FRAMES_MAX: usize = 4096;
 /// Keyframes one stream's history indexes (fixed capacity): 32 s of quarter-second GOPs.
 pub const PREROLL_KEYFRAMES_MAX: usize = 128;
 
+/// An event envelope (JSON).
+pub const EVENT_ENVELOPE_MAX_BYTES: usize = 16 << 10;
+
+/// An event's snapshot (JPEG): a 4K picture at high quality is under 3 MiB.
+pub const EVENT_JPEG_MAX_BYTES: usize = 8 << 20;
+
+/// Room for the multipart framing around an envelope and a snapshot.
+pub const EVENT_MULTIPART_OVERHEAD_BYTES: usize = 16 << 10;
+
+/// Event uploads received at once: each may hold a whole snapshot in memory.
+pub const EVENT_UPLOADS_MAX: usize = 4;
+
+/// A snapshot's width or height: JPEG's own ceiling is 65,535; no camera is wider than 16K.
+pub const JPEG_SIDE_MAX_PX: u16 = 16_384;
+
+/// Segments walked in a snapshot's header before it is refused.
+pub const JPEG_SEGMENTS_MAX: usize = 1024;
+
+/// A sender's event id.
+pub const EVENT_ID_MAX_BYTES: usize = 128;
+
+/// An idempotency key.
+pub const EVENT_IDEMPOTENCY_KEY_MAX_BYTES: usize = 128;
+
+/// Labels of one event.
+pub const EVENT_LABELS_MAX: usize = 16;
+
+/// One label (and one search word).
+pub const EVENT_LABEL_MAX_BYTES: usize = 64;
+
+/// Boxes of one event.
+pub const EVENT_BOXES_MAX: usize = 64;
+
+/// An event's free text.
+pub const EVENT_TEXT_MAX_BYTES: usize = 4096;
+
+/// Search terms indexed per event (labels first, then words of the text).
+pub const EVENT_TERMS_MAX: usize = 64;
+
+/// Revisions of one event.
+pub const EVENT_REVISIONS_MAX: usize = 1000;
+
+/// Events on one page of search results.
+pub const EVENT_SEARCH_RESULTS_MAX: usize = 200;
+
+/// Index rows one search looks at before it ends its page early (with where to go on).
+pub const EVENT_SEARCH_SCAN_MAX: usize = 10_000;
+
 // ---- memory budget ----
 
 /// Estimated heap of one RTSP session (retina's read buffer, depacketizer, reassembly).

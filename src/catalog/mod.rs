@@ -10,6 +10,7 @@
 //!   the same transactions as the fragment rows ([`coverage`]).
 //! - `users`: name → role and argon2id hash; `tokens`: id → name, SHA-256 of the secret,
 //!   scopes (the secret itself is never stored).
+//! - events, their revisions, idempotency keys and search indexes: see [`events`].
 //! - `garbage`: paths of files to delete. A file is listed here in the same commit that
 //!   drops its rows, and unlisted only after it is gone, so a crash in between never leaves
 //!   a file that nothing will delete.
@@ -21,6 +22,7 @@
 //! One writer (the recorder's catalog thread); readers open their own read transactions.
 
 pub mod coverage;
+pub mod events;
 pub mod rows;
 
 use std::path::Path;
@@ -133,6 +135,13 @@ impl Catalog {
             txn.open_table(COVERAGE).storage()?;
             txn.open_table(USERS).storage()?;
             txn.open_table(TOKENS).storage()?;
+            txn.open_table(events::EVENTS).storage()?;
+            txn.open_table(events::EVENT_REVISIONS).storage()?;
+            txn.open_table(events::EVENT_SOURCE_IDS).storage()?;
+            txn.open_table(events::EVENT_KEYS).storage()?;
+            txn.open_table(events::EVENTS_BY_TIME).storage()?;
+            txn.open_table(events::EVENTS_BY_CAMERA).storage()?;
+            txn.open_table(events::EVENT_TERMS).storage()?;
         }
         txn.commit().storage()
     }

@@ -1,0 +1,444 @@
+//! Events in the catalog: every revision, the latest one's search indexes, idempotency keys.
+//!
+//! Tables:
+//! - `events`: event id → the latest revision ([`EventRecord`], JSON).
+//! - `event_revisions`: (event id, revision) → that revision ([`EventRecord`], JSON).
+//! - `event_source_ids`: (principal, the sender's event id) → event id: revisions by id are
+//!   per sender, so two services cannot revise each other's events.
+//! - `event_keys`: (principal, idempotency key) → (event id, revision).
+//! - `events_by_time`: (time µs, event id); `events_by_camera`: (camera, time µs, event id);
+//!   `event_terms`: (term, time µs, event id): what search walks, newest first. They follow
+//!   the latest revision: a revision that moves an event in time or changes its labels
+//!   moves its index rows in the same transaction.
+//!
+//! An event's snapshot is a file under `events/` written and synced before the commit that
+//! names it ([`EventRecord::snapshot`]); recovery deletes snapshot files no revision names.
+
+use redb::{Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use super::{Catalog, CatalogError, OrStorage, RowError};
+use crate::events::envelope::Envelope;
+use crate::limits;
+
+pub(super) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+pub(super) const EVENT_REVISIONS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("event_revisions");
+pub(super) const EVENT_SOURCE_IDS: TableDefinition<(&str, &str), u64> = TableDefinition::new("event_source_ids");
+pub(super) const EVENT_KEYS: TableDefinition<(&str, &str), (u64, u32)> = TableDefinition::new("event_keys");
+pub(super) const EVENTS_BY_TIME: TableDefinition<(i64, u64), ()> = TableDefinition::new("events_by_time");
+pub(super) const EVENTS_BY_CAMERA: TableDefinition<(&str, i64, u64), ()> = TableDefinition::new("events_by_camera");
+pub(super) const EVENT_TERMS: TableDefinition<(&str, i64, u64), ()> = TableDefinition::new("event_terms");
+
+/// A snapshot file of one revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Relative to the data directory.
+    pub path: String,
+    pub bytes: u64,
+    pub width: u16,
+    pub height: u16,
+}
+
+/// One revision of an event, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    pub id: u64,
+    pub rev: u32,
+    /// Who sent it (`token:7`, `user:ann`).
+    pub principal: String,
+    pub received_us: i64,
+    pub envelope: Envelope,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<Snapshot>,
+}
+
+impl EventRecord {
+    fn decode(b: &[u8]) -> Result<EventRecord, RowError> {
+        serde_json::from_slice(b).map_err(|_| RowError { table: "events", why: "not an event record" })
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("an event record serializes")
+    }
+}
+
+/// What a new revision will be: its id and number, decided before its snapshot is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NextRevision {
+    pub id: u64,
+    pub rev: u32,
+}
+
+/// The answer to an idempotency key seen before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Planned {
+    /// Already stored under this key: answer with it.
+    Replay(NextRevision),
+    /// Store it as this.
+    New(NextRevision),
+    /// The event has [`limits::EVENT_REVISIONS_MAX`] revisions already.
+    TooManyRevisions,
+}
+
+/// A search over the indexes.
+#[derive(Debug, Clone, Default)]
+pub struct EventQuery {
+    pub camera: Option<String>,
+    pub from_us: i64,
+    pub to_us: i64,
+    /// Every term must match (`label:person`, words of the text).
+    pub terms: Vec<String>,
+    /// Continue after this (time, id), exclusive: the `next` of the previous page.
+    pub before: Option<(i64, u64)>,
+    pub limit: usize,
+}
+
+/// A page of results, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct EventPage {
+    pub events: Vec<EventRecord>,
+    /// Where the next page starts, when there may be more.
+    pub next: Option<(i64, u64)>,
+}
+
+impl Catalog {
+    /// The id and revision the next envelope of `principal` will get, or the stored one when
+    /// its idempotency key was seen before. The caller holds the event writer's lock from
+    /// here until [`Catalog::put_event`].
+    pub fn plan_event(&self, principal: &str, e: &Envelope) -> Result<Planned, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        if let Some(key) = &e.idempotency_key {
+            let keys = txn.open_table(EVENT_KEYS).storage()?;
+            if let Some(v) = keys.get((principal, key.as_str())).storage()? {
+                let (id, rev) = v.value();
+                return Ok(Planned::Replay(NextRevision { id, rev }));
+            }
+        }
+        if let Some(source) = &e.id {
+            let ids = txn.open_table(EVENT_SOURCE_IDS).storage()?;
+            if let Some(id) = ids.get((principal, source.as_str())).storage()?.map(|v| v.value()) {
+                let events = txn.open_table(EVENTS).storage()?;
+                if let Some(row) = events.get(id).storage()? {
+                    let latest = EventRecord::decode(row.value())?;
+                    if latest.rev as usize >= limits::EVENT_REVISIONS_MAX {
+                        return Ok(Planned::TooManyRevisions);
+                    }
+                    return Ok(Planned::New(NextRevision { id, rev: latest.rev + 1 }));
+                }
+            }
+        }
+        let meta = txn.open_table(super::META).storage()?;
+        let id = meta.get("next_event_id").storage()?.map_or(1, |v| v.value());
+        Ok(Planned::New(NextRevision { id, rev: 1 }))
+    }
+
+    /// Stores a planned revision and moves the event's index rows to it, in one durable
+    /// commit. The snapshot file it names is already synced.
+    pub fn put_event(&self, r: &EventRecord) -> Result<(), CatalogError> {
+        let mut txn = self.db.begin_write().storage()?;
+        txn.set_durability(Durability::Immediate).storage()?;
+        {
+            let mut events = txn.open_table(EVENTS).storage()?;
+            let old = events.get(r.id).storage()?.map(|v| EventRecord::decode(v.value())).transpose()?;
+            if let Some(old) = &old {
+                unindex(&txn, old)?;
+            } else {
+                let mut meta = txn.open_table(super::META).storage()?;
+                let next = meta.get("next_event_id").storage()?.map_or(1, |v| v.value());
+                meta.insert("next_event_id", next.max(r.id + 1)).storage()?;
+            }
+            let bytes = r.encode();
+            events.insert(r.id, bytes.as_slice()).storage()?;
+            txn.open_table(EVENT_REVISIONS).storage()?.insert((r.id, r.rev), bytes.as_slice()).storage()?;
+            if let Some(source) = &r.envelope.id {
+                txn.open_table(EVENT_SOURCE_IDS)
+                    .storage()?
+                    .insert((r.principal.as_str(), source.as_str()), r.id)
+                    .storage()?;
+            }
+            if let Some(key) = &r.envelope.idempotency_key {
+                txn.open_table(EVENT_KEYS)
+                    .storage()?
+                    .insert((r.principal.as_str(), key.as_str()), (r.id, r.rev))
+                    .storage()?;
+            }
+            index(&txn, r)?;
+        }
+        txn.commit().storage()
+    }
+
+    /// The latest revision of event `id`.
+    pub fn event(&self, id: u64) -> Result<Option<EventRecord>, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let t = txn.open_table(EVENTS).storage()?;
+        Ok(t.get(id).storage()?.map(|v| EventRecord::decode(v.value())).transpose()?)
+    }
+
+    /// One revision of event `id`.
+    pub fn event_revision(&self, id: u64, rev: u32) -> Result<Option<EventRecord>, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let t = txn.open_table(EVENT_REVISIONS).storage()?;
+        Ok(t.get((id, rev)).storage()?.map(|v| EventRecord::decode(v.value())).transpose()?)
+    }
+
+    /// Every revision of event `id`, oldest first (at most [`limits::EVENT_REVISIONS_MAX`]).
+    pub fn event_revisions(&self, id: u64) -> Result<Vec<EventRecord>, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let t = txn.open_table(EVENT_REVISIONS).storage()?;
+        let mut out = Vec::new();
+        for entry in t.range((id, 0)..=(id, u32::MAX)).storage()?.take(limits::EVENT_REVISIONS_MAX) {
+            out.push(EventRecord::decode(entry.storage()?.1.value())?);
+        }
+        Ok(out)
+    }
+
+    /// True when some revision names snapshot `path` (recovery's question).
+    pub fn snapshot_named(&self, id: u64, rev: u32, path: &str) -> Result<bool, CatalogError> {
+        Ok(self.event_revision(id, rev)?.and_then(|r| r.snapshot).is_some_and(|s| s.path == path))
+    }
+
+    /// Events matching `q`, newest first, from the indexes: it walks the most selective
+    /// index (a term, else the camera, else time) backwards and checks the other conditions
+    /// by point lookups, looking at no more than [`limits::EVENT_SEARCH_SCAN_MAX`] index rows;
+    /// past that the page ends early with `next` set.
+    pub fn search_events(&self, q: &EventQuery) -> Result<EventPage, CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let terms = txn.open_table(EVENT_TERMS).storage()?;
+        let cameras = txn.open_table(EVENTS_BY_CAMERA).storage()?;
+        let times = txn.open_table(EVENTS_BY_TIME).storage()?;
+        let events = txn.open_table(EVENTS).storage()?;
+        let limit = q.limit.clamp(1, limits::EVENT_SEARCH_RESULTS_MAX);
+        // The newest (time, id) a result may have.
+        let (top_time, top_id) = match q.before {
+            Some((t, id)) if id > 0 => (t.min(q.to_us), if t <= q.to_us { id - 1 } else { u64::MAX }),
+            Some((t, _)) => (t.saturating_sub(1).min(q.to_us), u64::MAX),
+            None => (q.to_us, u64::MAX),
+        };
+        if top_time < q.from_us {
+            return Ok(EventPage::default());
+        }
+        let mut candidates: Box<dyn Iterator<Item = Result<(i64, u64), CatalogError>>> = match (&q.terms[..], &q.camera)
+        {
+            ([first, ..], _) => {
+                let range = (first.as_str(), q.from_us, 0)..=(first.as_str(), top_time, top_id);
+                Box::new(terms.range(range).storage()?.rev().map(|e| {
+                    let (k, _) = e.storage()?;
+                    let (_, t, id) = k.value();
+                    Ok((t, id))
+                }))
+            }
+            ([], Some(cam)) => {
+                let range = (cam.as_str(), q.from_us, 0)..=(cam.as_str(), top_time, top_id);
+                Box::new(cameras.range(range).storage()?.rev().map(|e| {
+                    let (k, _) = e.storage()?;
+                    let (_, t, id) = k.value();
+                    Ok((t, id))
+                }))
+            }
+            ([], None) => Box::new(times.range((q.from_us, 0)..=(top_time, top_id)).storage()?.rev().map(|e| {
+                let (k, _) = e.storage()?;
+                Ok(k.value())
+            })),
+        };
+        let mut page = EventPage::default();
+        let mut scanned = 0;
+        while let Some(c) = candidates.next() {
+            let (t, id) = c?;
+            scanned += 1;
+            let camera_ok = match &q.camera {
+                Some(cam) if !q.terms.is_empty() => cameras.get((cam.as_str(), t, id)).storage()?.is_some(),
+                _ => true,
+            };
+            let mut terms_ok = camera_ok;
+            for term in q.terms.iter().skip(1) {
+                if !terms_ok {
+                    break;
+                }
+                terms_ok = terms.get((term.as_str(), t, id)).storage()?.is_some();
+            }
+            if terms_ok && let Some(row) = events.get(id).storage()? {
+                page.events.push(EventRecord::decode(row.value())?);
+                if page.events.len() == limit {
+                    page.next = Some((t, id));
+                    break;
+                }
+            }
+            if scanned == limits::EVENT_SEARCH_SCAN_MAX {
+                page.next = Some((t, id));
+                break;
+            }
+        }
+        Ok(page)
+    }
+}
+
+/// The index rows of revision `r`.
+fn index(txn: &redb::WriteTransaction, r: &EventRecord) -> Result<(), CatalogError> {
+    let (t, id) = (r.envelope.time(), r.id);
+    txn.open_table(EVENTS_BY_TIME).storage()?.insert((t, id), ()).storage()?;
+    txn.open_table(EVENTS_BY_CAMERA).storage()?.insert((r.envelope.camera.as_str(), t, id), ()).storage()?;
+    let mut terms = txn.open_table(EVENT_TERMS).storage()?;
+    for term in r.envelope.terms() {
+        terms.insert((term.as_str(), t, id), ()).storage()?;
+    }
+    Ok(())
+}
+
+/// Removes the index rows of revision `r`.
+fn unindex(txn: &redb::WriteTransaction, r: &EventRecord) -> Result<(), CatalogError> {
+    let (t, id) = (r.envelope.time(), r.id);
+    txn.open_table(EVENTS_BY_TIME).storage()?.remove((t, id)).storage()?;
+    txn.open_table(EVENTS_BY_CAMERA).storage()?.remove((r.envelope.camera.as_str(), t, id)).storage()?;
+    let mut terms = txn.open_table(EVENT_TERMS).storage()?;
+    for term in r.envelope.terms() {
+        terms.remove((term.as_str(), t, id)).storage()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: i64 = 1_800_000_000_000_000;
+
+    fn envelope(json: serde_json::Value) -> Envelope {
+        Envelope::parse(json.to_string().as_bytes(), T0).unwrap()
+    }
+
+    fn store(cat: &Catalog, principal: &str, e: Envelope) -> Planned {
+        let plan = cat.plan_event(principal, &e).unwrap();
+        if let Planned::New(n) = plan {
+            let r = EventRecord {
+                id: n.id,
+                rev: n.rev,
+                principal: principal.into(),
+                received_us: T0,
+                envelope: e,
+                snapshot: None,
+            };
+            cat.put_event(&r).unwrap();
+        }
+        plan
+    }
+
+    fn ids(page: &EventPage) -> Vec<u64> {
+        page.events.iter().map(|e| e.id).collect()
+    }
+
+    #[test]
+    fn revisions_by_sender_id_and_idempotency_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();
+        let e = |rev: u32, key: &str| {
+            envelope(
+                serde_json::json!({"id": "d1", "camera": "front", "labels": [format!("l{rev}")], "idempotency_key": key}),
+            )
+        };
+        assert_eq!(store(&cat, "token:1", e(1, "a")), Planned::New(NextRevision { id: 1, rev: 1 }));
+        assert_eq!(store(&cat, "token:1", e(2, "b")), Planned::New(NextRevision { id: 1, rev: 2 }));
+        assert_eq!(
+            store(&cat, "token:1", e(2, "b")),
+            Planned::Replay(NextRevision { id: 1, rev: 2 }),
+            "a key seen before"
+        );
+        // Another sender's "d1" is another event; its key "a" is its own.
+        assert_eq!(store(&cat, "token:2", e(1, "a")), Planned::New(NextRevision { id: 2, rev: 1 }));
+        assert_eq!(cat.event_revisions(1).unwrap().len(), 2);
+        assert_eq!(cat.event(1).unwrap().unwrap().envelope.labels, ["l2"]);
+        // The index follows the latest revision.
+        let q = |term: &str| EventQuery {
+            from_us: 0,
+            to_us: i64::MAX,
+            terms: vec![term.into()],
+            limit: 10,
+            ..EventQuery::default()
+        };
+        assert_eq!(ids(&cat.search_events(&q("label:l2")).unwrap()), [1]);
+        assert_eq!(ids(&cat.search_events(&q("label:l1")).unwrap()), [2]);
+    }
+
+    #[test]
+    fn search_by_camera_time_labels_and_words_with_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();
+        for i in 0..30i64 {
+            let camera = if i % 2 == 0 { "front" } else { "back" };
+            let label = if i % 3 == 0 { "person" } else { "car" };
+            let text = if i % 5 == 0 { "delivery van" } else { "" };
+            store(
+                &cat,
+                "token:1",
+                envelope(
+                    serde_json::json!({"camera": camera, "time_us": T0 + i * 1_000_000, "labels": [label], "text": text}),
+                ),
+            );
+        }
+        let all = EventQuery { from_us: 0, to_us: i64::MAX, limit: 100, ..EventQuery::default() };
+        let page = cat.search_events(&all).unwrap();
+        assert_eq!(ids(&page), (1..=30).rev().collect::<Vec<u64>>(), "newest first");
+        assert_eq!(page.next, None);
+        let q = EventQuery { camera: Some("front".into()), terms: vec!["label:person".into()], ..all.clone() };
+        // front: even i; person: i % 3 == 0 → i in {0, 6, 12, 18, 24} → ids i + 1.
+        assert_eq!(ids(&cat.search_events(&q).unwrap()), [25, 19, 13, 7, 1]);
+        let q = EventQuery { terms: vec!["delivery".into(), "label:car".into()], ..all.clone() };
+        assert_eq!(ids(&cat.search_events(&q).unwrap()), [26, 21, 11, 6]);
+        let q = EventQuery { from_us: T0 + 10_000_000, to_us: T0 + 12_000_000, ..all.clone() };
+        assert_eq!(ids(&cat.search_events(&q).unwrap()), [13, 12, 11]);
+        // Pages of 4 walk the whole set once.
+        let mut seen = Vec::new();
+        let mut q = EventQuery { limit: 4, ..all.clone() };
+        loop {
+            let page = cat.search_events(&q).unwrap();
+            seen.extend(ids(&page));
+            match page.next {
+                Some(n) => q.before = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!(seen, (1..=30).rev().collect::<Vec<u64>>());
+    }
+
+    #[test]
+    fn a_search_stops_at_its_scan_ceiling_and_says_where_to_go_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();
+        let n = limits::EVENT_SEARCH_SCAN_MAX as i64 + 5;
+        let mut txn = cat.db.begin_write().unwrap();
+        txn.set_durability(Durability::None).unwrap();
+        for i in 0..n {
+            let r = EventRecord {
+                id: i as u64 + 1,
+                rev: 1,
+                principal: "token:1".into(),
+                received_us: T0,
+                envelope: envelope(
+                    serde_json::json!({"camera": "front", "time_us": T0 + i, "labels": [if i < 3 { "rare" } else { "common" }]}),
+                ),
+                snapshot: None,
+            };
+            txn.open_table(EVENTS).unwrap().insert(r.id, r.encode().as_slice()).unwrap();
+            index(&txn, &r).unwrap();
+        }
+        txn.commit().unwrap();
+        // "front" and "rare": the camera index is not what is walked (a term is), so the
+        // three rare ones are found at once.
+        let q = EventQuery {
+            from_us: 0,
+            to_us: i64::MAX,
+            limit: 10,
+            terms: vec!["label:rare".into()],
+            camera: Some("front".into()),
+            before: None,
+        };
+        assert_eq!(ids(&cat.search_events(&q).unwrap()), [3, 2, 1]);
+        // Two terms where the first is common: the scan stops at its ceiling.
+        let q = EventQuery { terms: vec!["label:common".into(), "label:rare".into()], ..q };
+        let page = cat.search_events(&q).unwrap();
+        assert!(page.events.is_empty());
+        let next = page.next.expect("where to go on");
+        let page = cat.search_events(&EventQuery { before: Some(next), ..q }).unwrap();
+        assert!(page.events.is_empty(), "the rest are common");
+        assert_eq!(page.next, None);
+    }
+}

@@ -1,0 +1,274 @@
+//! Events from external analysis: intake (envelope + JPEG), durable storage, recording
+//! triggers, and the files' recovery.
+//!
+//! An event is acknowledged only once it is durable: its snapshot file is written under a
+//! temporary name, synced, renamed and its directory synced; then one `Immediate` catalog
+//! commit stores the revision, its idempotency key and its index rows. Writers take turns
+//! (one lock), so a revision's number and a key's answer are decided once. A crash before
+//! the commit leaves at most a snapshot file no revision names, which [`recover`] deletes.
+
+pub mod envelope;
+pub mod jpeg;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use tokio::sync::{Mutex, Semaphore, SemaphorePermit};
+use tracing::warn;
+
+use crate::catalog::events::{EventRecord, Planned, Snapshot};
+use crate::catalog::{Catalog, CatalogError};
+use crate::clock::Clocks;
+use crate::limits;
+use crate::preroll::Trigger;
+use envelope::{Envelope, EnvelopeError};
+use jpeg::JpegError;
+
+/// Where snapshots live, under the data directory.
+pub const EVENTS_DIR: &str = "events";
+
+/// Why an event was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    #[error("bad envelope: {0}")]
+    Envelope(#[from] EnvelopeError),
+    #[error("bad snapshot: {0}")]
+    Jpeg(#[from] JpegError),
+    #[error("the snapshot is over {} bytes (EVENT_JPEG_MAX_BYTES)", limits::EVENT_JPEG_MAX_BYTES)]
+    JpegTooLarge,
+    #[error("no camera named {0}")]
+    UnknownCamera(String),
+    #[error("the event already has {} revisions, the most it may (EVENT_REVISIONS_MAX)", limits::EVENT_REVISIONS_MAX)]
+    TooManyRevisions,
+    #[error("{} events are being received, the most at once (EVENT_UPLOADS_MAX): try again", limits::EVENT_UPLOADS_MAX)]
+    Busy,
+    #[error("storing the event failed: {0}")]
+    Storage(String),
+}
+
+impl From<CatalogError> for IntakeError {
+    fn from(e: CatalogError) -> Self {
+        IntakeError::Storage(e.to_string())
+    }
+}
+
+/// The answer to a stored (or replayed) event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepted {
+    pub id: u64,
+    pub rev: u32,
+    /// Its idempotency key was seen before: nothing new was stored.
+    pub replayed: bool,
+}
+
+/// Counters of the intake.
+#[derive(Debug, Default)]
+pub struct EventStats {
+    pub stored: AtomicU64,
+    pub replayed: AtomicU64,
+    pub refused: AtomicU64,
+    pub snapshot_bytes: AtomicU64,
+    pub triggers: AtomicU64,
+}
+
+/// The intake.
+pub struct Events {
+    catalog: Arc<Catalog>,
+    data_dir: PathBuf,
+    /// Every camera, with the triggers of its streams recorded on events.
+    cameras: HashMap<String, Vec<Arc<Trigger>>>,
+    writer: Mutex<()>,
+    uploads: Semaphore,
+    pub stats: EventStats,
+}
+
+impl Events {
+    pub fn new(catalog: Arc<Catalog>, data_dir: PathBuf, cameras: HashMap<String, Vec<Arc<Trigger>>>) -> Events {
+        Events {
+            catalog,
+            data_dir,
+            cameras,
+            writer: Mutex::new(()),
+            uploads: Semaphore::new(limits::EVENT_UPLOADS_MAX),
+            stats: EventStats::default(),
+        }
+    }
+
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// A place for one upload's body, or [`IntakeError::Busy`] at once.
+    pub fn upload_slot(&self) -> Result<SemaphorePermit<'_>, IntakeError> {
+        self.uploads.try_acquire().map_err(|_| {
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            IntakeError::Busy
+        })
+    }
+
+    /// Checks, stores durably, triggers recording; answers only once it is durable.
+    pub async fn publish(
+        &self,
+        principal: &str,
+        envelope: &[u8],
+        snapshot: Option<Bytes>,
+    ) -> Result<Accepted, IntakeError> {
+        let r = self.publish_inner(principal, envelope, snapshot).await;
+        let counter = match &r {
+            Ok(a) if a.replayed => &self.stats.replayed,
+            Ok(_) => &self.stats.stored,
+            Err(_) => &self.stats.refused,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        r
+    }
+
+    async fn publish_inner(
+        &self,
+        principal: &str,
+        envelope: &[u8],
+        snapshot: Option<Bytes>,
+    ) -> Result<Accepted, IntakeError> {
+        let clocks = Clocks;
+        let (arrived_us, arrived_mono_us) = (clocks.wall_us(), clocks.mono_us());
+        let e = Envelope::parse(envelope, arrived_us)?;
+        let triggers = self.cameras.get(&e.camera).ok_or_else(|| IntakeError::UnknownCamera(e.camera.clone()))?;
+        let snapshot = match snapshot {
+            Some(b) if b.len() > limits::EVENT_JPEG_MAX_BYTES => return Err(IntakeError::JpegTooLarge),
+            Some(b) => Some((jpeg::check(&b)?, b)),
+            None => None,
+        };
+        let record = e.record;
+        let time_us = e.time();
+        let accepted = {
+            let _turn = self.writer.lock().await;
+            let (catalog, data_dir, principal) = (self.catalog.clone(), self.data_dir.clone(), principal.to_string());
+            let stored =
+                tokio::task::spawn_blocking(move || store(&catalog, &data_dir, principal, e, arrived_us, snapshot));
+            stored.await.map_err(|e| IntakeError::Storage(e.to_string()))??
+        };
+        if let Some(bytes) = accepted.1 {
+            self.stats.snapshot_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+        if record && !accepted.0.replayed {
+            // The event's moment on the monotonic clock: no later than now, and no earlier
+            // than the history reaches back for late events.
+            let late_us = (arrived_us - time_us).clamp(0, limits::EVENT_BACKDATE_MAX_MS as i64 * 1000);
+            for t in triggers {
+                t.fire(arrived_mono_us - late_us);
+                self.stats.triggers.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(accepted.0)
+    }
+}
+
+/// The snapshot file of revision `rev` of event `id`, relative to the data directory.
+pub fn snapshot_path(id: u64, rev: u32) -> String {
+    format!("{EVENTS_DIR}/{:04}/{id}-{rev}.jpg", id / 1000)
+}
+
+/// Plans, writes the snapshot, commits; returns the answer and the snapshot bytes stored.
+fn store(
+    catalog: &Catalog,
+    data_dir: &Path,
+    principal: String,
+    e: Envelope,
+    received_us: i64,
+    snapshot: Option<(jpeg::JpegInfo, Bytes)>,
+) -> Result<(Accepted, Option<u64>), IntakeError> {
+    let next = match catalog.plan_event(&principal, &e)? {
+        Planned::Replay(n) => return Ok((Accepted { id: n.id, rev: n.rev, replayed: true }, None)),
+        Planned::TooManyRevisions => return Err(IntakeError::TooManyRevisions),
+        Planned::New(n) => n,
+    };
+    let mut stored = None;
+    let snapshot = match snapshot {
+        Some((info, bytes)) => {
+            let rel = snapshot_path(next.id, next.rev);
+            write_synced(&data_dir.join(&rel), &bytes).map_err(|err| IntakeError::Storage(format!("{rel}: {err}")))?;
+            stored = Some(bytes.len() as u64);
+            Some(Snapshot { path: rel, bytes: bytes.len() as u64, width: info.width, height: info.height })
+        }
+        None => None,
+    };
+    let r = EventRecord { id: next.id, rev: next.rev, principal, received_us, envelope: e, snapshot };
+    if let Err(err) = catalog.put_event(&r) {
+        if let Some(s) = &r.snapshot {
+            let _ = std::fs::remove_file(data_dir.join(&s.path));
+        }
+        return Err(err.into());
+    }
+    Ok((Accepted { id: next.id, rev: next.rev, replayed: false }, stored))
+}
+
+/// Writes `bytes` to `path` durably: a synced temporary file renamed into place, and the
+/// directory synced (created, and its parent synced, if new).
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().ok_or_else(|| std::io::Error::other("no directory"))?;
+    if !dir.exists() {
+        std::fs::create_dir_all(dir)?;
+        if let Some(parent) = dir.parent() {
+            std::fs::File::open(parent)?.sync_all()?;
+        }
+    }
+    let tmp = path.with_extension("jpg.tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Deletes snapshot files no revision names (a crash between the file and its commit) and
+/// leftover temporary files; returns how many.
+pub fn recover(catalog: &Catalog, data_dir: &Path) -> Result<u64, CatalogError> {
+    let dir = data_dir.join(EVENTS_DIR);
+    if !dir.exists() {
+        return Ok(0);
+    }
+    let mut orphans = Vec::new();
+    let mut walk_error = None;
+    let walked = crate::record::recovery::walk(&dir, data_dir, 1, &mut |rel| {
+        let named = rel
+            .rsplit('/')
+            .next()
+            .and_then(|f| f.strip_suffix(".jpg"))
+            .and_then(|stem| stem.split_once('-'))
+            .and_then(|(id, rev)| Some((id.parse::<u64>().ok()?, rev.parse::<u32>().ok()?)));
+        let keep = match named {
+            Some((id, rev)) => match catalog.snapshot_named(id, rev, rel) {
+                Ok(k) => k,
+                Err(e) => {
+                    walk_error.get_or_insert(e);
+                    true
+                }
+            },
+            None => false,
+        };
+        if !keep {
+            orphans.push(rel.to_string());
+        }
+    });
+    if let Err(e) = walked {
+        warn!("looking through event snapshots: {e}");
+    }
+    if let Some(e) = walk_error {
+        return Err(e);
+    }
+    for rel in &orphans {
+        if let Err(e) = std::fs::remove_file(data_dir.join(rel)) {
+            warn!("removing {rel}: {e}");
+        }
+    }
+    Ok(orphans.len() as u64)
+}

@@ -107,7 +107,18 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         }
     };
     recovery::recover(&catalog, &data_dir)?;
+    let orphans = crate::events::recover(&catalog, &data_dir)?;
+    if orphans > 0 {
+        info!(orphans, "deleted event snapshots no event names (a crash before their commit)");
+    }
     let (recorder, recorded) = Recorder::start(&config, catalog.clone())?;
+    // Every camera, with the triggers of its streams recorded on events.
+    let mut triggers: std::collections::HashMap<String, Vec<Arc<crate::preroll::Trigger>>> =
+        config.cameras.iter().map(|c| (c.name.clone(), Vec::new())).collect();
+    for r in recorded.iter().filter(|r| r.watch.mode == crate::config::RecordMode::Events) {
+        triggers.entry(r.camera.clone()).or_default().push(r.watch.trigger.clone());
+    }
+    let events = Arc::new(crate::events::Events::new(catalog.clone(), data_dir.clone(), triggers));
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut senders: std::collections::HashMap<(String, &'static str), _> =
@@ -162,6 +173,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
             streams: live,
             flusher: Some(recorder.flusher_stats.clone()),
             webrtc,
+            events: Some(events),
         });
         tokio::spawn(http::serve(l, Arc::new(http::HttpStats::default()), auth.clone(), media, shutdown_rx.clone()))
     });

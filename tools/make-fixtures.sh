@@ -15,6 +15,8 @@
 #   h264.264           the same video as a raw Annex-B elementary stream
 #   h265.265           10 s, H.265 raw Annex-B, GOP 1 s, parameter sets with every IDR
 #   h264-long-gop.264  20 s, H.264 raw Annex-B, GOP 10 s (long-GOP tests)
+#   snapshot-4k.jpg    a 3840x2160 JPEG of about 420 kB (noise keeps it from compressing
+#                      to nothing), an event's snapshot
 #   aac.adts           ~10 s of 440 Hz sine, AAC-LC mono 48 kHz 32 kb/s, raw ADTS:
 #                      exactly 469 frames of 1024 samples = 10.0053 s (the camera's
 #                      /h264-aac audio; see gen_aac_adts)
@@ -133,8 +135,13 @@ gen_aac_adts() {
         -frames:a 469 -f adts "$1"
 }
 
+gen_snapshot_4k() {
+    ff -f lavfi -i "testsrc2=size=3840x2160:rate=1,noise=alls=6:allf=u" -frames:v 1 -q:v 3 -f image2 -c:v mjpeg "$1"
+}
+
 generate h264.mp4 gen_h264_mp4
 generate h264.264 gen_h264_annexb
 generate h265.265 gen_h265_annexb
 generate h264-long-gop.264 gen_h264_long_gop
 generate aac.adts gen_aac_adts
+generate snapshot-4k.jpg gen_snapshot_4k

@@ -76,6 +76,14 @@ pub enum Principal {
 }
 
 impl Principal {
+    /// The principal as sessions and events name it: `user:ann`, `token:7`.
+    pub fn name(&self) -> String {
+        match self {
+            Principal::User { name, .. } => format!("user:{name}"),
+            Principal::Token { id, .. } => format!("token:{id}"),
+        }
+    }
+
     /// True when this principal holds `scope` (an admin holds every scope).
     pub fn can(&self, scope: u8) -> bool {
         match self {

@@ -217,8 +217,7 @@ impl Catalog {
         if top_time < q.from_us {
             return Ok(EventPage::default());
         }
-        let mut candidates: Box<dyn Iterator<Item = Result<(i64, u64), CatalogError>>> = match (&q.terms[..], &q.camera)
-        {
+        let candidates: Box<dyn Iterator<Item = Result<(i64, u64), CatalogError>>> = match (&q.terms[..], &q.camera) {
             ([first, ..], _) => {
                 let range = (first.as_str(), q.from_us, 0)..=(first.as_str(), top_time, top_id);
                 Box::new(terms.range(range).storage()?.rev().map(|e| {
@@ -242,7 +241,7 @@ impl Catalog {
         };
         let mut page = EventPage::default();
         let mut scanned = 0;
-        while let Some(c) = candidates.next() {
+        for c in candidates {
             let (t, id) = c?;
             scanned += 1;
             let camera_ok = match &q.camera {

@@ -177,6 +177,19 @@ pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketA
             Some(r) => r,
             None => super::live::whep_close(ctx, &who, id).await,
         },
+        (&Method::POST, ["api", "events"]) => match need(scope::EVENTS_WRITE) {
+            Some(r) => r,
+            None => super::events::intake(ctx, &who, &parts, body).await,
+        },
+        (&Method::GET, ["api", "events"]) => match need(scope::VIEW) {
+            Some(r) => r,
+            None => super::events::search(ctx, &parts).await,
+        },
+        (&Method::GET, ["api", "events", id]) => need(scope::VIEW).unwrap_or_else(|| super::events::revisions(ctx, id)),
+        (&Method::GET, ["api", "events", id, "snapshot"]) => match need(scope::VIEW) {
+            Some(r) => r,
+            None => super::events::snapshot(ctx, &parts, id).await,
+        },
         (&Method::GET, ["api", "me"]) => match &who {
             Principal::User { name, role, csrf, .. } => {
                 json_reply(StatusCode::OK, json!({ "user": name, "role": role.name(), "csrf": csrf }))

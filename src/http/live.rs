@@ -13,10 +13,11 @@ use crate::limits;
 use crate::webrtc::{OfferError, OpenError, Owner};
 
 fn owner(who: &Principal) -> Owner {
-    match who {
-        Principal::User { name, session, .. } => Owner { principal: format!("user:{name}"), login: Some(*session) },
-        Principal::Token { id, .. } => Owner { principal: format!("token:{id}"), login: None },
-    }
+    let login = match who {
+        Principal::User { session, .. } => Some(*session),
+        Principal::Token { .. } => None,
+    };
+    Owner { principal: who.name(), login }
 }
 
 /// `POST /api/whep/{camera}/{kind}`

@@ -16,6 +16,7 @@
 //! `metrics` token or an admin), setup, login and the account API.
 
 mod api;
+pub mod events;
 mod guard;
 mod live;
 mod media;
@@ -76,6 +77,8 @@ pub struct Media {
     pub flusher: Option<Arc<crate::record::flusher::FlusherStats>>,
     /// Live view (none when turned off).
     pub webrtc: Option<crate::webrtc::WebrtcHandle>,
+    /// Event intake (none in tests of the edge alone).
+    pub events: Option<Arc<crate::events::Events>>,
 }
 
 /// One configured stream and its live state.
@@ -123,6 +126,7 @@ impl Ctx {
             streams: Vec::new(),
             flusher: None,
             webrtc: None,
+            events: None,
         };
         Ctx::new(Arc::default(), Arc::new(Auth::new(catalog)), Arc::new(media))
     }
@@ -297,10 +301,13 @@ fn text(body: String, content_type: &'static str) -> Reply {
     r
 }
 
-/// The largest body a route takes: an SDP offer for WHEP, small JSON everywhere else.
+/// The largest body a route takes: an SDP offer for WHEP, an event with its snapshot, small
+/// JSON everywhere else.
 pub(crate) fn body_max_bytes(method: &http::Method, path: &str) -> u64 {
     if method == http::Method::POST && path.starts_with("/api/whep/") {
         limits::WEBRTC_OFFER_MAX_BYTES as u64
+    } else if method == http::Method::POST && path == "/api/events" {
+        events::INTAKE_BODY_MAX_BYTES as u64
     } else {
         limits::HTTP_SMALL_BODY_MAX_BYTES
     }

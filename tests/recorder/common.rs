@@ -539,16 +539,28 @@ pub fn metric(port: u16, token: &str, reason: &str) -> u64 {
 
 /// One request on a new connection: (status, response head, body).
 pub fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String, String) {
+    request_bytes(port, method, path, headers, body.as_bytes())
+}
+
+/// [`request`] with a binary body.
+pub fn request_bytes(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String, String) {
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\ncontent-length: {}\r\n",
         body.len()
-    );
+    )
+    .into_bytes();
     for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
+        req.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
     }
-    req.push_str("\r\n");
-    req.push_str(body);
-    let r = exchange(port, req.as_bytes());
+    req.extend_from_slice(b"\r\n");
+    req.extend_from_slice(body);
+    let r = exchange(port, &req);
     let (head, body) = r.split_once("\r\n\r\n").unwrap_or((&r, ""));
     (status(&r), head.to_string(), body.to_string())
 }

@@ -6,6 +6,7 @@ mod common;
 mod auth;
 mod camera_failures;
 mod cli;
+mod events;
 mod export;
 mod http_limits;
 mod live;

@@ -1,0 +1,324 @@
+//! The events API: intake from analysis services, search, an event's revisions and its
+//! snapshot.
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{StatusCode, header};
+use hyper::Response;
+use hyper::body::Incoming;
+use serde_json::json;
+
+use super::{Ctx, Reply, error, full};
+use crate::auth::Principal;
+use crate::catalog::events::{EventQuery, EventRecord};
+use crate::events::IntakeError;
+use crate::events::envelope::query_term;
+use crate::events::jpeg::JpegError;
+use crate::limits;
+
+fn json_reply(status: StatusCode, value: serde_json::Value) -> Reply {
+    let mut r = Response::new(full(value.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    r
+}
+
+/// The largest `POST /api/events` body: an envelope, a snapshot and the framing.
+pub const INTAKE_BODY_MAX_BYTES: usize =
+    limits::EVENT_ENVELOPE_MAX_BYTES + limits::EVENT_JPEG_MAX_BYTES + limits::EVENT_MULTIPART_OVERHEAD_BYTES;
+
+/// Why a body could not be split into an envelope and a snapshot.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BodyError {
+    /// Neither JSON nor multipart.
+    Unsupported,
+    EnvelopeTooLarge,
+    SnapshotTooLarge,
+    Bad(String),
+}
+
+/// Splits an intake body: a JSON envelope alone (`application/json`), or
+/// `multipart/form-data` with a part `event` (the envelope) and optionally a part
+/// `snapshot` (the JPEG). Bounded by the body's own size and each part's ceiling.
+pub async fn split_body(content_type: &str, body: Bytes) -> Result<(Bytes, Option<Bytes>), BodyError> {
+    let mime = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if mime == "application/json" {
+        if body.len() > limits::EVENT_ENVELOPE_MAX_BYTES {
+            return Err(BodyError::EnvelopeTooLarge);
+        }
+        return Ok((body, None));
+    }
+    if mime != "multipart/form-data" {
+        return Err(BodyError::Unsupported);
+    }
+    let boundary = multer::parse_boundary(content_type).map_err(|e| BodyError::Bad(e.to_string()))?;
+    let limits = multer::SizeLimit::new()
+        .whole_stream(INTAKE_BODY_MAX_BYTES as u64)
+        .for_field("event", limits::EVENT_ENVELOPE_MAX_BYTES as u64)
+        .for_field("snapshot", limits::EVENT_JPEG_MAX_BYTES as u64);
+    let constraints = multer::Constraints::new().allowed_fields(vec!["event", "snapshot"]).size_limit(limits);
+    let stream = futures::stream::once(async move { Ok::<Bytes, Infallible>(body) });
+    let mut parts = multer::Multipart::with_constraints(stream, boundary, constraints);
+    let (mut event, mut snapshot) = (None, None);
+    loop {
+        let field = match parts.next_field().await {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => return Err(multipart_error(e)),
+        };
+        let name = field.name().unwrap_or("").to_string();
+        let bytes = field.bytes().await.map_err(multipart_error)?;
+        let slot = if name == "event" { &mut event } else { &mut snapshot };
+        if slot.replace(bytes).is_some() {
+            return Err(BodyError::Bad(format!("two parts named {name}")));
+        }
+    }
+    let event = event.ok_or_else(|| BodyError::Bad("no part named event (the envelope)".into()))?;
+    Ok((event, snapshot))
+}
+
+fn multipart_error(e: multer::Error) -> BodyError {
+    match e {
+        multer::Error::FieldSizeExceeded { field_name, .. } if field_name.as_deref() == Some("snapshot") => {
+            BodyError::SnapshotTooLarge
+        }
+        multer::Error::FieldSizeExceeded { .. } => BodyError::EnvelopeTooLarge,
+        other => BodyError::Bad(other.to_string()),
+    }
+}
+
+/// `POST /api/events`: answers once the event is durable.
+pub(super) async fn intake(ctx: &Ctx, who: &Principal, parts: &Parts, body: Incoming) -> Reply {
+    let Some(events) = &ctx.media.events else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "no_events", "events are not taken here");
+    };
+    let _slot = match events.upload_slot() {
+        Ok(s) => s,
+        Err(e) => return intake_error(e),
+    };
+    let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let body = match super::api::read_body(body, ctx, INTAKE_BODY_MAX_BYTES).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let (envelope, snapshot) = match split_body(&content_type, body).await {
+        Ok(split) => split,
+        Err(BodyError::Unsupported) => {
+            return error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_body",
+                "send application/json, or multipart/form-data with parts event and snapshot",
+            );
+        }
+        Err(BodyError::SnapshotTooLarge) => return intake_error(IntakeError::JpegTooLarge),
+        Err(BodyError::EnvelopeTooLarge) => {
+            let m =
+                format!("the envelope is over {} bytes (EVENT_ENVELOPE_MAX_BYTES)", limits::EVENT_ENVELOPE_MAX_BYTES);
+            return error(StatusCode::PAYLOAD_TOO_LARGE, "envelope_too_large", &m);
+        }
+        Err(BodyError::Bad(m)) => return error(StatusCode::BAD_REQUEST, "bad_body", &m),
+    };
+    match events.publish(&who.name(), &envelope, snapshot).await {
+        Ok(a) => {
+            let status = if a.replayed { StatusCode::OK } else { StatusCode::CREATED };
+            let mut r = json_reply(status, json!({ "id": a.id, "rev": a.rev, "replayed": a.replayed }));
+            if let Ok(v) = header::HeaderValue::from_str(&format!("/api/events/{}", a.id)) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            r
+        }
+        Err(e) => intake_error(e),
+    }
+}
+
+fn intake_error(e: IntakeError) -> Reply {
+    let (status, code) = match &e {
+        IntakeError::Envelope(_) => (StatusCode::BAD_REQUEST, "bad_envelope"),
+        IntakeError::Jpeg(JpegError::NotJpeg) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "not_jpeg"),
+        IntakeError::Jpeg(_) => (StatusCode::BAD_REQUEST, "bad_snapshot"),
+        IntakeError::JpegTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "snapshot_too_large"),
+        IntakeError::UnknownCamera(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_camera"),
+        IntakeError::TooManyRevisions => (StatusCode::CONFLICT, "too_many_revisions"),
+        IntakeError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
+        IntakeError::Storage(_) => (StatusCode::INTERNAL_SERVER_ERROR, "storage"),
+    };
+    error(status, code, &e.to_string())
+}
+
+/// An event as the API shows it: the envelope and where its snapshot is.
+fn event_json(r: &EventRecord) -> serde_json::Value {
+    let mut v = serde_json::to_value(&r.envelope).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("event".into(), json!(r.id));
+        o.insert("rev".into(), json!(r.rev));
+        o.insert("received_us".into(), json!(r.received_us));
+        o.insert("from".into(), json!(r.principal));
+        if let Some(s) = &r.snapshot {
+            o.insert(
+                "snapshot".into(),
+                json!({
+                    "url": format!("/api/events/{}/snapshot?rev={}", r.id, r.rev),
+                    "bytes": s.bytes, "width": s.width, "height": s.height,
+                }),
+            );
+        }
+    }
+    v
+}
+
+/// The search a query string asks for: `camera`, `from_us`, `to_us`, `label` (repeated),
+/// `q` (words), `limit`, `before` (`{time}-{id}` from the previous page's `next`).
+fn query(q: &str) -> Result<EventQuery, String> {
+    let mut out = EventQuery { from_us: 0, to_us: i64::MAX, limit: 50, ..EventQuery::default() };
+    let number = |k: &str, v: &str| v.parse::<i64>().map_err(|_| format!("{k} is not a number"));
+    for (k, v) in url::form_urlencoded::parse(q.as_bytes()) {
+        match &*k {
+            "camera" => out.camera = Some(v.into_owned()),
+            "from_us" => out.from_us = number(&k, &v)?,
+            "to_us" => out.to_us = number(&k, &v)?,
+            "limit" => out.limit = number(&k, &v)?.clamp(1, limits::EVENT_SEARCH_RESULTS_MAX as i64) as usize,
+            "label" => out.terms.push(format!("label:{}", query_term(&v))),
+            "q" => out.terms.extend(v.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(query_term)),
+            "before" => {
+                let (t, id) = v.split_once('_').ok_or("before is {time}_{id}")?;
+                out.before = Some((number("before", t)?, id.parse().map_err(|_| "before is {time}_{id}")?));
+            }
+            _ => return Err(format!("unknown parameter {k}")),
+        }
+        if out.terms.len() > limits::EVENT_TERMS_MAX {
+            return Err(format!("at most {} terms (EVENT_TERMS_MAX)", limits::EVENT_TERMS_MAX));
+        }
+    }
+    if out.from_us > out.to_us {
+        return Err("from_us is after to_us".into());
+    }
+    Ok(out)
+}
+
+/// `GET /api/events?…`
+pub(super) async fn search(ctx: &Ctx, parts: &Parts) -> Reply {
+    let q = match query(parts.uri.query().unwrap_or("")) {
+        Ok(q) => q,
+        Err(m) => return error(StatusCode::BAD_REQUEST, "bad_query", &m),
+    };
+    let catalog = ctx.media.catalog.clone();
+    let page = tokio::task::spawn_blocking(move || catalog.search_events(&q)).await;
+    match page {
+        Ok(Ok(page)) => {
+            let events: Vec<_> = page.events.iter().map(event_json).collect();
+            let next = page.next.map(|(t, id)| format!("{t}_{id}"));
+            json_reply(StatusCode::OK, json!({ "events": events, "next": next }))
+        }
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, "catalog", &e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "catalog", &e.to_string()),
+    }
+}
+
+fn event_id(id: &str) -> Result<u64, Reply> {
+    id.parse().map_err(|_| error(StatusCode::NOT_FOUND, "not_found", "no such event"))
+}
+
+/// `GET /api/events/{id}`: every revision, oldest first.
+pub(super) fn revisions(ctx: &Ctx, id: &str) -> Reply {
+    let id = match event_id(id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    match ctx.media.catalog.event_revisions(id) {
+        Ok(revs) if revs.is_empty() => error(StatusCode::NOT_FOUND, "not_found", "no such event"),
+        Ok(revs) => json_reply(StatusCode::OK, json!({ "revisions": revs.iter().map(event_json).collect::<Vec<_>>() })),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "catalog", &e.to_string()),
+    }
+}
+
+/// `GET /api/events/{id}/snapshot[?rev=N]`: the JPEG of a revision (the latest by default).
+pub(super) async fn snapshot(ctx: &Ctx, parts: &Parts, id: &str) -> Reply {
+    let id = match event_id(id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let rev = url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "rev")
+        .and_then(|(_, v)| v.parse::<u32>().ok());
+    let record = match rev {
+        Some(rev) => ctx.media.catalog.event_revision(id, rev),
+        None => ctx.media.catalog.event(id),
+    };
+    let snap = match record {
+        Ok(Some(r)) => r.snapshot,
+        Ok(None) => return error(StatusCode::NOT_FOUND, "not_found", "no such event"),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "catalog", &e.to_string()),
+    };
+    let Some(snap) = snap else {
+        return error(StatusCode::NOT_FOUND, "no_snapshot", "that revision has no snapshot");
+    };
+    match tokio::fs::read(ctx.media.data_dir.join(&snap.path)).await {
+        Ok(bytes) => {
+            let mut r = Response::new(full(bytes));
+            let h = r.headers_mut();
+            h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("image/jpeg"));
+            // A revision's snapshot never changes.
+            h.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("private, max-age=31536000, immutable"));
+            r
+        }
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "storage", &format!("{}: {e}", snap.path)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(ct: &str, body: &str) -> Result<(Bytes, Option<Bytes>), BodyError> {
+        futures::executor::block_on(split_body(ct, Bytes::from(body.to_string())))
+    }
+
+    #[test]
+    fn a_body_is_json_or_multipart_with_an_event_part() {
+        let (e, s) = split("application/json; charset=utf-8", "{}").unwrap();
+        assert_eq!((&e[..], s), (&b"{}"[..], None));
+        let body = "--B\r\nContent-Disposition: form-data; name=\"event\"\r\n\r\n{\"camera\":\"a\"}\r\n\
+                    --B\r\nContent-Disposition: form-data; name=\"snapshot\"; filename=\"s.jpg\"\r\n\
+                    Content-Type: image/jpeg\r\n\r\nJPEG\r\n--B--\r\n";
+        let (e, s) = split("multipart/form-data; boundary=B", body).unwrap();
+        assert_eq!(&e[..], b"{\"camera\":\"a\"}");
+        assert_eq!(s.as_deref(), Some(&b"JPEG"[..]));
+        assert_eq!(split("image/jpeg", "x"), Err(BodyError::Unsupported));
+        assert!(matches!(split("multipart/form-data", body), Err(BodyError::Bad(_))), "no boundary");
+        let only_snapshot = "--B\r\nContent-Disposition: form-data; name=\"snapshot\"\r\n\r\nJPEG\r\n--B--\r\n";
+        assert!(matches!(split("multipart/form-data; boundary=B", only_snapshot), Err(BodyError::Bad(_))));
+        let other = "--B\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\nx\r\n--B--\r\n";
+        assert!(matches!(split("multipart/form-data; boundary=B", other), Err(BodyError::Bad(_))));
+        let cut = &body[..body.len() - 10];
+        assert!(split("multipart/form-data; boundary=B", cut).is_err());
+    }
+
+    #[test]
+    fn a_snapshot_part_past_its_ceiling_is_named() {
+        let big = "x".repeat(limits::EVENT_JPEG_MAX_BYTES + 1);
+        let body = format!(
+            "--B\r\nContent-Disposition: form-data; name=\"event\"\r\n\r\n{{}}\r\n\
+             --B\r\nContent-Disposition: form-data; name=\"snapshot\"\r\n\r\n{big}\r\n--B--\r\n"
+        );
+        assert_eq!(split("multipart/form-data; boundary=B", &body), Err(BodyError::SnapshotTooLarge));
+        let big = "x".repeat(limits::EVENT_ENVELOPE_MAX_BYTES + 1);
+        let body = format!("--B\r\nContent-Disposition: form-data; name=\"event\"\r\n\r\n{big}\r\n--B--\r\n");
+        assert_eq!(split("multipart/form-data; boundary=B", &body), Err(BodyError::EnvelopeTooLarge));
+        assert_eq!(split("application/json", &big), Err(BodyError::EnvelopeTooLarge));
+    }
+
+    #[test]
+    fn search_queries_parse_with_their_ceilings() {
+        let q = query("camera=front&label=Person&q=red+van&from_us=5&to_us=9&limit=1000&before=7_3").unwrap();
+        assert_eq!(q.camera.as_deref(), Some("front"));
+        assert_eq!(q.terms, ["label:person", "red", "van"]);
+        assert_eq!((q.from_us, q.to_us, q.limit, q.before), (5, 9, limits::EVENT_SEARCH_RESULTS_MAX, Some((7, 3))));
+        assert!(query("colour=red").is_err());
+        assert!(query("from_us=9&to_us=5").is_err());
+        assert!(query("before=7").is_err());
+        let many = vec!["label=x"; limits::EVENT_TERMS_MAX + 1].join("&");
+        assert!(query(&many).unwrap_err().contains("EVENT_TERMS_MAX"));
+    }
+}

@@ -1,0 +1,341 @@
+//! Events from analysis services against the real binary: durable intake with snapshots,
+//! revisions and idempotency across `kill -9`, bad input refused with nothing stored, search,
+//! and event recordings that start the pre-roll before the event (read from the bar-coded
+//! frame counter in the recorded file).
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+const BOUNDARY: &str = "kp-test-boundary";
+
+/// A multipart intake body: the envelope, and the snapshot when given.
+fn multipart(envelope: &str, snapshot: Option<&[u8]>) -> Vec<u8> {
+    let mut b = format!(
+        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"event\"\r\nContent-Type: application/json\r\n\r\n{envelope}\r\n"
+    )
+    .into_bytes();
+    if let Some(jpeg) = snapshot {
+        b.extend_from_slice(
+            format!(
+                "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"snapshot\"; filename=\"s.jpg\"\r\nContent-Type: image/jpeg\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        b.extend_from_slice(jpeg);
+        b.extend_from_slice(b"\r\n");
+    }
+    b.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
+    b
+}
+
+fn post_event(port: u16, token: &str, envelope: &str, snapshot: Option<&[u8]>) -> (u16, Value) {
+    let auth = format!("Bearer {token}");
+    let ct = format!("multipart/form-data; boundary={BOUNDARY}");
+    let body = multipart(envelope, snapshot);
+    let (code, head, body) =
+        request_bytes(port, "POST", "/api/events", &[("authorization", &auth), ("content-type", &ct)], &body);
+    (code, serde_json::from_str(&body).unwrap_or_else(|_| panic!("{head}\n{body}")))
+}
+
+fn get_json(port: u16, token: &str, path: &str) -> Value {
+    let (code, head, body) = request(port, "GET", path, &[("authorization", &format!("Bearer {token}"))], "");
+    assert_eq!(code, 200, "{path}: {head}\n{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// A GET whose body is binary: (status, body).
+fn get_bytes(port: u16, token: &str, path: &str) -> (u16, Vec<u8>) {
+    let mut s = connect(port);
+    let req = format!("GET {path} HTTP/1.1\r\nhost: kp\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let end = all.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head") + 4;
+    (status(&String::from_utf8_lossy(&all[..end])), all[end..].to_vec())
+}
+
+/// The fixture snapshot with a comment segment naming `n` after its start marker: a
+/// different, still whole JPEG for each revision.
+fn snapshot(n: usize) -> Vec<u8> {
+    let jpeg = std::fs::read(fixtures().join("snapshot-4k.jpg")).unwrap();
+    let text = format!("revision {n}");
+    let mut out = jpeg[..2].to_vec();
+    out.extend_from_slice(&[0xFF, 0xFE]);
+    out.extend_from_slice(&((text.len() + 2) as u16).to_be_bytes());
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(&jpeg[2..]);
+    out
+}
+
+/// A daemon with a web face and camera `front` (the fixture file) recorded on events.
+fn events_daemon(dir: &Path, port: u16) -> Daemon {
+    let clip = fixtures().join("h264.mp4");
+    write_config(
+        dir,
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\nflush_interval_s = 1\n\
+             [retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n\
+             [[cameras]]\nname = \"front\"\nrecord = \"events\"\nmain = {{ url = \"file://{}\" }}\n",
+            clip.display()
+        ),
+    );
+    let d = Daemon::start(dir);
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    d
+}
+
+fn snapshot_files(data: &Path) -> usize {
+    let mut n = 0;
+    for bucket in std::fs::read_dir(data.join("events")).into_iter().flatten().flatten() {
+        n += std::fs::read_dir(bucket.path()).map_or(0, |d| d.count());
+    }
+    n
+}
+
+#[test]
+fn twenty_revisions_with_4k_snapshots_survive_kill_9_and_keys_are_not_stored_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut d = events_daemon(dir.path(), port);
+    let admin = setup_admin(port);
+    let writer = make_token(port, &admin, r#""events:write""#);
+    let viewer = make_token(port, &admin, r#""view""#);
+    let mut sent = Vec::new();
+    for n in 1..=20 {
+        let jpeg = snapshot(n);
+        assert!((400_000..=500_000).contains(&jpeg.len()), "about 450 KB: {}", jpeg.len());
+        let envelope = format!(
+            r#"{{"id":"door-1","camera":"front","labels":["person"],"score":0.9,"text":"revision {n}","idempotency_key":"door-1-{n}","boxes":[{{"x":0.1,"y":0.2,"w":0.3,"h":0.4}}]}}"#
+        );
+        let (code, answer) = post_event(port, &writer, &envelope, Some(&jpeg));
+        assert_eq!(code, 201, "{answer}");
+        assert_eq!((answer["id"].as_u64(), answer["rev"].as_u64()), (Some(1), Some(n as u64)));
+        sent.push(jpeg);
+    }
+    // A retry of revision 5 (same key): answered, not stored again.
+    let envelope = r#"{"id":"door-1","camera":"front","text":"revision 5","idempotency_key":"door-1-5"}"#;
+    let (code, answer) = post_event(port, &writer, envelope, Some(&snapshot(5)));
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!((answer["rev"].as_u64(), answer["replayed"].as_bool()), (Some(5), Some(true)));
+    assert_eq!(snapshot_files(&dir.path().join("data")), 20);
+
+    d.kill9();
+    let d = Daemon::start(dir.path());
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let revs = get_json(port, &viewer, "/api/events/1");
+    let revs = revs["revisions"].as_array().unwrap();
+    assert_eq!(revs.len(), 20);
+    for (i, r) in revs.iter().enumerate() {
+        assert_eq!(r["rev"].as_u64(), Some(i as u64 + 1));
+        assert_eq!(r["text"].as_str().unwrap(), format!("revision {}", i + 1));
+        assert_eq!((r["snapshot"]["width"].as_u64(), r["snapshot"]["height"].as_u64()), (Some(3840), Some(2160)));
+        let url = r["snapshot"]["url"].as_str().unwrap();
+        let (code, bytes) = get_bytes(port, &viewer, url);
+        assert_eq!(code, 200);
+        assert!(bytes == sent[i], "revision {} snapshot differs", i + 1);
+    }
+    assert_eq!(snapshot_files(&dir.path().join("data")), 20, "no orphan, nothing twice");
+    // The latest revision is what search finds.
+    let found = get_json(port, &viewer, "/api/events?camera=front&label=person");
+    assert_eq!(found["events"].as_array().unwrap().len(), 1);
+    assert_eq!(found["events"][0]["rev"].as_u64(), Some(20));
+}
+
+#[test]
+fn bad_events_get_clear_errors_and_nothing_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _d = events_daemon(dir.path(), port);
+    let admin = setup_admin(port);
+    let writer = make_token(port, &admin, r#""events:write""#);
+    let viewer = make_token(port, &admin, r#""view""#);
+    let good = snapshot(1);
+    let envelope = r#"{"camera":"front","labels":["car"]}"#;
+    let png = std::fs::read(fixtures().join("f77.png")).unwrap();
+    // One byte over the ceiling, by comment segments: a well-formed JPEG of 8 MiB + 1.
+    let mut huge = good[..2].to_vec();
+    let mut fill = (8 << 20) + 1 - good.len();
+    while fill > 0 {
+        // Whole segments, leaving no remainder too small for a segment of its own.
+        let seg = if fill > 0xFFFF + 2 && fill < 0xFFFF + 2 + 4 { fill - 4 } else { fill.min(0xFFFF + 2) };
+        huge.extend_from_slice(&[0xFF, 0xFE]);
+        huge.extend_from_slice(&((seg - 2) as u16).to_be_bytes());
+        huge.extend(std::iter::repeat_n(b'x', seg - 4));
+        fill -= seg;
+    }
+    huge.extend_from_slice(&good[2..]);
+    assert_eq!(huge.len(), (8 << 20) + 1);
+    let cases: Vec<(&str, String, Option<Vec<u8>>, u16, &str)> = vec![
+        ("truncated", envelope.into(), Some(good[..good.len() / 2].to_vec()), 400, "bad_snapshot"),
+        ("not a JPEG", envelope.into(), Some(png), 415, "not_jpeg"),
+        ("oversized JPEG", envelope.into(), Some(huge), 413, "snapshot_too_large"),
+        (
+            "oversized envelope",
+            format!(r#"{{"camera":"front","text":"{}"}}"#, "x".repeat(17 << 10)),
+            None,
+            413,
+            "envelope_too_large",
+        ),
+        ("unknown camera", r#"{"camera":"back"}"#.into(), Some(good.clone()), 422, "unknown_camera"),
+        ("a bad field", r#"{"camera":"front","score":7}"#.into(), Some(good.clone()), 400, "bad_envelope"),
+    ];
+    for (what, envelope, jpeg, want, code) in cases {
+        let (got, answer) = post_event(port, &writer, &envelope, jpeg.as_deref());
+        assert_eq!(got, want, "{what}: {answer}");
+        assert_eq!(answer["code"].as_str(), Some(code), "{what}: {answer}");
+    }
+    let (code, _) = post_event(port, "kp_0_not-a-token", envelope, Some(&good));
+    assert_eq!(code, 401, "a bad token");
+    let (code, answer) = post_event(port, &viewer, envelope, Some(&good));
+    assert_eq!(code, 403, "a token without events:write: {answer}");
+    let (code, head, _) = request(
+        port,
+        "POST",
+        "/api/events",
+        &[("authorization", &format!("Bearer {writer}")), ("content-type", "image/jpeg")],
+        "x",
+    );
+    assert_eq!(code, 415, "{head}");
+    let all = get_json(port, &viewer, "/api/events");
+    assert_eq!(all["events"].as_array().unwrap().len(), 0, "nothing stored: {all}");
+    assert_eq!(snapshot_files(&dir.path().join("data")), 0, "nothing stored by half");
+    // And a good one still goes in.
+    let (code, answer) = post_event(port, &writer, envelope, Some(&good));
+    assert_eq!(code, 201, "{answer}");
+}
+
+#[test]
+fn search_by_camera_label_words_and_time_in_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _d = events_daemon(dir.path(), port);
+    let admin = setup_admin(port);
+    let writer = make_token(port, &admin, r#""events:write""#);
+    let viewer = make_token(port, &admin, r#""view""#);
+    let t0 = wall_us() - 3_600_000_000;
+    for i in 0..12i64 {
+        let label = if i % 2 == 0 { "person" } else { "car" };
+        let text = if i % 3 == 0 { "a red van stopped" } else { "nothing much" };
+        let e = format!(
+            r#"{{"camera":"front","time_us":{},"labels":["{label}"],"text":"{text}","record":false}}"#,
+            t0 + i * 60_000_000
+        );
+        assert_eq!(post_event(port, &writer, &e, None).0, 201);
+    }
+    let ids =
+        |v: &Value| v["events"].as_array().unwrap().iter().map(|e| e["event"].as_u64().unwrap()).collect::<Vec<_>>();
+    assert_eq!(ids(&get_json(port, &viewer, "/api/events?label=person&q=red+van")), [7, 1]);
+    let window = format!("/api/events?from_us={}&to_us={}", t0 + 60_000_000, t0 + 180_000_000);
+    assert_eq!(ids(&get_json(port, &viewer, &window)), [4, 3, 2]);
+    let mut seen = Vec::new();
+    let mut path = "/api/events?camera=front&limit=5".to_string();
+    loop {
+        let page = get_json(port, &viewer, &path);
+        seen.extend(ids(&page));
+        match page["next"].as_str() {
+            Some(next) => path = format!("/api/events?camera=front&limit=5&before={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, (1..=12).rev().collect::<Vec<u64>>());
+    let (code, _, body) =
+        request(port, "GET", "/api/events?colour=red", &[("authorization", &format!("Bearer {viewer}"))], "");
+    assert_eq!(code, 400, "{body}");
+}
+
+/// The value of one sample of `/metrics` (`name{labels}`), read with a `metrics` token.
+fn sample(port: u16, token: &str, name: &str) -> Option<u64> {
+    let (_, _, body) = request(port, "GET", "/metrics", &[("authorization", &format!("Bearer {token}"))], "");
+    body.lines().find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+}
+
+/// The bar-coded frame numbers of the first `max` frames of a recorded file.
+fn frame_numbers(path: &Path, max: usize) -> Vec<u32> {
+    let (w, h) = (640usize, 360usize);
+    let mut child = Command::new("ffmpeg")
+        .args(["-hide_banner", "-nostdin", "-loglevel", "error", "-i"])
+        .arg(path)
+        .args(["-frames:v", &max.to_string(), "-f", "rawvideo", "-pix_fmt", "gray", "-"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("ffmpeg");
+    let mut raw = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut raw).unwrap();
+    assert!(child.wait().unwrap().success());
+    raw.chunks_exact(w * h)
+        .map(|frame| {
+            let row = &frame[348 * w..349 * w];
+            (0..16).map(|i| u32::from(row[40 * i + 20] > 128) << i).sum()
+        })
+        .collect()
+}
+
+#[test]
+fn an_event_recording_starts_at_the_keyframe_at_or_before_the_event_minus_the_pre_roll() {
+    let cam = Camera::start();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    write_config(
+        dir.path(),
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\nflush_interval_s = 1\n\
+             [retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n\
+             [[cameras]]\nname = \"door\"\nrecord = \"events\"\npre_roll_s = 5\npost_roll_s = 2\n\
+             main = {{ url = \"{}\" }}\n",
+            cam.url("/h264-long-gop")
+        ),
+    );
+    let mut d = Daemon::start(dir.path());
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    let writer = make_token(port, &admin, r#""events:write""#);
+    let metrics = make_token(port, &admin, r#""metrics""#);
+    let stream = |name: &str| sample(port, &metrics, &format!("{name}{{stream=\"door/main\"}}"));
+    let up = wait_until(Duration::from_secs(20), || stream("keeppeek_stream_connected") == Some(1));
+    assert!(up, "the camera connects: {}", d.log_text());
+    // Let the history fill: 10 s GOPs, 5 s pre-roll: it reaches back to a keyframe 5 to
+    // 15 s old, and the camera's loop is 20 s.
+    std::thread::sleep(Duration::from_secs(17));
+    assert_eq!(stream("keeppeek_event_recordings_total"), Some(0), "nothing recorded before an event");
+    assert!(stream("keeppeek_preroll_bytes").unwrap() > 0, "the history holds frames");
+    let event_us = wall_us();
+    let e = format!(r#"{{"camera":"door","time_us":{event_us},"labels":["person"]}}"#);
+    let (code, answer) = post_event(port, &writer, &e, None);
+    assert_eq!(code, 201, "{answer}");
+    // The recording ends at the first keyframe after event + 2 s: within 12 s.
+    let done = wait_until(Duration::from_secs(20), || stream("keeppeek_event_recordings_finished_total") == Some(1));
+    assert!(done, "an event recording: {}", d.log_text());
+    assert_eq!(stream("keeppeek_event_recordings_total"), Some(1));
+    d.stop();
+    let recs = d.recordings();
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    let rec = &recs[0];
+    let start = rec["wall_start_us"].as_i64().unwrap();
+    let end = rec["wall_end_us"].as_i64().unwrap();
+    let from = event_us - 5_000_000;
+    // Receipt times jitter by a few ms around the camera's 15 fps.
+    let slack = 150_000;
+    assert!(start <= from + slack, "starts at or before event - 5 s: {start} vs {from}");
+    assert!(start + 10_000_000 > from - slack, "at the last keyframe before it: {start} vs {from}");
+    assert!(end >= event_us + 2_000_000 - slack, "reaches the post-roll: {end} vs {event_us}");
+    assert!(end <= event_us + 12_000_000 + slack, "ends at the GOP after it: {end}");
+    // The file's first frame is a keyframe of the clip (frame 0 or 150 of its 300), and its
+    // frames follow one another.
+    let path = d.data().join(rec["path"].as_str().unwrap());
+    assert_decodes(&path);
+    let numbers = frame_numbers(&path, 200);
+    assert!(numbers[0] % 150 == 0, "starts at a keyframe: frame {}", numbers[0]);
+    for pair in numbers.windows(2) {
+        assert_eq!(pair[1], (pair[0] + 1) % 300, "consecutive frames: {numbers:?}");
+    }
+    let packets = ffprobe_packets(&path);
+    let seconds = packets.len() as f64 / 15.0;
+    let want = (end - start) as f64 / 1e6;
+    assert!((seconds - want).abs() < 0.5, "{seconds} s of frames for {want} s");
+}

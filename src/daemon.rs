@@ -174,6 +174,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
             flusher: Some(recorder.flusher_stats.clone()),
             webrtc,
             events: Some(events),
+            preroll: Some(recorder.preroll.clone()),
         });
         tokio::spawn(http::serve(l, Arc::new(http::HttpStats::default()), auth.clone(), media, shutdown_rx.clone()))
     });

@@ -120,6 +120,31 @@ pub fn render(s: &HttpStats, media: &Media) -> String {
             family(&mut out, name, "counter", help, &one(load(v)));
         }
     }
+    if let Some(p) = &media.preroll {
+        for (name, help, v) in [
+            ("keeppeek_preroll_total_bytes", "Bytes of pre-roll history held across every stream.", p.held_bytes()),
+            (
+                "keeppeek_preroll_total_high_water_bytes",
+                "The most pre-roll history ever held at once across every stream.",
+                p.high_water_bytes(),
+            ),
+            ("keeppeek_preroll_total_max_bytes", "The cap on pre-roll history across every stream.", p.max_bytes()),
+        ] {
+            family(&mut out, name, "gauge", help, &one(v as u64));
+        }
+    }
+    if let Some(e) = &media.events {
+        let st = &e.stats;
+        for (name, help, v) in [
+            ("keeppeek_events_stored_total", "Event revisions stored.", &st.stored),
+            ("keeppeek_events_replayed_total", "Events whose idempotency key was seen before.", &st.replayed),
+            ("keeppeek_events_refused_total", "Events refused (bad input, busy, storage).", &st.refused),
+            ("keeppeek_event_snapshot_bytes_total", "Bytes of snapshots stored.", &st.snapshot_bytes),
+            ("keeppeek_event_triggers_total", "Recording triggers fired by events.", &st.triggers),
+        ] {
+            family(&mut out, name, "counter", help, &one(load(v)));
+        }
+    }
     if let Some(f) = &media.flusher {
         for (name, help, v) in [
             ("keeppeek_catalog_commits_total", "Durable catalog commits.", &f.commits),

@@ -79,6 +79,8 @@ pub struct Media {
     pub webrtc: Option<crate::webrtc::WebrtcHandle>,
     /// Event intake (none in tests of the edge alone).
     pub events: Option<Arc<crate::events::Events>>,
+    /// Pre-roll history across every stream (none in tests of the edge alone).
+    pub preroll: Option<Arc<crate::preroll::HistoryPool>>,
 }
 
 /// One configured stream and its live state.
@@ -127,6 +129,7 @@ impl Ctx {
             flusher: None,
             webrtc: None,
             events: None,
+            preroll: None,
         };
         Ctx::new(Arc::default(), Arc::new(Auth::new(catalog)), Arc::new(media))
     }

@@ -562,6 +562,58 @@ mod tests {
     }
 
     #[test]
+    fn with_127_streams_neither_cap_is_ever_passed_and_disabled_streams_hold_nothing() {
+        const STREAMS: usize = 127;
+        // As the recorder sets them: each stream's cap is its share of the global one.
+        let total_max = 96 << 20;
+        let stream_max = (1 << 20usize).min(total_max / STREAMS);
+        let pool = Arc::new(HistoryPool::new(total_max));
+        let events = Mode::Events { pre_roll_ms: 5_000, post_roll_ms: 10_000 };
+        let mut streams: Vec<Admission> = (0..STREAMS)
+            .map(|_| {
+                let h = History::new(Caps::for_pre_roll(5_000, stream_max), pool.clone());
+                Admission::new(events, Some(h), Arc::new(Trigger::default()))
+            })
+            .collect();
+        // A stream with the pre-roll off, and a continuous one: no history at all.
+        let off = Mode::Events { pre_roll_ms: 0, post_roll_ms: 10_000 };
+        let history = || Some(History::new(Caps::for_pre_roll(5_000, stream_max), pool.clone()));
+        assert!(Admission::new(off, history(), Arc::new(Trigger::default())).history().is_none());
+        assert!(Admission::new(Mode::Continuous, history(), Arc::new(Trigger::default())).history().is_none());
+        assert_eq!(pool.held_bytes(), 0);
+        // 1080p-like streams at 25 fps: a 120 KB keyframe and 8 KB frames, GOPs of 1 to 3 s,
+        // 30 s of each.
+        let mut written = 0usize;
+        for n in 0..25 * 30i64 {
+            for (i, a) in streams.iter_mut().enumerate() {
+                let gop = 25 * (1 + i as i64 % 3);
+                let is_key = n % gop == 0;
+                let f = Frame {
+                    received_mono_us: n * 40_000 + i as i64,
+                    ..Frame::for_test(if is_key { 120_000 } else { 8_000 }, is_key)
+                };
+                a.frame(f, false, &mut |_| written += 1);
+                let h = a.history().unwrap();
+                assert!(h.held_bytes() <= stream_max);
+                assert!(pool.held_bytes() <= total_max);
+            }
+        }
+        assert_eq!(written, 0, "no event, nothing written");
+        for a in &streams {
+            let st = &a.history().unwrap().stats;
+            assert!(st.high_water_bytes.load(Ordering::Relaxed) <= stream_max);
+            assert!(st.high_water_bytes.load(Ordering::Relaxed) > stream_max - 130_000, "its cap was reached");
+            assert!(a.history().unwrap().held_frames() > 0, "every stream holds pre-roll");
+        }
+        assert!(pool.high_water_bytes() <= total_max);
+        assert!(pool.high_water_bytes() > total_max * 3 / 4, "the global cap was nearly reached");
+        let capped: u64 = streams.iter().map(|a| a.history().unwrap().stats.gops_capped.load(Ordering::Relaxed)).sum();
+        assert!(capped > 0, "GOPs went early to stay under the caps");
+        drop(streams);
+        assert_eq!(pool.held_bytes(), 0);
+    }
+
+    #[test]
     fn slots_and_the_keyframe_index_are_caps_too() {
         let pool = Arc::new(HistoryPool::new(1 << 30));
         let c = Caps { max_bytes: 1 << 30, slots: 50, keep_us: 3_600_000_000 };

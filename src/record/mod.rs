@@ -118,6 +118,11 @@ impl Recorder {
         let fs_bytes = flusher::disk_space(&data_dir).map(|d| d.total_bytes);
         let bounds = segment_bounds(config, recorded.len(), fs_bytes);
         let pool = Arc::new(HistoryPool::new(config.preroll.total_max_bytes as usize));
+        // Each history gets an equal share of the global cap (or its own cap, if smaller):
+        // one busy stream cannot starve the others of pre-roll.
+        let with_history =
+            recorded.iter().filter(|(c, _, m)| *m == RecordMode::Events && c.pre_roll_ms > 0).count().max(1) as u64;
+        let history_max_bytes = config.preroll.stream_max_bytes.min(config.preroll.total_max_bytes / with_history);
         let mut handles = Vec::new();
         let mut streams = Vec::new();
         for (camera, kind, mode) in recorded {
@@ -131,7 +136,7 @@ impl Recorder {
                 flusher_tx.clone(),
                 fragmenter::Fragmenter::new(bounds, config.require_sane_clock),
             );
-            let admission = admission_for(camera, mode, config, &pool);
+            let admission = admission_for(camera, mode, history_max_bytes as usize, &pool);
             let watch = RecordingWatch {
                 mode,
                 queue,
@@ -195,7 +200,7 @@ impl Recorder {
 
 /// A stream's admission: its mode, and for events with a pre-roll its history, allocated
 /// here, before the stream starts.
-fn admission_for(camera: &Camera, mode: RecordMode, config: &Config, pool: &Arc<HistoryPool>) -> Admission {
+fn admission_for(camera: &Camera, mode: RecordMode, max_bytes: usize, pool: &Arc<HistoryPool>) -> Admission {
     let trigger = Arc::new(Trigger::default());
     let mode = match mode {
         RecordMode::Continuous => Mode::Continuous,
@@ -204,7 +209,7 @@ fn admission_for(camera: &Camera, mode: RecordMode, config: &Config, pool: &Arc<
     };
     let history = match mode {
         Mode::Events { pre_roll_ms, .. } if pre_roll_ms > 0 => {
-            let caps = Caps::for_pre_roll(pre_roll_ms, config.preroll.stream_max_bytes as usize);
+            let caps = Caps::for_pre_roll(pre_roll_ms, max_bytes);
             Some(History::new(caps, pool.clone()))
         }
         _ => None,

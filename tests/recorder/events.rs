@@ -339,3 +339,52 @@ fn an_event_recording_starts_at_the_keyframe_at_or_before_the_event_minus_the_pr
     let want = (end - start) as f64 / 1e6;
     assert!((seconds - want).abs() < 0.5, "{seconds} s of frames for {want} s");
 }
+
+#[test]
+fn pre_roll_caps_hold_in_the_daemon_and_a_disabled_pre_roll_holds_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let clip = fixtures().join("h264.mp4");
+    let camera = |name: &str, extra: &str| {
+        format!("[[cameras]]\nname = \"{name}\"\n{extra}\nmain = {{ url = \"file://{}\" }}\n", clip.display())
+    };
+    let mut config = format!(
+        "listen = \"127.0.0.1:{port}\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n\
+         [preroll]\nstream_max_bytes = \"4 MiB\"\ntotal_max_bytes = \"512 KiB\"\n"
+    );
+    for i in 0..4 {
+        config.push_str(&camera(&format!("c{i}"), "record = \"events\"\npre_roll_s = 5"));
+    }
+    config.push_str(&camera("off", "record = \"events\"\npre_roll_s = 0"));
+    config.push_str(&camera("always", "record = \"continuous\""));
+    write_config(dir.path(), &config);
+    let d = Daemon::start(dir.path());
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    let metrics = make_token(port, &admin, r#""metrics""#);
+    let of = |name: &str, stream: &str| sample(port, &metrics, &format!("{name}{{stream=\"{stream}/main\"}}"));
+    // Four histories share 512 KiB: 128 KiB each, under the clip's 7 s (~260 KB) of keep.
+    let share = 128 << 10;
+    std::thread::sleep(Duration::from_secs(9));
+    for _ in 0..10 {
+        for i in 0..4 {
+            let stream = format!("c{i}");
+            assert!(of("keeppeek_preroll_bytes", &stream).unwrap() <= share);
+        }
+        assert!(sample(port, &metrics, "keeppeek_preroll_total_bytes").unwrap() <= 512 << 10);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    for i in 0..4 {
+        let stream = format!("c{i}");
+        let high = of("keeppeek_preroll_high_water_bytes", &stream).unwrap();
+        assert!(high <= share && high > share / 2, "c{i} reached its share and no more: {high}");
+        assert!(of("keeppeek_preroll_gops_capped_total", &stream).unwrap() > 0);
+        assert!(of("keeppeek_preroll_frames", &stream).unwrap() > 0);
+    }
+    let high = sample(port, &metrics, "keeppeek_preroll_total_high_water_bytes").unwrap();
+    assert!(high <= 512 << 10, "{high}");
+    for stream in ["off", "always"] {
+        assert_eq!(of("keeppeek_preroll_bytes", stream), None, "{stream} has no history");
+    }
+    assert_eq!(of("keeppeek_event_recordings_total", "off"), Some(0));
+}

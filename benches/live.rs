@@ -20,11 +20,10 @@
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keeppeek::catalog::Catalog;
@@ -33,10 +32,10 @@ use keeppeek::live::Fanout;
 use keeppeek::media::Frame;
 use keeppeek::webrtc::{Engine, Owner};
 use serde_json::{Value, json};
-use str0m::change::{SdpAnswer, SdpPendingOffer};
-use str0m::media::{Direction, MediaKind};
-use str0m::net::{Protocol, Receive};
-use str0m::{Candidate, Event, Input, Output, Rtc};
+
+#[path = "support/viewer.rs"]
+mod viewer;
+use viewer::{Farm, Viewer};
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -67,125 +66,6 @@ fn percentiles(mut us: Vec<f64>) -> Value {
     us.sort_by(f64::total_cmp);
     let at = |p: f64| us[((us.len() - 1) as f64 * p).round() as usize];
     json!({ "n": us.len(), "p50_us": at(0.5), "p95_us": at(0.95), "max_us": at(1.0) })
-}
-
-/// One WebRTC viewer: a full (not ICE-lite) `str0m` peer on its own socket.
-struct Viewer {
-    rtc: Rtc,
-    socket: UdpSocket,
-    local: SocketAddr,
-    next: Instant,
-    frames: u64,
-}
-
-impl Viewer {
-    /// A viewer with a recvonly video line and a control channel; returns it, its pending
-    /// offer and the offer's SDP.
-    fn offer() -> (Viewer, SdpPendingOffer, String) {
-        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-        socket.set_nonblocking(true).unwrap();
-        let local = socket.local_addr().unwrap();
-        let mut rtc = Rtc::builder().clear_codecs().enable_h264(true).build(Instant::now());
-        rtc.add_local_candidate(Candidate::host(local, "udp").unwrap());
-        let mut api = rtc.sdp_api();
-        api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None);
-        api.add_channel("control".into());
-        let (offer, pending) = api.apply().unwrap();
-        let sdp = offer.to_sdp_string();
-        (Viewer { rtc, socket, local, next: Instant::now(), frames: 0 }, pending, sdp)
-    }
-
-    fn answer(&mut self, pending: SdpPendingOffer, sdp: &str) {
-        let answer = SdpAnswer::from_sdp_string(sdp).expect("an SDP answer");
-        self.rtc.sdp_api().accept_answer(pending, answer).expect("the answer is accepted");
-    }
-
-    /// Reads what arrived, lets time pass, sends what is due. Returns whether it did work.
-    fn step(&mut self, buf: &mut [u8]) -> bool {
-        let mut worked = false;
-        while let Ok((n, from)) = self.socket.recv_from(buf) {
-            worked = true;
-            if let Ok(r) = Receive::new(Protocol::Udp, from, self.local, &buf[..n]) {
-                let _ = self.rtc.handle_input(Input::Receive(Instant::now(), r));
-            }
-            self.drain();
-        }
-        if Instant::now() >= self.next {
-            let _ = self.rtc.handle_input(Input::Timeout(Instant::now()));
-            self.drain();
-        }
-        worked
-    }
-
-    fn drain(&mut self) {
-        loop {
-            match self.rtc.poll_output() {
-                Ok(Output::Timeout(t)) => {
-                    self.next = t;
-                    return;
-                }
-                Ok(Output::Transmit(t)) => {
-                    let _ = self.socket.send_to(&t.contents, t.destination);
-                }
-                Ok(Output::Event(Event::MediaData(_))) => self.frames += 1,
-                Ok(Output::Event(_)) => {}
-                Err(_) => return,
-            }
-        }
-    }
-}
-
-/// Viewers driven on a thread of their own until stopped; `frames` mirrors each one's count.
-struct Farm {
-    frames: Arc<Mutex<Vec<u64>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<Vec<Viewer>>>,
-}
-
-impl Farm {
-    fn start(mut viewers: Vec<Viewer>) -> Farm {
-        let frames = Arc::new(Mutex::new(viewers.iter().map(|v| v.frames).collect::<Vec<_>>()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (f, s) = (frames.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let mut buf = vec![0u8; 2048];
-            while !s.load(Ordering::Relaxed) {
-                let mut worked = false;
-                for v in &mut viewers {
-                    worked |= v.step(&mut buf);
-                }
-                if worked {
-                    let mut counts = f.lock().unwrap();
-                    for (c, v) in counts.iter_mut().zip(&viewers) {
-                        *c = v.frames;
-                    }
-                } else {
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-            }
-            viewers
-        });
-        Farm { frames, stop, thread: Some(thread) }
-    }
-
-    fn min_frames(&self) -> u64 {
-        self.frames.lock().unwrap().iter().copied().min().unwrap_or(0)
-    }
-
-    /// Stops driving the viewers and gives them back (their sessions stay open).
-    fn stop(mut self) -> Vec<Viewer> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().map(|t| t.join().unwrap()).unwrap_or_default()
-    }
-}
-
-impl Drop for Farm {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 /// The clip's video frames as the fanout gets them, looping, with increasing times.

@@ -118,7 +118,8 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     for r in recorded.iter().filter(|r| r.watch.mode == crate::config::RecordMode::Events) {
         triggers.entry(r.camera.clone()).or_default().push(r.watch.trigger.clone());
     }
-    let events = Arc::new(crate::events::Events::new(catalog.clone(), data_dir.clone(), triggers));
+    let live_view = webrtc.as_ref().map(|(_, handle)| handle.clone());
+    let events = Arc::new(crate::events::Events::new(catalog.clone(), data_dir.clone(), triggers, live_view));
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut senders: std::collections::HashMap<(String, &'static str), _> =

@@ -260,6 +260,18 @@ pub const WEBRTC_CURSORS_MAX: usize = 1024;
 /// timeline says `truncated`.
 pub const WEBRTC_TIMELINE_RUNS_MAX: usize = 2000;
 
+/// Event notices waiting for one session's control channel; past this (or
+/// [`WEBRTC_EVENT_QUEUE_BYTES`]) the session is unsubscribed with a notice, so a slow
+/// browser never holds up the others or the intake.
+pub const WEBRTC_EVENT_QUEUE_MESSAGES: usize = 64;
+
+/// Bytes of event notices waiting for one session's control channel.
+pub const WEBRTC_EVENT_QUEUE_BYTES: usize = 8 << 20;
+
+/// Stored events waiting for the engine to hand them to subscribers; past this a notice is
+/// dropped and counted (the event itself is stored).
+pub const WEBRTC_EVENTS_IN_MAX: usize = 256;
+
 /// Requests (open, close) waiting for the engine; one more session opening is refused at
 /// once (503 `busy`).
 pub const WEBRTC_COMMANDS_MAX: usize = 64;
@@ -376,6 +388,9 @@ pub const EVENT_REVISIONS_MAX: usize = 1000;
 
 /// Events on one page of search results.
 pub const EVENT_SEARCH_RESULTS_MAX: usize = 200;
+
+/// How far before an event its keyframe is looked for (GOPs are at most ~10 s).
+pub const EVENT_KEYFRAME_BACK_MS: u64 = 60_000;
 
 /// Index rows one search looks at before it ends its page early (with where to go on).
 pub const EVENT_SEARCH_SCAN_MAX: usize = 10_000;

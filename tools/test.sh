@@ -70,7 +70,9 @@ node --test tests/ui/
 
 step "benchmarks (smoke mode)"
 # Performance is a benchmark, not a test: this only proves the benchmark runs end to end.
-# Full figures: `cargo bench --bench record`, `--bench web`, `--bench live` (docs/performance.md).
+# Full figures: `cargo bench --bench record`, `--bench web`, `--bench live`, `--bench events`
+# (docs/performance.md).
 cargo bench --bench record -- --smoke
 cargo bench --bench web -- --smoke
 cargo bench --bench live -- --smoke
+cargo bench --bench events -- --smoke

@@ -48,6 +48,7 @@ async function start() {
   $('#export-to').value = localInput(today);
   $('#admin').hidden = role !== 'admin';
   if (role === 'admin') await adminLists();
+  await searchEvents(false);
 }
 
 async function cameras() {
@@ -55,7 +56,11 @@ async function cameras() {
   const body = $('#cameras tbody');
   body.replaceChildren();
   $('#day-stream').replaceChildren();
+  $('#events-camera').replaceChildren(new Option('all', ''));
   for (const c of r.data || []) {
+    $('#events-camera').append(new Option(c.camera, c.camera));
+    const main = c.streams.find((s) => s.stream === 'main');
+    preRollUs.set(c.camera, main ? main.pre_roll_ms * 1000 : 0);
     for (const s of c.streams) {
       const tr = document.createElement('tr');
       const cells = [c.camera, s.stream, s.connected ? 'connected' : 'disconnected', s.codec || '', s.width ? `${s.width}×${s.height}` : '',
@@ -173,6 +178,110 @@ on('#token-form', async () => {
   await adminLists();
 });
 
+// Events: a search over the box's indexes (newest first, in pages), each with its snapshot
+// and a button that plays the recording from the pre-roll before it. While a live view is
+// open the session is subscribed, and new events come in on its control channel.
+const preRollUs = new Map();
+// Every event notice received live (the tests read it).
+const eventNotices = [];
+let eventsNext = null;
+
+function eventItem(e, fresh) {
+  const li = document.createElement('li');
+  li.dataset.event = String(e.event);
+  li.dataset.rev = String(e.rev);
+  li.dataset.timeUs = String(e.time_us);
+  if (fresh) li.className = 'live';
+  const when = new Date(e.time_us / 1000).toLocaleString();
+  if (e.snapshot_url) {
+    const img = document.createElement('img');
+    img.src = e.snapshot_url;
+    img.loading = 'lazy';
+    img.alt = `Snapshot of ${e.camera} at ${when}`;
+    li.append(img);
+  } else {
+    // No snapshot: the keyframe recorded at the event, as a one-frame video.
+    const still = document.createElement('video');
+    still.src = `/api/events/${e.event}/keyframe`;
+    still.muted = true;
+    still.preload = 'auto';
+    still.setAttribute('aria-label', `Picture recorded at ${when}`);
+    li.append(still);
+  }
+  const text = document.createElement('div');
+  const head = document.createElement('div');
+  head.className = 'when';
+  head.textContent = `${when} · ${e.camera}`;
+  const what = document.createElement('div');
+  const score = e.score ? ` (${Math.round(e.score * 100)}%)` : '';
+  what.textContent = `${(e.labels || []).join(', ')}${score}${e.text ? ` — ${e.text}` : ''}${e.rev > 1 ? ` · revision ${e.rev}` : ''}`;
+  text.append(head, what);
+  const play = document.createElement('button');
+  play.type = 'button';
+  play.textContent = 'Play';
+  play.setAttribute('aria-label', `Play ${e.camera} from before the event at ${when}`);
+  play.addEventListener('click', () => playEvent(e).catch((err) => say(String(err))));
+  li.append(text, play);
+  return li;
+}
+
+// The API's JSON and the channel's notice in one shape.
+function fromApi(e) {
+  return { event: e.event, rev: e.rev, camera: e.camera, time_us: e.time_us, labels: e.labels, score: e.score, text: e.text,
+    snapshot_url: e.snapshot ? e.snapshot.url : '' };
+}
+function fromNotice(n) {
+  return { event: n.id, rev: n.rev, camera: n.camera, time_us: n.time_us, labels: n.labels, score: n.score, text: n.text,
+    snapshot_url: n.snapshot_url };
+}
+
+function eventsQuery() {
+  const q = new URLSearchParams();
+  if ($('#events-camera').value) q.set('camera', $('#events-camera').value);
+  if ($('#events-label').value.trim()) q.set('label', $('#events-label').value.trim());
+  if ($('#events-q').value.trim()) q.set('q', $('#events-q').value.trim());
+  const from = new Date($('#events-from').value);
+  const to = new Date($('#events-to').value);
+  if (Number.isFinite(from.getTime())) q.set('from_us', String(toUs(from)));
+  if (Number.isFinite(to.getTime())) q.set('to_us', String(toUs(to)));
+  q.set('limit', '50');
+  return q;
+}
+
+async function searchEvents(more) {
+  const q = eventsQuery();
+  if (more && eventsNext) q.set('before', eventsNext);
+  const r = await api('GET', `/api/events?${q}`);
+  if (r.status !== 200) return say(r.data ? r.data.message : `search failed (${r.status})`);
+  const list = $('#events-list');
+  if (!more) list.replaceChildren();
+  for (const e of r.data.events) list.append(eventItem(fromApi(e), false));
+  eventsNext = r.data.next;
+  $('#events-more').hidden = !eventsNext;
+  if (!more && !r.data.events.length) $('#events-live').textContent = 'No events found.';
+}
+
+on('#events-form', async () => { $('#events-live').textContent = ''; await searchEvents(false); });
+$('#events-more').addEventListener('click', () => searchEvents(true).catch((e) => say(String(e))));
+
+function onEventNotice(n) {
+  const e = fromNotice(n);
+  eventNotices.push(e);
+  $('#events-list').prepend(eventItem(e, true));
+  $('#events-live').textContent = `${eventNotices.length} new event${eventNotices.length === 1 ? '' : 's'} while watching`;
+  if (timeline.stream && timeline.stream.startsWith(`${e.camera}/`)) { timeline.events.push(e); drawTimeline(); }
+}
+
+// Plays the camera's main stream from the pre-roll before the event (its recording starts
+// at the keyframe at or before that).
+async function playEvent(e) {
+  const name = `${e.camera}/main`;
+  if (!live || live.name !== name) await startLive(e.camera, 'main');
+  await live.opened;
+  sendControl({ play_stored: { stream: name, wall_us: Math.max(0, e.time_us - (preRollUs.get(e.camera) || 0)) } });
+  $('#live-video').scrollIntoView({ block: 'nearest' });
+}
+
 // Live view: a WHEP session (an SDP offer POSTed, the answer back, DELETE to end it). The
 // box is ICE-lite with a candidate on each of its LAN addresses: no STUN server is needed.
 let live = null;
@@ -215,7 +324,15 @@ async function startLive(camera, stream) {
   const session = await openWhep(camera, stream, $('#live-video'));
   live = session;
   session.channel.onmessage = (e) => onControl(KeepPeekControl.decode('ServerMessage', e.data));
-  session.channel.onopen = () => { timeline.stream = session.name; queryTimeline(); };
+  session.opened = new Promise((ok) => {
+    session.channel.onopen = () => {
+      timeline.stream = session.name;
+      timeline.events = [];
+      queryTimeline();
+      sendControl({ subscribe_events: { cameras: [] } });
+      ok();
+    };
+  });
   session.pc.onconnectionstatechange = () => {
     $('#live-state').textContent = `${session.name}: ${session.pc.connectionState}`;
   };
@@ -298,6 +415,8 @@ function onControl(m) {
     if (!stored) { $('#playback-position').textContent = 'live'; delete $('#playback-position').dataset.wallUs; timeline.position = null; }
   }
   if (m.timeline) { timeline.runs = m.timeline.runs; drawTimeline(); }
+  if (m.event) onEventNotice(m.event);
+  if (m.subscribed) $('#events-live').dataset.subscribed = String(m.subscribed.cameras.length > 0);
   if (m.error) say(`${m.error.code}: ${m.error.message}`);
 }
 
@@ -315,7 +434,7 @@ $('#rate').addEventListener('change', () => sendControl({ set_rate: { rate: Numb
 // The timeline: runs of recording in the visible window only (asked for again as it moves),
 // gaps left blank; click or drag plays from that time; + and - zoom from minutes to days.
 const SPANS_US = [5 * 60e6, 30 * 60e6, 3 * 3600e6, 12 * 3600e6, 24 * 3600e6, 7 * 24 * 3600e6];
-const timeline = { stream: null, span: 0, end: 0, runs: [], position: null };
+const timeline = { stream: null, span: 0, end: 0, runs: [], events: [], position: null };
 // The visible window follows the present while nobody moved it.
 setInterval(() => { if (live && !timeline.end) queryTimeline(); }, 5000);
 
@@ -329,6 +448,12 @@ function queryTimeline() {
   if (!timeline.stream) return;
   const [from, to] = timelineWindow();
   sendControl({ timeline: { stream: timeline.stream, from_us: Math.floor(from), to_us: Math.ceil(to) } });
+  // The window's events, as markers.
+  const camera = timeline.stream.split('/')[0];
+  const q = new URLSearchParams({ camera, from_us: String(Math.floor(from)), to_us: String(Math.ceil(to)), limit: '200' });
+  api('GET', `/api/events?${q}`).then((r) => {
+    if (r.status === 200) { timeline.events = r.data.events.map(fromApi); drawTimeline(); }
+  });
   $('#timeline-span').textContent = `${new Date(from / 1000).toLocaleString()} – ${new Date(to / 1000).toLocaleString()}`;
 }
 
@@ -345,6 +470,15 @@ function drawTimeline() {
     const b = Math.min(c.width, x(r.end_us));
     if (b > a) g.fillRect(a, 8, Math.max(1, b - a), c.height - 16);
   }
+  g.fillStyle = '#e80';
+  let shown = 0;
+  for (const e of timeline.events) {
+    const at = x(e.time_us);
+    if (at < 0 || at > c.width) continue;
+    g.fillRect(at - 1, 0, 3, 10);
+    shown++;
+  }
+  c.dataset.events = String(shown);
   if (timeline.position !== null) {
     g.fillStyle = '#c00';
     g.fillRect(x(timeline.position) - 1, 0, 2, c.height);
@@ -356,6 +490,9 @@ function playAtCanvas(clientX) {
   const rect = c.getBoundingClientRect();
   const [from, to] = timelineWindow();
   const wall = Math.round(from + ((clientX - rect.left) / rect.width) * (to - from));
+  // On an event's marker: from its pre-roll.
+  const near = timeline.events.find((e) => Math.abs(e.time_us - wall) < ((to - from) * 4) / rect.width);
+  if (near) return playEvent(near).catch((err) => say(String(err)));
   sendControl({ play_stored: { stream: live ? live.name : '', wall_us: wall } });
 }
 

@@ -135,9 +135,14 @@ impl Catalog {
     /// Stores a planned revision and moves the event's index rows to it, in one durable
     /// commit. The snapshot file it names is already synced.
     pub fn put_event(&self, r: &EventRecord) -> Result<(), CatalogError> {
+        self.put_events(std::slice::from_ref(r))
+    }
+
+    /// [`Catalog::put_event`] for many revisions, in one durable commit (an import).
+    pub fn put_events(&self, records: &[EventRecord]) -> Result<(), CatalogError> {
         let mut txn = self.db.begin_write().storage()?;
         txn.set_durability(Durability::Immediate).storage()?;
-        {
+        for r in records {
             let mut events = txn.open_table(EVENTS).storage()?;
             let old = events.get(r.id).storage()?.map(|v| EventRecord::decode(v.value())).transpose()?;
             if let Some(old) = &old {

@@ -9,6 +9,7 @@
 
 pub mod envelope;
 pub mod jpeg;
+pub mod keyframe;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -25,6 +26,8 @@ use crate::catalog::{Catalog, CatalogError};
 use crate::clock::Clocks;
 use crate::limits;
 use crate::preroll::Trigger;
+use crate::webrtc::control::pb;
+use crate::webrtc::{LiveEvent, WebrtcHandle};
 use envelope::{Envelope, EnvelopeError};
 use jpeg::JpegError;
 
@@ -83,17 +86,25 @@ pub struct Events {
     cameras: HashMap<String, Vec<Arc<Trigger>>>,
     writer: Mutex<()>,
     uploads: Semaphore,
+    /// Live view, for subscribers' notices (none when turned off).
+    live: Option<WebrtcHandle>,
     pub stats: EventStats,
 }
 
 impl Events {
-    pub fn new(catalog: Arc<Catalog>, data_dir: PathBuf, cameras: HashMap<String, Vec<Arc<Trigger>>>) -> Events {
+    pub fn new(
+        catalog: Arc<Catalog>,
+        data_dir: PathBuf,
+        cameras: HashMap<String, Vec<Arc<Trigger>>>,
+        live: Option<WebrtcHandle>,
+    ) -> Events {
         Events {
             catalog,
             data_dir,
             cameras,
             writer: Mutex::new(()),
             uploads: Semaphore::new(limits::EVENT_UPLOADS_MAX),
+            live,
             stats: EventStats::default(),
         }
     }
@@ -155,10 +166,14 @@ impl Events {
                 tokio::task::spawn_blocking(move || store(&catalog, &data_dir, principal, e, arrived_us, snapshot));
             stored.await.map_err(|e| IntakeError::Storage(e.to_string()))??
         };
-        if let Some(bytes) = accepted.1 {
-            self.stats.snapshot_bytes.fetch_add(bytes, Ordering::Relaxed);
+        let (accepted, stored) = accepted;
+        if let Some(r) = &stored {
+            self.stats.snapshot_bytes.fetch_add(r.snapshot.as_ref().map_or(0, |s| s.bytes), Ordering::Relaxed);
+            if let Some(live) = &self.live {
+                live.publish_event(LiveEvent { camera: r.envelope.camera.clone(), notice: notice(r) });
+            }
         }
-        if record && !accepted.0.replayed {
+        if record && !accepted.replayed {
             // The event's moment on the monotonic clock: no later than now, and no earlier
             // than the history reaches back for late events.
             let late_us = (arrived_us - time_us).clamp(0, limits::EVENT_BACKDATE_MAX_MS as i64 * 1000);
@@ -167,8 +182,28 @@ impl Events {
                 self.stats.triggers.fetch_add(1, Ordering::Relaxed);
             }
         }
-        Ok(accepted.0)
+        Ok(accepted)
     }
+}
+
+/// An event's notice for live-view subscribers (a control-channel message).
+pub fn notice(r: &EventRecord) -> Arc<[u8]> {
+    use prost::Message;
+    let e = &r.envelope;
+    let body = pb::server_message::Body::Event(pb::EventNotice {
+        id: r.id,
+        rev: r.rev,
+        camera: e.camera.clone(),
+        time_us: e.time(),
+        labels: e.labels.clone(),
+        score: e.score.unwrap_or(0.0),
+        text: e.text.clone(),
+        snapshot_url: match &r.snapshot {
+            Some(_) => format!("/api/events/{}/snapshot?rev={}", r.id, r.rev),
+            None => String::new(),
+        },
+    });
+    pb::ServerMessage { request_id: 0, track: 0, body: Some(body) }.encode_to_vec().into()
 }
 
 /// The snapshot file of revision `rev` of event `id`, relative to the data directory.
@@ -176,7 +211,8 @@ pub fn snapshot_path(id: u64, rev: u32) -> String {
     format!("{EVENTS_DIR}/{:04}/{id}-{rev}.jpg", id / 1000)
 }
 
-/// Plans, writes the snapshot, commits; returns the answer and the snapshot bytes stored.
+/// Plans, writes the snapshot, commits; returns the answer and what was stored (none when
+/// replayed).
 fn store(
     catalog: &Catalog,
     data_dir: &Path,
@@ -184,18 +220,16 @@ fn store(
     e: Envelope,
     received_us: i64,
     snapshot: Option<(jpeg::JpegInfo, Bytes)>,
-) -> Result<(Accepted, Option<u64>), IntakeError> {
+) -> Result<(Accepted, Option<EventRecord>), IntakeError> {
     let next = match catalog.plan_event(&principal, &e)? {
         Planned::Replay(n) => return Ok((Accepted { id: n.id, rev: n.rev, replayed: true }, None)),
         Planned::TooManyRevisions => return Err(IntakeError::TooManyRevisions),
         Planned::New(n) => n,
     };
-    let mut stored = None;
     let snapshot = match snapshot {
         Some((info, bytes)) => {
             let rel = snapshot_path(next.id, next.rev);
             write_synced(&data_dir.join(&rel), &bytes).map_err(|err| IntakeError::Storage(format!("{rel}: {err}")))?;
-            stored = Some(bytes.len() as u64);
             Some(Snapshot { path: rel, bytes: bytes.len() as u64, width: info.width, height: info.height })
         }
         None => None,
@@ -207,7 +241,7 @@ fn store(
         }
         return Err(err.into());
     }
-    Ok((Accepted { id: next.id, rev: next.rev, replayed: false }, stored))
+    Ok((Accepted { id: next.id, rev: next.rev, replayed: false }, Some(r)))
 }
 
 /// Writes `bytes` to `path` durably: a synced temporary file renamed into place, and the

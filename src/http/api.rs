@@ -186,6 +186,10 @@ pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketA
             None => super::events::search(ctx, &parts).await,
         },
         (&Method::GET, ["api", "events", id]) => need(scope::VIEW).unwrap_or_else(|| super::events::revisions(ctx, id)),
+        (&Method::GET, ["api", "events", id, "keyframe"]) => match need(scope::VIEW) {
+            Some(r) => r,
+            None => super::events::keyframe(ctx, id).await,
+        },
         (&Method::GET, ["api", "events", id, "snapshot"]) => match need(scope::VIEW) {
             Some(r) => r,
             None => super::events::snapshot(ctx, &parts, id).await,

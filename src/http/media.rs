@@ -62,6 +62,7 @@ pub fn cameras(ctx: &Ctx) -> Reply {
             "stream": s.kind.name(),
             "recorded": s.recording.is_some(),
             "record_mode": s.recording.as_ref().map_or("off", |r| r.mode.name()),
+            "pre_roll_ms": s.recording.as_ref().map_or(0, |r| r.pre_roll_ms),
             "connected": st.connected,
             "codec": st.codec.map(|c| c.name()),
             "width": st.width,

@@ -111,6 +111,13 @@ pub fn render(s: &HttpStats, media: &Media) -> String {
             ("keeppeek_webrtc_datagrams_unmatched_total", "Datagrams no session claims.", &st.datagrams_unmatched),
             ("keeppeek_webrtc_send_errors_total", "Datagrams the socket would not take.", &st.send_errors),
             ("keeppeek_webrtc_frames_total", "Frames sent to viewers.", &st.frames_sent),
+            ("keeppeek_webrtc_event_notices_total", "Event notices written to subscribers.", &st.event_notices_sent),
+            (
+                "keeppeek_webrtc_event_notices_dropped_total",
+                "Stored events whose notice found the engine's queue full.",
+                &st.event_notices_dropped,
+            ),
+            ("keeppeek_webrtc_events_cut_off_total", "Subscriptions cut off for not keeping up.", &st.events_cut_off),
             (
                 "keeppeek_webrtc_keyframe_bursts_total",
                 "Held GOPs sent to start or repair a picture.",

@@ -46,7 +46,10 @@ impl HistoryPool {
         });
         match r {
             Ok(before) => {
-                self.high_water_bytes.fetch_max(before + n, Ordering::Relaxed);
+                // A read first: the read-modify-write only when the mark moves (rarely).
+                if before + n > self.high_water_bytes.load(Ordering::Relaxed) {
+                    self.high_water_bytes.fetch_max(before + n, Ordering::Relaxed);
+                }
                 true
             }
             Err(_) => false,
@@ -125,6 +128,8 @@ pub struct History {
     /// Sequence numbers of the keyframes held, oldest first; `keyframes[0] == first_seq`.
     keyframes: heapless::Deque<u64, { limits::PREROLL_KEYFRAMES_MAX }>,
     bytes: usize,
+    /// The most ever held (published with the other counters).
+    high_water: usize,
     caps: Caps,
     /// Frames since a gap are useless until the next keyframe.
     need_key: bool,
@@ -139,6 +144,7 @@ impl History {
             first_seq: 0,
             keyframes: heapless::Deque::new(),
             bytes: 0,
+            high_water: 0,
             caps,
             need_key: true,
             pool,
@@ -192,6 +198,7 @@ impl History {
         let (is_key, mono_us) = (frame.is_key, frame.received_mono_us);
         self.entries.push_back(Entry { frame, after_gap });
         self.bytes += len;
+        self.high_water = self.high_water.max(self.bytes);
         if is_key {
             // Room was made above.
             let _ = self.keyframes.push_back(seq);
@@ -205,7 +212,11 @@ impl History {
             self.evict_oldest_gop();
             self.stats.gops_aged.fetch_add(1, Ordering::Relaxed);
         }
-        self.publish_stats();
+        // The counters move at GOP boundaries (and evictions, which start at one): their
+        // cache line is not touched for every frame.
+        if is_key {
+            self.publish_stats();
+        }
         Some(seq)
     }
 
@@ -229,6 +240,7 @@ impl History {
         }
         self.bytes -= freed;
         self.pool.release(freed);
+        self.publish_stats();
         true
     }
 
@@ -242,9 +254,10 @@ impl History {
         self.publish_stats();
     }
 
+    /// Plain stores: this history's thread is the counters' only writer.
     fn publish_stats(&self) {
         self.stats.held_bytes.store(self.bytes, Ordering::Relaxed);
-        self.stats.high_water_bytes.fetch_max(self.bytes, Ordering::Relaxed);
+        self.stats.high_water_bytes.store(self.high_water, Ordering::Relaxed);
         self.stats.held_frames.store(self.entries.len(), Ordering::Relaxed);
     }
 
@@ -326,6 +339,10 @@ impl Trigger {
     fn take(&self) -> Option<(i64, i64)> {
         // `last` is read after `first` is taken: an event fired in between is seen by this
         // take (its `last`) or by the next one (its `first`), never lost.
+        // A plain read first: the swap (a locked instruction) only when something fired.
+        if self.first_mono_us.load(Ordering::Acquire) == i64::MAX {
+            return None;
+        }
         let first = self.first_mono_us.swap(i64::MAX, Ordering::AcqRel);
         if first == i64::MAX {
             return None;

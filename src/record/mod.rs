@@ -51,6 +51,8 @@ pub struct RecordedStream {
 #[derive(Clone)]
 pub struct RecordingWatch {
     pub mode: RecordMode,
+    /// Of event recordings: how far before the event they start.
+    pub pre_roll_ms: u32,
     pub queue: Arc<QueueStats>,
     pub stats: Arc<RecorderStats>,
     /// Fired by events; the stream's recorder takes it (events mode only).
@@ -139,6 +141,7 @@ impl Recorder {
             let admission = admission_for(camera, mode, history_max_bytes as usize, &pool);
             let watch = RecordingWatch {
                 mode,
+                pre_roll_ms: if mode == RecordMode::Events { camera.pre_roll_ms } else { 0 },
                 queue,
                 stats: rec.stats.clone(),
                 trigger: admission.trigger(),

@@ -14,14 +14,32 @@ pub mod pb {
 /// A decoded, checked command for one track.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
-    PlayLive { stream: String },
-    PlayStored { stream: String, wall_us: i64 },
-    Seek { wall_us: i64 },
+    PlayLive {
+        stream: String,
+    },
+    PlayStored {
+        stream: String,
+        wall_us: i64,
+    },
+    Seek {
+        wall_us: i64,
+    },
     Pause,
     Resume,
-    SetRate { rate: f32 },
+    SetRate {
+        rate: f32,
+    },
     Step,
-    Timeline { stream: String, from_us: i64, to_us: i64 },
+    Timeline {
+        stream: String,
+        from_us: i64,
+        to_us: i64,
+    },
+    /// Event notices for these cameras (empty: all).
+    SubscribeEvents {
+        cameras: Vec<String>,
+    },
+    UnsubscribeEvents,
 }
 
 /// A request: its id (echoed in the answer), its track and command.
@@ -86,6 +104,13 @@ pub fn decode(bytes: &[u8], tracks: usize) -> Result<Request, pb::ServerMessage>
             }
             Command::Timeline { stream: q.stream, from_us, to_us }
         }
+        C::SubscribeEvents(sub) => {
+            if sub.cameras.len() > limits::CAMERAS_MAX {
+                return Err(error(id, t, "bad_message", format!("at most {} cameras", limits::CAMERAS_MAX)));
+            }
+            Command::SubscribeEvents { cameras: sub.cameras }
+        }
+        C::UnsubscribeEvents(_) => Command::UnsubscribeEvents,
     };
     Ok(Request { id, track, command })
 }
@@ -123,8 +148,12 @@ impl PlayState {
                 self.step = true;
             }
             Command::Pause | Command::Resume | Command::SetRate { .. } | Command::Step => return Err(not_stored()),
-            Command::PlayLive { .. } | Command::PlayStored { .. } | Command::Seek { .. } | Command::Timeline { .. } => {
-            }
+            Command::PlayLive { .. }
+            | Command::PlayStored { .. }
+            | Command::Seek { .. }
+            | Command::Timeline { .. }
+            | Command::SubscribeEvents { .. }
+            | Command::UnsubscribeEvents => {}
         }
         Ok(())
     }

@@ -72,6 +72,14 @@ pub struct WebrtcStats {
     pub replies_dropped: AtomicU64,
     /// Sessions that never connected within [`limits::WEBRTC_CONNECT_TIMEOUT_MS`].
     pub connect_timeouts: AtomicU64,
+    /// Stored events handed to the engine for subscribers.
+    pub event_notices_in: AtomicU64,
+    /// Stored events whose notice found the engine's queue full.
+    pub event_notices_dropped: AtomicU64,
+    /// Event notices written to subscribers' channels.
+    pub event_notices_sent: AtomicU64,
+    /// Subscriptions cut off because their session did not keep up.
+    pub events_cut_off: AtomicU64,
     /// The engine's time for each of the last live frames (in to RTP out, all viewers), µs.
     frame_times: std::sync::Mutex<std::collections::VecDeque<u32>>,
 }
@@ -133,10 +141,17 @@ enum Command {
     ClosePrincipal(String),
 }
 
+/// A stored event for subscribers: its camera and its notice, encoded once.
+pub struct LiveEvent {
+    pub camera: String,
+    pub notice: Arc<[u8]>,
+}
+
 /// What the HTTP side holds to reach the engine.
 #[derive(Clone)]
 pub struct WebrtcHandle {
     tx: mpsc::Sender<Command>,
+    events_tx: mpsc::Sender<LiveEvent>,
     pub stats: Arc<WebrtcStats>,
     pub max_sessions: usize,
 }
@@ -166,6 +181,14 @@ impl WebrtcHandle {
             return false;
         }
         rx.await.unwrap_or(false)
+    }
+
+    /// Hands a stored event to the subscribed sessions; never waits: with the engine's
+    /// queue full the notice is dropped and counted (the event itself is stored).
+    pub fn publish_event(&self, e: LiveEvent) {
+        if self.events_tx.try_send(e).is_err() {
+            self.stats.event_notices_dropped.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Closes every session opened with a login session (at logout). Waits for room in
@@ -228,6 +251,7 @@ pub struct Engine {
     sessions: Vec<Session>,
     deadlines: Vec<Instant>,
     cmd_rx: mpsc::Receiver<Command>,
+    events_rx: mpsc::Receiver<LiveEvent>,
     frames_tx: mpsc::Sender<LiveFrame>,
     frames_rx: mpsc::Receiver<LiveFrame>,
     stats: Arc<WebrtcStats>,
@@ -257,9 +281,10 @@ impl Engine {
             sockets.push(socket);
         }
         let (tx, cmd_rx) = mpsc::channel(limits::WEBRTC_COMMANDS_MAX);
+        let (events_tx, events_rx) = mpsc::channel(limits::WEBRTC_EVENTS_IN_MAX);
         let (frames_tx, frames_rx) = mpsc::channel(limits::LIVE_TAP_FRAMES);
         let stats = Arc::new(WebrtcStats::default());
-        let handle = WebrtcHandle { tx, stats: stats.clone(), max_sessions };
+        let handle = WebrtcHandle { tx, events_tx, stats: stats.clone(), max_sessions };
         let engine = Engine {
             sockets,
             locals,
@@ -271,6 +296,7 @@ impl Engine {
             sessions: Vec::new(),
             deadlines: Vec::new(),
             cmd_rx,
+            events_rx,
             frames_tx,
             frames_rx,
             stats,
@@ -305,6 +331,7 @@ impl Engine {
                         None => break,
                     },
                     r = received => Step::Datagram(r),
+                    Some(e) = self.events_rx.recv() => Step::Event(e),
                     Some(f) = self.frames_rx.recv() => Step::Frame(f),
                     _ = tokio::time::sleep_until(sleep_until.into()) => Step::Timeout,
                     _ = shutdown.changed() => break,
@@ -315,6 +342,7 @@ impl Engine {
                 Step::Datagram(Ok((i, n, from))) => self.datagram(i, &buf[..n], from),
                 Step::Datagram(Err(e)) => debug!("webrtc receive: {e}"),
                 Step::Frame(f) => self.frame(f),
+                Step::Event(e) => self.event(&e),
                 Step::Timeout => self.timeouts(),
             }
             self.sweep();
@@ -393,6 +421,21 @@ impl Engine {
         Ok((id, answer))
     }
 
+    /// Offers a stored event to every subscribed session.
+    fn event(&mut self, e: &LiveEvent) {
+        self.stats.event_notices_in.fetch_add(1, Ordering::Relaxed);
+        for i in 0..self.sessions.len() {
+            match self.sessions[i].offer_event(&e.camera, &e.notice) {
+                session::Offered::NotWanted => continue,
+                session::Offered::Queued => {}
+                session::Offered::CutOff => {
+                    self.stats.events_cut_off.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            let _ = self.drive_quiet(i);
+        }
+    }
+
     fn datagram(&mut self, socket: usize, data: &[u8], from: SocketAddr) {
         self.stats.datagrams_in.fetch_add(1, Ordering::Relaxed);
         let Ok(receive) = Receive::new(Protocol::Udp, from, self.locals[socket], data) else {
@@ -450,6 +493,7 @@ impl Engine {
         let (next, wants) = s.drive(&mut send);
         stats.control_dropped.fetch_add(std::mem::take(&mut s.control_dropped), Ordering::Relaxed);
         stats.replies_dropped.fetch_add(std::mem::take(&mut s.replies_dropped), Ordering::Relaxed);
+        stats.event_notices_sent.fetch_add(std::mem::take(&mut s.events_sent), Ordering::Relaxed);
         let cursors = s.tracks.iter().filter_map(|t| match &t.source {
             Source::Stored(c) if s.is_connected() => c.due(),
             _ => None,
@@ -726,6 +770,17 @@ impl Engine {
                     }
                 }
             }
+            C::SubscribeEvents { cameras } => {
+                self.sessions[i].events = Some(session::EventSub::new(cameras.clone()));
+                let cameras = if cameras.is_empty() { vec!["*".to_string()] } else { cameras.clone() };
+                let body = control::pb::server_message::Body::Subscribed(control::pb::Subscribed { cameras });
+                return Ok(control::pb::ServerMessage { request_id: id, track: t as u32, body: Some(body) });
+            }
+            C::UnsubscribeEvents => {
+                self.sessions[i].events = None;
+                let body = control::pb::server_message::Body::Subscribed(control::pb::Subscribed { cameras: vec![] });
+                return Ok(control::pb::ServerMessage { request_id: id, track: t as u32, body: Some(body) });
+            }
             C::Timeline { stream, from_us, to_us } => {
                 let (_, name) = self.stream_named(i, stream, req)?;
                 return self.timeline(req, name, *from_us, *to_us);
@@ -815,6 +870,7 @@ enum Step {
     Command(Command),
     Datagram(io::Result<(usize, usize, SocketAddr)>),
     Frame(LiveFrame),
+    Event(LiveEvent),
     Timeout,
 }
 
@@ -1067,6 +1123,29 @@ mod tests {
         assert_eq!(max_sessions(512 << 20), limits::WEBRTC_SESSIONS_PER_GIB, "at least one GiB's worth");
         assert_eq!(max_sessions(2 << 30), 2 * limits::WEBRTC_SESSIONS_PER_GIB);
         assert_eq!(max_sessions(1 << 40), limits::WEBRTC_SESSIONS_SERVER_MAX);
+    }
+
+    #[test]
+    fn a_subscriber_that_does_not_keep_up_is_cut_off_at_its_queue_ceilings() {
+        let offer = include_str!("../../tests/recorder/chromium-offer.sdp");
+        let mut h = fuzzing::Harness::new(offer).expect("the canned offer is accepted");
+        let s = h.session();
+        let notice: Arc<[u8]> = vec![1u8; 100].into();
+        assert_eq!(s.offer_event("front", &notice), session::Offered::NotWanted, "not subscribed");
+        s.events = Some(session::EventSub::new(vec!["front".into()]));
+        assert_eq!(s.offer_event("back", &notice), session::Offered::NotWanted, "another camera");
+        // Not connected: nothing leaves, so the queue fills.
+        for _ in 0..limits::WEBRTC_EVENT_QUEUE_MESSAGES {
+            assert_eq!(s.offer_event("front", &notice), session::Offered::Queued);
+        }
+        assert_eq!(s.events_waiting(), limits::WEBRTC_EVENT_QUEUE_MESSAGES);
+        assert_eq!(s.offer_event("front", &notice), session::Offered::CutOff);
+        assert!(s.events.is_none(), "unsubscribed");
+        // By bytes: two notices of more than half the byte ceiling.
+        s.events = Some(session::EventSub::new(Vec::new()));
+        let big: Arc<[u8]> = vec![2u8; limits::WEBRTC_EVENT_QUEUE_BYTES / 2 + 1].into();
+        assert_eq!(s.offer_event("any", &big), session::Offered::Queued);
+        assert_eq!(s.offer_event("any", &big), session::Offered::CutOff);
     }
 
     #[test]

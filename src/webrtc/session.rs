@@ -83,6 +83,40 @@ pub struct Session {
     pub replies_dropped: u64,
     pub frames_sent: u64,
     pub created: Instant,
+    /// Live event notices, when subscribed.
+    pub events: Option<EventSub>,
+    /// Event notices written to the channel since the engine last counted.
+    pub events_sent: u64,
+}
+
+/// A session's subscription to event notices, with the notices its channel has not taken
+/// yet: at most [`limits::WEBRTC_EVENT_QUEUE_MESSAGES`] and
+/// [`limits::WEBRTC_EVENT_QUEUE_BYTES`].
+pub struct EventSub {
+    /// The cameras (empty: every camera).
+    pub cameras: Vec<String>,
+    queue: VecDeque<Arc<[u8]>>,
+    queued_bytes: usize,
+}
+
+impl EventSub {
+    pub fn new(cameras: Vec<String>) -> EventSub {
+        EventSub { cameras, queue: VecDeque::new(), queued_bytes: 0 }
+    }
+
+    fn wants(&self, camera: &str) -> bool {
+        self.cameras.is_empty() || self.cameras.iter().any(|c| c == camera)
+    }
+}
+
+/// What became of an event notice offered to a session.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Offered {
+    /// Not subscribed to that camera.
+    NotWanted,
+    Queued,
+    /// Its queue was full: the subscription was cut off (and told so).
+    CutOff,
 }
 
 /// What a track shows.
@@ -232,6 +266,8 @@ impl Session {
             replies_dropped: 0,
             frames_sent: 0,
             created: now,
+            events: None,
+            events_sent: 0,
         };
         Ok((session, answer.to_sdp_string()))
     }
@@ -248,6 +284,7 @@ impl Session {
     /// the session next wants a timeout, and what it asks of the engine.
     pub fn drive(&mut self, send: &mut dyn FnMut(Transmit)) -> (Option<Instant>, Wants) {
         let mut wants = Wants::default();
+        self.flush_events();
         loop {
             match self.rtc.poll_output() {
                 Ok(Output::Timeout(t)) => return (Some(t), wants),
@@ -266,7 +303,13 @@ impl Session {
                             wants.keyframe.push(i);
                         }
                     }
-                    Event::ChannelOpen(id, _) => self.channel = Some(id),
+                    Event::ChannelOpen(id, _) => {
+                        self.channel = Some(id);
+                        if let Some(mut ch) = self.rtc.channel(id) {
+                            ch.set_buffered_amount_low_threshold(limits::WEBRTC_CONTROL_MESSAGE_MAX_BYTES);
+                        }
+                    }
+                    Event::ChannelBufferedAmountLow(_) => self.flush_events(),
                     Event::ChannelData(d) => {
                         self.queue_control(d.data);
                         wants.control = true;
@@ -341,6 +384,43 @@ impl Session {
         if !sent {
             self.replies_dropped += 1;
         }
+    }
+
+    /// Offers an event notice (encoded once for every session) about `camera`.
+    pub fn offer_event(&mut self, camera: &str, notice: &Arc<[u8]>) -> Offered {
+        let Some(sub) = self.events.as_mut().filter(|s| s.wants(camera)) else { return Offered::NotWanted };
+        let full = sub.queue.len() >= limits::WEBRTC_EVENT_QUEUE_MESSAGES
+            || sub.queued_bytes + notice.len() > limits::WEBRTC_EVENT_QUEUE_BYTES;
+        if full {
+            self.events = None;
+            let m = "event notices were not taken fast enough: unsubscribed (subscribe again to go on)";
+            self.send_control(&control::error(0, 0, "events_cut_off", m));
+            return Offered::CutOff;
+        }
+        sub.queued_bytes += notice.len();
+        sub.queue.push_back(notice.clone());
+        self.flush_events();
+        Offered::Queued
+    }
+
+    /// Writes waiting event notices while the channel takes them.
+    fn flush_events(&mut self) {
+        let (Some(id), Some(sub)) = (self.channel, self.events.as_mut()) else { return };
+        let Some(mut ch) = self.rtc.channel(id) else { return };
+        while let Some(front) = sub.queue.front() {
+            if !ch.write(true, front).unwrap_or(false) {
+                break;
+            }
+            sub.queued_bytes -= front.len();
+            sub.queue.pop_front();
+            self.events_sent += 1;
+        }
+    }
+
+    /// Event notices waiting for the channel.
+    #[cfg(test)]
+    pub fn events_waiting(&self) -> usize {
+        self.events.as_ref().map_or(0, |s| s.queue.len())
     }
 
     /// Stored-playback cursors this session holds.

@@ -106,6 +106,13 @@ fn twenty_revisions_with_4k_snapshots_survive_kill_9_and_keys_are_not_stored_twi
     let admin = setup_admin(port);
     let writer = make_token(port, &admin, r#""events:write""#);
     let viewer = make_token(port, &admin, r#""view""#);
+    // Some pre-roll first, so the event's recording reaches back before it.
+    let connected = wait_until(Duration::from_secs(20), || {
+        get_json(port, &viewer, "/api/cameras")[0]["streams"][0]["connected"].as_bool() == Some(true)
+    });
+    assert!(connected);
+    std::thread::sleep(Duration::from_millis(2500));
+    let first_us = wall_us();
     let mut sent = Vec::new();
     for n in 1..=20 {
         let jpeg = snapshot(n);
@@ -124,6 +131,17 @@ fn twenty_revisions_with_4k_snapshots_survive_kill_9_and_keys_are_not_stored_twi
     assert_eq!(code, 200, "{answer}");
     assert_eq!((answer["rev"].as_u64(), answer["replayed"].as_bool()), (Some(5), Some(true)));
     assert_eq!(snapshot_files(&dir.path().join("data")), 20);
+    // Its recording is on disk past the event before the power goes.
+    let recorded = wait_until(Duration::from_secs(20), || {
+        let path = format!(
+            "/api/streams/front/main/recordings?from_us={}&to_us={}",
+            first_us - 60_000_000,
+            wall_us() + 1_000_000
+        );
+        let runs = get_json(port, &viewer, &path)["runs"].clone();
+        runs.as_array().unwrap().iter().any(|r| r["end_us"].as_i64().unwrap() > first_us + 1_000_000)
+    });
+    assert!(recorded, "the event's recording");
 
     d.kill9();
     let d = Daemon::start(dir.path());
@@ -141,6 +159,18 @@ fn twenty_revisions_with_4k_snapshots_survive_kill_9_and_keys_are_not_stored_twi
         assert!(bytes == sent[i], "revision {} snapshot differs", i + 1);
     }
     assert_eq!(snapshot_files(&dir.path().join("data")), 20, "no orphan, nothing twice");
+    // The picture recorded at the event (its recording began with the pre-roll): one
+    // keyframe as an MP4 that decodes.
+    let (code, mp4) = get_bytes(port, &viewer, "/api/events/1/keyframe");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&mp4));
+    let file = dir.path().join("keyframe.mp4");
+    std::fs::write(&file, &mp4).unwrap();
+    assert_decodes(&file);
+    let packets = ffprobe_packets(&file);
+    assert_eq!(packets.len(), 1);
+    assert!(packets[0].key);
+    let (code, _) = get_bytes(port, &viewer, "/api/events/99/keyframe");
+    assert_eq!(code, 404);
     // The latest revision is what search finds.
     let found = get_json(port, &viewer, "/api/events?camera=front&label=person");
     assert_eq!(found["events"].as_array().unwrap().len(), 1);
@@ -171,7 +201,8 @@ fn bad_events_get_clear_errors_and_nothing_is_stored() {
     }
     huge.extend_from_slice(&good[2..]);
     assert_eq!(huge.len(), (8 << 20) + 1);
-    let cases: Vec<(&str, String, Option<Vec<u8>>, u16, &str)> = vec![
+    type Case<'a> = (&'a str, String, Option<Vec<u8>>, u16, &'a str);
+    let cases: Vec<Case> = vec![
         ("truncated", envelope.into(), Some(good[..good.len() / 2].to_vec()), 400, "bad_snapshot"),
         ("not a JPEG", envelope.into(), Some(png), 415, "not_jpeg"),
         ("oversized JPEG", envelope.into(), Some(huge), 413, "snapshot_too_large"),

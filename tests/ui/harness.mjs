@@ -28,8 +28,10 @@ export async function waitFor(what, fn, ms = 20000) {
 }
 
 // Starts keeppeek recording camera "porch" from the fixture clip, with `extra` config lines
-// (a `[webrtc]` table turns live view on; without one it is off). Stopped when `t` ends.
-export async function startKeeppeek(t, extra = []) {
+// (a `[webrtc]` table turns live view on; without one it is off) and `camera` lines in the
+// camera's table. Stopped when `t` ends; `kill9()` and `restart()` are a power cut and the
+// next boot on the same data directory.
+export async function startKeeppeek(t, extra = [], camera = []) {
   const bin = process.env.KEEPPEEK_BIN || join(repo, 'target', 'debug', 'keeppeek');
   const clip = join(repo, 'target', 'fixtures', 'h264.mp4');
   assert.ok(existsSync(bin), `build keeppeek first (${bin})`);
@@ -41,13 +43,18 @@ export async function startKeeppeek(t, extra = []) {
     'data_dir = "data"', `listen = "127.0.0.1:${port}"`, 'flush_interval_s = 1',
     '[retention]', 'stream_max_bytes = "1 GiB"', 'total_max_bytes = "1 GiB"',
     ...webrtc, ...extra,
-    '[[cameras]]', 'name = "porch"', `main = { url = "file://${clip}" }`, '',
+    '[[cameras]]', 'name = "porch"', ...camera, `main = { url = "file://${clip}" }`, '',
   ].join('\n'));
-  const daemon = spawn(bin, ['run', '--config', join(dir, 'keeppeek.toml')], { stdio: 'ignore', env: { ...process.env, NO_COLOR: '1' } });
-  t.after(() => daemon.kill('SIGTERM'));
   const base = `http://127.0.0.1:${port}`;
-  await waitFor('the web face', async () => (await fetch(`${base}/healthz`)).ok);
-  return { base, dir };
+  let daemon = null;
+  const up = async () => {
+    daemon = spawn(bin, ['run', '--config', join(dir, 'keeppeek.toml')], { stdio: 'ignore', env: { ...process.env, NO_COLOR: '1' } });
+    await waitFor('the web face', async () => (await fetch(`${base}/healthz`)).ok);
+  };
+  t.after(() => daemon.kill('SIGTERM'));
+  await up();
+  const kill9 = () => new Promise((ok) => { daemon.once('exit', ok); daemon.kill('SIGKILL'); });
+  return { base, dir, kill9, restart: up };
 }
 
 export async function launchChromium(t) {

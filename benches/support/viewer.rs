@@ -1,6 +1,9 @@
 //! What the benchmarks share: WebRTC viewers as full `str0m` peers on loopback sockets,
 //! driven on a thread of their own.
 
+// Each benchmark uses part of this.
+#![allow(dead_code)]
+
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -133,7 +136,6 @@ impl Farm {
     }
 
     /// The fewest frames any viewer has received.
-    #[allow(dead_code)] // used by one benchmark, not the other
     pub fn min_frames(&self) -> u64 {
         self.counts.lock().unwrap().iter().map(|c| c.0).min().unwrap_or(0)
     }
@@ -144,7 +146,6 @@ impl Farm {
     }
 
     /// Stops driving the viewers and gives them back (their sessions stay open).
-    #[allow(dead_code)] // used by one benchmark, not the other
     pub fn stop(mut self) -> Vec<Viewer> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.take().map(|t| t.join().unwrap()).unwrap_or_default()

@@ -199,7 +199,16 @@ fn start_server(catalog: Arc<Catalog>, data_dir: PathBuf, streams: Vec<LiveStrea
         rt.block_on(async move {
             let listener = http::bind(([127, 0, 0, 1], 0).into()).await.unwrap();
             port_tx.send(listener.local_addr().unwrap().port()).unwrap();
-            let media = Arc::new(Media { catalog, recorder: None, data_dir, streams, flusher: None, webrtc: None });
+            let media = Arc::new(Media {
+                catalog,
+                recorder: None,
+                data_dir,
+                streams,
+                flusher: None,
+                webrtc: None,
+                events: None,
+                preroll: None,
+            });
             let (_keep, shutdown) = tokio::sync::watch::channel(false);
             http::serve(listener, Arc::new(HttpStats::default()), auth, media, shutdown).await;
         });
@@ -543,7 +552,6 @@ fn main() {
             LiveStream {
                 camera: camera.into(),
                 kind: if kind == "main" { StreamKind::Main } else { StreamKind::Sub },
-                recorded: true,
                 state: Arc::new(StreamState::default()),
                 recording: None,
                 live: Arc::new(keeppeek::live::Fanout::new(Arc::default())),

@@ -264,10 +264,16 @@ async function searchEvents(more) {
 on('#events-form', async () => { $('#events-live').textContent = ''; await searchEvents(false); });
 $('#events-more').addEventListener('click', () => searchEvents(true).catch((e) => say(String(e))));
 
+// A page may stay open for days: what it keeps of live notices is bounded.
+const NOTICES_KEPT = 500;
+
 function onEventNotice(n) {
   const e = fromNotice(n);
   eventNotices.push(e);
-  $('#events-list').prepend(eventItem(e, true));
+  if (eventNotices.length > NOTICES_KEPT) eventNotices.shift();
+  const list = $('#events-list');
+  list.prepend(eventItem(e, true));
+  while (list.children.length > NOTICES_KEPT) list.lastElementChild.remove();
   $('#events-live').textContent = `${eventNotices.length} new event${eventNotices.length === 1 ? '' : 's'} while watching`;
   if (timeline.stream && timeline.stream.startsWith(`${e.camera}/`)) { timeline.events.push(e); drawTimeline(); }
 }

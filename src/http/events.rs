@@ -147,10 +147,24 @@ fn intake_error(e: IntakeError) -> Reply {
     error(status, code, &e.to_string())
 }
 
-/// An event as the API shows it: the envelope and where its snapshot is.
-fn event_json(r: &EventRecord) -> serde_json::Value {
+/// An event as the API shows it: the envelope, where its snapshot and its keyframe are, and
+/// where playback of its recording starts (the camera's pre-roll before it).
+fn event_json(ctx: &Ctx, r: &EventRecord) -> serde_json::Value {
     let mut v = serde_json::to_value(&r.envelope).unwrap_or_default();
+    let camera = &r.envelope.camera;
+    let pre_roll_us = ctx
+        .media
+        .streams
+        .iter()
+        .find(|s| s.camera == *camera && s.kind == crate::config::StreamKind::Main)
+        .and_then(|s| s.recording.as_ref())
+        .map_or(0, |w| i64::from(w.pre_roll_ms) * 1000);
     if let Some(o) = v.as_object_mut() {
+        o.insert("keyframe".into(), json!(format!("/api/events/{}/keyframe", r.id)));
+        o.insert(
+            "play".into(),
+            json!({ "stream": format!("{camera}/main"), "from_us": r.envelope.time() - pre_roll_us }),
+        );
         o.insert("event".into(), json!(r.id));
         o.insert("rev".into(), json!(r.rev));
         o.insert("received_us".into(), json!(r.received_us));
@@ -207,7 +221,7 @@ pub(super) async fn search(ctx: &Ctx, parts: &Parts) -> Reply {
     let page = tokio::task::spawn_blocking(move || catalog.search_events(&q)).await;
     match page {
         Ok(Ok(page)) => {
-            let events: Vec<_> = page.events.iter().map(event_json).collect();
+            let events: Vec<_> = page.events.iter().map(|e| event_json(ctx, e)).collect();
             let next = page.next.map(|(t, id)| format!("{t}_{id}"));
             json_reply(StatusCode::OK, json!({ "events": events, "next": next }))
         }
@@ -228,7 +242,10 @@ pub(super) fn revisions(ctx: &Ctx, id: &str) -> Reply {
     };
     match ctx.media.catalog.event_revisions(id) {
         Ok(revs) if revs.is_empty() => error(StatusCode::NOT_FOUND, "not_found", "no such event"),
-        Ok(revs) => json_reply(StatusCode::OK, json!({ "revisions": revs.iter().map(event_json).collect::<Vec<_>>() })),
+        Ok(revs) => json_reply(
+            StatusCode::OK,
+            json!({ "revisions": revs.iter().map(|e| event_json(ctx, e)).collect::<Vec<_>>() }),
+        ),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "catalog", &e.to_string()),
     }
 }

@@ -174,7 +174,12 @@ fn twenty_revisions_with_4k_snapshots_survive_kill_9_and_keys_are_not_stored_twi
     // The latest revision is what search finds.
     let found = get_json(port, &viewer, "/api/events?camera=front&label=person");
     assert_eq!(found["events"].as_array().unwrap().len(), 1);
-    assert_eq!(found["events"][0]["rev"].as_u64(), Some(20));
+    let e = &found["events"][0];
+    assert_eq!(e["rev"].as_u64(), Some(20));
+    // It links to its keyframe and to playback from the pre-roll (5 s by default).
+    assert_eq!(e["keyframe"].as_str(), Some("/api/events/1/keyframe"));
+    assert_eq!(e["play"]["stream"].as_str(), Some("front/main"));
+    assert_eq!(e["play"]["from_us"].as_i64().unwrap(), e["time_us"].as_i64().unwrap() - 5_000_000);
 }
 
 #[test]

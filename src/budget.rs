@@ -165,6 +165,32 @@ pub fn compute(config: &Config) -> Budget {
                 limits::WEBRTC_SESSION_BUDGET_BYTES >> 10
             ),
         },
+        Line {
+            component: "event uploads",
+            bytes: (limits::EVENT_UPLOADS_MAX * 2 * crate::http::events::INTAKE_BODY_MAX_BYTES) as u64,
+            why: format!(
+                "{} uploads × 2 × {:.1} MiB body, its parts split out (EVENT_UPLOADS_MAX, EVENT_JPEG_MAX_BYTES)",
+                limits::EVENT_UPLOADS_MAX,
+                mib(crate::http::events::INTAKE_BODY_MAX_BYTES as u64)
+            ),
+        },
+        Line {
+            component: "event notices",
+            bytes: if config.webrtc.port == 0 {
+                0
+            } else {
+                let per_session = (limits::WEBRTC_EVENT_QUEUE_MESSAGES * limits::EVENT_NOTICE_MAX_BYTES)
+                    .min(limits::WEBRTC_EVENT_QUEUE_BYTES);
+                live_sessions * per_session as u64
+                    + (limits::WEBRTC_EVENTS_IN_MAX * limits::EVENT_NOTICE_MAX_BYTES) as u64
+            },
+            why: format!(
+                "{live_sessions} sessions × {} notices of at most {} KiB, and {} waiting for the engine (WEBRTC_EVENT_QUEUE_MESSAGES, EVENT_NOTICE_MAX_BYTES, WEBRTC_EVENTS_IN_MAX)",
+                limits::WEBRTC_EVENT_QUEUE_MESSAGES,
+                limits::EVENT_NOTICE_MAX_BYTES >> 10,
+                limits::WEBRTC_EVENTS_IN_MAX
+            ),
+        },
     ];
     lines.retain(|l| l.bytes > 0 || l.component == "process");
     Budget { lines, allowed_bytes: config.ram_class_bytes * limits::RAM_SHARE_PERCENT as u64 / 100 }

@@ -383,6 +383,10 @@ pub const EVENT_TEXT_MAX_BYTES: usize = 4096;
 /// Search terms indexed per event (labels first, then words of the text).
 pub const EVENT_TERMS_MAX: usize = 64;
 
+/// An event's notice to live-view subscribers, at most: its text, its labels and room for
+/// the ids, camera and snapshot link (checked by a test against the largest envelope).
+pub const EVENT_NOTICE_MAX_BYTES: usize = EVENT_TEXT_MAX_BYTES + EVENT_LABELS_MAX * (EVENT_LABEL_MAX_BYTES + 3) + 512;
+
 /// Revisions of one event.
 pub const EVENT_REVISIONS_MAX: usize = 1000;
 

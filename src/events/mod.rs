@@ -306,3 +306,28 @@ pub fn recover(catalog: &Catalog, data_dir: &Path) -> Result<u64, CatalogError> 
     }
     Ok(orphans.len() as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_largest_envelope_makes_a_notice_under_its_ceiling() {
+        let labels: Vec<String> = (0..limits::EVENT_LABELS_MAX).map(|i| format!("{i:0>64}")).collect();
+        let json = serde_json::json!({
+            "id": "i".repeat(limits::EVENT_ID_MAX_BYTES),
+            "camera": "c".repeat(limits::CAMERA_NAME_MAX_BYTES),
+            "time_us": 7_258_118_400_000_000i64,
+            "labels": labels,
+            "score": 0.123_456_79,
+            "text": "t".repeat(limits::EVENT_TEXT_MAX_BYTES),
+        });
+        let envelope = Envelope::parse(json.to_string().as_bytes(), 0).unwrap();
+        let snapshot = Some(Snapshot { path: String::new(), bytes: 1, width: 1, height: 1 });
+        let r =
+            EventRecord { id: u64::MAX, rev: u32::MAX, principal: String::new(), received_us: 0, envelope, snapshot };
+        let n = notice(&r).len();
+        assert!(n <= limits::EVENT_NOTICE_MAX_BYTES, "{n}");
+        assert!(n > limits::EVENT_NOTICE_MAX_BYTES / 2, "the ceiling is not far off: {n}");
+    }
+}

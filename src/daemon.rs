@@ -119,7 +119,13 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         triggers.entry(r.camera.clone()).or_default().push(r.watch.trigger.clone());
     }
     let live_view = webrtc.as_ref().map(|(_, handle)| handle.clone());
-    let events = Arc::new(crate::events::Events::new(catalog.clone(), data_dir.clone(), triggers, live_view));
+    let events = Arc::new(crate::events::Events::new(
+        catalog.clone(),
+        data_dir.clone(),
+        triggers,
+        live_view,
+        config.events_max_bytes,
+    ));
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut senders: std::collections::HashMap<(String, &'static str), _> =

@@ -268,6 +268,10 @@ pub const WEBRTC_EVENT_QUEUE_MESSAGES: usize = 64;
 /// Bytes of event notices waiting for one session's control channel.
 pub const WEBRTC_EVENT_QUEUE_BYTES: usize = 8 << 20;
 
+/// Bytes a session's control channel may hold before event notices wait in their queue:
+/// the channel's remaining room stays for answers to the browser's commands.
+pub const WEBRTC_EVENT_CHANNEL_BUFFERED_MAX_BYTES: usize = 64 << 10;
+
 /// Stored events waiting for the engine to hand them to subscribers; past this a notice is
 /// dropped and counted (the event itself is stored).
 pub const WEBRTC_EVENTS_IN_MAX: usize = 256;
@@ -314,10 +318,10 @@ pub const AUTH_PASSWORD_MAX_BYTES: usize = 128;
 
 // ---- pre-roll and events ----
 
-/// Pre-roll history of one stream (board presets lower it): a minute of a 8 Mbit/s stream.
+/// Pre-roll history of one stream (the config may lower it): a minute of a 8 Mbit/s stream.
 pub const PREROLL_STREAM_MAX_BYTES: usize = 64 << 20;
 
-/// Pre-roll history of every stream together (board presets lower it).
+/// Pre-roll history of every stream together (the config may lower it).
 pub const PREROLL_TOTAL_MAX_BYTES: usize = 256 << 20;
 
 /// The longest pre-roll a camera may ask for.
@@ -386,6 +390,15 @@ pub const EVENT_TERMS_MAX: usize = 64;
 /// An event's notice to live-view subscribers, at most: its text, its labels and room for
 /// the ids, camera and snapshot link (checked by a test against the largest envelope).
 pub const EVENT_NOTICE_MAX_BYTES: usize = EVENT_TEXT_MAX_BYTES + EVENT_LABELS_MAX * (EVENT_LABEL_MAX_BYTES + 3) + 512;
+
+/// Events kept; past this the oldest go (with their snapshots).
+pub const EVENTS_MAX: u64 = 1_000_000;
+
+/// Events deleted in one commit when trimming to the caps; the rest go with the next.
+pub const EVENT_TRIM_BATCH_MAX: usize = 64;
+
+/// Revisions of one event on one page of `GET /api/events/{id}`.
+pub const EVENT_REVISIONS_PAGE_MAX: usize = 50;
 
 /// Revisions of one event.
 pub const EVENT_REVISIONS_MAX: usize = 1000;

@@ -258,7 +258,7 @@ async function searchEvents(more) {
   for (const e of r.data.events) list.append(eventItem(fromApi(e), false));
   eventsNext = r.data.next;
   $('#events-more').hidden = !eventsNext;
-  if (!more && !r.data.events.length) $('#events-live').textContent = 'No events found.';
+  if (!more && !r.data.events.length && !eventsNext) $('#events-live').textContent = 'No events found.';
 }
 
 on('#events-form', async () => { $('#events-live').textContent = ''; await searchEvents(false); });
@@ -275,7 +275,11 @@ function onEventNotice(n) {
   list.prepend(eventItem(e, true));
   while (list.children.length > NOTICES_KEPT) list.lastElementChild.remove();
   $('#events-live').textContent = `${eventNotices.length} new event${eventNotices.length === 1 ? '' : 's'} while watching`;
-  if (timeline.stream && timeline.stream.startsWith(`${e.camera}/`)) { timeline.events.push(e); drawTimeline(); }
+  if (timeline.stream && timeline.stream.startsWith(`${e.camera}/`)) {
+    timeline.events.push(e);
+    if (timeline.events.length > 200) timeline.events.shift();
+    drawTimeline();
+  }
 }
 
 // Plays the camera's main stream from the pre-roll before the event (its recording starts

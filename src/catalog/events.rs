@@ -145,12 +145,18 @@ impl Catalog {
         for r in records {
             let mut events = txn.open_table(EVENTS).storage()?;
             let old = events.get(r.id).storage()?.map(|v| EventRecord::decode(v.value())).transpose()?;
+            {
+                let mut meta = txn.open_table(super::META).storage()?;
+                if old.is_none() {
+                    let next = meta.get("next_event_id").storage()?.map_or(1, |v| v.value());
+                    meta.insert("next_event_id", next.max(r.id + 1)).storage()?;
+                    bump(&mut meta, "event_count", 1, true)?;
+                }
+                let bytes = r.snapshot.as_ref().map_or(0, |s| s.bytes);
+                bump(&mut meta, "event_snapshot_bytes", bytes, true)?;
+            }
             if let Some(old) = &old {
                 unindex(&txn, old)?;
-            } else {
-                let mut meta = txn.open_table(super::META).storage()?;
-                let next = meta.get("next_event_id").storage()?.map_or(1, |v| v.value());
-                meta.insert("next_event_id", next.max(r.id + 1)).storage()?;
             }
             let bytes = r.encode();
             events.insert(r.id, bytes.as_slice()).storage()?;
@@ -172,6 +178,70 @@ impl Catalog {
         txn.commit().storage()
     }
 
+    /// Events kept and the bytes of their snapshots.
+    pub fn event_totals(&self) -> Result<(u64, u64), CatalogError> {
+        let txn = self.db.begin_read().storage()?;
+        let meta = txn.open_table(super::META).storage()?;
+        let get = |k: &str| -> Result<u64, CatalogError> { Ok(meta.get(k).storage()?.map_or(0, |v| v.value())) };
+        Ok((get("event_count")?, get("event_snapshot_bytes")?))
+    }
+
+    /// Deletes the oldest events (every revision, index row, sender id and key) until at
+    /// most `max_events` remain and their snapshots take at most `max_bytes`, in one durable
+    /// commit; returns the snapshot files to delete (a crash before they are gone leaves
+    /// files no revision names, which recovery deletes).
+    pub fn trim_events(&self, max_events: u64, max_bytes: u64) -> Result<Vec<String>, CatalogError> {
+        let (mut count, mut bytes) = self.event_totals()?;
+        if count <= max_events && bytes <= max_bytes {
+            return Ok(Vec::new());
+        }
+        let mut files = Vec::new();
+        let mut txn = self.db.begin_write().storage()?;
+        txn.set_durability(Durability::Immediate).storage()?;
+        {
+            let mut events = txn.open_table(EVENTS).storage()?;
+            let mut revisions = txn.open_table(EVENT_REVISIONS).storage()?;
+            let mut ids = txn.open_table(EVENT_SOURCE_IDS).storage()?;
+            let mut keys = txn.open_table(EVENT_KEYS).storage()?;
+            // Bounded per call: the rest goes with the next event stored.
+            for _ in 0..limits::EVENT_TRIM_BATCH_MAX {
+                if count <= max_events && bytes <= max_bytes {
+                    break;
+                }
+                let Some((id, latest)) = events.first().storage()?.map(|(k, v)| (k.value(), v.value().to_vec())) else {
+                    break;
+                };
+                let latest = EventRecord::decode(&latest)?;
+                let revs: Vec<EventRecord> = revisions
+                    .range((id, 0)..=(id, u32::MAX))
+                    .storage()?
+                    .map(|e| -> Result<EventRecord, CatalogError> { Ok(EventRecord::decode(e.storage()?.1.value())?) })
+                    .collect::<Result<_, _>>()?;
+                for r in &revs {
+                    revisions.remove((id, r.rev)).storage()?;
+                    if let Some(snap) = &r.snapshot {
+                        bytes = bytes.saturating_sub(snap.bytes);
+                        files.push(snap.path.clone());
+                    }
+                    if let Some(key) = &r.envelope.idempotency_key {
+                        keys.remove((r.principal.as_str(), key.as_str())).storage()?;
+                    }
+                    if let Some(source) = &r.envelope.id {
+                        ids.remove((r.principal.as_str(), source.as_str())).storage()?;
+                    }
+                }
+                events.remove(id).storage()?;
+                unindex(&txn, &latest)?;
+                count = count.saturating_sub(1);
+            }
+            let mut meta = txn.open_table(super::META).storage()?;
+            meta.insert("event_count", count).storage()?;
+            meta.insert("event_snapshot_bytes", bytes).storage()?;
+        }
+        txn.commit().storage()?;
+        Ok(files)
+    }
+
     /// The latest revision of event `id`.
     pub fn event(&self, id: u64) -> Result<Option<EventRecord>, CatalogError> {
         let txn = self.db.begin_read().storage()?;
@@ -186,12 +256,13 @@ impl Catalog {
         Ok(t.get((id, rev)).storage()?.map(|v| EventRecord::decode(v.value())).transpose()?)
     }
 
-    /// Every revision of event `id`, oldest first (at most [`limits::EVENT_REVISIONS_MAX`]).
-    pub fn event_revisions(&self, id: u64) -> Result<Vec<EventRecord>, CatalogError> {
+    /// Event `id`'s revisions after revision `after`, oldest first, at most `limit`.
+    pub fn event_revisions(&self, id: u64, after: u32, limit: usize) -> Result<Vec<EventRecord>, CatalogError> {
         let txn = self.db.begin_read().storage()?;
         let t = txn.open_table(EVENT_REVISIONS).storage()?;
         let mut out = Vec::new();
-        for entry in t.range((id, 0)..=(id, u32::MAX)).storage()?.take(limits::EVENT_REVISIONS_MAX) {
+        let Some(first) = after.checked_add(1) else { return Ok(out) };
+        for entry in t.range((id, first)..=(id, u32::MAX)).storage()?.take(limit) {
             out.push(EventRecord::decode(entry.storage()?.1.value())?);
         }
         Ok(out)
@@ -202,8 +273,8 @@ impl Catalog {
         Ok(self.event_revision(id, rev)?.and_then(|r| r.snapshot).is_some_and(|s| s.path == path))
     }
 
-    /// Events matching `q`, newest first, from the indexes: it walks the most selective
-    /// index (a term, else the camera, else time) backwards and checks the other conditions
+    /// Events matching `q`, newest first, from the indexes: it walks one index (the first
+    /// term's, else the camera's, else time's) backwards and checks the other conditions
     /// by point lookups, looking at no more than [`limits::EVENT_SEARCH_SCAN_MAX`] index rows;
     /// past that the page ends early with `next` set.
     pub fn search_events(&self, q: &EventQuery) -> Result<EventPage, CatalogError> {
@@ -274,6 +345,14 @@ impl Catalog {
         }
         Ok(page)
     }
+}
+
+/// Adds `by` to (or takes it from) a counter in `meta`.
+fn bump(meta: &mut redb::Table<'_, &str, u64>, key: &str, by: u64, add: bool) -> Result<(), CatalogError> {
+    let v = meta.get(key).storage()?.map_or(0, |v| v.value());
+    let v = if add { v.saturating_add(by) } else { v.saturating_sub(by) };
+    meta.insert(key, v).storage()?;
+    Ok(())
 }
 
 /// The index rows of revision `r`.
@@ -348,7 +427,9 @@ mod tests {
         );
         // Another sender's "d1" is another event; its key "a" is its own.
         assert_eq!(store(&cat, "token:2", e(1, "a")), Planned::New(NextRevision { id: 2, rev: 1 }));
-        assert_eq!(cat.event_revisions(1).unwrap().len(), 2);
+        assert_eq!(cat.event_revisions(1, 0, 10).unwrap().len(), 2);
+        assert_eq!(cat.event_revisions(1, 1, 10).unwrap().len(), 1, "after the first");
+        assert_eq!(cat.event_totals().unwrap(), (2, 0));
         assert_eq!(cat.event(1).unwrap().unwrap().envelope.labels, ["l2"]);
         // The index follows the latest revision.
         let q = |term: &str| EventQuery {
@@ -360,6 +441,42 @@ mod tests {
         };
         assert_eq!(ids(&cat.search_events(&q("label:l2")).unwrap()), [1]);
         assert_eq!(ids(&cat.search_events(&q("label:l1")).unwrap()), [2]);
+    }
+
+    #[test]
+    fn the_oldest_events_go_first_past_the_count_or_snapshot_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();
+        for i in 0..6u64 {
+            let e = envelope(serde_json::json!({"id": format!("d{i}"), "camera": "front", "time_us": T0 + i as i64,
+                "labels": ["person"], "idempotency_key": format!("k{i}")}));
+            let r = EventRecord {
+                id: i + 1,
+                rev: 1,
+                principal: "token:1".into(),
+                received_us: T0,
+                envelope: e,
+                snapshot: Some(Snapshot { path: format!("s{i}"), bytes: 100, width: 1, height: 1 }),
+            };
+            cat.put_event(&r).unwrap();
+        }
+        assert_eq!(cat.event_totals().unwrap(), (6, 600));
+        assert!(cat.trim_events(6, 600).unwrap().is_empty(), "under both caps");
+        assert_eq!(cat.trim_events(4, 600).unwrap(), ["s0", "s1"], "by count, oldest first");
+        assert_eq!(cat.trim_events(10, 250).unwrap(), ["s2", "s3"], "by bytes");
+        assert_eq!(cat.event_totals().unwrap(), (2, 200));
+        assert!(cat.event(1).unwrap().is_none() && cat.event(5).unwrap().is_some());
+        let q = EventQuery {
+            from_us: 0,
+            to_us: i64::MAX,
+            terms: vec!["label:person".into()],
+            limit: 10,
+            ..EventQuery::default()
+        };
+        assert_eq!(ids(&cat.search_events(&q).unwrap()), [6, 5], "their index rows went too");
+        // Their keys and sender ids went with them: the same key is a new event now.
+        let again = envelope(serde_json::json!({"id": "d0", "camera": "front", "idempotency_key": "k0"}));
+        assert_eq!(cat.plan_event("token:1", &again).unwrap(), Planned::New(NextRevision { id: 7, rev: 1 }));
     }
 
     #[test]

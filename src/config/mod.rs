@@ -173,7 +173,12 @@ pub struct Config {
     pub cameras: Vec<Camera>,
     pub webrtc: Webrtc,
     pub preroll: Preroll,
+    /// Bytes of event snapshots kept; past this the oldest events go.
+    pub events_max_bytes: u64,
 }
+
+/// Default cap on event snapshots: 2,500 of 4K at ~420 KB.
+pub const EVENTS_MAX_BYTES_DEFAULT: u64 = 1 << 30;
 
 /// Live view over WebRTC: one UDP port for every session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -212,6 +217,15 @@ struct RawConfig {
     webrtc: RawWebrtc,
     #[serde(default)]
     preroll: RawPreroll,
+    #[serde(default)]
+    events: RawEvents,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawEvents {
+    /// Bytes of event snapshots kept (oldest events go first).
+    max_bytes: Option<RawBytes>,
 }
 
 #[derive(Deserialize, Default)]
@@ -366,6 +380,7 @@ impl Config {
             // The demo is watched from the box itself as often as from the LAN.
             webrtc: Webrtc { port: WEBRTC_PORT_DEFAULT, loopback: true },
             preroll: Preroll::default(),
+            events_max_bytes: EVENTS_MAX_BYTES_DEFAULT,
             cameras: vec![Camera {
                 name: "demo".into(),
                 record: RecordMode::Continuous,
@@ -482,6 +497,10 @@ impl RawConfig {
             cameras,
             webrtc: Webrtc { port: self.webrtc.port, loopback: self.webrtc.loopback },
             preroll,
+            events_max_bytes: match &self.events.max_bytes {
+                Some(b) => b.resolve("events.max_bytes")?,
+                None => EVENTS_MAX_BYTES_DEFAULT,
+            },
         })
     }
 }
@@ -635,6 +654,9 @@ main = { url = "file:///clips/a.mp4" }
         assert_eq!(front.recorded_streams().collect::<Vec<_>>(), [(StreamKind::Main, RecordMode::Events)]);
         assert_eq!(c.preroll.total_max_bytes, 32 << 20);
         assert_eq!(c.preroll.stream_max_bytes, limits::PREROLL_STREAM_MAX_BYTES as u64);
+        assert_eq!(c.events_max_bytes, EVENTS_MAX_BYTES_DEFAULT);
+        let c = parse(&GOOD.replace("[retention]", "[events]\nmax_bytes = \"2 GiB\"\n[retention]")).unwrap();
+        assert_eq!(c.events_max_bytes, 2 << 30);
     }
 
     #[test]

@@ -126,9 +126,10 @@ impl Envelope {
         if self.labels.len() > limits::EVENT_LABELS_MAX {
             return Err(bad("labels", format!("at most {} (EVENT_LABELS_MAX)", limits::EVENT_LABELS_MAX)));
         }
+        // Normalized first (trimmed, lower-cased: that may lengthen it), then checked.
         for (i, l) in self.labels.iter_mut().enumerate() {
+            *l = query_term(l);
             check_name(&format!("labels[{i}]"), l, limits::EVENT_LABEL_MAX_BYTES)?;
-            *l = l.to_lowercase();
         }
         if let Some(s) = self.score {
             check_fraction("score", s)?;
@@ -139,8 +140,8 @@ impl Envelope {
         for (i, b) in self.boxes.iter_mut().enumerate() {
             let at = |k: &str| format!("boxes[{i}].{k}");
             if let Some(l) = &mut b.label {
+                *l = query_term(l);
                 check_name(&at("label"), l, limits::EVENT_LABEL_MAX_BYTES)?;
-                *l = l.to_lowercase();
             }
             if let Some(s) = b.score {
                 check_fraction(&at("score"), s)?;
@@ -169,11 +170,7 @@ impl Envelope {
     pub fn terms(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         let labels = self.labels.iter().chain(self.boxes.iter().filter_map(|b| b.label.as_ref()));
-        let words = self
-            .text
-            .split(|c: char| !c.is_alphanumeric())
-            .filter(|w| (2..=limits::EVENT_LABEL_MAX_BYTES).contains(&w.len()))
-            .map(str::to_lowercase);
+        let words = words(&self.text);
         for t in labels.map(|l| format!("label:{l}")).chain(words) {
             if out.len() == limits::EVENT_TERMS_MAX {
                 break;
@@ -186,9 +183,17 @@ impl Envelope {
     }
 }
 
-/// A search term as a query gives it: `label:x` or a word, lower-cased.
+/// A label as stored and searched: trimmed and lower-cased.
 pub fn query_term(t: &str) -> String {
     t.trim().to_lowercase()
+}
+
+/// The searchable words of a text: runs of letters and digits, lower-cased, of 2 to
+/// [`limits::EVENT_LABEL_MAX_BYTES`] bytes.
+pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .map(str::to_lowercase)
+        .filter(|w| (2..=limits::EVENT_LABEL_MAX_BYTES).contains(&w.len()))
 }
 
 #[cfg(test)]
@@ -234,6 +239,16 @@ mod tests {
             let e = Envelope::parse(json.as_bytes(), NOW).expect_err(json);
             assert_eq!(e.field, *field, "{json}: {e}");
         }
+    }
+
+    #[test]
+    fn labels_are_checked_as_stored() {
+        // Lower-casing "İ" takes 2 bytes to 3: 22 of them pass as 44 bytes, not as 66.
+        let json = serde_json::json!({"camera": "front", "labels": ["İ".repeat(22)]}).to_string();
+        assert_eq!(Envelope::parse(json.as_bytes(), NOW).unwrap_err().field, "labels[0]");
+        let json = serde_json::json!({"camera": "front", "labels": ["  Person "]}).to_string();
+        assert_eq!(Envelope::parse(json.as_bytes(), NOW).unwrap().labels, ["person"]);
+        assert_eq!(words("a red VAN, twice-twice").collect::<Vec<_>>(), ["red", "van", "twice", "twice"]);
     }
 
     #[test]

@@ -52,6 +52,11 @@ pub fn resolve(catalog: &Catalog, data_dir: &Path, id: u64) -> Result<KeyframeAt
         let back_us = limits::EVENT_KEYFRAME_BACK_MS as i64 * 1000;
         let Some((rec, kf)) = catalog.keyframe_near(*stream_id, time, back_us, 0)? else { continue };
         let Some(row) = catalog.recording(rec)? else { continue };
+        // Only a recording that reaches the event's time shows it (not one that ended
+        // before: its last picture is of something else).
+        if row.wall_end_us < time {
+            continue;
+        }
         return Ok(KeyframeAt {
             path: data_dir.join(&row.path),
             file_bytes: row.bytes,
@@ -129,6 +134,7 @@ mod tests {
         event(&cat, 1, "front", WALL0 + 4_500_000);
         event(&cat, 2, "front", WALL0 - 1);
         event(&cat, 3, "back", WALL0 + 1_000_000);
+        event(&cat, 4, "front", WALL0 + 30_000_000);
         let k = resolve(&cat, dir.path(), 1).unwrap();
         assert_eq!(k.wall_us, WALL0 + 4_000_000, "the keyframe at or before");
         let mp4 = read(&k).unwrap();
@@ -142,6 +148,7 @@ mod tests {
         assert_eq!(init.width, 640);
         assert!(matches!(resolve(&cat, dir.path(), 2), Err(KeyframeError::NothingRecorded)), "before anything");
         assert!(matches!(resolve(&cat, dir.path(), 3), Err(KeyframeError::NothingRecorded)), "another camera");
+        assert!(matches!(resolve(&cat, dir.path(), 4), Err(KeyframeError::NothingRecorded)), "after its end");
         assert!(matches!(resolve(&cat, dir.path(), 9), Err(KeyframeError::NoEvent)));
     }
 }

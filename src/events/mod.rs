@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use tokio::sync::{Mutex, Semaphore, SemaphorePermit};
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::warn;
 
 use crate::catalog::events::{EventRecord, Planned, Snapshot};
@@ -84,8 +84,11 @@ pub struct Events {
     data_dir: PathBuf,
     /// Every camera, with the triggers of its streams recorded on events.
     cameras: HashMap<String, Vec<Arc<Trigger>>>,
-    writer: Mutex<()>,
+    /// Writers take turns (see [`Events::publish`]).
+    writer: Arc<std::sync::Mutex<()>>,
     uploads: Semaphore,
+    /// Events kept and their snapshots' bytes, at most; the oldest go first.
+    caps: (u64, u64),
     /// Live view, for subscribers' notices (none when turned off).
     live: Option<WebrtcHandle>,
     pub stats: EventStats,
@@ -97,13 +100,15 @@ impl Events {
         data_dir: PathBuf,
         cameras: HashMap<String, Vec<Arc<Trigger>>>,
         live: Option<WebrtcHandle>,
+        snapshots_max_bytes: u64,
     ) -> Events {
         Events {
             catalog,
             data_dir,
             cameras,
-            writer: Mutex::new(()),
+            writer: Arc::default(),
             uploads: Semaphore::new(limits::EVENT_UPLOADS_MAX),
+            caps: (limits::EVENTS_MAX, snapshots_max_bytes),
             live,
             stats: EventStats::default(),
         }
@@ -159,19 +164,26 @@ impl Events {
         };
         let record = e.record;
         let time_us = e.time();
-        let accepted = {
-            let _turn = self.writer.lock().await;
-            let (catalog, data_dir, principal) = (self.catalog.clone(), self.data_dir.clone(), principal.to_string());
-            let stored =
-                tokio::task::spawn_blocking(move || store(&catalog, &data_dir, principal, e, arrived_us, snapshot));
-            stored.await.map_err(|e| IntakeError::Storage(e.to_string()))??
-        };
-        let (accepted, stored) = accepted;
-        if let Some(r) = &stored {
-            self.stats.snapshot_bytes.fetch_add(r.snapshot.as_ref().map_or(0, |s| s.bytes), Ordering::Relaxed);
-            if let Some(live) = &self.live {
+        // The writer's turn is taken and held inside the blocking task: it stays taken until
+        // the commit is done even if this request is dropped meanwhile, so the next writer
+        // never plans from a catalog a commit is about to change. Notices go out in turn too,
+        // so subscribers see revisions in the order they were stored.
+        let (writer, catalog, data_dir) = (self.writer.clone(), self.catalog.clone(), self.data_dir.clone());
+        let (principal, live, caps) = (principal.to_string(), self.live.clone(), self.caps);
+        let stored = tokio::task::spawn_blocking(move || {
+            let _turn = writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (accepted, stored) = store(&catalog, &data_dir, principal, e, arrived_us, snapshot)?;
+            if let (Some(r), Some(live)) = (&stored, &live) {
                 live.publish_event(LiveEvent { camera: r.envelope.camera.clone(), notice: notice(r) });
             }
+            if stored.is_some() {
+                trim(&catalog, &data_dir, caps);
+            }
+            Ok::<_, IntakeError>((accepted, stored))
+        });
+        let (accepted, stored) = stored.await.map_err(|e| IntakeError::Storage(e.to_string()))??;
+        if let Some(r) = &stored {
+            self.stats.snapshot_bytes.fetch_add(r.snapshot.as_ref().map_or(0, |s| s.bytes), Ordering::Relaxed);
         }
         if record && !accepted.replayed {
             // The event's moment on the monotonic clock: no later than now, and no earlier
@@ -204,6 +216,21 @@ pub fn notice(r: &EventRecord) -> Arc<[u8]> {
         },
     });
     pb::ServerMessage { request_id: 0, track: 0, body: Some(body) }.encode_to_vec().into()
+}
+
+/// Lets the oldest events go past the caps (count, snapshot bytes), then their files. A
+/// failure is logged: the event just stored stands, and the next one tries again.
+fn trim(catalog: &Catalog, data_dir: &Path, (max_events, max_bytes): (u64, u64)) {
+    match catalog.trim_events(max_events, max_bytes) {
+        Ok(files) => {
+            for rel in files {
+                if let Err(e) = std::fs::remove_file(data_dir.join(&rel)) {
+                    warn!("removing {rel}: {e}");
+                }
+            }
+        }
+        Err(e) => warn!("letting old events go: {e}"),
+    }
 }
 
 /// The snapshot file of revision `rev` of event `id`, relative to the data directory.
@@ -268,6 +295,11 @@ fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 pub fn recover(catalog: &Catalog, data_dir: &Path) -> Result<u64, CatalogError> {
     let dir = data_dir.join(EVENTS_DIR);
     if !dir.exists() {
+        // Made (and its entry synced) here, so a first snapshot's directory chain is durable.
+        let made = std::fs::create_dir_all(&dir).and_then(|()| std::fs::File::open(data_dir)?.sync_all());
+        if let Err(e) = made {
+            warn!("making {}: {e}", dir.display());
+        }
         return Ok(0);
     }
     let mut orphans = Vec::new();

@@ -185,7 +185,10 @@ pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketA
             Some(r) => r,
             None => super::events::search(ctx, &parts).await,
         },
-        (&Method::GET, ["api", "events", id]) => need(scope::VIEW).unwrap_or_else(|| super::events::revisions(ctx, id)),
+        (&Method::GET, ["api", "events", id]) => match need(scope::VIEW) {
+            Some(r) => r,
+            None => super::events::revisions(ctx, &parts, id).await,
+        },
         (&Method::GET, ["api", "events", id, "keyframe"]) => match need(scope::VIEW) {
             Some(r) => r,
             None => super::events::keyframe(ctx, id).await,

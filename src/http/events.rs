@@ -183,7 +183,7 @@ fn event_json(ctx: &Ctx, r: &EventRecord) -> serde_json::Value {
 }
 
 /// The search a query string asks for: `camera`, `from_us`, `to_us`, `label` (repeated),
-/// `q` (words), `limit`, `before` (`{time}-{id}` from the previous page's `next`).
+/// `q` (words), `limit`, `before` (`{time}_{id}` from the previous page's `next`).
 fn query(q: &str) -> Result<EventQuery, String> {
     let mut out = EventQuery { from_us: 0, to_us: i64::MAX, limit: 50, ..EventQuery::default() };
     let number = |k: &str, v: &str| v.parse::<i64>().map_err(|_| format!("{k} is not a number"));
@@ -194,7 +194,9 @@ fn query(q: &str) -> Result<EventQuery, String> {
             "to_us" => out.to_us = number(&k, &v)?,
             "limit" => out.limit = number(&k, &v)?.clamp(1, limits::EVENT_SEARCH_RESULTS_MAX as i64) as usize,
             "label" => out.terms.push(format!("label:{}", query_term(&v))),
-            "q" => out.terms.extend(v.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(query_term)),
+            // The words the index keeps (see `Envelope::terms`): shorter or longer ones
+            // match nothing, so they are not asked for.
+            "q" => out.terms.extend(crate::events::envelope::words(&v)),
             "before" => {
                 let (t, id) = v.split_once('_').ok_or("before is {time}_{id}")?;
                 out.before = Some((number("before", t)?, id.parse().map_err(|_| "before is {time}_{id}")?));
@@ -234,18 +236,28 @@ fn event_id(id: &str) -> Result<u64, Reply> {
     id.parse().map_err(|_| error(StatusCode::NOT_FOUND, "not_found", "no such event"))
 }
 
-/// `GET /api/events/{id}`: every revision, oldest first.
-pub(super) fn revisions(ctx: &Ctx, id: &str) -> Reply {
+/// `GET /api/events/{id}[?after_rev=N]`: its revisions, oldest first, a page at a time
+/// ([`limits::EVENT_REVISIONS_PAGE_MAX`]); `next_rev` continues.
+pub(super) async fn revisions(ctx: &Ctx, parts: &Parts, id: &str) -> Reply {
     let id = match event_id(id) {
         Ok(id) => id,
         Err(r) => return r,
     };
-    match ctx.media.catalog.event_revisions(id) {
-        Ok(revs) if revs.is_empty() => error(StatusCode::NOT_FOUND, "not_found", "no such event"),
-        Ok(revs) => json_reply(
-            StatusCode::OK,
-            json!({ "revisions": revs.iter().map(|e| event_json(ctx, e)).collect::<Vec<_>>() }),
-        ),
+    let after = url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "after_rev")
+        .and_then(|(_, v)| v.parse::<u32>().ok())
+        .unwrap_or(0);
+    let catalog = ctx.media.catalog.clone();
+    let limit = limits::EVENT_REVISIONS_PAGE_MAX;
+    let found = tokio::task::spawn_blocking(move || catalog.event_revisions(id, after, limit)).await;
+    match found {
+        Ok(Ok(revs)) if revs.is_empty() && after == 0 => error(StatusCode::NOT_FOUND, "not_found", "no such event"),
+        Ok(Ok(revs)) => {
+            let next = (revs.len() == limit).then(|| revs.last().map(|r| r.rev)).flatten();
+            let list: Vec<_> = revs.iter().map(|e| event_json(ctx, e)).collect();
+            json_reply(StatusCode::OK, json!({ "revisions": list, "next_rev": next }))
+        }
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, "catalog", &e.to_string()),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "catalog", &e.to_string()),
     }
 }

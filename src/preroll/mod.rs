@@ -133,6 +133,8 @@ pub struct History {
     caps: Caps,
     /// Frames since a gap are useless until the next keyframe.
     need_key: bool,
+    /// Frames were refused since the last one kept: the next one kept starts after a gap.
+    gap_pending: bool,
     pool: Arc<HistoryPool>,
     pub stats: Arc<HistoryStats>,
 }
@@ -147,6 +149,7 @@ impl History {
             high_water: 0,
             caps,
             need_key: true,
+            gap_pending: false,
             pool,
             stats: Arc::default(),
         }
@@ -170,6 +173,9 @@ impl History {
         }
         let len = frame.data.len();
         if self.need_key || len > self.caps.max_bytes {
+            // The frames after a refused one are useless until the next keyframe, and that
+            // one starts after a gap.
+            self.need_key = true;
             self.refuse();
             return None;
         }
@@ -196,6 +202,7 @@ impl History {
         }
         let seq = self.next_seq();
         let (is_key, mono_us) = (frame.is_key, frame.received_mono_us);
+        let after_gap = after_gap || std::mem::take(&mut self.gap_pending);
         self.entries.push_back(Entry { frame, after_gap });
         self.bytes += len;
         self.high_water = self.high_water.max(self.bytes);
@@ -220,7 +227,8 @@ impl History {
         Some(seq)
     }
 
-    fn refuse(&self) {
+    fn refuse(&mut self) {
+        self.gap_pending = true;
         self.stats.frames_refused.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -462,7 +470,9 @@ impl Admission {
         if !self.recording {
             return;
         }
-        if frame.is_key && frame.received_mono_us > self.until_mono_us {
+        // An event recording holds at least one GOP, even when the post-roll ended before
+        // its first keyframe came.
+        if frame.is_key && frame.received_mono_us > self.until_mono_us && !self.waiting_key {
             self.recording = false;
             self.stats.recordings_finished.fetch_add(1, Ordering::Relaxed);
             return out(Out::Finish);
@@ -652,6 +662,33 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_keyframe_ends_the_history_s_run_there() {
+        let mut h = History::new(caps(5_000), Arc::new(HistoryPool::new(1 << 20)));
+        let mut cam = Camera { n: 0, gop: 10, len: 100 };
+        for _ in 0..10 {
+            h.push(cam.next(), false);
+        }
+        // A keyframe over the stream's cap: its GOP cannot be kept, nor written.
+        let mut big = cam.next();
+        big.data = bytes::Bytes::from(vec![0u8; 6_000]);
+        assert!(h.push(big, false).is_none());
+        for _ in 0..9 {
+            assert!(h.push(cam.next(), false).is_none(), "its delta frames are useless");
+        }
+        let next = h.push(cam.next(), false).expect("the next keyframe");
+        let flags: Vec<bool> = h.since(0).map(|(_, gap)| gap).collect();
+        assert_eq!(h.since(next).next().map(|(_, gap)| gap), Some(true), "after a gap: {flags:?}");
+    }
+
+    #[test]
+    fn without_pre_roll_an_event_records_at_least_one_gop() {
+        // 10 s GOPs, no post-roll: the first keyframe after the event is past its end.
+        let (w, stats) = admit(Mode::Events { pre_roll_ms: 0, post_roll_ms: 0 }, 310, 100, &[150]);
+        assert_eq!(w, (200..300).chain([-1]).collect::<Vec<_>>());
+        assert_eq!(stats.recordings_finished.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
     fn frames_after_a_gap_wait_for_a_keyframe() {
         let mut h = History::new(caps(1 << 20), Arc::new(HistoryPool::new(1 << 20)));
         let mut cam = Camera { n: 0, gop: 10, len: 10 };
@@ -724,10 +761,8 @@ mod tests {
         let finish = w.iter().position(|n| *n == -1).unwrap();
         assert_eq!(w[finish - 1], 139);
         assert_eq!(w[finish + 1], 140, "the next recording starts where the last ended");
-        let mut seen = w.iter().filter(|n| **n >= 0).collect::<Vec<_>>();
-        let len = seen.len();
-        seen.dedup();
-        assert_eq!(seen.len(), len, "no frame twice");
+        let seen = w.iter().filter(|n| **n >= 0).collect::<Vec<_>>();
+        assert!(seen.windows(2).all(|p| p[0] < p[1]), "no frame twice, none out of order: {seen:?}");
         assert_eq!(stats.recordings_started.load(Ordering::Relaxed), 2);
     }
 

@@ -1139,8 +1139,10 @@ mod tests {
             assert_eq!(s.offer_event("front", &notice), session::Offered::Queued);
         }
         assert_eq!(s.events_waiting(), limits::WEBRTC_EVENT_QUEUE_MESSAGES);
+        assert!(!s.cut_off_pending());
         assert_eq!(s.offer_event("front", &notice), session::Offered::CutOff);
         assert!(s.events.is_none(), "unsubscribed");
+        assert!(s.cut_off_pending(), "the browser is owed a notice, sent once the channel takes it");
         // By bytes: two notices of more than half the byte ceiling.
         s.events = Some(session::EventSub::new(Vec::new()));
         let big: Arc<[u8]> = vec![2u8; limits::WEBRTC_EVENT_QUEUE_BYTES / 2 + 1].into();

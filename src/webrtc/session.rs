@@ -87,6 +87,8 @@ pub struct Session {
     pub events: Option<EventSub>,
     /// Event notices written to the channel since the engine last counted.
     pub events_sent: u64,
+    /// The subscription was cut off and the browser not told yet.
+    cut_off_pending: bool,
 }
 
 /// A session's subscription to event notices, with the notices its channel has not taken
@@ -268,6 +270,7 @@ impl Session {
             created: now,
             events: None,
             events_sent: 0,
+            cut_off_pending: false,
         };
         Ok((session, answer.to_sdp_string()))
     }
@@ -393,8 +396,8 @@ impl Session {
             || sub.queued_bytes + notice.len() > limits::WEBRTC_EVENT_QUEUE_BYTES;
         if full {
             self.events = None;
-            let m = "event notices were not taken fast enough: unsubscribed (subscribe again to go on)";
-            self.send_control(&control::error(0, 0, "events_cut_off", m));
+            self.cut_off_pending = true;
+            self.flush_events();
             return Offered::CutOff;
         }
         sub.queued_bytes += notice.len();
@@ -403,18 +406,37 @@ impl Session {
         Offered::Queued
     }
 
-    /// Writes waiting event notices while the channel takes them.
+    /// Writes the cut-off notice if one is owed, then waiting event notices while the
+    /// channel holds less than [`limits::WEBRTC_EVENT_CHANNEL_BUFFERED_MAX_BYTES`]: the rest of
+    /// its room stays for answers to the browser's commands.
     fn flush_events(&mut self) {
-        let (Some(id), Some(sub)) = (self.channel, self.events.as_mut()) else { return };
+        let Some(id) = self.channel else { return };
         let Some(mut ch) = self.rtc.channel(id) else { return };
+        if self.cut_off_pending {
+            let m = "event notices were not taken fast enough: unsubscribed (subscribe again to go on)";
+            let bytes = control::error(0, 0, "events_cut_off", m).encode_to_vec();
+            if !ch.write(true, &bytes).unwrap_or(false) {
+                return;
+            }
+            self.cut_off_pending = false;
+        }
+        let Some(sub) = self.events.as_mut() else { return };
         while let Some(front) = sub.queue.front() {
-            if !ch.write(true, front).unwrap_or(false) {
+            if ch.buffered_amount() >= limits::WEBRTC_EVENT_CHANNEL_BUFFERED_MAX_BYTES
+                || !ch.write(true, front).unwrap_or(false)
+            {
                 break;
             }
             sub.queued_bytes -= front.len();
             sub.queue.pop_front();
             self.events_sent += 1;
         }
+    }
+
+    /// Whether a cut-off notice is owed to the browser.
+    #[cfg(test)]
+    pub fn cut_off_pending(&self) -> bool {
+        self.cut_off_pending
     }
 
     /// Event notices waiting for the channel.

@@ -75,11 +75,15 @@ fn snapshot(n: usize) -> Vec<u8> {
 
 /// A daemon with a web face and camera `front` (the fixture file) recorded on events.
 fn events_daemon(dir: &Path, port: u16) -> Daemon {
+    events_daemon_with(dir, port, "")
+}
+
+fn events_daemon_with(dir: &Path, port: u16, extra: &str) -> Daemon {
     let clip = fixtures().join("h264.mp4");
     write_config(
         dir,
         &format!(
-            "listen = \"127.0.0.1:{port}\"\nflush_interval_s = 1\n\
+            "listen = \"127.0.0.1:{port}\"\nflush_interval_s = 1\n{extra}\
              [retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n\
              [[cameras]]\nname = \"front\"\nrecord = \"events\"\nmain = {{ url = \"file://{}\" }}\n",
             clip.display()
@@ -247,6 +251,27 @@ fn bad_events_get_clear_errors_and_nothing_is_stored() {
 }
 
 #[test]
+fn past_the_snapshot_cap_the_oldest_events_go_with_their_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _d = events_daemon_with(dir.path(), port, "[events]\nmax_bytes = \"1 MiB\"\n");
+    let admin = setup_admin(port);
+    let writer = make_token(port, &admin, r#""events:write""#);
+    let viewer = make_token(port, &admin, r#""view""#);
+    for n in 1..=5 {
+        let e = format!(r#"{{"camera":"front","text":"event {n}","record":false}}"#);
+        assert_eq!(post_event(port, &writer, &e, Some(&snapshot(n))).0, 201);
+    }
+    // ~420 KB each: two fit in 1 MiB.
+    let left = get_json(port, &viewer, "/api/events");
+    let ids: Vec<u64> = left["events"].as_array().unwrap().iter().map(|e| e["event"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [5, 4]);
+    assert_eq!(snapshot_files(&dir.path().join("data")), 2);
+    let (code, _, _) = request(port, "GET", "/api/events/1", &[("authorization", &format!("Bearer {viewer}"))], "");
+    assert_eq!(code, 404);
+}
+
+#[test]
 fn search_by_camera_label_words_and_time_in_pages() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -366,7 +391,7 @@ fn an_event_recording_starts_at_the_keyframe_at_or_before_the_event_minus_the_pr
     let path = d.data().join(rec["path"].as_str().unwrap());
     assert_decodes(&path);
     let numbers = frame_numbers(&path, 200);
-    assert!(numbers[0] % 150 == 0, "starts at a keyframe: frame {}", numbers[0]);
+    assert!(numbers[0].is_multiple_of(150), "starts at a keyframe: frame {}", numbers[0]);
     for pair in numbers.windows(2) {
         assert_eq!(pair[1], (pair[0] + 1) % 300, "consecutive frames: {numbers:?}");
     }

@@ -73,7 +73,12 @@ test('events reach a subscribed browser live, survive kill -9, and play from the
     const text = await (await fetch(`${box.base}/metrics`, { headers: auth })).text();
     return Number(text.match(/^keeppeek_event_recordings_finished_total\{stream="porch\/main"\} (\d+)$/m)[1]) >= 1;
   });
-  await new Promise((r) => setTimeout(r, 1500));
+  // ... and committed: the stream's runs reach past the event.
+  await waitFor('the recording committed', async () => {
+    const q = `from_us=${t0 - 60_000_000}&to_us=${Date.now() * 1000 + 1_000_000}`;
+    const runs = (await (await fetch(`${box.base}/api/streams/porch/main/recordings?${q}`, { headers: auth })).json()).runs;
+    return runs.some((r) => r.end_us > t0 + 1_000_000);
+  });
 
   await box.kill9();
   await box.restart();

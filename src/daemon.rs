@@ -187,6 +187,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     });
     wait_for_signal().await;
     info!("stopping");
+    recorder.stopping();
     status.abort();
     let _ = shutdown_tx.send(true);
     if let Some(web) = web {

@@ -41,6 +41,9 @@ pub enum ToFlusher {
     Flush { reply: SyncSender<()> },
     /// Stop after a final flush (shutdown; API handles may still hold senders).
     Stop,
+    /// The box is stopping: streams are closing their last recordings, which the disk
+    /// reserve must not take (nothing more will be recorded to need the space).
+    Stopping,
     /// Delete a stream's closed recordings that lie wholly within a wall-time range (an
     /// admin's request); reply with (recordings deleted, bytes freed, recordings left because
     /// they reach outside the range or are still being written).
@@ -81,6 +84,8 @@ pub struct Flusher {
     committed: BTreeMap<u64, RecordingRow>,
     /// Open recordings whose file failed to sync: their further rows are not committed.
     poisoned: BTreeSet<u64>,
+    /// Set by [`ToFlusher::Stopping`].
+    stopping: bool,
     stats: Arc<FlusherStats>,
 }
 
@@ -109,6 +114,7 @@ impl Flusher {
             paths: BTreeMap::new(),
             committed: BTreeMap::new(),
             poisoned: BTreeSet::new(),
+            stopping: false,
             stats: Arc::default(),
         };
         for (id, r) in rows {
@@ -217,6 +223,7 @@ impl Flusher {
                 let _ = reply.send(());
             }
             ToFlusher::Stop => {}
+            ToFlusher::Stopping => self.stopping = true,
             ToFlusher::DeleteRange { stream_id, from_us, to_us, reply } => {
                 let _ = reply.send(self.delete_range(stream_id, from_us, to_us));
             }
@@ -373,7 +380,7 @@ impl Flusher {
     /// delete at least the oldest closed recording. Returns the bytes freed.
     fn enforce_retention(&mut self, urgent: bool) -> u64 {
         let disk = disk_space(&self.data_dir);
-        let mut doomed = retention::plan(&self.index, &self.caps, disk);
+        let mut doomed = retention::plan(&self.index, &self.caps, disk, self.stopping && !urgent);
         if urgent && doomed.is_empty() {
             doomed.extend(self.index.iter().find(|(_, e)| !e.open).map(|(&id, _)| id));
         }

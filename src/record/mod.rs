@@ -154,6 +154,13 @@ impl Recorder {
         Ok((Recorder { flusher_tx, flusher, streams: handles, flusher_stats, preroll: pool }, streams))
     }
 
+    /// Tells the catalog writer the box is stopping (see [`flusher::ToFlusher::Stopping`]);
+    /// never waits: a full queue is drained soon, and then the final pass at the stop keeps
+    /// the usual rules.
+    pub fn stopping(&self) {
+        let _ = self.flusher_tx.try_send(flusher::ToFlusher::Stopping);
+    }
+
     /// A handle for the API: deletions go through the flusher, which owns retention's view of
     /// what exists.
     pub fn handle(&self) -> RecorderHandle {

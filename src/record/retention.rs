@@ -3,7 +3,9 @@
 //! deletes, through the catalog's garbage list.
 //!
 //! An open recording (still being written) is never chosen; everything else is fair game,
-//! so a full disk always gives way to new video.
+//! so a full disk always gives way to new video. At shutdown (`keep_newest`) the disk
+//! reserve spares each stream's newest recording: nothing more will be recorded to need the
+//! space, and the box keeps its latest footage however full the disk is with other files.
 
 use std::collections::BTreeMap;
 
@@ -29,12 +31,16 @@ pub struct Disk {
 }
 
 /// Recording ids to delete, oldest first.
-pub fn plan(index: &Index, caps: &Retention, disk: Option<Disk>) -> Vec<u64> {
+pub fn plan(index: &Index, caps: &Retention, disk: Option<Disk>, keep_newest: bool) -> Vec<u64> {
     let mut per_stream: BTreeMap<u32, u64> = BTreeMap::new();
     let mut total: u64 = 0;
     for e in index.values() {
         *per_stream.entry(e.stream_id).or_default() += e.bytes;
         total += e.bytes;
+    }
+    let mut newest: BTreeMap<u32, u64> = BTreeMap::new();
+    for (&id, e) in index {
+        newest.insert(e.stream_id, id);
     }
     let mut freed: u64 = 0;
     let mut doomed = Vec::new();
@@ -45,7 +51,8 @@ pub fn plan(index: &Index, caps: &Retention, disk: Option<Disk>) -> Vec<u64> {
         let stream_bytes = per_stream.get_mut(&e.stream_id).expect("counted above");
         let over_stream = *stream_bytes > caps.stream_max_bytes;
         let over_total = total > caps.total_max_bytes;
-        let short_of_disk = disk.is_some_and(|d| d.free_bytes + freed < d.reserve_bytes);
+        let spared = keep_newest && newest.get(&e.stream_id) == Some(&id);
+        let short_of_disk = !spared && disk.is_some_and(|d| d.free_bytes + freed < d.reserve_bytes);
         if over_stream || over_total || short_of_disk {
             *stream_bytes -= e.bytes;
             total -= e.bytes;
@@ -71,29 +78,41 @@ mod tests {
     #[test]
     fn per_stream_cap_deletes_that_streams_oldest() {
         let i = index(&[(1, 1, 10, false), (2, 2, 10, false), (3, 1, 10, false), (4, 1, 10, true)]);
-        assert_eq!(plan(&i, &caps(20, 1000), None), vec![1]);
-        assert_eq!(plan(&i, &caps(10, 1000), None), vec![1, 3]);
+        assert_eq!(plan(&i, &caps(20, 1000), None, true), vec![1]);
+        assert_eq!(plan(&i, &caps(10, 1000), None, true), vec![1, 3]);
     }
 
     #[test]
     fn total_cap_deletes_the_oldest_of_any_stream() {
         let i = index(&[(1, 2, 10, false), (2, 1, 10, false), (3, 1, 10, true)]);
-        assert_eq!(plan(&i, &caps(100, 25), None), vec![1]);
-        assert_eq!(plan(&i, &caps(100, 10), None), vec![1, 2]);
+        assert_eq!(plan(&i, &caps(100, 25), None, true), vec![1]);
+        assert_eq!(plan(&i, &caps(100, 10), None, true), vec![1, 2]);
+    }
+
+    #[test]
+    fn without_a_waiting_write_the_disk_reserve_spares_each_streams_newest_recording() {
+        let disk = Some(Disk { free_bytes: 0, reserve_bytes: 1_000, total_bytes: 10_000 });
+        // Stream 1 stopped: its last recording stays; stream 2's closed one goes, as its open
+        // one is newer.
+        let i = index(&[(1, 1, 10, false), (2, 2, 10, false), (3, 1, 10, false), (4, 2, 10, true)]);
+        assert_eq!(plan(&i, &caps(1000, 1000), disk, true), vec![1, 2]);
+        // A write waiting for space may take it; so may the caps.
+        assert_eq!(plan(&i, &caps(1000, 1000), disk, false), vec![1, 2, 3]);
+        assert_eq!(plan(&i, &caps(5, 1000), disk, true), vec![1, 2, 3]);
     }
 
     #[test]
     fn open_recordings_are_never_deleted() {
         let i = index(&[(1, 1, 100, true)]);
-        assert!(plan(&i, &caps(1, 1), None).is_empty());
+        assert!(plan(&i, &caps(1, 1), None, true).is_empty());
     }
 
     #[test]
     fn a_short_disk_frees_until_the_reserve_is_met() {
         let i = index(&[(1, 1, 10, false), (2, 1, 10, false), (3, 1, 10, false)]);
         let disk = Disk { free_bytes: 5, reserve_bytes: 20, total_bytes: 100 };
-        assert_eq!(plan(&i, &caps(100, 100), Some(disk)), vec![1, 2]);
+        assert_eq!(plan(&i, &caps(100, 100), Some(disk), false), vec![1, 2]);
         let fine = Disk { free_bytes: 50, reserve_bytes: 20, total_bytes: 100 };
-        assert!(plan(&i, &caps(100, 100), Some(fine)).is_empty());
+        assert!(plan(&i, &caps(100, 100), Some(fine), false).is_empty());
     }
 }

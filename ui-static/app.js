@@ -248,8 +248,13 @@ function eventsQuery() {
   return q;
 }
 
+// The filters of the page being continued: "More" goes on with those, not with what the
+// form says since.
+let eventsFilters = null;
+
 async function searchEvents(more) {
-  const q = eventsQuery();
+  if (!more || !eventsFilters) eventsFilters = eventsQuery();
+  const q = new URLSearchParams(eventsFilters);
   if (more && eventsNext) q.set('before', eventsNext);
   const r = await api('GET', `/api/events?${q}`);
   if (r.status !== 200) return say(r.data ? r.data.message : `search failed (${r.status})`);

@@ -409,6 +409,9 @@ pub const EVENT_SEARCH_RESULTS_MAX: usize = 200;
 /// How far before an event its keyframe is looked for (GOPs are at most ~10 s).
 pub const EVENT_KEYFRAME_BACK_MS: u64 = 60_000;
 
+/// Index rows counted per condition of a search to choose the index it walks (the fewest).
+pub const EVENT_SEARCH_PROBE_ROWS: usize = 1024;
+
 /// Index rows one search looks at before it ends its page early (with where to go on).
 pub const EVENT_SEARCH_SCAN_MAX: usize = 10_000;
 

@@ -273,8 +273,8 @@ impl Catalog {
         Ok(self.event_revision(id, rev)?.and_then(|r| r.snapshot).is_some_and(|s| s.path == path))
     }
 
-    /// Events matching `q`, newest first, from the indexes: it walks one index (the first
-    /// term's, else the camera's, else time's) backwards and checks the other conditions
+    /// Events matching `q`, newest first, from the indexes: it walks one index (of the terms
+    /// and the camera, the one with the fewest rows in the window; else time's) backwards and checks the other conditions
     /// by point lookups, looking at no more than [`limits::EVENT_SEARCH_SCAN_MAX`] index rows;
     /// past that the page ends early with `next` set.
     pub fn search_events(&self, q: &EventQuery) -> Result<EventPage, CatalogError> {
@@ -293,24 +293,31 @@ impl Catalog {
         if top_time < q.from_us {
             return Ok(EventPage::default());
         }
-        let candidates: Box<dyn Iterator<Item = Result<(i64, u64), CatalogError>>> = match (&q.terms[..], &q.camera) {
-            ([first, ..], _) => {
-                let range = (first.as_str(), q.from_us, 0)..=(first.as_str(), top_time, top_id);
-                Box::new(terms.range(range).storage()?.rev().map(|e| {
-                    let (k, _) = e.storage()?;
-                    let (_, t, id) = k.value();
-                    Ok((t, id))
-                }))
+        // Every condition but time is an index; the one with the fewest rows in the window
+        // (counted up to a probe's worth each) is walked, the others are point lookups.
+        let mut filters: Vec<Filter> =
+            q.terms.iter().map(|t| Filter::Term(t)).chain(q.camera.iter().map(|c| Filter::Camera(c))).collect();
+        let in_window = |f: &Filter| -> Result<Range, CatalogError> {
+            Ok(match f {
+                Filter::Term(t) => Range::Term(terms.range((*t, q.from_us, 0)..=(*t, top_time, top_id)).storage()?),
+                Filter::Camera(c) => {
+                    Range::Camera(cameras.range((*c, q.from_us, 0)..=(*c, top_time, top_id)).storage()?)
+                }
+            })
+        };
+        let mut fewest = None;
+        for (i, f) in filters.iter().enumerate() {
+            let n = in_window(f)?.take(limits::EVENT_SEARCH_PROBE_ROWS).count();
+            if fewest.is_none_or(|(_, m)| n < m) {
+                fewest = Some((i, n));
             }
-            ([], Some(cam)) => {
-                let range = (cam.as_str(), q.from_us, 0)..=(cam.as_str(), top_time, top_id);
-                Box::new(cameras.range(range).storage()?.rev().map(|e| {
-                    let (k, _) = e.storage()?;
-                    let (_, t, id) = k.value();
-                    Ok((t, id))
-                }))
+        }
+        let candidates: Box<dyn Iterator<Item = Result<(i64, u64), CatalogError>>> = match fewest {
+            Some((i, _)) => {
+                let driver = filters.swap_remove(i);
+                Box::new(in_window(&driver)?.rev())
             }
-            ([], None) => Box::new(times.range((q.from_us, 0)..=(top_time, top_id)).storage()?.rev().map(|e| {
+            None => Box::new(times.range((q.from_us, 0)..=(top_time, top_id)).storage()?.rev().map(|e| {
                 let (k, _) = e.storage()?;
                 Ok(k.value())
             })),
@@ -320,18 +327,17 @@ impl Catalog {
         for c in candidates {
             let (t, id) = c?;
             scanned += 1;
-            let camera_ok = match &q.camera {
-                Some(cam) if !q.terms.is_empty() => cameras.get((cam.as_str(), t, id)).storage()?.is_some(),
-                _ => true,
-            };
-            let mut terms_ok = camera_ok;
-            for term in q.terms.iter().skip(1) {
-                if !terms_ok {
+            let mut matches = true;
+            for f in &filters {
+                matches = match f {
+                    Filter::Term(term) => terms.get((*term, t, id)).storage()?.is_some(),
+                    Filter::Camera(cam) => cameras.get((*cam, t, id)).storage()?.is_some(),
+                };
+                if !matches {
                     break;
                 }
-                terms_ok = terms.get((term.as_str(), t, id)).storage()?.is_some();
             }
-            if terms_ok && let Some(row) = events.get(id).storage()? {
+            if matches && let Some(row) = events.get(id).storage()? {
                 page.events.push(EventRecord::decode(row.value())?);
                 if page.events.len() == limit {
                     page.next = Some((t, id));
@@ -353,6 +359,44 @@ fn bump(meta: &mut redb::Table<'_, &str, u64>, key: &str, by: u64, add: bool) ->
     let v = if add { v.saturating_add(by) } else { v.saturating_sub(by) };
     meta.insert(key, v).storage()?;
     Ok(())
+}
+
+/// A search condition kept in an index.
+enum Filter<'a> {
+    Term(&'a str),
+    Camera(&'a str),
+}
+
+/// A window of one index, newest last: (time, event id) of each row.
+enum Range<'a> {
+    Term(redb::Range<'a, (&'static str, i64, u64), ()>),
+    Camera(redb::Range<'a, (&'static str, i64, u64), ()>),
+}
+
+impl Iterator for Range<'_> {
+    type Item = Result<(i64, u64), CatalogError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let e = match self {
+            Range::Term(r) | Range::Camera(r) => r.next()?,
+        };
+        Some(e.storage().map(|(k, _)| {
+            let (_, t, id) = k.value();
+            (t, id)
+        }))
+    }
+}
+
+impl DoubleEndedIterator for Range<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        let e = match self {
+            Range::Term(r) | Range::Camera(r) => r.next_back()?,
+        };
+        Some(e.storage().map(|(k, _)| {
+            let (_, t, id) = k.value();
+            (t, id)
+        }))
+    }
 }
 
 /// The index rows of revision `r`.
@@ -524,7 +568,7 @@ mod tests {
     fn a_search_stops_at_its_scan_ceiling_and_says_where_to_go_on() {
         let dir = tempfile::tempdir().unwrap();
         let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();
-        let n = limits::EVENT_SEARCH_SCAN_MAX as i64 + 5;
+        let n = 2 * limits::EVENT_SEARCH_SCAN_MAX as i64 + 10;
         let mut txn = cat.db.begin_write().unwrap();
         txn.set_durability(Durability::None).unwrap();
         for i in 0..n {
@@ -534,7 +578,7 @@ mod tests {
                 principal: "token:1".into(),
                 received_us: T0,
                 envelope: envelope(
-                    serde_json::json!({"camera": "front", "time_us": T0 + i, "labels": [if i < 3 { "rare" } else { "common" }]}),
+                    serde_json::json!({"camera": "front", "time_us": T0 + i, "labels": if i < 3 { vec!["rare"] } else { vec![if i % 2 == 0 { "even" } else { "odd" }, "common"] }}),
                 ),
                 snapshot: None,
             };
@@ -553,13 +597,28 @@ mod tests {
             before: None,
         };
         assert_eq!(ids(&cat.search_events(&q).unwrap()), [3, 2, 1]);
-        // Two terms where the first is common: the scan stops at its ceiling.
+        // Two terms, the first common: the rare one is walked, so the answer (none has both)
+        // comes at once.
         let q = EventQuery { terms: vec!["label:common".into(), "label:rare".into()], ..q };
         let page = cat.search_events(&q).unwrap();
         assert!(page.events.is_empty());
-        let next = page.next.expect("where to go on");
-        let page = cat.search_events(&EventQuery { before: Some(next), ..q }).unwrap();
-        assert!(page.events.is_empty(), "the rest are common");
         assert_eq!(page.next, None);
+        // Only the common term, with a camera no event has: the camera's index is walked.
+        let q = EventQuery { terms: vec!["label:common".into()], camera: Some("back".into()), ..q };
+        assert_eq!(cat.search_events(&q).unwrap().next, None);
+        // Two large conditions no event meets together: past the scan ceiling the page ends
+        // early and says where to go on, and going on ends.
+        let q = EventQuery { terms: vec!["label:even".into(), "label:odd".into()], camera: None, ..q };
+        let page = cat.search_events(&q).unwrap();
+        assert!(page.events.is_empty());
+        let next = page.next.expect("where to go on");
+        let page = cat.search_events(&EventQuery { before: Some(next), ..q.clone() }).unwrap();
+        assert!(page.events.is_empty());
+        assert_eq!(page.next, None, "the rest fit in one more page");
+        // A page holds at most its ceiling of results.
+        let q = EventQuery { terms: vec!["label:common".into()], limit: 10_000, ..q };
+        let page = cat.search_events(&q).unwrap();
+        assert_eq!(page.events.len(), limits::EVENT_SEARCH_RESULTS_MAX);
+        assert!(page.next.is_some());
     }
 }

@@ -380,10 +380,7 @@ impl Iterator for Range<'_> {
         let e = match self {
             Range::Term(r) | Range::Camera(r) => r.next()?,
         };
-        Some(e.storage().map(|(k, _)| {
-            let (_, t, id) = k.value();
-            (t, id)
-        }))
+        Some(time_and_id(e))
     }
 }
 
@@ -392,11 +389,18 @@ impl DoubleEndedIterator for Range<'_> {
         let e = match self {
             Range::Term(r) | Range::Camera(r) => r.next_back()?,
         };
-        Some(e.storage().map(|(k, _)| {
-            let (_, t, id) = k.value();
-            (t, id)
-        }))
+        Some(time_and_id(e))
     }
+}
+
+type IndexEntry<'a> = (redb::AccessGuard<'a, (&'static str, i64, u64)>, redb::AccessGuard<'a, ()>);
+
+/// The (time, event id) of an index row.
+fn time_and_id(e: Result<IndexEntry<'_>, redb::StorageError>) -> Result<(i64, u64), CatalogError> {
+    e.storage().map(|(k, _)| {
+        let (_, t, id) = k.value();
+        (t, id)
+    })
 }
 
 /// The index rows of revision `r`.

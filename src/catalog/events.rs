@@ -528,6 +528,55 @@ mod tests {
     }
 
     #[test]
+    fn revisions_stop_at_their_ceiling_and_come_a_page_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();
+        let page = limits::EVENT_REVISIONS_PAGE_MAX as u32;
+        let revs: Vec<EventRecord> = (1..=page + 1)
+            .map(|rev| EventRecord {
+                id: 1,
+                rev,
+                principal: "token:1".into(),
+                received_us: T0,
+                envelope: envelope(serde_json::json!({"id": "d1", "camera": "front"})),
+                snapshot: None,
+            })
+            .collect();
+        cat.put_events(&revs).unwrap();
+        let first = cat.event_revisions(1, 0, limits::EVENT_REVISIONS_PAGE_MAX).unwrap();
+        assert_eq!(first.len(), limits::EVENT_REVISIONS_PAGE_MAX);
+        assert_eq!(cat.event_revisions(1, page, limits::EVENT_REVISIONS_PAGE_MAX).unwrap().len(), 1);
+        let e = envelope(serde_json::json!({"id": "d1", "camera": "front"}));
+        assert_eq!(cat.plan_event("token:1", &e).unwrap(), Planned::New(NextRevision { id: 1, rev: page + 2 }));
+        // At the ceiling of revisions, no more.
+        let last = EventRecord { rev: limits::EVENT_REVISIONS_MAX as u32, ..revs[0].clone() };
+        cat.put_event(&last).unwrap();
+        assert_eq!(cat.plan_event("token:1", &e).unwrap(), Planned::TooManyRevisions);
+    }
+
+    #[test]
+    fn one_trim_lets_at_most_its_batch_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();
+        let n = limits::EVENT_TRIM_BATCH_MAX as u64 + 6;
+        let all: Vec<EventRecord> = (1..=n)
+            .map(|id| EventRecord {
+                id,
+                rev: 1,
+                principal: "token:1".into(),
+                received_us: T0,
+                envelope: envelope(serde_json::json!({"camera": "front"})),
+                snapshot: None,
+            })
+            .collect();
+        cat.put_events(&all).unwrap();
+        cat.trim_events(0, u64::MAX).unwrap();
+        assert_eq!(cat.event_totals().unwrap().0, 6, "the rest go with the next event");
+        cat.trim_events(0, u64::MAX).unwrap();
+        assert_eq!(cat.event_totals().unwrap().0, 0);
+    }
+
+    #[test]
     fn search_by_camera_time_labels_and_words_with_pages() {
         let dir = tempfile::tempdir().unwrap();
         let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();

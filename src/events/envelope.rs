@@ -263,6 +263,9 @@ mod tests {
         assert_eq!(Envelope::parse(json.to_string().as_bytes(), NOW).unwrap_err().field, "text");
         let json = serde_json::json!({"camera": "front", "id": "i".repeat(limits::EVENT_ID_MAX_BYTES + 1)});
         assert_eq!(Envelope::parse(json.to_string().as_bytes(), NOW).unwrap_err().field, "id");
+        let key = "k".repeat(limits::EVENT_IDEMPOTENCY_KEY_MAX_BYTES + 1);
+        let json = serde_json::json!({"camera": "front", "idempotency_key": key});
+        assert_eq!(Envelope::parse(json.to_string().as_bytes(), NOW).unwrap_err().field, "idempotency_key");
         let long = format!(r#"{{"camera":"front","text":"{}"}}"#, " ".repeat(limits::EVENT_ENVELOPE_MAX_BYTES));
         assert!(Envelope::parse(long.as_bytes(), NOW).unwrap_err().reason.contains("EVENT_ENVELOPE_MAX_BYTES"));
         let words: Vec<String> = (0..limits::EVENT_TERMS_MAX + 10).map(|i| format!("w{i}")).collect();

@@ -95,6 +95,11 @@ pub fn read(k: &KeyframeAt) -> Result<Vec<u8>, KeyframeError> {
     if size as usize > limits::FRAME_MAX_BYTES || offset + u64::from(size) > k.file_bytes {
         return Err(KeyframeError::Missing { path });
     }
+    // The init segment is copied whole: a file whose boxes put it past its ceiling is not
+    // one of ours.
+    if init.end_byte > limits::INIT_SEGMENT_MAX_BYTES as u64 {
+        return Err(KeyframeError::Missing { path });
+    }
     let mut out = vec![0u8; init.end_byte as usize];
     file.seek(SeekFrom::Start(0)).map_err(io)?;
     file.read_exact(&mut out).map_err(io)?;
@@ -150,5 +155,28 @@ mod tests {
         assert!(matches!(resolve(&cat, dir.path(), 3), Err(KeyframeError::NothingRecorded)), "another camera");
         assert!(matches!(resolve(&cat, dir.path(), 4), Err(KeyframeError::NothingRecorded)), "after its end");
         assert!(matches!(resolve(&cat, dir.path(), 9), Err(KeyframeError::NoEvent)));
+        // A keyframe further back than the ceiling is not the event's picture: a recording
+        // whose only keyframe row is at its start, 70 s long.
+        let stream_id = cat.stream_id("side/main").unwrap();
+        let row = crate::catalog::RecordingRow {
+            stream_id,
+            wall_start_us: WALL0,
+            wall_end_us: WALL0 + 70_000_000,
+            fragments: 1,
+            open: false,
+            ..crate::catalog::RecordingRow::for_test("recordings/side.mp4")
+        };
+        let keyframe = crate::catalog::Keyframe { wall_us: WALL0, fragment_start_byte: 0 };
+        let batch = crate::catalog::Batch {
+            recordings: vec![(50, row)],
+            keyframes: vec![(stream_id, 50, keyframe)],
+            ..Default::default()
+        };
+        cat.commit(&batch).unwrap();
+        let back = limits::EVENT_KEYFRAME_BACK_MS as i64 * 1000;
+        event(&cat, 5, "side", WALL0 + back);
+        event(&cat, 6, "side", WALL0 + back + 1);
+        assert_eq!(resolve(&cat, dir.path(), 5).unwrap().wall_us, WALL0);
+        assert!(matches!(resolve(&cat, dir.path(), 6), Err(KeyframeError::NothingRecorded)));
     }
 }

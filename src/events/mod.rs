@@ -26,6 +26,7 @@ use crate::catalog::{Catalog, CatalogError};
 use crate::clock::Clocks;
 use crate::limits;
 use crate::preroll::Trigger;
+use crate::record::flusher::sync_dir;
 use crate::webrtc::control::pb;
 use crate::webrtc::{LiveEvent, WebrtcHandle};
 use envelope::{Envelope, EnvelopeError};
@@ -114,14 +115,6 @@ impl Events {
         }
     }
 
-    pub fn catalog(&self) -> &Arc<Catalog> {
-        &self.catalog
-    }
-
-    pub fn data_dir(&self) -> &Path {
-        &self.data_dir
-    }
-
     /// A place for one upload's body, or [`IntakeError::Busy`] at once.
     pub fn upload_slot(&self) -> Result<SemaphorePermit<'_>, IntakeError> {
         self.uploads.try_acquire().map_err(|_| {
@@ -188,14 +181,22 @@ impl Events {
         if record && !accepted.replayed {
             // The event's moment on the monotonic clock: no later than now, and no earlier
             // than the history reaches back for late events.
-            let late_us = (arrived_us - time_us).clamp(0, limits::EVENT_BACKDATE_MAX_MS as i64 * 1000);
+            let at_mono_us = event_mono_us(arrived_us, arrived_mono_us, time_us);
             for t in triggers {
-                t.fire(arrived_mono_us - late_us);
+                t.fire(at_mono_us);
                 self.stats.triggers.fetch_add(1, Ordering::Relaxed);
             }
         }
         Ok(accepted)
     }
+}
+
+/// An event's moment on the monotonic clock, from its wall time and its arrival's: no
+/// later than its arrival, and no earlier than [`limits::EVENT_BACKDATE_MAX_MS`] before it
+/// (what the pre-roll history keeps beyond the pre-roll).
+fn event_mono_us(arrived_wall_us: i64, arrived_mono_us: i64, event_wall_us: i64) -> i64 {
+    let late_us = arrived_wall_us.saturating_sub(event_wall_us).clamp(0, limits::EVENT_BACKDATE_MAX_MS as i64 * 1000);
+    arrived_mono_us - late_us
 }
 
 /// An event's notice for live-view subscribers (a control-channel message).
@@ -278,7 +279,7 @@ fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     if !dir.exists() {
         std::fs::create_dir_all(dir)?;
         if let Some(parent) = dir.parent() {
-            std::fs::File::open(parent)?.sync_all()?;
+            sync_dir(parent)?;
         }
     }
     let tmp = path.with_extension("jpg.tmp");
@@ -287,7 +288,7 @@ fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     f.sync_all()?;
     drop(f);
     std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
+    sync_dir(dir)
 }
 
 /// Deletes snapshot files no revision names (a crash between the file and its commit) and
@@ -296,7 +297,7 @@ pub fn recover(catalog: &Catalog, data_dir: &Path) -> Result<u64, CatalogError> 
     let dir = data_dir.join(EVENTS_DIR);
     if !dir.exists() {
         // Made (and its entry synced) here, so a first snapshot's directory chain is durable.
-        let made = std::fs::create_dir_all(&dir).and_then(|()| std::fs::File::open(data_dir)?.sync_all());
+        let made = std::fs::create_dir_all(&dir).and_then(|()| sync_dir(data_dir));
         if let Err(e) = made {
             warn!("making {}: {e}", dir.display());
         }
@@ -342,6 +343,26 @@ pub fn recover(catalog: &Catalog, data_dir: &Path) -> Result<u64, CatalogError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_late_event_counts_from_its_own_time_up_to_the_backdate_ceiling() {
+        let back = limits::EVENT_BACKDATE_MAX_MS as i64 * 1000;
+        assert_eq!(event_mono_us(10_000_000, 500_000_000, 9_500_000), 499_500_000, "half a second late");
+        assert_eq!(event_mono_us(10_000_000, 500_000_000, 0), 500_000_000 - back, "no earlier than the ceiling");
+        assert_eq!(event_mono_us(10_000_000, 500_000_000, 99_000_000), 500_000_000, "a future time is now");
+        assert_eq!(event_mono_us(i64::MAX, 5, i64::MIN), 5 - back, "no overflow");
+    }
+
+    #[tokio::test]
+    async fn uploads_past_their_ceiling_are_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
+        let events = Events::new(catalog, dir.path().into(), HashMap::new(), None, u64::MAX);
+        let slots: Vec<_> = (0..limits::EVENT_UPLOADS_MAX).map(|_| events.upload_slot().unwrap()).collect();
+        assert!(matches!(events.upload_slot(), Err(IntakeError::Busy)));
+        drop(slots);
+        assert!(events.upload_slot().is_ok());
+    }
 
     #[test]
     fn the_largest_envelope_makes_a_notice_under_its_ceiling() {

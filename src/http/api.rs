@@ -23,7 +23,7 @@ use crate::limits;
 
 const SESSION_COOKIE: &str = "kp_session";
 
-fn json_reply(status: StatusCode, value: serde_json::Value) -> Reply {
+pub(super) fn json_reply(status: StatusCode, value: serde_json::Value) -> Reply {
     let mut r = Response::new(full(value.to_string()));
     *r.status_mut() = status;
     r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));

@@ -10,6 +10,7 @@ use hyper::Response;
 use hyper::body::Incoming;
 use serde_json::json;
 
+use super::api::json_reply;
 use super::{Ctx, Reply, error, full};
 use crate::auth::Principal;
 use crate::catalog::events::{EventQuery, EventRecord};
@@ -17,13 +18,6 @@ use crate::events::IntakeError;
 use crate::events::envelope::query_term;
 use crate::events::jpeg::JpegError;
 use crate::limits;
-
-fn json_reply(status: StatusCode, value: serde_json::Value) -> Reply {
-    let mut r = Response::new(full(value.to_string()));
-    *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
-    r
-}
 
 /// The largest `POST /api/events` body: an envelope, a snapshot and the framing.
 pub const INTAKE_BODY_MAX_BYTES: usize =
@@ -232,6 +226,18 @@ pub(super) async fn search(ctx: &Ctx, parts: &Parts) -> Reply {
     }
 }
 
+/// Query parameter `key` as a revision number: none when absent, 400 when not a number.
+fn revision_param(parts: &Parts, key: &str) -> Result<Option<u32>, Reply> {
+    let found = url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes()).find(|(k, _)| k == key);
+    match found {
+        None => Ok(None),
+        Some((_, v)) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| error(StatusCode::BAD_REQUEST, "bad_query", &format!("{key} is not a revision number"))),
+    }
+}
+
 fn event_id(id: &str) -> Result<u64, Reply> {
     id.parse().map_err(|_| error(StatusCode::NOT_FOUND, "not_found", "no such event"))
 }
@@ -243,10 +249,10 @@ pub(super) async fn revisions(ctx: &Ctx, parts: &Parts, id: &str) -> Reply {
         Ok(id) => id,
         Err(r) => return r,
     };
-    let after = url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
-        .find(|(k, _)| k == "after_rev")
-        .and_then(|(_, v)| v.parse::<u32>().ok())
-        .unwrap_or(0);
+    let after = match revision_param(parts, "after_rev") {
+        Ok(after) => after.unwrap_or(0),
+        Err(r) => return r,
+    };
     let catalog = ctx.media.catalog.clone();
     let limit = limits::EVENT_REVISIONS_PAGE_MAX;
     let found = tokio::task::spawn_blocking(move || catalog.event_revisions(id, after, limit)).await;
@@ -268,9 +274,10 @@ pub(super) async fn snapshot(ctx: &Ctx, parts: &Parts, id: &str) -> Reply {
         Ok(id) => id,
         Err(r) => return r,
     };
-    let rev = url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
-        .find(|(k, _)| k == "rev")
-        .and_then(|(_, v)| v.parse::<u32>().ok());
+    let rev = match revision_param(parts, "rev") {
+        Ok(rev) => rev,
+        Err(r) => return r,
+    };
     let record = match rev {
         Some(rev) => ctx.media.catalog.event_revision(id, rev),
         None => ctx.media.catalog.event(id),

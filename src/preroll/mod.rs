@@ -253,7 +253,7 @@ impl History {
     }
 
     /// Lets go of everything.
-    pub fn clear(&mut self) {
+    fn clear(&mut self) {
         self.first_seq = self.next_seq();
         self.entries.clear();
         self.keyframes.clear();
@@ -423,10 +423,6 @@ impl Admission {
 
     pub fn is_continuous(&self) -> bool {
         self.mode == Mode::Continuous
-    }
-
-    pub fn is_recording(&self) -> bool {
-        self.recording
     }
 
     /// Takes one frame from the queue; hands what is to be written to `out`.
@@ -659,6 +655,7 @@ mod tests {
         }
         assert_eq!(h.held_frames(), limits::PREROLL_KEYFRAMES_MAX);
         assert_eq!(Caps::for_pre_roll(limits::PREROLL_MAX_MS, 1).slots, limits::PREROLL_FRAMES_MAX.min(2520));
+        assert_eq!(Caps::for_pre_roll(u32::MAX, 1).slots, limits::PREROLL_FRAMES_MAX, "whatever the pre-roll");
     }
 
     #[test]

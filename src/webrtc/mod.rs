@@ -1125,6 +1125,18 @@ mod tests {
         assert_eq!(max_sessions(1 << 40), limits::WEBRTC_SESSIONS_SERVER_MAX);
     }
 
+    #[tokio::test]
+    async fn event_notices_past_the_engines_queue_are_dropped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        // The engine is not running: its queue fills.
+        let (_e, handle) = engine(dir.path(), 1).await;
+        let notice: Arc<[u8]> = vec![1u8; 10].into();
+        for _ in 0..limits::WEBRTC_EVENTS_IN_MAX + 2 {
+            handle.publish_event(LiveEvent { camera: "cam".into(), notice: notice.clone() });
+        }
+        assert_eq!(handle.stats.event_notices_dropped.load(Ordering::Relaxed), 2);
+    }
+
     #[test]
     fn a_subscriber_that_does_not_keep_up_is_cut_off_at_its_queue_ceilings() {
         let offer = include_str!("../../tests/recorder/chromium-offer.sdp");

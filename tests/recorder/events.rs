@@ -73,15 +73,23 @@ fn snapshot(n: usize) -> Vec<u8> {
     out
 }
 
-/// A daemon with a web face and camera `front` (the fixture file) recorded on events.
-fn events_daemon(dir: &Path, port: u16) -> Daemon {
-    events_daemon_with(dir, port, "")
+/// A daemon with a web face and camera `front` (the fixture file) recorded on events, `extra`
+/// config lines before its tables; its first admin set up, and an `events:write` and a `view`
+/// token.
+struct EventsBox {
+    dir: tempfile::TempDir,
+    port: u16,
+    daemon: Daemon,
+    writer: String,
+    viewer: String,
 }
 
-fn events_daemon_with(dir: &Path, port: u16, extra: &str) -> Daemon {
+fn events_box(extra: &str) -> EventsBox {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
     let clip = fixtures().join("h264.mp4");
     write_config(
-        dir,
+        dir.path(),
         &format!(
             "listen = \"127.0.0.1:{port}\"\nflush_interval_s = 1\n{extra}\
              [retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n\
@@ -89,9 +97,12 @@ fn events_daemon_with(dir: &Path, port: u16, extra: &str) -> Daemon {
             clip.display()
         ),
     );
-    let d = Daemon::start(dir);
-    d.wait_log("web face listening", 1, Duration::from_secs(20));
-    d
+    let daemon = Daemon::start(dir.path());
+    daemon.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    let writer = make_token(port, &admin, r#""events:write""#);
+    let viewer = make_token(port, &admin, r#""view""#);
+    EventsBox { dir, port, daemon, writer, viewer }
 }
 
 fn snapshot_files(data: &Path) -> usize {
@@ -104,12 +115,7 @@ fn snapshot_files(data: &Path) -> usize {
 
 #[test]
 fn twenty_revisions_with_4k_snapshots_survive_kill_9_and_keys_are_not_stored_twice() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut d = events_daemon(dir.path(), port);
-    let admin = setup_admin(port);
-    let writer = make_token(port, &admin, r#""events:write""#);
-    let viewer = make_token(port, &admin, r#""view""#);
+    let EventsBox { dir, port, daemon: mut d, writer, viewer } = events_box("");
     // Some pre-roll first, so the event's recording reaches back before it.
     let connected = wait_until(Duration::from_secs(20), || {
         get_json(port, &viewer, "/api/cameras")[0]["streams"][0]["connected"].as_bool() == Some(true)
@@ -188,12 +194,7 @@ fn twenty_revisions_with_4k_snapshots_survive_kill_9_and_keys_are_not_stored_twi
 
 #[test]
 fn bad_events_get_clear_errors_and_nothing_is_stored() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _d = events_daemon(dir.path(), port);
-    let admin = setup_admin(port);
-    let writer = make_token(port, &admin, r#""events:write""#);
-    let viewer = make_token(port, &admin, r#""view""#);
+    let EventsBox { dir, port, daemon: _d, writer, viewer } = events_box("");
     let good = snapshot(1);
     let envelope = r#"{"camera":"front","labels":["car"]}"#;
     let png = std::fs::read(fixtures().join("f77.png")).unwrap();
@@ -242,6 +243,27 @@ fn bad_events_get_clear_errors_and_nothing_is_stored() {
         "x",
     );
     assert_eq!(code, 415, "{head}");
+    // A body over the intake's ceiling (envelope, snapshot and framing) is refused from its
+    // declared length, before it is read; exactly at the ceiling it is read (and then found
+    // not to be multipart).
+    let max = 16 * 1024 + 8 * 1024 * 1024 + 16 * 1024;
+    let head = |len: usize| {
+        format!(
+            "POST /api/events HTTP/1.1\r\nhost: kp\r\nauthorization: Bearer {writer}\r\n\
+             content-type: application/json\r\ncontent-length: {len}\r\nconnection: close\r\n\r\n"
+        )
+    };
+    let r = exchange(port, head(max + 1).as_bytes());
+    assert_eq!(status(&r), 413, "{r}");
+    let mut at_max = head(max).into_bytes();
+    at_max.extend(std::iter::repeat_n(b' ', max));
+    let r = exchange(port, &at_max);
+    assert_eq!(status(&r), 413, "{r}");
+    assert!(r.contains("envelope_too_large"), "read, then refused as an envelope: {r}");
+    // A revision that is not a number is a clear error, not ignored.
+    let (code, _, body) =
+        request(port, "GET", "/api/events/1/snapshot?rev=x", &[("authorization", &format!("Bearer {viewer}"))], "");
+    assert_eq!(code, 400, "{body}");
     let all = get_json(port, &viewer, "/api/events");
     assert_eq!(all["events"].as_array().unwrap().len(), 0, "nothing stored: {all}");
     assert_eq!(snapshot_files(&dir.path().join("data")), 0, "nothing stored by half");
@@ -252,12 +274,7 @@ fn bad_events_get_clear_errors_and_nothing_is_stored() {
 
 #[test]
 fn past_the_snapshot_cap_the_oldest_events_go_with_their_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _d = events_daemon_with(dir.path(), port, "[events]\nmax_bytes = \"1 MiB\"\n");
-    let admin = setup_admin(port);
-    let writer = make_token(port, &admin, r#""events:write""#);
-    let viewer = make_token(port, &admin, r#""view""#);
+    let EventsBox { dir, port, daemon: _d, writer, viewer } = events_box("[events]\nmax_bytes = \"1 MiB\"\n");
     for n in 1..=5 {
         let e = format!(r#"{{"camera":"front","text":"event {n}","record":false}}"#);
         assert_eq!(post_event(port, &writer, &e, Some(&snapshot(n))).0, 201);
@@ -273,12 +290,7 @@ fn past_the_snapshot_cap_the_oldest_events_go_with_their_files() {
 
 #[test]
 fn search_by_camera_label_words_and_time_in_pages() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _d = events_daemon(dir.path(), port);
-    let admin = setup_admin(port);
-    let writer = make_token(port, &admin, r#""events:write""#);
-    let viewer = make_token(port, &admin, r#""view""#);
+    let EventsBox { dir: _dir, port, daemon: _d, writer, viewer } = events_box("");
     let t0 = wall_us() - 3_600_000_000;
     for i in 0..12i64 {
         let label = if i % 2 == 0 { "person" } else { "car" };

@@ -197,7 +197,10 @@ fn bad_events_get_clear_errors_and_nothing_is_stored() {
     let EventsBox { dir, port, daemon: _d, writer, viewer } = events_box("");
     let good = snapshot(1);
     let envelope = r#"{"camera":"front","labels":["car"]}"#;
-    let png = std::fs::read(fixtures().join("f77.png")).unwrap();
+    // A whole 1x1 PNG: a real picture, just not a JPEG.
+    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89\
+                \0\0\0\rIDATx\x9cc\xf8\xcf\xc0\xf0\x1f\0\x05\0\x01\xff\x89\x99=\x1d\0\0\0\0IEND\xaeB`\x82"
+        .to_vec();
     // One byte over the ceiling, by comment segments: a well-formed JPEG of 8 MiB + 1.
     let mut huge = good[..2].to_vec();
     let mut fill = (8 << 20) + 1 - good.len();

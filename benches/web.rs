@@ -208,6 +208,7 @@ fn start_server(catalog: Arc<Catalog>, data_dir: PathBuf, streams: Vec<LiveStrea
                 webrtc: None,
                 events: None,
                 preroll: None,
+                system: None,
             });
             let (_keep, shutdown) = tokio::sync::watch::channel(false);
             http::serve(listener, Arc::new(HttpStats::default()), auth, media, shutdown).await;

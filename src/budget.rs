@@ -125,6 +125,19 @@ pub fn compute(config: &Config) -> Budget {
             ),
         },
         Line {
+            component: "firmware",
+            bytes: (limits::BUNDLE_WRITE_CHUNK_BYTES
+                + limits::UPDATE_UPLOAD_CHUNKS_MAX * limits::HTTP_HEAD_MAX_BYTES
+                + limits::SUPPORT_BUNDLE_MAX_BYTES) as u64,
+            why: format!(
+                "one update: a {} KiB slot buffer and {} upload chunks of at most {} KiB; one {} MiB support bundle (BUNDLE_WRITE_CHUNK_BYTES, UPDATE_UPLOAD_CHUNKS_MAX, HTTP_HEAD_MAX_BYTES, SUPPORT_BUNDLE_MAX_BYTES)",
+                limits::BUNDLE_WRITE_CHUNK_BYTES >> 10,
+                limits::UPDATE_UPLOAD_CHUNKS_MAX,
+                limits::HTTP_HEAD_MAX_BYTES >> 10,
+                limits::SUPPORT_BUNDLE_MAX_BYTES >> 20
+            ),
+        },
+        Line {
             component: "pre-roll history",
             bytes: preroll_bytes + preroll_slots,
             why: format!(

@@ -70,7 +70,7 @@ fn raise_open_files_limit(config: &Config) {
 }
 
 /// Runs until SIGTERM or SIGINT.
-pub async fn run(config: Config) -> Result<(), DaemonError> {
+pub async fn run(config: Config, system: Arc<crate::system::SystemApi>) -> Result<(), DaemonError> {
     let budget = budget::compute(&config);
     if !budget.fits() {
         return Err(DaemonError::Budget(budget));
@@ -182,6 +182,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
             webrtc,
             events: Some(events),
             preroll: Some(recorder.preroll.clone()),
+            system: Some(system),
         });
         tokio::spawn(http::serve(l, Arc::new(http::HttpStats::default()), auth.clone(), media, shutdown_rx.clone()))
     });

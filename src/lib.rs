@@ -20,4 +20,5 @@ pub mod media;
 pub mod preroll;
 pub mod record;
 pub mod report;
+pub mod system;
 pub mod webrtc;

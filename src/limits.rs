@@ -415,6 +415,74 @@ pub const EVENT_SEARCH_PROBE_ROWS: usize = 1024;
 /// Index rows one search looks at before it ends its page early (with where to go on).
 pub const EVENT_SEARCH_SCAN_MAX: usize = 10_000;
 
+// ---- firmware and updates ----
+
+/// GRUB's environment block: `grub-editenv` makes it 1024 bytes; a larger file is not one.
+pub const GRUBENV_MAX_BYTES: usize = 4096;
+
+/// A root slot's description (`etc/keeppeek/firmware.toml`): five short lines.
+pub const FIRMWARE_FILE_MAX_BYTES: usize = 4096;
+
+/// The firmware's records on the data partition (last update, slot versions, a factory reset
+/// request): a few hundred bytes each.
+pub const SYSTEM_STATE_MAX_BYTES: usize = 16 << 10;
+
+/// An update bundle's manifest: six fields, about 250 bytes.
+pub const BUNDLE_MANIFEST_MAX_BYTES: usize = 4096;
+
+/// An update bundle's minisign signature: four lines, about 350 bytes.
+pub const BUNDLE_SIGNATURE_MAX_BYTES: usize = 1024;
+
+/// The buffer a bundle's slot is streamed through (to the device and back): an install
+/// holds this much of the slot in memory, whatever its size.
+pub const BUNDLE_WRITE_CHUNK_BYTES: usize = 64 << 10;
+
+/// A new firmware must answer `/healthz` within this many seconds of init starting, or the
+/// box restarts into the previous one. keeppeek answers in about a second on a board.
+pub const INIT_TRIAL_DEADLINE_S: u64 = 60;
+
+/// Crashes of keeppeek a firmware on trial may have before the box restarts into the
+/// previous one.
+pub const INIT_CRASHES_ON_TRIAL_MAX: u32 = 3;
+
+/// The longest pause before keeppeek is started again after it ended (1 s, doubling).
+pub const INIT_RESTART_BACKOFF_MAX_S: u64 = 30;
+
+/// Seconds between init's health checks of a running keeppeek (every second on trial).
+pub const INIT_HEALTH_INTERVAL_S: u64 = 10;
+
+/// Failed health checks in a row after which init kills a hung keeppeek and starts it again.
+pub const INIT_HEALTH_FAILURES_MAX: u32 = 6;
+
+/// Seconds init waits for a DHCP lease before starting keeppeek anyway (live view offers
+/// the addresses it finds at start). A lease on a LAN takes well under a second.
+pub const INIT_NETWORK_WAIT_S: u64 = 10;
+
+/// Seconds keeppeek gets to stop (and flush its recordings) at a reboot before it is killed.
+pub const INIT_STOP_GRACE_S: u64 = 30;
+
+/// The hardware watchdog's timeout: init feeds it every second; a hung init resets the box.
+pub const WATCHDOG_TIMEOUT_S: u64 = 30;
+
+/// keeppeek's log file in RAM (`/run/log/keeppeek.log`): past it the file starts over,
+/// keeping one previous file.
+pub const INIT_LOG_FILE_MAX_BYTES: u64 = 1 << 20;
+
+/// One log line; longer ones are cut.
+pub const INIT_LOG_LINE_MAX_BYTES: usize = 8 << 10;
+
+/// An update upload over HTTP: a bundle is the slot plus a few KiB; slots are at most a
+/// few hundred MiB on any board.
+pub const UPDATE_BODY_MAX_BYTES: u64 = 256 << 20;
+
+/// Upload chunks queued between the connection and the installer writing the slot: the
+/// upload waits for the slot's writes, and memory stays a few chunks.
+pub const UPDATE_UPLOAD_CHUNKS_MAX: usize = 4;
+
+/// The support bundle (built in memory): both log files nearly fit; past it files are left
+/// out, and the bundle says so.
+pub const SUPPORT_BUNDLE_MAX_BYTES: usize = 2 << 20;
+
 // ---- memory budget ----
 
 /// Estimated heap of one RTSP session (retina's read buffer, depacketizer, reassembly).

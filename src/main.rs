@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use keeppeek::catalog::Catalog;
 use keeppeek::config::Config;
+use keeppeek::system::bundle::UpdateError;
+use keeppeek::system::{Slot, SystemApi};
 use keeppeek::{budget, daemon, report};
 
 #[derive(Parser)]
@@ -21,6 +23,9 @@ enum Command {
     Run {
         #[arg(long)]
         config: PathBuf,
+        /// Where the box's own files are (`/`; another folder in tests).
+        #[arg(long, default_value = "/", hide = true)]
+        system_root: PathBuf,
     },
     /// Record the built-in camera, no setup needed.
     Demo {
@@ -57,12 +62,68 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// PID 1 on a KeepPeek image (started by its initramfs).
+    Init {
+        /// The root slot GRUB booted.
+        #[arg(long)]
+        slot: String,
+    },
+    /// Firmware updates on a KeepPeek box.
+    Update {
+        #[command(subcommand)]
+        command: UpdateCommand,
+    },
+    /// Ask for a factory reset at the next boot (and reboot): the data partition keeps only
+    /// what is named.
+    FactoryReset {
+        /// What to keep: `config`, `recordings` (the catalog with recordings, events and
+        /// accounts), comma-separated; nothing by default.
+        #[arg(long, value_delimiter = ',')]
+        keep: Vec<String>,
+        /// Do not reboot now; the reset happens at the next boot.
+        #[arg(long)]
+        no_reboot: bool,
+        #[arg(long, default_value = "/", hide = true)]
+        system_root: PathBuf,
+    },
+    /// Write a support bundle (a tar of the firmware's state, the config with its secrets
+    /// replaced, and the logs).
+    SupportBundle {
+        /// The config (default: the box's).
+        #[arg(long, default_value = keeppeek::system::init::CONFIG_PATH)]
+        config: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value = "/", hide = true)]
+        system_root: PathBuf,
+    },
     /// Summarize the recordings in a config's catalog (the recorder must be stopped).
     Recordings {
         config: PathBuf,
         /// Every recording and fragment, as JSON.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum UpdateCommand {
+    /// Install a bundle into the inactive slot; it boots once at the next restart.
+    Install {
+        file: PathBuf,
+        /// Install an older or the same version.
+        #[arg(long)]
+        force: bool,
+        /// Restart into it at once.
+        #[arg(long)]
+        reboot: bool,
+        #[arg(long, default_value = "/", hide = true)]
+        system_root: PathBuf,
+    },
+    /// Print the running slot, both slots' versions and the last update (JSON).
+    Status {
+        #[arg(long, default_value = "/", hide = true)]
+        system_root: PathBuf,
     },
 }
 
@@ -110,9 +171,58 @@ fn log_level_max() -> tracing_log::log::LevelFilter {
 
 fn dispatch(command: Command) -> Result<(), String> {
     match command {
-        Command::Run { config } => {
-            let config = Config::load(&config).map_err(|e| e.to_string())?;
-            run_daemon(config)
+        Command::Run { config: path, system_root } => {
+            let config = Config::load(&path).map_err(|e| e.to_string())?;
+            let system = SystemApi::new(system_root, Some(path));
+            run_daemon(config, system)
+        }
+        Command::Init { slot } => {
+            let slot = Slot::parse(&slot).ok_or_else(|| format!("--slot is a or b, not `{slot}`"))?;
+            keeppeek::system::init::main(slot)
+        }
+        Command::Update { command: UpdateCommand::Install { file, force, reboot, system_root } } => {
+            let api = SystemApi::new(system_root, None);
+            let system = api.system.as_ref().ok_or_else(|| UpdateError::NotFirmware.to_string())?;
+            let mut f =
+                std::io::BufReader::new(std::fs::File::open(&file).map_err(|e| format!("{}: {e}", file.display()))?);
+            let done = keeppeek::system::bundle::install(system, &mut f, force).map_err(|e| e.to_string())?;
+            println!(
+                "installed {} into slot {} ({} bytes): it boots once at the next restart",
+                done.version,
+                done.slot.name(),
+                done.bytes
+            );
+            if reboot {
+                api.reboot()?;
+                println!("restarting");
+            }
+            Ok(())
+        }
+        Command::Update { command: UpdateCommand::Status { system_root } } => {
+            let api = SystemApi::new(system_root, None);
+            println!("{}", serde_json::to_string_pretty(&api.status()).map_err(|e| e.to_string())?);
+            Ok(())
+        }
+        Command::FactoryReset { keep, no_reboot, system_root } => {
+            let api = SystemApi::new(system_root, None);
+            let system = api.system.as_ref().ok_or("a factory reset is for a KeepPeek box")?;
+            let req = keeppeek::system::support::ResetRequest { keep };
+            keeppeek::system::support::request_factory_reset(&system.data_dir(), &req)?;
+            println!(
+                "factory reset at the next boot, keeping: {}",
+                if req.keep.is_empty() { "nothing".into() } else { req.keep.join(", ") }
+            );
+            if !no_reboot {
+                api.reboot()?;
+            }
+            Ok(())
+        }
+        Command::SupportBundle { config, out, system_root } => {
+            let api = SystemApi::new(system_root.clone(), Some(config.clone()));
+            let bytes = keeppeek::system::support::support_bundle(&system_root, &config, &api.status());
+            std::fs::write(&out, &bytes).map_err(|e| format!("{}: {e}", out.display()))?;
+            println!("{}: {} bytes", out.display(), bytes.len());
+            Ok(())
         }
         Command::Demo { data_dir, listen, webrtc_port } => {
             let data_dir = match data_dir {
@@ -123,7 +233,7 @@ fn dispatch(command: Command) -> Result<(), String> {
             println!("KeepPeek demo: web face on http://{listen}/ (health at /healthz); stop with Ctrl-C");
             let mut config = Config::demo(data_dir, listen);
             config.webrtc.port = webrtc_port;
-            run_daemon(config)
+            run_daemon(config, SystemApi::new(PathBuf::from("/"), None))
         }
         Command::CheckConfig { config } => {
             let c = Config::load(&config).map_err(|e| e.to_string())?;
@@ -167,7 +277,7 @@ fn dispatch(command: Command) -> Result<(), String> {
     }
 }
 
-fn run_daemon(config: Config) -> Result<(), String> {
+fn run_daemon(config: Config, system: SystemApi) -> Result<(), String> {
     // One thread runs every camera session: ingest is light I/O, and a multi-threaded
     // runtime spends more CPU waking its workers than the sessions spend working. Disk I/O
     // has threads of its own (the recorder).
@@ -175,7 +285,7 @@ fn run_daemon(config: Config) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("starting the runtime: {e}"))?;
-    rt.block_on(daemon::run(config)).map_err(|e| e.to_string())
+    rt.block_on(daemon::run(config, std::sync::Arc::new(system))).map_err(|e| e.to_string())
 }
 
 fn open_catalog(data_dir: &Path) -> Result<Catalog, String> {

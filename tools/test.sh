@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # KeepPeek's one test command: installs what the tests need when it is missing (Debian
 # packages, rustup targets), then runs every test: unit tests on the host and on aarch64
-# under qemu-user, the integration tests against real peers, the browser tests, and the
-# benchmarks in smoke mode. Run as root on Debian bookworm (as CI does).
+# under qemu-user, the integration tests against real peers, the browser tests, the
+# firmware image booted under QEMU, and the benchmarks in smoke mode. Run as root on Debian bookworm (as CI does).
 #
 # Usage: tools/test.sh            everything
 #        tools/test.sh --no-setup skip the install checks
@@ -15,6 +15,8 @@ DEBIAN_PACKAGES=(
     gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
     qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross
     chromium
+    qemu-system-arm u-boot-qemu squashfs-tools mtools dosfstools fdisk e2fsprogs cpio kmod
+    grub-common minisign
 )
 RUST_TARGETS=(aarch64-unknown-linux-musl)
 
@@ -67,6 +69,11 @@ cargo test --test recorder -- --test-threads 8
 step "browser tests (Chromium + playwright-core; screenshots in target/ui/)"
 cargo build --bin keeppeek
 node --test tests/ui/
+
+step "firmware image: build it, boot it under QEMU, update it A/B"
+# The aarch64 image build (LTO) and the arm64 packages are cached under target/.
+bash tools/image.sh --board qemu-virt
+cargo test --test image -- --nocapture
 
 step "benchmarks (smoke mode)"
 # Performance is a benchmark, not a test: this only proves the benchmark runs end to end.

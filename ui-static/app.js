@@ -48,6 +48,7 @@ async function start() {
   $('#export-to').value = localInput(today);
   $('#admin').hidden = role !== 'admin';
   if (role === 'admin') await adminLists();
+  await systemStatus();
   await searchEvents(false);
 }
 
@@ -531,6 +532,61 @@ $('#timeline').addEventListener('keydown', (e) => {
   else if (e.key === 'ArrowRight') { timeline.end = Math.min(Date.now() * 1000, to + step); queryTimeline(); }
   else return;
   e.preventDefault();
+});
+
+// ---- firmware: slots, updates, restart, factory reset ----
+
+async function systemStatus() {
+  const r = await api('GET', '/api/system');
+  const s = r.data || {};
+  $('#system').hidden = role !== 'admin';
+  const dl = $('#system-status');
+  dl.replaceChildren();
+  const row = (k, v) => { dl.append(Object.assign(document.createElement('dt'), { textContent: k }), Object.assign(document.createElement('dd'), { textContent: v })); };
+  if (!s.firmware) {
+    row('Firmware', `not a KeepPeek image (binary ${s.binary_version || '?'})`);
+    for (const f of ['#update-form', '#reset-form', '#reboot']) $(f).hidden = true;
+    return;
+  }
+  row('Board', s.board);
+  row('Running', `slot ${s.running_slot}, version ${s.version}`);
+  for (const slot of ['a', 'b']) {
+    const x = s.slots[slot];
+    const state = x.good ? 'good' : x.on_trial ? 'on trial' : 'not bootable';
+    row(`Slot ${slot}`, `${x.version || 'empty'} (${state})`);
+  }
+  row('Next boot', `slot ${s.next_boot}`);
+  const u = s.last_update;
+  row('Last update', u ? `${u.result}: ${u.version || ''} ${u.detail}` : 'none');
+  if (s.update_key === 'development') row('Update key', 'development key: anyone with the repository can sign updates');
+}
+
+$('#update-form').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const file = $('#update-file').files[0];
+  if (!file) return;
+  $('#update-result').textContent = `Uploading ${file.name}…`;
+  const q = `?reboot=1${$('#update-force').checked ? '&force=1' : ''}`;
+  const r = await fetch(`/api/system/update${q}`, { method: 'POST', headers: { 'x-csrf-token': csrf, 'content-type': 'application/octet-stream' }, body: file, credentials: 'same-origin' });
+  let data = {};
+  try { data = await r.json(); } catch (_) { /* not JSON */ }
+  $('#update-result').textContent = r.ok
+    ? `Installed ${data.version} into slot ${data.slot}; restarting. Reload this page in a minute.`
+    : `Refused: ${data.message || r.status}`;
+  await systemStatus();
+});
+
+$('#reboot').addEventListener('click', async () => {
+  const r = await api('POST', '/api/system/reboot');
+  say(r.status === 202 ? 'Restarting: reload this page in a minute.' : (r.data && r.data.message) || 'Restart refused');
+});
+
+$('#reset-form').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const keep = [...$('#reset-form').querySelectorAll('input:checked')].map((i) => i.value);
+  if (!window.confirm(`Erase everything${keep.length ? ` but ${keep.join(' and ')}` : ''} and restart?`)) return;
+  const r = await api('POST', '/api/system/factory-reset', { keep });
+  say(r.status === 202 ? 'Resetting and restarting.' : (r.data && r.data.message) || 'Reset refused');
 });
 
 $('#logout').addEventListener('click', async () => {

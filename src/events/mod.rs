@@ -12,7 +12,6 @@ pub mod jpeg;
 pub mod keyframe;
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +25,7 @@ use crate::catalog::{Catalog, CatalogError};
 use crate::clock::Clocks;
 use crate::limits;
 use crate::preroll::Trigger;
-use crate::record::flusher::sync_dir;
+use crate::record::flusher::{sync_dir, write_synced};
 use crate::webrtc::control::pb;
 use crate::webrtc::{LiveEvent, WebrtcHandle};
 use envelope::{Envelope, EnvelopeError};
@@ -270,25 +269,6 @@ fn store(
         return Err(err.into());
     }
     Ok((Accepted { id: next.id, rev: next.rev, replayed: false }, Some(r)))
-}
-
-/// Writes `bytes` to `path` durably: a synced temporary file renamed into place, and the
-/// directory synced (created, and its parent synced, if new).
-fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().ok_or_else(|| std::io::Error::other("no directory"))?;
-    if !dir.exists() {
-        std::fs::create_dir_all(dir)?;
-        if let Some(parent) = dir.parent() {
-            sync_dir(parent)?;
-        }
-    }
-    let tmp = path.with_extension("jpg.tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)?;
-    sync_dir(dir)
 }
 
 /// Deletes snapshot files no revision names (a crash between the file and its commit) and

@@ -67,7 +67,7 @@ pub(super) async fn read_body(body: Incoming, ctx: &Ctx, max: usize) -> Result<b
 
 /// Reads a small JSON body: 413 past [`limits::HTTP_SMALL_BODY_MAX_BYTES`], 400 if it is not
 /// the expected JSON.
-async fn read_json<T: for<'de> Deserialize<'de>>(body: Incoming, ctx: &Ctx) -> Result<T, Reply> {
+pub(super) async fn read_json<T: for<'de> Deserialize<'de>>(body: Incoming, ctx: &Ctx) -> Result<T, Reply> {
     let bytes = read_body(body, ctx, limits::HTTP_SMALL_BODY_MAX_BYTES as usize).await?;
     serde_json::from_slice(&bytes).map_err(|e| error(StatusCode::BAD_REQUEST, "bad_json", &e.to_string()))
 }
@@ -196,6 +196,22 @@ pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketA
         (&Method::GET, ["api", "events", id, "snapshot"]) => match need(scope::VIEW) {
             Some(r) => r,
             None => super::events::snapshot(ctx, &parts, id).await,
+        },
+        (&Method::GET, ["api", "system"]) => need(scope::VIEW).unwrap_or_else(|| super::system::status(ctx)),
+        (&Method::POST, ["api", "system", "update"]) => match need(scope::ADMIN) {
+            Some(r) => r,
+            None => super::system::update(ctx, &parts, body).await,
+        },
+        (&Method::POST, ["api", "system", "reboot"]) => {
+            need(scope::ADMIN).unwrap_or_else(|| super::system::reboot(ctx))
+        }
+        (&Method::POST, ["api", "system", "factory-reset"]) => match need(scope::ADMIN) {
+            Some(r) => r,
+            None => super::system::factory_reset(ctx, body).await,
+        },
+        (&Method::GET, ["api", "system", "support-bundle"]) => match need(scope::ADMIN) {
+            Some(r) => r,
+            None => super::system::support_bundle(ctx).await,
         },
         (&Method::GET, ["api", "me"]) => match &who {
             Principal::User { name, role, csrf, .. } => {

@@ -28,9 +28,25 @@ fn load(v: &AtomicU64) -> u64 {
 }
 
 /// The whole `/metrics` body.
+/// The process's resident set, 0 where /proc is not there.
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf reads a constant of the system.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * page.max(0) as u64
+}
+
 pub fn render(s: &HttpStats, media: &Media) -> String {
     let mut out = String::new();
     let one = |v: u64| vec![(String::new(), v)];
+    family(
+        &mut out,
+        "keeppeek_process_resident_bytes",
+        "gauge",
+        "Resident memory of the keeppeek process (from /proc/self/statm).",
+        &one(resident_bytes()),
+    );
     family(
         &mut out,
         "keeppeek_http_connections_open",

@@ -22,6 +22,7 @@ mod live;
 mod media;
 mod metrics;
 pub mod parse;
+mod system;
 mod ui;
 
 use std::convert::Infallible;
@@ -81,6 +82,9 @@ pub struct Media {
     pub events: Option<Arc<crate::events::Events>>,
     /// Pre-roll history across every stream (none in tests of the edge alone).
     pub preroll: Option<Arc<crate::preroll::HistoryPool>>,
+    /// The box as firmware: updates, reboot, factory reset, support bundle (none in tests of
+    /// the edge alone).
+    pub system: Option<Arc<crate::system::SystemApi>>,
 }
 
 /// One configured stream and its live state.
@@ -130,6 +134,7 @@ impl Ctx {
             webrtc: None,
             events: None,
             preroll: None,
+            system: None,
         };
         Ctx::new(Arc::default(), Arc::new(Auth::new(catalog)), Arc::new(media))
     }
@@ -311,6 +316,8 @@ pub(crate) fn body_max_bytes(method: &http::Method, path: &str) -> u64 {
         limits::WEBRTC_OFFER_MAX_BYTES as u64
     } else if method == http::Method::POST && path == "/api/events" {
         events::INTAKE_BODY_MAX_BYTES as u64
+    } else if method == http::Method::POST && path == "/api/system/update" {
+        limits::UPDATE_BODY_MAX_BYTES
     } else {
         limits::HTTP_SMALL_BODY_MAX_BYTES
     }

@@ -422,6 +422,28 @@ pub fn disk_space(dir: &Path) -> Option<Disk> {
     })
 }
 
+/// Writes `bytes` to `path` durably: a synced temporary file renamed into place, and the
+/// directory synced (created, and its parent synced, if new).
+pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().ok_or_else(|| std::io::Error::other("no directory"))?;
+    if !dir.exists() {
+        std::fs::create_dir_all(dir)?;
+        if let Some(parent) = dir.parent() {
+            sync_dir(parent)?;
+        }
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    sync_dir(dir)
+}
+
 /// Makes a directory's entries durable (a new file's name, a removal).
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()

@@ -135,12 +135,18 @@ pub fn succeed(cmd: &mut Command) -> Vec<u8> {
 impl Daemon {
     /// Starts `keeppeek run` on the config in `dir` (see [`write_config`]).
     pub fn start(dir: &Path) -> Daemon {
+        Daemon::start_with(dir, &[])
+    }
+
+    /// [`Daemon::start`] with more arguments to `keeppeek run`.
+    pub fn start_with(dir: &Path, args: &[&str]) -> Daemon {
         let config = dir.join("keeppeek.toml");
         let log = dir.join("keeppeek.log");
         let log_file = std::fs::File::create(&log).unwrap();
         let child = keeppeek()
             .args(["run", "--config"])
             .arg(&config)
+            .args(args)
             .env("KEEPPEEK_LOG", "info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())

@@ -8,6 +8,7 @@ mod camera_failures;
 mod cli;
 mod events;
 mod export;
+mod firmware;
 mod http_limits;
 mod live;
 mod media_api;

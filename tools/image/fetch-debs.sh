@@ -4,8 +4,9 @@
 # package state: apt runs with a private configuration (architecture arm64, its own state
 # and cache directories) over the host's own sources.
 #
-# Usage: tools/image/fetch-debs.sh [CACHE_DIR]
-#        tools/image/fetch-debs.sh --pin     print lock lines for the versions apt offers now
+# Usage: tools/image/fetch-debs.sh [CACHE_DIR [PACKAGE...]]   (default: every pinned package)
+#        tools/image/fetch-debs.sh --pin [PACKAGE...]    print lock lines for the versions
+#                                                       apt offers now
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -34,7 +35,9 @@ fi
 packages() { grep -v '^#' "$lock" | awk 'NF == 3'; }
 
 if [[ ${1:-} == --pin ]]; then
-    packages | while read -r name _ _; do
+    shift
+    { packages | awk '{ print $1 }'; printf '%s\n' "$@"; } | sort -u | while read -r name; do
+        [[ -n $name ]] || continue
         apt-cache show "$name" | awk -v n="$name" '
             /^Version:/ { v = $2 } /^SHA256:/ { printf "%-30s %-24s %s\n", n, v, $2; exit }'
     done
@@ -42,8 +45,17 @@ if [[ ${1:-} == --pin ]]; then
 fi
 
 cache=${1:-target/images/debs}
-mkdir -p "$cache"
+(($#)) && shift
+wanted=("$@")
+for w in "${wanted[@]}"; do
+    packages | awk -v n="$w" '$1 == n { found = 1 } END { exit !found }' || {
+        echo "fetch-debs: $w is not pinned in $lock (is its component in the apt sources? then" >&2
+        echo "pin it: tools/image/fetch-debs.sh --pin $w)" >&2
+        exit 1
+    }
+done
 packages | while read -r name version sha; do
+    if ((${#wanted[@]})) && [[ " ${wanted[*]} " != *" $name "* ]]; then continue; fi
     file="$cache/${name}_${version//:/%3a}_arm64.deb"
     if [[ -e $file ]] && echo "$sha  $file" | sha256sum -c --quiet - >/dev/null 2>&1; then
         continue

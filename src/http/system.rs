@@ -1,0 +1,203 @@
+//! The box as firmware over HTTP: `GET /api/system` (running slot, both versions, the last
+//! update), `POST /api/system/update` (a bundle, streamed to the inactive slot),
+//! `POST /api/system/reboot`, `POST /api/system/factory-reset` and
+//! `GET /api/system/support-bundle`. All but the first are for admins.
+
+use http::request::Parts;
+use http::{StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::json;
+use tracing::info;
+
+use super::api::json_reply;
+use super::{Ctx, Reply, error, full};
+use crate::limits::{UPDATE_BODY_MAX_BYTES, UPDATE_UPLOAD_CHUNKS_MAX};
+use crate::system::bundle::{self, UpdateError};
+use crate::system::support;
+
+fn query_flag(parts: &Parts, name: &str) -> bool {
+    parts.uri.query().unwrap_or("").split('&').any(|kv| kv == format!("{name}=1") || kv == format!("{name}=true"))
+}
+
+fn update_error(e: &UpdateError) -> Reply {
+    let (status, code) = e.status_and_code();
+    error(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), code, &e.to_string())
+}
+
+pub(super) fn status(ctx: &Ctx) -> Reply {
+    match &ctx.media.system {
+        Some(s) => json_reply(StatusCode::OK, s.status()),
+        None => json_reply(StatusCode::OK, json!({ "firmware": false })),
+    }
+}
+
+/// Reads an upload as a blocking `Read` fed by the async side through a bounded channel.
+struct ChannelReader {
+    rx: tokio::sync::mpsc::Receiver<std::io::Result<bytes::Bytes>>,
+    current: bytes::Bytes,
+}
+
+impl std::io::Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(Ok(b)) => self.current = b,
+                Some(Err(e)) => return Err(e),
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_upload_waits_for_the_slot_once_its_chunks_are_queued() {
+        let (tx, rx) = tokio::sync::mpsc::channel(UPDATE_UPLOAD_CHUNKS_MAX);
+        for i in 0..UPDATE_UPLOAD_CHUNKS_MAX {
+            tx.try_send(Ok(bytes::Bytes::from(vec![i as u8; 3]))).unwrap();
+        }
+        assert!(tx.try_send(Ok(bytes::Bytes::new())).is_err(), "full: the connection is not read further");
+        drop(tx);
+        let mut all = Vec::new();
+        std::io::Read::read_to_end(&mut ChannelReader { rx, current: bytes::Bytes::new() }, &mut all).unwrap();
+        assert_eq!(all.len(), 3 * UPDATE_UPLOAD_CHUNKS_MAX);
+    }
+}
+
+/// `POST /api/system/update[?force=1][&reboot=1]`: the bundle is the body.
+pub(super) async fn update(ctx: &Ctx, parts: &Parts, mut body: Incoming) -> Reply {
+    let Some(api) = ctx.media.system.clone() else {
+        return update_error(&UpdateError::NotFirmware);
+    };
+    if api.system.is_none() {
+        return update_error(&UpdateError::NotFirmware);
+    }
+    let force = query_flag(parts, "force");
+    let reboot = query_flag(parts, "reboot");
+    let (tx, rx) = tokio::sync::mpsc::channel(UPDATE_UPLOAD_CHUNKS_MAX);
+    let worker = {
+        let api = api.clone();
+        tokio::task::spawn_blocking(move || {
+            let Some(_guard) = api.begin_install() else { return Err(UpdateError::Busy) };
+            let Some(system) = api.system.as_ref() else { return Err(UpdateError::NotFirmware) };
+            let mut reader = ChannelReader { rx, current: bytes::Bytes::new() };
+            bundle::install(system, &mut reader, force)
+        })
+    };
+    // Feed the installer until the body ends, it stops reading (a refusal), or the body
+    // passes its ceiling.
+    let mut received: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        let item = match frame {
+            Ok(f) => match f.into_data() {
+                Ok(d) => {
+                    received += d.len() as u64;
+                    if received > UPDATE_BODY_MAX_BYTES {
+                        let _ = tx.send(Err(std::io::Error::other("the upload passed UPDATE_BODY_MAX_BYTES"))).await;
+                        break;
+                    }
+                    Ok(d)
+                }
+                Err(_) => continue,
+            },
+            Err(e) => Err(std::io::Error::other(e.to_string())),
+        };
+        let failed = item.is_err();
+        if tx.send(item).await.is_err() || failed {
+            break;
+        }
+    }
+    drop(tx);
+    let result = match worker.await {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
+    };
+    // A refusal before the body ended: read the rest (discarding it, within the body's
+    // ceiling and the listener's read timeout) so the client, still sending, gets the
+    // answer instead of a reset connection.
+    if result.is_err() && received <= UPDATE_BODY_MAX_BYTES {
+        while let Some(Ok(frame)) = body.frame().await {
+            received += frame.data_ref().map_or(0, |d| d.len() as u64);
+            if received > UPDATE_BODY_MAX_BYTES {
+                break;
+            }
+        }
+    }
+    match result {
+        Ok(done) => {
+            info!(slot = done.slot.name(), version = %done.version, reboot, "update installed over HTTP");
+            let mut answer = json!({
+                "installed": true,
+                "slot": done.slot.name(),
+                "version": done.version,
+                "bytes": done.bytes,
+                "rebooting": false,
+            });
+            if reboot {
+                answer["rebooting"] = json!(api.reboot().is_ok());
+            }
+            json_reply(StatusCode::OK, answer)
+        }
+        Err(e) => update_error(&e),
+    }
+}
+
+pub(super) fn reboot(ctx: &Ctx) -> Reply {
+    match ctx.media.system.as_ref().map(|s| s.reboot()) {
+        Some(Ok(())) => json_reply(StatusCode::ACCEPTED, json!({ "rebooting": true })),
+        Some(Err(m)) => error(StatusCode::CONFLICT, "not_firmware", &m),
+        None => error(StatusCode::CONFLICT, "not_firmware", "not running from a KeepPeek image"),
+    }
+}
+
+/// `POST /api/system/factory-reset` with `{"keep": ["config", "recordings"]}` (either, both or
+/// none): done at the next boot, which follows at once.
+pub(super) async fn factory_reset(ctx: &Ctx, body: Incoming) -> Reply {
+    let req: support::ResetRequest = match super::api::read_json(body, ctx).await {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let Some(api) = ctx.media.system.as_ref().filter(|s| s.system.is_some()) else {
+        return error(StatusCode::CONFLICT, "not_firmware", "a factory reset is for a KeepPeek box");
+    };
+    let data = api.system.as_ref().map(|s| s.data_dir()).unwrap_or_default();
+    if let Err(m) = support::request_factory_reset(&data, &req) {
+        return error(StatusCode::BAD_REQUEST, "invalid", &m);
+    }
+    let rebooting = api.reboot().is_ok();
+    json_reply(StatusCode::ACCEPTED, json!({ "keep": req.keep, "rebooting": rebooting }))
+}
+
+/// `GET /api/system/support-bundle`: a tar, secrets redacted.
+pub(super) async fn support_bundle(ctx: &Ctx) -> Reply {
+    let Some(api) = ctx.media.system.clone() else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "no_system", "no support bundle here");
+    };
+    let made = tokio::task::spawn_blocking(move || {
+        let _turn = api.begin_support_bundle()?;
+        let config = api.config_path.clone().unwrap_or_default();
+        Some(support::support_bundle(&api.root, &config, &api.status()))
+    })
+    .await;
+    match made {
+        Ok(None) => error(StatusCode::SERVICE_UNAVAILABLE, "busy", "a support bundle is being made: try again"),
+        Ok(Some(bytes)) => {
+            let mut r = http::Response::new(full(bytes));
+            let h = r.headers_mut();
+            h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/x-tar"));
+            let name = format!("attachment; filename=\"keeppeek-support-{}.tar\"", crate::system::now_unix_s());
+            if let Ok(v) = header::HeaderValue::from_str(&name) {
+                h.insert(header::CONTENT_DISPOSITION, v);
+            }
+            r
+        }
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
+    }
+}

@@ -1,0 +1,352 @@
+//! The firmware image under QEMU (`qemu-system-aarch64 -M virt -cpu cortex-a53 -m 512`,
+//! booted by U-Boot and GRUB as the reference board boots), driven from the host over a
+//! forwarded port: boot to a healthy `/healthz`, a camera served from the host recorded
+//! across reboots, and a whole A/B cycle: refusals that leave the running slot alone, a
+//! good update that boots and is marked good, a broken one that rolls back by itself, and
+//! a power cut during the slot write that still boots the old slot.
+//!
+//! The image is built by `tools/image.sh` (tools/test.sh runs it first); this test fails
+//! when it is missing. Figures land in `target/images/qemu-virt/figures.txt`.
+
+#[allow(dead_code)]
+#[path = "../recorder/common.rs"]
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Camera, free_port, repo, request, request_bytes, wait_until};
+use serde_json::Value;
+
+fn image_dir() -> PathBuf {
+    repo().join("target/images/qemu-virt")
+}
+
+fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}
+
+/// A QEMU machine on a disk file; killed on drop.
+struct Vm {
+    child: Child,
+    serial: PathBuf,
+    http: u16,
+    started: Instant,
+}
+
+impl Vm {
+    fn boot(disk: &Path, serial: &Path) -> Vm {
+        let http = free_port();
+        let child = Command::new("qemu-system-aarch64")
+            .args(["-M", "virt", "-cpu", "cortex-a53", "-m", "512", "-smp", "2"])
+            .args(["-display", "none", "-monitor", "none"])
+            .arg("-serial")
+            .arg(format!("file:{}", serial.display()))
+            .args(["-bios", "/usr/lib/u-boot/qemu_arm64/u-boot.bin"])
+            .arg("-drive")
+            .arg(format!("if=none,id=disk,format=raw,file={}", disk.display()))
+            .args(["-device", "virtio-blk-pci,drive=disk"])
+            .args(["-netdev", &format!("user,id=n0,hostfwd=tcp:127.0.0.1:{http}-:8080")])
+            .args(["-device", "virtio-net-pci,netdev=n0,romfile="])
+            .args(["-device", "virtio-rng-pci", "-device", "i6300esb", "-action", "watchdog=reset"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting qemu-system-aarch64 (Debian package qemu-system-arm)");
+        Vm { child, serial: serial.to_owned(), http, started: Instant::now() }
+    }
+
+    fn console(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.serial).unwrap_or_default()).into_owned()
+    }
+
+    /// Waits for `/healthz`; returns the time since QEMU started.
+    fn wait_healthy(&mut self, timeout: Duration) -> Duration {
+        let up = wait_until(timeout, || {
+            assert!(self.child.try_wait().unwrap().is_none(), "QEMU ended:\n{}", tail(&self.console()));
+            answers(self.http)
+        });
+        assert!(up, "no healthy /healthz in {timeout:?}; console:\n{}", tail(&self.console()));
+        self.started.elapsed()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
+}
+
+/// One `GET /healthz` through the forwarded port, tolerant of a machine that is not up.
+fn answers(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /healthz HTTP/1.1\r\nhost: kp\r\nconnection: close\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
+}
+
+fn get(vm: &Vm, token: &str, path: &str) -> Value {
+    let (code, _, body) = request(vm.http, "GET", path, &[("authorization", &format!("Bearer {token}"))], "");
+    assert_eq!(code, 200, "GET {path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn system(vm: &Vm, token: &str) -> Value {
+    get(vm, token, "/api/system")
+}
+
+/// Runs a command that must succeed.
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A bundle of the image's root slot, changed by `edit` (the unpacked slot) and signed by
+/// `key`, for `board`.
+fn bundle(work: &Path, name: &str, version: &str, board: &str, key: &Path, edit: impl FnOnce(&Path)) -> PathBuf {
+    let tree = work.join(name);
+    let _ = std::fs::remove_dir_all(&tree);
+    run(Command::new("unsquashfs").args(["-q", "-n", "-d"]).arg(&tree).arg(image_dir().join("rootfs.squashfs")));
+    let firmware = tree.join("etc/keeppeek/firmware.toml");
+    let text = std::fs::read_to_string(&firmware).unwrap();
+    let text = text.replace(&format!("version = \"{}\"", version_in(&text)), &format!("version = \"{version}\""));
+    std::fs::write(&firmware, text).unwrap();
+    edit(&tree);
+    let slot = work.join(format!("{name}.squashfs"));
+    let _ = std::fs::remove_file(&slot);
+    run(Command::new("mksquashfs").arg(&tree).arg(&slot).args(["-comp", "xz", "-all-root", "-quiet", "-no-progress"]));
+    let out = work.join(format!("{name}.bundle"));
+    run(Command::new("bash")
+        .arg(repo().join("tools/make-bundle.sh"))
+        .arg("--slot")
+        .arg(&slot)
+        .args(["--version", version, "--board", board, "--slot-bytes", &(48u64 << 20).to_string(), "--key"])
+        .arg(key)
+        .arg("--out")
+        .arg(&out));
+    out
+}
+
+fn version_in(firmware: &str) -> String {
+    firmware.lines().find_map(|l| l.strip_prefix("version = \"")).map(|v| v.trim_end_matches('"').to_string()).unwrap()
+}
+
+/// Uploads a bundle; returns (status, JSON answer).
+fn upload(vm: &Vm, token: &str, bundle: &Path, query: &str) -> (u16, Value) {
+    let bytes = std::fs::read(bundle).unwrap();
+    let auth = format!("Bearer {token}");
+    let path = format!("/api/system/update{query}");
+    let (code, _, body) = request_bytes(vm.http, "POST", &path, &[("authorization", &auth)], &bytes);
+    (code, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// Writes the data partition's config before the first boot (as an installer would with the
+/// card in a reader): the partition is copied out, written with debugfs, and copied back.
+fn put_config(disk: &Path, work: &Path, config: &str) {
+    let out = Command::new("sfdisk").arg("--json").arg(disk).output().unwrap();
+    let table: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let part = table["partitiontable"]["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "kp-data")
+        .expect("a kp-data partition")
+        .clone();
+    let (start, size) = (part["start"].as_u64().unwrap(), part["size"].as_u64().unwrap());
+    let data = work.join("data.img");
+    let file = work.join("keeppeek.toml");
+    std::fs::write(&file, config).unwrap();
+    let dd = |args: Vec<String>| run(Command::new("dd").args(args).arg("status=none"));
+    dd(vec![
+        format!("if={}", disk.display()),
+        format!("of={}", data.display()),
+        "bs=512".into(),
+        format!("skip={start}"),
+        format!("count={size}"),
+    ]);
+    run(Command::new("debugfs").arg("-w").arg("-R").arg(format!("write {} keeppeek.toml", file.display())).arg(&data));
+    dd(vec![
+        format!("if={}", data.display()),
+        format!("of={}", disk.display()),
+        "bs=512".into(),
+        format!("seek={start}"),
+        "conv=notrunc".into(),
+    ]);
+}
+
+/// Creates the first admin with the setup token the box printed on its console, and an
+/// admin token that outlives reboots.
+fn admin_token(vm: &Vm) -> String {
+    let console = vm.console();
+    let token = console
+        .lines()
+        .find_map(|l| l.split("setup_token=").nth(1))
+        .map(|t| t.split_whitespace().next().unwrap().trim_matches('"').to_string())
+        .unwrap_or_else(|| panic!("no setup token on the console:\n{}", tail(&console)));
+    let body = format!(r#"{{"username":"root","password":"correct horse battery","setup_token":"{token}"}}"#);
+    let (code, head, body) = request(vm.http, "POST", "/api/setup", &[], &body);
+    assert_eq!(code, 201, "{head}\n{body}");
+    let session = common::session_of(&head, &body);
+    common::make_token(vm.http, &session, r#""admin""#)
+}
+
+fn runs(vm: &Vm, token: &str) -> Vec<(i64, i64)> {
+    let v = get(vm, token, "/api/streams/door/main/recordings");
+    v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["start_us"].as_i64().unwrap(), r["end_us"].as_i64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn the_image_boots_records_and_updates_a_b_with_rollback() {
+    let dir = image_dir();
+    let image = dir.join(format!("keeppeek-{}-qemu-virt.img", version()));
+    assert!(image.exists(), "no image at {}: build it with tools/image.sh", image.display());
+    let work = tempfile::tempdir().unwrap();
+    let work = work.path();
+    let disk = work.join("disk.img");
+    run(Command::new("cp").arg("--sparse=always").arg(&image).arg(&disk));
+    let mut figures = Vec::new();
+
+    // The camera on the host; the guest reaches the host at 10.0.2.2.
+    let camera = Camera::start();
+    let config = format!(
+        "data_dir = \"/data/keeppeek\"\nlisten = \"0.0.0.0:8080\"\nflush_interval_s = 2\nram_class = \"512 MiB\"\n\
+         [webrtc]\nport = 0\n[[cameras]]\nname = \"door\"\nusername = \"{}\"\npassword = \"{}\"\n\
+         main = {{ url = \"rtsp://10.0.2.2:{}/h264\" }}\n",
+        common::CAMERA_USER,
+        common::CAMERA_PASSWORD,
+        camera.port
+    );
+    put_config(&disk, work, &config);
+
+    // ---- first boot: slot A, healthy, recording -------------------------------------------
+    let mut vm = Vm::boot(&disk, &work.join("serial-1.log"));
+    let boot = vm.wait_healthy(Duration::from_secs(120));
+    figures.push(format!("boot_to_healthy_ms {}", boot.as_millis()));
+    let token = admin_token(&vm);
+    let s = system(&vm, &token);
+    assert_eq!((s["running_slot"].as_str(), s["version"].as_str()), (Some("a"), Some(version().as_str())), "{s}");
+    assert_eq!(s["update_key"], "development");
+    let recorded = wait_until(Duration::from_secs(60), || runs(&vm, &token).iter().any(|(a, b)| b - a > 4_000_000));
+    assert!(recorded, "the camera on the host is recorded in the image: {:?}", get(&vm, &token, "/api/cameras"));
+    let first_run = runs(&vm, &token)[0];
+    let metrics = {
+        let (_, _, body) = request(vm.http, "GET", "/metrics", &[("authorization", &format!("Bearer {token}"))], "");
+        body
+    };
+    let rss = metrics.lines().find_map(|l| l.strip_prefix("keeppeek_process_resident_bytes ")).unwrap().to_string();
+    figures.push(format!("rss_bytes_recording_one_camera {rss}"));
+
+    // ---- refusals: the running slot is untouched ------------------------------------------
+    let dev_key = repo().join("images/keys/development.key");
+    let other_key = work.join("other.key");
+    run(Command::new("minisign").args(["-G", "-W", "-p"]).arg(work.join("other.pub")).arg("-s").arg(&other_key));
+    let foreign = bundle(work, "foreign", "9.0.0", "qemu-virt", &other_key, |_| {});
+    let board = bundle(work, "board", "9.0.0", "rpi4", &dev_key, |_| {});
+    let old = bundle(work, "old", "0.0.1", "qemu-virt", &dev_key, |_| {});
+    for (b, status, code) in [(&foreign, 422, "bad_signature"), (&board, 409, "wrong_board"), (&old, 409, "downgrade")]
+    {
+        let (got, answer) = upload(&vm, &token, b, "?reboot=1");
+        assert_eq!((got, answer["code"].as_str()), (status, Some(code)), "{answer}");
+    }
+    let s = system(&vm, &token);
+    assert_eq!((s["running_slot"].as_str(), s["next_boot"].as_str()), (Some("a"), Some("a")), "{s}");
+    assert_eq!(s["last_update"]["result"], "failed");
+
+    // ---- a good update: slot B boots once, passes its check, is marked good ---------------
+    let good = bundle(work, "good", "9.1.0", "qemu-virt", &dev_key, |_| {});
+    let t = Instant::now();
+    let (code, answer) = upload(&vm, &token, &good, "?reboot=1");
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!((answer["slot"].as_str(), answer["rebooting"].as_bool()), (Some("b"), Some(true)));
+    figures.push(format!("update_install_ms {}", t.elapsed().as_millis()));
+    figures.push(format!("bundle_bytes {}", std::fs::metadata(&good).unwrap().len()));
+    let back = wait_until(Duration::from_secs(120), || answers(vm.http) && system(&vm, &token)["running_slot"] == "b");
+    assert!(back, "slot B came up: {}", tail(&vm.console()));
+    figures.push(format!("update_install_to_healthy_ms {}", t.elapsed().as_millis()));
+    let marked = wait_until(Duration::from_secs(30), || system(&vm, &token)["last_update"]["result"] == "good");
+    let s = system(&vm, &token);
+    assert!(marked, "{s}");
+    assert_eq!(s["version"], "9.1.0");
+    assert_eq!((s["slots"]["a"]["good"].as_bool(), s["slots"]["b"]["good"].as_bool()), (Some(true), Some(true)), "{s}");
+    // The recording from before the reboot is still there, and recording goes on.
+    let after = wait_until(Duration::from_secs(60), || {
+        let r = runs(&vm, &token);
+        r.first() == Some(&first_run) || r.first().is_some_and(|f| f.0 == first_run.0 && f.1 >= first_run.1)
+    });
+    assert!(after, "the first run survived the reboot: {:?} vs {:?}", runs(&vm, &token), first_run);
+    let recording = wait_until(Duration::from_secs(60), || runs(&vm, &token).last().is_some_and(|r| r.0 > first_run.1));
+    assert!(recording, "recording goes on after the reboot: {:?}", runs(&vm, &token));
+
+    // ---- a broken update (never healthy): it boots once, then slot B again -----------------
+    let broken = bundle(work, "broken", "9.2.0", "qemu-virt", &dev_key, |tree| {
+        // Init works, but keeppeek never answers: a hang, not a crash.
+        let bin = tree.join("usr/bin");
+        std::fs::rename(bin.join("keeppeek"), bin.join("keeppeek.real")).unwrap();
+        let wrapper = "#!/bin/sh\ncase $1 in init) exec /usr/bin/keeppeek.real \"$@\" ;; esac\nexec sleep 100000\n";
+        std::fs::write(bin.join("keeppeek"), wrapper).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(bin.join("keeppeek"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    });
+    let t = Instant::now();
+    let (code, answer) = upload(&vm, &token, &broken, "?reboot=1");
+    assert_eq!((code, answer["slot"].as_str()), (200, Some("a")), "{answer}");
+    let rolled = wait_until(Duration::from_secs(240), || {
+        answers(vm.http) && system(&vm, &token)["last_update"]["result"] == "rolled_back"
+    });
+    assert!(rolled, "the broken update rolled back: {}", tail(&vm.console()));
+    figures.push(format!("rollback_ms {}", t.elapsed().as_millis()));
+    let s = system(&vm, &token);
+    assert_eq!((s["running_slot"].as_str(), s["version"].as_str()), (Some("b"), Some("9.1.0")), "{s}");
+    assert!(vm.console().contains("did not pass its health check"), "init said why");
+
+    // ---- power cut during the slot write: the old slot boots ------------------------------
+    let next = bundle(work, "next", "9.3.0", "qemu-virt", &dev_key, |_| {});
+    let bytes = std::fs::read(&next).unwrap();
+    let mut s = TcpStream::connect(("127.0.0.1", vm.http)).unwrap();
+    let head = format!(
+        "POST /api/system/update HTTP/1.1\r\nhost: kp\r\nauthorization: Bearer {token}\r\ncontent-length: {}\r\n\r\n",
+        bytes.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    // Half the slot, then the power goes.
+    for chunk in bytes[..bytes.len() / 2].chunks(64 << 10) {
+        s.write_all(chunk).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    vm.kill();
+    drop(s);
+    let mut vm = Vm::boot(&disk, &work.join("serial-2.log"));
+    let boot = vm.wait_healthy(Duration::from_secs(120));
+    figures.push(format!("boot_after_power_cut_ms {}", boot.as_millis()));
+    let s = system(&vm, &token);
+    assert_eq!((s["running_slot"].as_str(), s["version"].as_str()), (Some("b"), Some("9.1.0")), "{s}");
+    assert_eq!((s["slots"]["a"]["good"].as_bool(), s["next_boot"].as_str()), (Some(false), Some("b")), "{s}");
+    assert!(runs(&vm, &token).first().is_some_and(|f| f.0 == first_run.0), "recordings survived the power cut");
+
+    let report = figures.join("\n") + "\n";
+    std::fs::write(dir.join("figures.txt"), &report).unwrap();
+    println!("{report}");
+}

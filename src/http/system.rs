@@ -141,7 +141,7 @@ pub(super) async fn update(ctx: &Ctx, parts: &Parts, mut body: Incoming) -> Repl
                 "rebooting": false,
             });
             if reboot {
-                answer["rebooting"] = json!(api.reboot().is_ok());
+                answer["rebooting"] = json!(api.reboot_soon().is_ok());
             }
             json_reply(StatusCode::OK, answer)
         }
@@ -150,7 +150,7 @@ pub(super) async fn update(ctx: &Ctx, parts: &Parts, mut body: Incoming) -> Repl
 }
 
 pub(super) fn reboot(ctx: &Ctx) -> Reply {
-    match ctx.media.system.as_ref().map(|s| s.reboot()) {
+    match ctx.media.system.as_ref().map(|s| s.reboot_soon()) {
         Some(Ok(())) => json_reply(StatusCode::ACCEPTED, json!({ "rebooting": true })),
         Some(Err(m)) => error(StatusCode::CONFLICT, "not_firmware", &m),
         None => error(StatusCode::CONFLICT, "not_firmware", "not running from a KeepPeek image"),
@@ -171,7 +171,7 @@ pub(super) async fn factory_reset(ctx: &Ctx, body: Incoming) -> Reply {
     if let Err(m) = support::request_factory_reset(&data, &req) {
         return error(StatusCode::BAD_REQUEST, "invalid", &m);
     }
-    let rebooting = api.reboot().is_ok();
+    let rebooting = api.reboot_soon().is_ok();
     json_reply(StatusCode::ACCEPTED, json!({ "keep": req.keep, "rebooting": rebooting }))
 }
 

@@ -164,6 +164,22 @@ fn skip_padding(r: &mut impl Read, size: u64, what: &str) -> Result<(), UpdateEr
     read_exact(r, &mut p[..pad], what)
 }
 
+/// A bundle up to its payload: the manifest and signature read whole, the payload's size
+/// from its header (the reader is left at the payload's first byte).
+#[derive(Debug)]
+pub struct Head {
+    pub manifest: Vec<u8>,
+    pub signature: Vec<u8>,
+    pub payload_bytes: u64,
+}
+
+pub fn read_head(r: &mut impl Read) -> Result<Head, UpdateError> {
+    let manifest = small_member(r, "manifest.json", BUNDLE_MANIFEST_MAX_BYTES)?;
+    let signature = small_member(r, "manifest.json.minisig", BUNDLE_SIGNATURE_MAX_BYTES)?;
+    let payload_bytes = member_header(r, "rootfs.squashfs")?;
+    Ok(Head { manifest, signature, payload_bytes })
+}
+
 /// Checks the signature and the manifest against the running firmware.
 pub fn check_manifest(
     system: &System,
@@ -249,15 +265,11 @@ fn install_inner(system: &System, r: &mut impl Read, force: bool) -> Result<Inst
     let mut dev = std::fs::OpenOptions::new().read(true).write(true).open(&device).map_err(io)?;
     let capacity = dev.seek(SeekFrom::End(0)).map_err(io)?;
 
-    let manifest = small_member(r, "manifest.json", BUNDLE_MANIFEST_MAX_BYTES)?;
-    let signature = small_member(r, "manifest.json.minisig", BUNDLE_SIGNATURE_MAX_BYTES)?;
-    let m = check_manifest(system, &manifest, &signature, force, capacity)?;
-    let size = member_header(r, "rootfs.squashfs")?;
-    if size != m.payload_bytes {
-        return Err(UpdateError::Malformed(format!(
-            "rootfs.squashfs is {size} bytes, the manifest says {}",
-            m.payload_bytes
-        )));
+    let head = read_head(r)?;
+    let m = check_manifest(system, &head.manifest, &head.signature, force, capacity)?;
+    if head.payload_bytes != m.payload_bytes {
+        let (size, said) = (head.payload_bytes, m.payload_bytes);
+        return Err(UpdateError::Malformed(format!("rootfs.squashfs is {size} bytes, the manifest says {said}")));
     }
 
     // From here the inactive slot is written: first make sure nothing boots it.

@@ -338,12 +338,30 @@ impl SystemApi {
 
     /// Asks init (PID 1 on the box) to reboot: it stops keeppeek cleanly first.
     pub fn reboot(&self) -> Result<(), String> {
-        if self.system.is_none() || self.root != Path::new("/") {
-            return Err("not running from a KeepPeek image: nothing to reboot".into());
-        }
+        self.can_reboot()?;
         // SAFETY: a signal to init; on the box init is keeppeek's own (`keeppeek init`).
         let r = unsafe { libc::kill(1, libc::SIGTERM) };
         if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error().to_string()) }
+    }
+
+    fn can_reboot(&self) -> Result<(), String> {
+        if self.system.is_none() || self.root != Path::new("/") {
+            return Err("not running from a KeepPeek image: nothing to reboot".into());
+        }
+        Ok(())
+    }
+
+    /// [`SystemApi::reboot`] half a second from now, so that the answer saying so is sent.
+    pub fn reboot_soon(self: &std::sync::Arc<Self>) -> Result<(), String> {
+        self.can_reboot()?;
+        let me = self.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            if let Err(e) = me.reboot() {
+                warn!(error = %e, "asking init to reboot");
+            }
+        });
+        Ok(())
     }
 }
 

@@ -102,6 +102,22 @@ fn answers(port: u16) -> bool {
     s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
 }
 
+/// A GET that tolerates a machine going down or coming up: None unless it answers 200.
+fn try_get(port: u16, token: &str, path: &str) -> Option<Value> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nhost: kp\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).ok()?;
+    let text = String::from_utf8_lossy(&got);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    if common::status(head) != 200 {
+        return None;
+    }
+    serde_json::from_str(body).ok()
+}
+
 fn get(vm: &Vm, token: &str, path: &str) -> Value {
     let (code, _, body) = request(vm.http, "GET", path, &[("authorization", &format!("Bearer {token}"))], "");
     assert_eq!(code, 200, "GET {path}: {body}");
@@ -110,6 +126,14 @@ fn get(vm: &Vm, token: &str, path: &str) -> Value {
 
 fn system(vm: &Vm, token: &str) -> Value {
     get(vm, token, "/api/system")
+}
+
+/// Waits until `/api/system` satisfies `f` (across reboots).
+fn wait_system(vm: &mut Vm, token: &str, timeout: Duration, f: impl Fn(&Value) -> bool) -> bool {
+    wait_until(timeout, || {
+        assert!(vm.child.try_wait().unwrap().is_none(), "QEMU ended:\n{}", tail(&vm.console()));
+        try_get(vm.http, token, "/api/system").is_some_and(|s| f(&s))
+    })
 }
 
 /// Runs a command that must succeed.
@@ -131,7 +155,13 @@ fn bundle(work: &Path, name: &str, version: &str, board: &str, key: &Path, edit:
     edit(&tree);
     let slot = work.join(format!("{name}.squashfs"));
     let _ = std::fs::remove_file(&slot);
-    run(Command::new("mksquashfs").arg(&tree).arg(&slot).args(["-comp", "xz", "-all-root", "-quiet", "-no-progress"]));
+    run(Command::new("mksquashfs").arg(&tree).arg(&slot).args([
+        "-comp",
+        "gzip",
+        "-all-root",
+        "-quiet",
+        "-no-progress",
+    ]));
     let out = work.join(format!("{name}.bundle"));
     run(Command::new("bash")
         .arg(repo().join("tools/make-bundle.sh"))
@@ -207,8 +237,11 @@ fn admin_token(vm: &Vm) -> String {
     common::make_token(vm.http, &session, r#""admin""#)
 }
 
-fn runs(vm: &Vm, token: &str) -> Vec<(i64, i64)> {
-    let v = get(vm, token, "/api/streams/door/main/recordings");
+fn runs(port: u16, token: &str) -> Vec<(i64, i64)> {
+    let day = 86_400_000_000;
+    let now = common::wall_us();
+    let path = format!("/api/streams/door/main/recordings?from_us={}&to_us={}", now - day, now + day);
+    let Some(v) = try_get(port, token, &path) else { return Vec::new() };
     v["runs"]
         .as_array()
         .unwrap()
@@ -232,6 +265,7 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
     let camera = Camera::start();
     let config = format!(
         "data_dir = \"/data/keeppeek\"\nlisten = \"0.0.0.0:8080\"\nflush_interval_s = 2\nram_class = \"512 MiB\"\n\
+         [retention]\nstream_max_bytes = \"96 MiB\"\ntotal_max_bytes = \"224 MiB\"\n\
          [webrtc]\nport = 0\n[[cameras]]\nname = \"door\"\nusername = \"{}\"\npassword = \"{}\"\n\
          main = {{ url = \"rtsp://10.0.2.2:{}/h264\" }}\n",
         common::CAMERA_USER,
@@ -248,9 +282,9 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
     let s = system(&vm, &token);
     assert_eq!((s["running_slot"].as_str(), s["version"].as_str()), (Some("a"), Some(version().as_str())), "{s}");
     assert_eq!(s["update_key"], "development");
-    let recorded = wait_until(Duration::from_secs(60), || runs(&vm, &token).iter().any(|(a, b)| b - a > 4_000_000));
+    let recorded = wait_until(Duration::from_secs(60), || runs(vm.http, &token).iter().any(|(a, b)| b - a > 4_000_000));
     assert!(recorded, "the camera on the host is recorded in the image: {:?}", get(&vm, &token, "/api/cameras"));
-    let first_run = runs(&vm, &token)[0];
+    let first_run = runs(vm.http, &token)[0];
     let metrics = {
         let (_, _, body) = request(vm.http, "GET", "/metrics", &[("authorization", &format!("Bearer {token}"))], "");
         body
@@ -282,22 +316,23 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
     assert_eq!((answer["slot"].as_str(), answer["rebooting"].as_bool()), (Some("b"), Some(true)));
     figures.push(format!("update_install_ms {}", t.elapsed().as_millis()));
     figures.push(format!("bundle_bytes {}", std::fs::metadata(&good).unwrap().len()));
-    let back = wait_until(Duration::from_secs(120), || answers(vm.http) && system(&vm, &token)["running_slot"] == "b");
+    let back = wait_system(&mut vm, &token, Duration::from_secs(120), |s| s["running_slot"] == "b");
     assert!(back, "slot B came up: {}", tail(&vm.console()));
     figures.push(format!("update_install_to_healthy_ms {}", t.elapsed().as_millis()));
-    let marked = wait_until(Duration::from_secs(30), || system(&vm, &token)["last_update"]["result"] == "good");
+    let marked = wait_system(&mut vm, &token, Duration::from_secs(30), |s| s["last_update"]["result"] == "good");
     let s = system(&vm, &token);
     assert!(marked, "{s}");
     assert_eq!(s["version"], "9.1.0");
     assert_eq!((s["slots"]["a"]["good"].as_bool(), s["slots"]["b"]["good"].as_bool()), (Some(true), Some(true)), "{s}");
     // The recording from before the reboot is still there, and recording goes on.
     let after = wait_until(Duration::from_secs(60), || {
-        let r = runs(&vm, &token);
+        let r = runs(vm.http, &token);
         r.first() == Some(&first_run) || r.first().is_some_and(|f| f.0 == first_run.0 && f.1 >= first_run.1)
     });
-    assert!(after, "the first run survived the reboot: {:?} vs {:?}", runs(&vm, &token), first_run);
-    let recording = wait_until(Duration::from_secs(60), || runs(&vm, &token).last().is_some_and(|r| r.0 > first_run.1));
-    assert!(recording, "recording goes on after the reboot: {:?}", runs(&vm, &token));
+    assert!(after, "the first run survived the reboot: {:?} vs {:?}", runs(vm.http, &token), first_run);
+    let recording =
+        wait_until(Duration::from_secs(60), || runs(vm.http, &token).last().is_some_and(|r| r.0 > first_run.1));
+    assert!(recording, "recording goes on after the reboot: {:?}", runs(vm.http, &token));
 
     // ---- a broken update (never healthy): it boots once, then slot B again -----------------
     let broken = bundle(work, "broken", "9.2.0", "qemu-virt", &dev_key, |tree| {
@@ -312,14 +347,14 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
     let t = Instant::now();
     let (code, answer) = upload(&vm, &token, &broken, "?reboot=1");
     assert_eq!((code, answer["slot"].as_str()), (200, Some("a")), "{answer}");
-    let rolled = wait_until(Duration::from_secs(240), || {
-        answers(vm.http) && system(&vm, &token)["last_update"]["result"] == "rolled_back"
-    });
+    let rolled =
+        wait_system(&mut vm, &token, Duration::from_secs(240), |s| s["last_update"]["result"] == "rolled_back");
     assert!(rolled, "the broken update rolled back: {}", tail(&vm.console()));
     figures.push(format!("rollback_ms {}", t.elapsed().as_millis()));
     let s = system(&vm, &token);
     assert_eq!((s["running_slot"].as_str(), s["version"].as_str()), (Some("b"), Some("9.1.0")), "{s}");
     assert!(vm.console().contains("did not pass its health check"), "init said why");
+    assert_eq!((s["slots"]["a"]["version"].as_str(), s["slots"]["a"]["good"].as_bool()), (Some("9.2.0"), Some(false)));
 
     // ---- power cut during the slot write: the old slot boots ------------------------------
     let next = bundle(work, "next", "9.3.0", "qemu-virt", &dev_key, |_| {});
@@ -335,7 +370,11 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
         s.write_all(chunk).unwrap();
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // The install is under way: slot A is marked unbootable and its version forgotten.
+    let writing = wait_until(Duration::from_secs(20), || {
+        try_get(vm.http, &token, "/api/system").is_some_and(|s| s["slots"]["a"]["version"].is_null())
+    });
+    assert!(writing, "the install began writing slot A");
     vm.kill();
     drop(s);
     let mut vm = Vm::boot(&disk, &work.join("serial-2.log"));
@@ -344,7 +383,7 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
     let s = system(&vm, &token);
     assert_eq!((s["running_slot"].as_str(), s["version"].as_str()), (Some("b"), Some("9.1.0")), "{s}");
     assert_eq!((s["slots"]["a"]["good"].as_bool(), s["next_boot"].as_str()), (Some(false), Some("b")), "{s}");
-    assert!(runs(&vm, &token).first().is_some_and(|f| f.0 == first_run.0), "recordings survived the power cut");
+    assert!(runs(vm.http, &token).first().is_some_and(|f| f.0 == first_run.0), "recordings survived the power cut");
 
     let report = figures.join("\n") + "\n";
     std::fs::write(dir.join("figures.txt"), &report).unwrap();

@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Ok(text) = std::str::from_utf8(data) {
-        let out = redact_config(text);
-        assert!(!out.is_empty());
+        // Whatever it is, redacting it answers (a config that does not parse is left out).
+        let _ = redact_config(text);
     }
 });

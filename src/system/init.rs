@@ -293,8 +293,9 @@ pub fn main(slot: Slot) -> ! {
         info!(deadline_s = INIT_TRIAL_DEADLINE_S, "this firmware is on trial: it must answer /healthz");
     }
     let net_if = system.as_ref().map(|s| s.firmware.net_if.clone()).filter(|n| !n.is_empty());
-    let halt = supervise(system.as_ref(), on_trial, net_if.as_deref());
-    shutdown(halt)
+    let mut watchdog = Watchdog::open();
+    let halt = supervise(&mut watchdog, system.as_ref(), on_trial, net_if.as_deref());
+    shutdown(halt, &mut watchdog)
 }
 
 struct Child {
@@ -429,8 +430,7 @@ impl Policy {
     }
 }
 
-fn supervise(system: Option<&System>, on_trial: bool, net_if: Option<&str>) -> Halt {
-    let mut watchdog = Watchdog::open();
+fn supervise(watchdog: &mut Watchdog, system: Option<&System>, on_trial: bool, net_if: Option<&str>) -> Halt {
     let log = std::sync::Arc::new(std::sync::Mutex::new(RotatingLog::new(Path::new(LOG_PATH))));
     let set = signal_set();
     let mut dhcp = net_if.and_then(start_dhcp);
@@ -515,7 +515,7 @@ fn supervise(system: Option<&System>, on_trial: bool, net_if: Option<&str>) -> H
 }
 
 /// Stops everything in order and reboots or powers off.
-fn shutdown(halt: Halt) -> ! {
+fn shutdown(halt: Halt, watchdog: &mut Watchdog) -> ! {
     info!(?halt, "stopping keeppeek (it flushes its recordings)");
     // SAFETY: signals to processes and a wait, with arguments we own.
     unsafe {
@@ -526,6 +526,8 @@ fn shutdown(halt: Halt) -> ! {
         }
         let end = Instant::now() + Duration::from_secs(INIT_STOP_GRACE_S);
         while Instant::now() < end && pids.iter().any(|&p| libc::kill(p, 0) == 0) {
+            // Fed while keeppeek flushes: a reset now would be a power cut.
+            watchdog.feed();
             let mut status = 0;
             while libc::waitpid(-1, &mut status, libc::WNOHANG) > 0 {}
             std::thread::sleep(Duration::from_millis(100));

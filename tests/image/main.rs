@@ -312,6 +312,7 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
     let good = bundle(work, "good", "9.1.0", "qemu-virt", &dev_key, |_| {});
     let t = Instant::now();
     let (code, answer) = upload(&vm, &token, &good, "?reboot=1");
+    let answered_us = common::wall_us();
     assert_eq!(code, 200, "{answer}");
     assert_eq!((answer["slot"].as_str(), answer["rebooting"].as_bool()), (Some("b"), Some(true)));
     figures.push(format!("update_install_ms {}", t.elapsed().as_millis()));
@@ -330,6 +331,11 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
         r.first() == Some(&first_run) || r.first().is_some_and(|f| f.0 == first_run.0 && f.1 >= first_run.1)
     });
     assert!(after, "the first run survived the reboot: {:?} vs {:?}", runs(vm.http, &token), first_run);
+    // The reboot stopped keeppeek cleanly: it said so, and the first run was recorded up to
+    // the reboot (a crash would lose up to a flush interval, 2 s here).
+    assert!(vm.console().contains("keeppeek::daemon: stopped"), "{}", tail(&vm.console()));
+    let end = runs(vm.http, &token)[0].1;
+    assert!(end > answered_us - 1_500_000, "recorded to {end}, the reboot was asked at {answered_us}");
     let recording =
         wait_until(Duration::from_secs(60), || runs(vm.http, &token).last().is_some_and(|r| r.0 > first_run.1));
     assert!(recording, "recording goes on after the reboot: {:?}", runs(vm.http, &token));
@@ -384,6 +390,23 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
     assert_eq!((s["running_slot"].as_str(), s["version"].as_str()), (Some("b"), Some("9.1.0")), "{s}");
     assert_eq!((s["slots"]["a"]["good"].as_bool(), s["next_boot"].as_str()), (Some(false), Some("b")), "{s}");
     assert!(runs(vm.http, &token).first().is_some_and(|f| f.0 == first_run.0), "recordings survived the power cut");
+
+    // ---- factory reset, keeping the recordings: the config is the board's again -----------
+    let auth = format!("Bearer {token}");
+    let (code, _, body) = request(
+        vm.http,
+        "POST",
+        "/api/system/factory-reset",
+        &[("authorization", &auth)],
+        r#"{"keep":["recordings"]}"#,
+    );
+    assert_eq!(code, 202, "{body}");
+    let reset = wait_until(Duration::from_secs(120), || {
+        try_get(vm.http, &token, "/api/cameras").is_some_and(|c| c.as_array().is_some_and(|a| a.is_empty()))
+    });
+    assert!(reset, "after the reset the board's config (no camera) runs: {}", tail(&vm.console()));
+    assert!(vm.console().contains("factory reset"), "init did the reset");
+    assert!(runs(vm.http, &token).first().is_some_and(|f| f.0 == first_run.0), "the recordings were kept");
 
     let report = figures.join("\n") + "\n";
     std::fs::write(dir.join("figures.txt"), &report).unwrap();

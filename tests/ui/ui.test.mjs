@@ -61,6 +61,18 @@ test('setup, cameras, coverage, export and logout in Chromium', async (t) => {
   assert.ok(Number(packets) >= 45, `several seconds: ${probe}`);
   await page.screenshot({ path: join(shots, '4-export.png') });
 
+  // The firmware section: a daemon run from a shell is not an image and says so; the support
+  // bundle downloads (a tar whose config has its secrets replaced).
+  assert.match(await page.locator('#system-status').innerText(), /not a KeepPeek image/);
+  assert.ok(await page.locator('#update-form').isHidden(), 'no update form off an image');
+  const [bundle] = await Promise.all([page.waitForEvent('download'), page.click('#support-bundle')]);
+  assert.match(bundle.suggestedFilename(), /^keeppeek-support-\d+\.tar$/);
+  const tarPath = join(shots, 'support.tar');
+  await bundle.saveAs(tarPath);
+  const listed = execFileSync('tar', ['-tf', tarPath]).toString();
+  assert.match(listed, /^status\.json$/m);
+  assert.match(listed, /^keeppeek\.toml$/m);
+
   // Log out: back to the login form; log in again.
   await page.click('#logout');
   await page.locator('#login-username').waitFor();

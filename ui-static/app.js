@@ -559,6 +559,7 @@ async function systemStatus() {
   const u = s.last_update;
   row('Last update', u ? `${u.result}: ${u.version || ''} ${u.detail}` : 'none');
   if (s.update_key === 'development') row('Update key', 'development key: anyone with the repository can sign updates');
+  if (s.config_problem) { row('Config problem', s.config_problem); say(s.config_problem); }
 }
 
 $('#update-form').addEventListener('submit', async (e) => {

@@ -29,6 +29,10 @@ use crate::limits::{
 };
 
 pub const CONFIG_PATH: &str = "/data/keeppeek.toml";
+/// The board's config preset in the root slot (copied to [`CONFIG_PATH`] on first boot).
+const PRESET_PATH: &str = "/etc/keeppeek/keeppeek.toml";
+/// Where init says why the user's config is not the one running (shown by `GET /api/system`).
+pub const CONFIG_PROBLEM_PATH: &str = "/run/config-problem";
 const LOG_PATH: &str = "/run/log/keeppeek.log";
 const NETWORK_UP_PATH: &str = "/run/network-up";
 
@@ -267,7 +271,7 @@ pub fn main(slot: Slot) -> ! {
         error!("the data partition is not mounted: recordings and settings live in RAM until it is repaired");
         let _ = mount("data", "/data", "tmpfs", libc::MS_NOSUID | libc::MS_NODEV, "mode=0755,size=64m");
     }
-    if let Err(e) = prepare_data(Path::new("/data"), Path::new("/etc/keeppeek/keeppeek.toml")) {
+    if let Err(e) = prepare_data(Path::new("/data"), Path::new(PRESET_PATH)) {
         error!(error = %e, "preparing the data partition");
     }
     let system = match System::discover(Path::new("/")) {
@@ -303,9 +307,36 @@ struct Child {
     started: Instant,
 }
 
-fn start_keeppeek(log: &std::sync::Arc<std::sync::Mutex<RotatingLog>>) -> Option<Child> {
+/// The config keeppeek runs with: the user's, unless it does not load or its memory budget
+/// does not fit, in which case (outside a trial) the board's preset, so that the web face
+/// stays reachable and says what is wrong. A firmware on trial gets no such help: failing
+/// with the user's config must roll it back, not mark it good.
+/// Why the preset runs is written to `problem_file` (removed when the user's config runs).
+pub fn config_to_run(user: &Path, preset: &Path, on_trial: bool, problem_file: &Path) -> std::path::PathBuf {
+    let problem = match crate::config::Config::load(user) {
+        Ok(c) => {
+            let b = crate::budget::compute(&c);
+            (!b.fits()).then(|| format!("its memory budget does not fit this board:\n{b}"))
+        }
+        Err(e) => Some(e.to_string()),
+    };
+    match problem {
+        Some(why) if !on_trial && preset.exists() => {
+            error!(config = %user.display(), "the config cannot run ({why}); running the board's preset instead until it is fixed");
+            let note = format!("{} cannot run, so the board's preset runs instead: {why}\n", user.display());
+            let _ = std::fs::write(problem_file, note);
+            preset.to_owned()
+        }
+        _ => {
+            let _ = std::fs::remove_file(problem_file);
+            user.to_owned()
+        }
+    }
+}
+
+fn start_keeppeek(log: &std::sync::Arc<std::sync::Mutex<RotatingLog>>, config: &Path) -> Option<Child> {
     let mut cmd = Command::new("/usr/bin/keeppeek");
-    cmd.args(["run", "--config", CONFIG_PATH]).env("NO_COLOR", "1").stdin(Stdio::null());
+    cmd.arg("run").arg("--config").arg(config).env("NO_COLOR", "1").stdin(Stdio::null());
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     match spawn(&mut cmd) {
         Ok(mut c) => {
@@ -446,6 +477,7 @@ fn supervise(watchdog: &mut Watchdog, system: Option<&System>, on_trial: bool, n
     }
     info!(waited_ms = waited.elapsed().as_millis() as u64, up = Path::new(NETWORK_UP_PATH).exists(), "network");
     let mut child: Option<Child> = None;
+    let mut config = std::path::PathBuf::from(CONFIG_PATH);
     let mut policy = Policy::new(on_trial, Instant::now());
     let boot = Instant::now();
     loop {
@@ -484,7 +516,9 @@ fn supervise(watchdog: &mut Watchdog, system: Option<&System>, on_trial: bool, n
         match policy.next(Instant::now(), child.is_some()) {
             Next::Wait => {}
             Next::Start => {
-                child = start_keeppeek(&log);
+                let (user, preset) = (Path::new(CONFIG_PATH), Path::new(PRESET_PATH));
+                config = config_to_run(user, preset, policy.on_trial(), Path::new(CONFIG_PROBLEM_PATH));
+                child = start_keeppeek(&log, &config);
                 policy.started(Instant::now());
             }
             Next::GiveUp(why) => {
@@ -493,7 +527,7 @@ fn supervise(watchdog: &mut Watchdog, system: Option<&System>, on_trial: bool, n
             }
             Next::CheckHealth => {
                 let Some(c) = child.as_ref() else { continue };
-                let ok = match health_addr(Path::new(CONFIG_PATH)) {
+                let ok = match health_addr(&config) {
                     Some(addr) => healthy(addr),
                     None => c.started.elapsed() > Duration::from_secs(10),
                 };
@@ -574,6 +608,28 @@ fn pids_named(name: &str) -> Vec<libc::pid_t> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_config_that_cannot_run_falls_back_to_the_preset_except_on_trial() {
+        let dir = tempfile::tempdir().unwrap();
+        let (user, preset) = (dir.path().join("user.toml"), dir.path().join("preset.toml"));
+        let problem = dir.path().join("config-problem");
+        let good = "data_dir = \"k\"\nlisten = \"127.0.0.1:9\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n";
+        std::fs::write(&preset, good).unwrap();
+        std::fs::write(&user, good).unwrap();
+        assert_eq!(config_to_run(&user, &preset, false, &problem), user);
+        std::fs::write(&user, "data_dir = \"k\"\nbogus = 1\n").unwrap();
+        assert_eq!(config_to_run(&user, &preset, false, &problem), preset, "a mistake: the preset runs");
+        assert!(std::fs::read_to_string(&problem).unwrap().contains("bogus"), "and says why");
+        assert_eq!(config_to_run(&user, &preset, true, &problem), user, "on trial: fail and roll back");
+        // It loads, but needs more memory than a 64 MiB board has.
+        std::fs::write(&user, format!("ram_class = \"64 MiB\"\n{good}")).unwrap();
+        assert!(!crate::budget::compute(&crate::config::Config::load(&user).unwrap()).fits());
+        assert_eq!(config_to_run(&user, &preset, false, &problem), preset, "over budget: the preset runs");
+        std::fs::write(&user, good).unwrap();
+        assert_eq!(config_to_run(&user, &preset, false, &problem), user);
+        assert!(!problem.exists(), "fixed: the note goes");
+    }
 
     #[test]
     fn restart_pauses_grow_to_their_ceiling() {

@@ -274,6 +274,9 @@ impl System {
             "next_boot": env.as_ref().ok().map(|e| e.next_boot().name()),
             "boot_env_error": env.as_ref().err().map(|e| e.to_string()),
             "last_update": self.update_record(),
+            "config_problem": read_small(&self.root.join("run/config-problem"), 64 << 10)
+                .ok()
+                .map(|b| String::from_utf8_lossy(&b).into_owned()),
             "update_key": bundle::update_key_kind(),
         })
     }

@@ -83,6 +83,10 @@ impl Vm {
 impl Drop for Vm {
     fn drop(&mut self) {
         self.kill();
+        // The console stays for whoever reads a failure: target/images/qemu-virt/serial-*.log.
+        if let Some(name) = self.serial.file_name() {
+            let _ = std::fs::copy(&self.serial, image_dir().join(name));
+        }
     }
 }
 

@@ -177,14 +177,28 @@ pub fn read(path: &Path) -> Result<(BootEnv, Vec<u8>), GrubEnvError> {
     Ok((parse(&bytes)?, bytes))
 }
 
-/// Rewrites the block at `path` in place (same size, same clusters) and syncs it.
+/// The size `grub-editenv create` gives a block, and a damaged one is written anew at.
+const BLOCK_BYTES: usize = 1024;
+
+/// Rewrites the block at `path` in place (same size, same clusters) and syncs it. A block
+/// that is damaged (no header, a bad value, past its ceiling) is written anew at 1024 bytes:
+/// GRUB boots the factory state from such a block, and keeppeek must be able to mend it.
 pub fn write(path: &Path, env: &BootEnv) -> Result<(), GrubEnvError> {
-    let (_, previous) = read(path)?;
-    let bytes = render(env, &previous, previous.len())?;
+    let previous = match read(path) {
+        Ok((_, bytes)) => bytes,
+        Err(e @ GrubEnvError::Io(..)) => return Err(e),
+        Err(e) => {
+            tracing::warn!(error = %e, "the boot environment is damaged: writing it anew");
+            Vec::new()
+        }
+    };
+    let size = if previous.is_empty() { BLOCK_BYTES } else { previous.len() };
+    let bytes = render(env, &previous, size)?;
     let io = |e| GrubEnvError::Io(path.display().to_string(), e);
     let mut file = OpenOptions::new().write(true).open(path).map_err(io)?;
     file.seek(SeekFrom::Start(0)).map_err(io)?;
     file.write_all(&bytes).map_err(io)?;
+    file.set_len(size as u64).map_err(io)?;
     file.sync_all().map_err(io)
 }
 
@@ -242,5 +256,14 @@ mod tests {
         write(&path, &env).unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 1024);
         assert_eq!(read(&path).unwrap().0, env);
+        // Damaged blocks (garbage, or past the ceiling) are written anew; a missing one is an
+        // error (the ESP is not where it should be).
+        for damaged in [vec![b'x'; 1024], vec![b'#'; GRUBENV_MAX_BYTES + 1], Vec::new()] {
+            std::fs::write(&path, damaged).unwrap();
+            write(&path, &env).unwrap();
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), 1024);
+            assert_eq!(read(&path).unwrap().0, env);
+        }
+        assert!(matches!(write(&dir.path().join("none"), &env), Err(GrubEnvError::Io(..))));
     }
 }

@@ -207,8 +207,21 @@ impl System {
             versions.set(self.booted, Some(self.firmware.version.clone()));
             self.write_slot_versions(&versions)?;
         }
-        let mut env = self.boot_env()?;
         let other = self.booted.other();
+        let mut env = match self.boot_env() {
+            Ok(env) => env,
+            // Damaged (GRUB booted its factory state): mend it around the slot that runs.
+            Err(SystemError::Env(e)) if !matches!(e, grubenv::GrubEnvError::Io(..)) => {
+                warn!(error = %e, "the boot environment is damaged: writing it anew");
+                let mut env = BootEnv { order: [self.booted, other], ..BootEnv::default() };
+                env.set_ok(self.booted, true);
+                env.set_ok(other, false);
+                env.set_try_once(other, false);
+                self.write_boot_env(&env)?;
+                env
+            }
+            Err(e) => return Err(e),
+        };
         if env.order[0] == other && !env.ok(other) {
             warn!(
                 slot = other.name(),
@@ -448,6 +461,19 @@ mod tests {
         assert_eq!(env.next_boot(), Slot::B);
         assert_eq!(sys.update_record().unwrap().result, "good");
         assert_eq!(sys.slot_versions(), SlotVersions { a: Some("0.1.0".into()), b: Some("0.2.0".into()) });
+    }
+
+    #[test]
+    fn a_damaged_boot_environment_is_mended_around_the_running_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        fake_root(dir.path(), "0.2.0", Slot::B, 1 << 20);
+        let sys = System::discover(dir.path()).unwrap().unwrap();
+        std::fs::write(sys.grubenv_path(), vec![0u8; 1024]).unwrap();
+        assert!(sys.boot_env().is_err());
+        assert!(!sys.on_boot().unwrap(), "the slot that runs is the good one");
+        let env = sys.boot_env().unwrap();
+        assert_eq!((env.order, env.next_boot()), ([Slot::B, Slot::A], Slot::B));
+        assert!(env.ok(Slot::B) && !env.ok(Slot::A));
     }
 
     #[test]

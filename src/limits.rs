@@ -451,6 +451,13 @@ pub const INIT_RESTART_BACKOFF_MAX_S: u64 = 30;
 /// Seconds between init's health checks of a running keeppeek (every second on trial).
 pub const INIT_HEALTH_INTERVAL_S: u64 = 10;
 
+/// Each step of init's health check (connect, write, read) gives up after this long.
+pub const INIT_HEALTH_STEP_TIMEOUT_S: u64 = 2;
+
+/// init's main loop waits at most this long for a signal before it feeds the watchdog,
+/// reaps children and checks on keeppeek again.
+pub const INIT_LOOP_INTERVAL_S: u64 = 1;
+
 /// Failed health checks in a row after which init kills a hung keeppeek and starts it again.
 pub const INIT_HEALTH_FAILURES_MAX: u32 = 6;
 

@@ -17,7 +17,8 @@ use crate::system::bundle::{self, UpdateError};
 use crate::system::support;
 
 fn query_flag(parts: &Parts, name: &str) -> bool {
-    parts.uri.query().unwrap_or("").split('&').any(|kv| kv == format!("{name}=1") || kv == format!("{name}=true"))
+    url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
+        .any(|(k, v)| k == name && (v == "1" || v == "true"))
 }
 
 fn update_error(e: &UpdateError) -> Reply {

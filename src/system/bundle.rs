@@ -131,6 +131,26 @@ fn member_header(r: &mut impl Read, want: &str) -> Result<u64, UpdateError> {
     octal(field(124..136)).ok_or_else(|| UpdateError::Malformed(format!("bad size of {want}")))
 }
 
+/// The header of one regular file in a ustar archive (the support bundle writes these; the
+/// reader above takes them). The name is cut at 99 bytes.
+pub(crate) fn ustar_header(name: &str, size: u64, mtime_s: u64) -> [u8; BLOCK] {
+    let mut h = [0u8; BLOCK];
+    let n = name.len().min(99);
+    h[..n].copy_from_slice(&name.as_bytes()[..n]);
+    h[100..108].copy_from_slice(b"0000644\0");
+    h[108..116].copy_from_slice(b"0000000\0");
+    h[116..124].copy_from_slice(b"0000000\0");
+    h[124..136].copy_from_slice(format!("{:011o}\0", size.min(0o77777777777)).as_bytes());
+    h[136..148].copy_from_slice(format!("{:011o}\0", mtime_s.min(0o77777777777)).as_bytes());
+    h[156] = b'0';
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|&b| b as u32).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    h
+}
+
 fn octal(f: &[u8]) -> Option<u64> {
     let s = std::str::from_utf8(f).ok()?.trim_matches(|c| c == ' ' || c == '\0');
     if s.is_empty() || s.len() > 11 {
@@ -462,15 +482,7 @@ pub(crate) mod tests {
     }
 
     fn header(name: &str, size: usize) -> [u8; BLOCK] {
-        let mut h = [0u8; BLOCK];
-        h[..name.len()].copy_from_slice(name.as_bytes());
-        h[124..136].copy_from_slice(format!("{size:011o}\0").as_bytes());
-        h[156] = b'0';
-        h[257..263].copy_from_slice(b"ustar\0");
-        h[148..156].copy_from_slice(b"        ");
-        let sum: u32 = h.iter().map(|&b| b as u32).sum();
-        h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
-        h
+        ustar_header(name, size as u64, 0)
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! boot. Written by hand because no crate reads this format; it is twenty lines.
 
 use std::fs::OpenOptions;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
 use crate::limits::GRUBENV_MAX_BYTES;
@@ -96,7 +96,7 @@ impl BootEnv {
 pub enum GrubEnvError {
     #[error("the boot environment {0}: {1}")]
     Io(String, std::io::Error),
-    #[error("the boot environment is {0} bytes: more than {GRUBENV_MAX_BYTES}")]
+    #[error("the boot environment is more than {GRUBENV_MAX_BYTES} bytes")]
     TooLarge(u64),
     #[error("the boot environment does not start with `# GRUB Environment Block`")]
     NoHeader,
@@ -166,14 +166,11 @@ pub fn render(env: &BootEnv, previous: &[u8], size: usize) -> Result<Vec<u8>, Gr
 
 /// Reads the block at `path`.
 pub fn read(path: &Path) -> Result<(BootEnv, Vec<u8>), GrubEnvError> {
-    let io = |e| GrubEnvError::Io(path.display().to_string(), e);
-    let file = std::fs::File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
-    if len > GRUBENV_MAX_BYTES as u64 {
-        return Err(GrubEnvError::TooLarge(len));
+    let bytes =
+        super::read_capped(path, GRUBENV_MAX_BYTES).map_err(|e| GrubEnvError::Io(path.display().to_string(), e))?;
+    if bytes.len() > GRUBENV_MAX_BYTES {
+        return Err(GrubEnvError::TooLarge(bytes.len() as u64));
     }
-    let mut bytes = Vec::with_capacity(len as usize);
-    file.take(GRUBENV_MAX_BYTES as u64).read_to_end(&mut bytes).map_err(io)?;
     Ok((parse(&bytes)?, bytes))
 }
 

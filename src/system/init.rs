@@ -23,9 +23,9 @@ use tracing::{error, info, warn};
 
 use super::{Slot, System};
 use crate::limits::{
-    INIT_CRASHES_ON_TRIAL_MAX, INIT_HEALTH_FAILURES_MAX, INIT_HEALTH_INTERVAL_S, INIT_LOG_FILE_MAX_BYTES,
-    INIT_LOG_LINE_MAX_BYTES, INIT_NETWORK_WAIT_S, INIT_RESTART_BACKOFF_MAX_S, INIT_STOP_GRACE_S, INIT_TRIAL_DEADLINE_S,
-    WATCHDOG_TIMEOUT_S,
+    INIT_CRASHES_ON_TRIAL_MAX, INIT_HEALTH_FAILURES_MAX, INIT_HEALTH_INTERVAL_S, INIT_HEALTH_STEP_TIMEOUT_S,
+    INIT_LOG_FILE_MAX_BYTES, INIT_LOG_LINE_MAX_BYTES, INIT_LOOP_INTERVAL_S, INIT_NETWORK_WAIT_S,
+    INIT_RESTART_BACKOFF_MAX_S, INIT_STOP_GRACE_S, INIT_TRIAL_DEADLINE_S, WATCHDOG_TIMEOUT_S,
 };
 
 pub const CONFIG_PATH: &str = "/data/keeppeek.toml";
@@ -69,11 +69,13 @@ pub fn backoff_s(crashes_in_a_row: u32) -> u64 {
     1u64.checked_shl(crashes_in_a_row.saturating_sub(1).min(16)).unwrap_or(u64::MAX).min(INIT_RESTART_BACKOFF_MAX_S)
 }
 
-/// One `GET /healthz` on `addr`: true on a 200 within two seconds.
+/// One `GET /healthz` on `addr`: true on a 200, each step within [`INIT_HEALTH_STEP_TIMEOUT_S`].
 pub fn healthy(addr: SocketAddr) -> bool {
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else { return false };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(INIT_HEALTH_STEP_TIMEOUT_S)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(INIT_HEALTH_STEP_TIMEOUT_S)));
+    let _ = s.set_write_timeout(Some(Duration::from_secs(INIT_HEALTH_STEP_TIMEOUT_S)));
     if s.write_all(b"GET /healthz HTTP/1.1\r\nhost: keeppeek\r\nconnection: close\r\n\r\n").is_err() {
         return false;
     }
@@ -305,6 +307,8 @@ pub fn main(slot: Slot) -> ! {
 struct Child {
     pid: libc::pid_t,
     started: Instant,
+    /// Where its `/healthz` answers (from the config it runs with), if it has a web face.
+    health: Option<SocketAddr>,
 }
 
 /// The config keeppeek runs with: the user's, unless it does not load or its memory budget
@@ -348,7 +352,7 @@ fn start_keeppeek(log: &std::sync::Arc<std::sync::Mutex<RotatingLog>>, config: &
             }
             info!(pid = c.id(), "keeppeek started");
             // init reaps its children itself (waitpid(-1)): the handle is not waited on.
-            Some(Child { pid: c.id() as libc::pid_t, started: Instant::now() })
+            Some(Child { pid: c.id() as libc::pid_t, started: Instant::now(), health: health_addr(config) })
         }
         Err(e) => {
             error!(error = %e, "starting keeppeek");
@@ -362,6 +366,17 @@ fn start_dhcp(net_if: &str) -> Option<libc::pid_t> {
     let mut cmd = Command::new("/bin/udhcpc");
     cmd.args(["-f", "-S", "-i", net_if, "-s", "/etc/udhcpc.script", "-t", "0", "-T", "3"]).stdin(Stdio::null());
     spawn(&mut cmd).ok().map(|c| c.id() as libc::pid_t)
+}
+
+/// Whether init has waited for DHCP long enough: a lease, or [`INIT_NETWORK_WAIT_S`].
+pub fn network_wait_over(waited: Duration, up: bool) -> bool {
+    up || waited >= Duration::from_secs(INIT_NETWORK_WAIT_S)
+}
+
+/// Whether init has waited for keeppeek to stop long enough: it stopped, or
+/// [`INIT_STOP_GRACE_S`] passed (it is then killed).
+pub fn stop_wait_over(waited: Duration, running: bool) -> bool {
+    !running || waited >= Duration::from_secs(INIT_STOP_GRACE_S)
 }
 
 /// What the supervisor does next, given the time and its child.
@@ -468,21 +483,17 @@ fn supervise(watchdog: &mut Watchdog, system: Option<&System>, on_trial: bool, n
     // keeppeek offers live view on the addresses it finds when it starts: give DHCP a
     // moment to hand one out (`images/udhcpc.script` marks it).
     let waited = Instant::now();
-    while dhcp.is_some()
-        && !Path::new(NETWORK_UP_PATH).exists()
-        && waited.elapsed() < Duration::from_secs(INIT_NETWORK_WAIT_S)
-    {
+    while dhcp.is_some() && !network_wait_over(waited.elapsed(), Path::new(NETWORK_UP_PATH).exists()) {
         watchdog.feed();
         std::thread::sleep(Duration::from_millis(50));
     }
     info!(waited_ms = waited.elapsed().as_millis() as u64, up = Path::new(NETWORK_UP_PATH).exists(), "network");
     let mut child: Option<Child> = None;
-    let mut config = std::path::PathBuf::from(CONFIG_PATH);
     let mut policy = Policy::new(on_trial, Instant::now());
     let boot = Instant::now();
     loop {
         watchdog.feed();
-        let timeout = libc::timespec { tv_sec: 1, tv_nsec: 0 };
+        let timeout = libc::timespec { tv_sec: INIT_LOOP_INTERVAL_S as libc::time_t, tv_nsec: 0 };
         // SAFETY: waits for one of the blocked signals; `set` and `timeout` are ours.
         let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &timeout) };
         match sig {
@@ -517,7 +528,7 @@ fn supervise(watchdog: &mut Watchdog, system: Option<&System>, on_trial: bool, n
             Next::Wait => {}
             Next::Start => {
                 let (user, preset) = (Path::new(CONFIG_PATH), Path::new(PRESET_PATH));
-                config = config_to_run(user, preset, policy.on_trial(), Path::new(CONFIG_PROBLEM_PATH));
+                let config = config_to_run(user, preset, policy.on_trial(), Path::new(CONFIG_PROBLEM_PATH));
                 child = start_keeppeek(&log, &config);
                 policy.started(Instant::now());
             }
@@ -527,9 +538,10 @@ fn supervise(watchdog: &mut Watchdog, system: Option<&System>, on_trial: bool, n
             }
             Next::CheckHealth => {
                 let Some(c) = child.as_ref() else { continue };
-                let ok = match health_addr(&config) {
+                // Without a web face, running for an interval counts as healthy.
+                let ok = match c.health {
                     Some(addr) => healthy(addr),
-                    None => c.started.elapsed() > Duration::from_secs(10),
+                    None => c.started.elapsed() > Duration::from_secs(INIT_HEALTH_INTERVAL_S),
                 };
                 match policy.checked(ok, c.started.elapsed()) {
                     AfterCheck::Fine => {}
@@ -558,8 +570,8 @@ fn shutdown(halt: Halt, watchdog: &mut Watchdog) -> ! {
         for &p in &pids {
             libc::kill(p, libc::SIGTERM);
         }
-        let end = Instant::now() + Duration::from_secs(INIT_STOP_GRACE_S);
-        while Instant::now() < end && pids.iter().any(|&p| libc::kill(p, 0) == 0) {
+        let stopping = Instant::now();
+        while !stop_wait_over(stopping.elapsed(), pids.iter().any(|&p| libc::kill(p, 0) == 0)) {
             // Fed while keeppeek flushes: a reset now would be a power cut.
             watchdog.feed();
             let mut status = 0;
@@ -629,6 +641,28 @@ mod tests {
         std::fs::write(&user, good).unwrap();
         assert_eq!(config_to_run(&user, &preset, false, &problem), user);
         assert!(!problem.exists(), "fixed: the note goes");
+    }
+
+    #[test]
+    fn waits_for_dhcp_and_for_keeppeek_to_stop_end_at_their_ceilings() {
+        let s = Duration::from_secs;
+        assert!(!network_wait_over(s(INIT_NETWORK_WAIT_S) - Duration::from_millis(1), false));
+        assert!(network_wait_over(s(INIT_NETWORK_WAIT_S), false), "no lease: keeppeek starts anyway");
+        assert!(network_wait_over(s(0), true));
+        assert!(!stop_wait_over(s(INIT_STOP_GRACE_S) - Duration::from_millis(1), true));
+        assert!(stop_wait_over(s(INIT_STOP_GRACE_S), true), "past its grace keeppeek is killed");
+        assert!(stop_wait_over(s(0), false));
+    }
+
+    #[test]
+    fn the_watchdog_is_fed_well_inside_its_timeout() {
+        // The longest stretch of the main loop without a feed: the wait for a signal, then a
+        // health check whose three steps each give up (the rest is a few system calls).
+        let stretch = INIT_LOOP_INTERVAL_S + 3 * INIT_HEALTH_STEP_TIMEOUT_S;
+        assert!(
+            stretch * 3 <= WATCHDOG_TIMEOUT_S,
+            "{stretch} s between feeds against a {WATCHDOG_TIMEOUT_S} s watchdog"
+        );
     }
 
     #[test]

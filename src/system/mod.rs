@@ -47,12 +47,17 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SystemError + '_ {
     move |e| SystemError::Io(path.display().to_string(), e)
 }
 
+/// At most `max + 1` bytes of a file: one more than `max` says it is too large.
+pub(crate) fn read_capped(path: &Path, max: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(max as u64 + 1).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// Reads a small file whole, refusing one past `max` bytes.
 pub(crate) fn read_small(path: &Path, max: usize) -> Result<Vec<u8>, SystemError> {
-    use std::io::Read;
-    let f = std::fs::File::open(path).map_err(io(path))?;
-    let mut bytes = Vec::new();
-    f.take(max as u64 + 1).read_to_end(&mut bytes).map_err(io(path))?;
+    let bytes = read_capped(path, max).map_err(io(path))?;
     if bytes.len() > max {
         return Err(SystemError::Bad(path.display().to_string(), format!("more than {max} bytes")));
     }
@@ -106,7 +111,7 @@ pub struct System {
 }
 
 pub fn now_unix_s() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    (crate::clock::Clocks.wall_us() / 1_000_000).max(0) as u64
 }
 
 impl System {

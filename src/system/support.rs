@@ -140,20 +140,7 @@ impl Tar {
             }
             return;
         }
-        let mut h = [0u8; 512];
-        let n = name.len().min(99);
-        h[..n].copy_from_slice(&name.as_bytes()[..n]);
-        h[100..108].copy_from_slice(b"0000644\0");
-        h[108..116].copy_from_slice(b"0000000\0");
-        h[116..124].copy_from_slice(b"0000000\0");
-        h[124..136].copy_from_slice(format!("{:011o}\0", body.len()).as_bytes());
-        h[136..148].copy_from_slice(format!("{:011o}\0", super::now_unix_s()).as_bytes());
-        h[156] = b'0';
-        h[257..263].copy_from_slice(b"ustar\0");
-        h[263..265].copy_from_slice(b"00");
-        h[148..156].copy_from_slice(b"        ");
-        let sum: u32 = h.iter().map(|&b| b as u32).sum();
-        h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        let h = super::bundle::ustar_header(name, body.len() as u64, super::now_unix_s());
         self.bytes.extend_from_slice(&h);
         self.bytes.extend_from_slice(body);
         self.bytes.resize(self.bytes.len().div_ceil(512) * 512, 0);

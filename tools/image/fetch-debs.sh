@@ -46,6 +46,7 @@ fi
 
 cache=${1:-target/images/debs}
 (($#)) && shift
+mkdir -p "$cache"
 wanted=("$@")
 for w in "${wanted[@]}"; do
     packages | awk -v n="$w" '$1 == n { found = 1 } END { exit !found }' || {

@@ -172,9 +172,17 @@ mkfs.vfat -C -n KP-ESP -i 4b500001 "$esp_img" $((BOARD_ESP_MIB * 1024)) >/dev/nu
 MTOOLS_SKIP_CHECK=1 mcopy -s -i "$esp_img" "$esp_dir"/* ::/
 
 # --- the data partition: empty; keeppeek init lays it out on first boot ------------------
+# It grows to the disk's end at first boot (src/system/grow.rs), so it is made for the disk,
+# not for its size in the image (which would get 1 KiB blocks and an inode per 4 KiB):
+# 4 KiB blocks, an inode per 64 KiB (recordings are MiBs, snapshots hundreds of KiB), no
+# blocks reserved for root (keeppeek keeps its own reserve free), group descriptor blocks
+# reserved for online growth to 8 TiB (mke2fs's most: 1024 blocks, 4 MiB per copy), and a
+# 64 MiB journal: growing takes one transaction that touches every reserved descriptor block,
+# and a transaction may use at most a quarter of the journal (16 MiB would allow 1024 blocks).
 data_img="$work/data.img"
 mkdir -p "$work/data"
-mkfs.ext4 -q -L kp-data -E root_owner=0:0 -d "$work/data" "$data_img" "${BOARD_DATA_MIB}M" >/dev/null
+mkfs.ext4 -q -L kp-data -b 4096 -T huge -I 256 -m 0 -J size=64 -E root_owner=0:0,resize=4294967295 -d "$work/data" \
+    "$data_img" "${BOARD_DATA_MIB}M" >/dev/null
 
 # --- the disk: GPT with named partitions, each written at its offset ---------------------
 img="$out/keeppeek-$version-$BOARD_NAME.img"

@@ -433,6 +433,10 @@ pub const BUNDLE_MANIFEST_MAX_BYTES: usize = 4096;
 /// An update bundle's minisign signature: four lines, about 350 bytes.
 pub const BUNDLE_SIGNATURE_MAX_BYTES: usize = 1024;
 
+/// Entries of a GPT partition table the data partition's growth reads: every common tool
+/// writes 128; a header that claims more is not one of ours and is left alone.
+pub const GPT_PARTITION_ENTRIES_MAX: u32 = 128;
+
 /// The buffer a bundle's slot is streamed through (to the device and back): an install
 /// holds this much of the slot in memory, whatever its size.
 pub const BUNDLE_WRITE_CHUNK_BYTES: usize = 64 << 10;

@@ -556,6 +556,10 @@ async function systemStatus() {
     row(`Slot ${slot}`, `${x.version || 'empty'} (${state})`);
   }
   row('Next boot', `slot ${s.next_boot}`);
+  if (s.data) {
+    const gib = (b) => `${(b / 2 ** 30).toFixed(1)} GiB`;
+    row('Storage', `${gib(s.data.bytes)}, ${gib(s.data.free_bytes)} free`);
+  }
   const u = s.last_update;
   row('Last update', u ? `${u.result}: ${u.version || ''} ${u.detail}` : 'none');
   if (s.update_key === 'development') row('Update key', 'development key: anyone with the repository can sign updates');

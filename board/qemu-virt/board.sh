@@ -17,8 +17,8 @@ BOARD_DTBS=""
 # Packages beyond the kernel, busybox and GRUB (none: QEMU brings U-Boot as its -bios).
 BOARD_DEBS=""
 # Partition layout (GPT, MiB): the EFI system partition, two root slots, the data partition.
-# The data partition in the image is small; on first boot it is used as found (QEMU's disk
-# does not grow). Partition names are what Linux finds them by.
+# The data partition in the image is small; init grows it to the disk's end on first boot
+# (the image test boots it from a 2 GiB disk). Partition names are what Linux finds them by.
 BOARD_ESP_MIB=32
 BOARD_SLOT_MIB=48
 BOARD_DATA_MIB=320

@@ -17,8 +17,8 @@ BOARD_MODULES="mmc_block sdhci-iproc broadcom genet squashfs crc32c_generic ext4
 BOARD_DTBS="broadcom/bcm2711-rpi-4-b.dtb"
 # Extra packages the ESP needs, pinned in tools/image/debs.lock.
 BOARD_DEBS="u-boot-rpi raspi-firmware"
-# Cards are 8 GiB and more: the data partition in the image is small and init could grow
-# it to the card on first boot (not done yet: resize2fs is not in busybox).
+# Cards and SSDs are 8 GiB and more: the data partition in the image is small, and init
+# grows it to the disk's end on first boot.
 BOARD_ESP_MIB=64
 BOARD_SLOT_MIB=48
 BOARD_DATA_MIB=512

@@ -1,6 +1,7 @@
 //! What the firmware reads that someone else wrote: an update bundle's head (a strict ustar
-//! reader, before any signature is checked), GRUB's environment block, and a config to be
-//! redacted for the support bundle. Each must answer or refuse, never panic.
+//! reader, before any signature is checked), GRUB's environment block, a config to be
+//! redacted for the support bundle, and a disk's partition table (the data partition's
+//! growth). Each must answer or refuse, never panic.
 
 #![no_main]
 
@@ -27,4 +28,6 @@ fuzz_target!(|data: &[u8]| {
         // Whatever it is, redacting it answers (a config that does not parse is left out).
         let _ = redact_config(text);
     }
+    // A GPT with right CRCs and fields as the input says: planned, written, planned again.
+    keeppeek::system::grow::fuzzing::check(data);
 });

@@ -476,6 +476,7 @@ pub(crate) mod tests {
                 let _ = super::super::grubenv::render(&env, &data, data.len().max(1024));
             }
             let _ = super::super::support::redact_config(&String::from_utf8_lossy(&data));
+            super::super::grow::fuzzing::check(&data);
             n += 1;
         }
         assert!(n >= 3 && heads >= 1, "the corpus is under fuzz/ ({n} inputs, {heads} heads)");

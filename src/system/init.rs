@@ -272,6 +272,27 @@ pub fn main(slot: Slot) -> ! {
     if !is_mount_point("/data") {
         error!("the data partition is not mounted: recordings and settings live in RAM until it is repaired");
         let _ = mount("data", "/data", "tmpfs", libc::MS_NOSUID | libc::MS_NODEV, "mode=0755,size=64m");
+    } else {
+        // The first boot on a disk larger than the image grows the partition and its file
+        // system, once. Online, beside everything else (signals stay blocked in this thread
+        // too): growing into a TiB adds 8192 block groups, which takes seconds on a board,
+        // and the box answers, records and feeds its watchdog meanwhile.
+        let spawned = std::thread::Builder::new().name("kp-grow-data".into()).spawn(|| {
+            let t = Instant::now();
+            match super::grow::grow_data(Path::new("/")) {
+                Ok(g) if g.bytes > g.was_bytes => info!(
+                    from_mib = g.was_bytes >> 20,
+                    to_mib = g.bytes >> 20,
+                    took_ms = t.elapsed().as_millis() as u64,
+                    "the data partition grew to the disk's end"
+                ),
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "the data partition was not grown"),
+            }
+        });
+        if let Err(e) = spawned {
+            warn!(error = %e, "the data partition was not grown");
+        }
     }
     if let Err(e) = prepare_data(Path::new("/data"), Path::new(PRESET_PATH)) {
         error!(error = %e, "preparing the data partition");

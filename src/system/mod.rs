@@ -7,6 +7,7 @@
 //! file) is a state of its own: the API says updates are for images.
 
 pub mod bundle;
+pub mod grow;
 pub mod grubenv;
 pub mod init;
 pub mod support;
@@ -296,6 +297,8 @@ impl System {
                 .ok()
                 .map(|b| String::from_utf8_lossy(&b).into_owned()),
             "update_key": bundle::update_key_kind(),
+            "data": crate::record::flusher::disk_space(&self.data_dir())
+                .map(|d| serde_json::json!({ "bytes": d.total_bytes, "free_bytes": d.free_bytes })),
         })
     }
 }

@@ -256,6 +256,9 @@ fn runs(port: u16, token: &str) -> Vec<(i64, i64)> {
         .collect()
 }
 
+/// The disk the image is written to: larger than the image (about 450 MiB).
+const DISK_BYTES: u64 = 2 << 30;
+
 #[test]
 fn the_image_boots_records_and_updates_a_b_with_rollback() {
     let dir = image_dir();
@@ -279,6 +282,9 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
         camera.port
     );
     put_config(&disk, work, &config);
+    // The card is larger than the image: the data partition grows into the rest at first boot.
+    let image_bytes = std::fs::metadata(&disk).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&disk).unwrap().set_len(DISK_BYTES).unwrap();
 
     // ---- first boot: slot A, healthy, recording -------------------------------------------
     let mut vm = Vm::boot(&disk, &work.join("serial-1.log"));
@@ -288,6 +294,20 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
     let s = system(&vm, &token);
     assert_eq!((s["running_slot"].as_str(), s["version"].as_str()), (Some("a"), Some(version().as_str())), "{s}");
     assert_eq!(s["update_key"], "development");
+    // It grows beside keeppeek's start.
+    let grown = |s: &Value| s["data"]["bytes"].as_u64().is_some_and(|b| b > DISK_BYTES - image_bytes);
+    assert!(
+        wait_system(&mut vm, &token, Duration::from_secs(60), grown),
+        "the data file system grew into the {} bytes the image did not cover: {}",
+        DISK_BYTES - image_bytes,
+        tail(&vm.console())
+    );
+    let data_bytes = system(&vm, &token)["data"]["bytes"].as_u64().unwrap();
+    let grew = vm.console().lines().find(|l| l.contains("grew to the disk's end")).map(str::to_owned);
+    let grew = grew.unwrap_or_else(|| panic!("init says the data partition grew: {}", tail(&vm.console())));
+    let grow_ms = grew.split("took_ms=").nth(1).and_then(|v| v.split_whitespace().next()).unwrap();
+    figures.push(format!("data_grow_ms {grow_ms}"));
+    figures.push(format!("data_bytes_after_growth {data_bytes}"));
     let recorded = wait_until(Duration::from_secs(60), || runs(vm.http, &token).iter().any(|(a, b)| b - a > 4_000_000));
     assert!(recorded, "the camera on the host is recorded in the image: {:?}", get(&vm, &token, "/api/cameras"));
     let first_run = runs(vm.http, &token)[0];
@@ -413,6 +433,24 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
     assert!(reset, "after the reset the board's config (no camera) runs: {}", tail(&vm.console()));
     assert!(vm.console().contains("factory reset"), "init did the reset");
     assert!(runs(vm.http, &token).first().is_some_and(|f| f.0 == first_run.0), "the recordings were kept");
+
+    // Every boot after the first found the partition grown: nothing more to do, no complaint.
+    assert_eq!(vm.console().matches("grew to the disk's end").count(), 0, "{}", tail(&vm.console()));
+    assert!(!vm.console().contains("was not grown"), "{}", tail(&vm.console()));
+    let data_now = system(&vm, &token)["data"]["bytes"].as_u64().unwrap();
+    assert_eq!(data_now, data_bytes, "the file system keeps its size across reboots");
+    // The partition table, read on the host: both copies whole, the data partition reaching
+    // the last MiB before the backup table.
+    drop(vm);
+    let verify = Command::new("sfdisk").arg("--verify").arg(&disk).output().unwrap();
+    let said = String::from_utf8_lossy(&verify.stdout).into_owned() + &String::from_utf8_lossy(&verify.stderr);
+    assert!(verify.status.success() && said.contains("No errors detected"), "{said}");
+    let table: Value =
+        serde_json::from_slice(&Command::new("sfdisk").arg("--json").arg(&disk).output().unwrap().stdout).unwrap();
+    let data =
+        table["partitiontable"]["partitions"].as_array().unwrap().iter().find(|p| p["name"] == "kp-data").unwrap();
+    let end_bytes = (data["start"].as_u64().unwrap() + data["size"].as_u64().unwrap()) * 512;
+    assert_eq!(end_bytes, DISK_BYTES - (1 << 20), "{table}");
 
     let report = figures.join("\n") + "\n";
     std::fs::write(dir.join("figures.txt"), &report).unwrap();

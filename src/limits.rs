@@ -158,6 +158,11 @@ pub const HTTP_CONNECTIONS_MAX: usize = 256;
 /// it; a slow-loris client gets 408 and is dropped.
 pub const HTTP_READ_TIMEOUT_MS: u64 = 30_000;
 
+/// Past [`HTTP_READ_TIMEOUT_MS`], a request that keeps arriving at this rate or faster is read
+/// on: each byte read moves its deadline out (never more than the timeout ahead), so an
+/// update bundle or a snapshot uploads over a slow link, and a trickle still gets its 408.
+pub const HTTP_READ_MIN_RATE_BYTES_PER_S: u64 = 16 << 10;
+
 /// A response write that makes no progress for this long drops the connection.
 pub const HTTP_WRITE_TIMEOUT_MS: u64 = 30_000;
 

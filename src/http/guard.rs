@@ -1,10 +1,13 @@
 //! The socket under every HTTP connection, with the timeouts hyper does not enforce itself.
 //!
 //! - Read: a request (head and body) must arrive within [`limits::HTTP_READ_TIMEOUT_MS`] of
-//!   the server starting to read it. The clock starts when reading starts after the last
-//!   response (or at connect), so a slow-loris client that trickles bytes is cut off, and so
-//!   is an idle keep-alive connection holding a slot. On expiry a `408` is written straight
-//!   to the socket (nothing else is being written then) and the connection ends.
+//!   the server starting to read it, plus a second for every
+//!   [`limits::HTTP_READ_MIN_RATE_BYTES_PER_S`] bytes read (the deadline is never more than
+//!   the timeout ahead). The clock starts when reading starts after the last response (or at
+//!   connect), so a slow-loris client that trickles bytes is cut off, and so is an idle
+//!   keep-alive connection holding a slot, while a large upload over a slow link that keeps
+//!   the minimum rate is read whole. On expiry a `408` is written straight to the socket
+//!   (nothing else is being written then) and the connection ends.
 //! - Write: a response write that makes no progress for [`limits::HTTP_WRITE_TIMEOUT_MS`]
 //!   ends the connection.
 
@@ -48,8 +51,17 @@ impl AsyncRead for Guarded {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         let deadline = me.read_deadline.get_or_insert_with(|| sleep_ms(limits::HTTP_READ_TIMEOUT_MS));
+        let before = buf.filled().len();
         match Pin::new(&mut me.stream).poll_read(cx, buf) {
-            Poll::Ready(r) => Poll::Ready(r),
+            Poll::Ready(r) => {
+                let read = buf.filled().len() - before;
+                if read > 0 {
+                    let now = tokio::time::Instant::now();
+                    let later = extended(deadline.deadline(), now, read);
+                    deadline.as_mut().reset(later);
+                }
+                Poll::Ready(r)
+            }
             Poll::Pending => match deadline.as_mut().poll(cx) {
                 Poll::Pending => Poll::Pending,
                 Poll::Ready(()) => {
@@ -61,6 +73,13 @@ impl AsyncRead for Guarded {
             },
         }
     }
+}
+
+/// The read deadline after `read` more bytes arrived at `now`: later by the time those bytes
+/// take at the minimum rate, but never more than the read timeout ahead of `now`.
+fn extended(deadline: tokio::time::Instant, now: tokio::time::Instant, read: usize) -> tokio::time::Instant {
+    let earned = Duration::from_micros(read as u64 * 1_000_000 / limits::HTTP_READ_MIN_RATE_BYTES_PER_S);
+    (deadline + earned).min(now + Duration::from_millis(limits::HTTP_READ_TIMEOUT_MS))
 }
 
 impl Guarded {
@@ -116,5 +135,26 @@ impl AsyncWrite for Guarded {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::Instant;
+
+    #[test]
+    fn bytes_read_at_the_minimum_rate_move_the_deadline_by_their_time_up_to_the_timeout() {
+        let now = Instant::now();
+        let timeout = Duration::from_millis(limits::HTTP_READ_TIMEOUT_MS);
+        let start = now + timeout;
+        // A second's worth of bytes at the minimum rate earns a second.
+        let rate = limits::HTTP_READ_MIN_RATE_BYTES_PER_S as usize;
+        assert_eq!(extended(start - Duration::from_secs(5), now, rate), start - Duration::from_secs(4));
+        // Never further than the timeout ahead: a burst does not bank time for a stall.
+        assert_eq!(extended(start, now, rate), start);
+        assert_eq!(extended(start - Duration::from_millis(1), now, 100 * rate), start);
+        // A trickle earns next to nothing: one byte is 61 µs.
+        assert_eq!(extended(now, now, 1), now + Duration::from_micros(61));
     }
 }

@@ -71,23 +71,35 @@ fn system(port: u16, token: &str) -> Value {
     serde_json::from_str(&body).unwrap()
 }
 
-#[test]
-fn updates_over_http_are_checked_streamed_and_refused_without_touching_the_running_slot() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
+/// A daemon on a fake root (with a camera, so its config has a secret to redact), and an
+/// admin's session.
+fn firmware_daemon(dir: &Path) -> (Daemon, u16, std::path::PathBuf, (String, String)) {
+    let root = dir.join("root");
     fake_root(&root);
     let port = free_port();
     write_config(
-        dir.path(),
+        dir,
         &format!(
             "listen = \"127.0.0.1:{port}\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n\
              [[cameras]]\nname = \"gate\"\nusername = \"u\"\npassword = \"hunter2\"\n\
              main = {{ url = \"rtsp://127.0.0.1:9/s\" }}\n"
         ),
     );
-    let d = Daemon::start_with(dir.path(), &["--system-root", root.to_str().unwrap()]);
+    let d = Daemon::start_with(dir, &["--system-root", root.to_str().unwrap()]);
     d.wait_log("web face listening", 1, Duration::from_secs(20));
     let admin = setup_admin(port);
+    (d, port, root, admin)
+}
+
+/// A 1.5 MB payload that does not compress.
+fn payload() -> Vec<u8> {
+    (0..1_500_000u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect()
+}
+
+#[test]
+fn updates_over_http_are_checked_streamed_and_refused_without_touching_the_running_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_d, port, root, admin) = firmware_daemon(dir.path());
     let token = make_token(port, &admin, r#""admin""#);
     let viewer = make_token(port, &admin, r#""view""#);
 
@@ -96,7 +108,7 @@ fn updates_over_http_are_checked_streamed_and_refused_without_touching_the_runni
     assert_eq!((s["version"].as_str(), s["next_boot"].as_str()), (Some("0.5.0"), Some("a")));
     assert_eq!(s["update_key"], "development");
 
-    let payload: Vec<u8> = (0..1_500_000u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    let payload = payload();
     let key = repo().join("images/keys/development.key");
     let other = dir.path().join("other.key");
     succeed(Command::new("minisign").args(["-G", "-W", "-p"]).arg(dir.path().join("other.pub")).arg("-s").arg(&other));
@@ -197,6 +209,51 @@ fn updates_over_http_are_checked_streamed_and_refused_without_touching_the_runni
     let out = keeppeek().args(["update", "install"]).arg(&foreign).arg("--system-root").arg(&root).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("signature"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Sends `bundle` as an update in chunks of `chunk` bytes every 100 ms; returns the answer
+/// and how long it took.
+fn paced_upload(port: u16, token: &str, bundle: &[u8], chunk: usize) -> (String, Duration) {
+    let mut s = connect(port);
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let head = format!(
+        "POST /api/system/update HTTP/1.1\r\nhost: kp\r\nauthorization: Bearer {token}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        bundle.len()
+    );
+    let start = std::time::Instant::now();
+    s.write_all(head.as_bytes()).unwrap();
+    for part in bundle.chunks(chunk) {
+        if s.write_all(part).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (read_response(&mut s), start.elapsed())
+}
+
+#[test]
+fn an_upload_longer_than_the_read_timeout_is_read_while_it_keeps_the_minimum_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_d, port, root, admin) = firmware_daemon(dir.path());
+    let token = make_token(port, &admin, r#""admin""#);
+    let key = repo().join("images/keys/development.key");
+    let payload = payload();
+    let bundle = make_bundle(dir.path(), "slow", "0.6.0", "qemu-virt", &payload, &key);
+    // 40 KiB/s, over two and a half times the minimum: longer than the read timeout, whole.
+    let (answer, took) = paced_upload(port, &token, &bundle, 4 << 10);
+    assert!(took > Duration::from_secs(32), "the upload took {took:?}, not past the read timeout");
+    assert_eq!(status(&answer), 200, "{answer}");
+    let slot_b = std::fs::read(root.join("dev/vda3")).unwrap();
+    assert!(slot_b[..payload.len()] == payload[..], "the payload is in slot B");
+    // 4 KiB/s, a quarter of the minimum: the deadline moves a quarter second each second, so
+    // the upload is cut off with a 408 after about 40 s, and the running slot stays first.
+    let newer = make_bundle(dir.path(), "slower", "0.7.0", "qemu-virt", &payload, &key);
+    let (answer, took) = paced_upload(port, &token, &newer, 400);
+    assert_eq!(status(&answer), 408, "{answer}");
+    assert!(took > Duration::from_secs(35) && took < Duration::from_secs(50), "cut off after {took:?}");
+    let s = system(port, &token);
+    assert_eq!(s["slots"]["a"]["good"].as_bool(), Some(true), "{s}");
+    assert_eq!(s["last_update"]["result"], "failed", "{s}");
 }
 
 #[test]

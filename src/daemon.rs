@@ -103,7 +103,9 @@ pub async fn run(config: Config, system: Arc<crate::system::SystemApi>) -> Resul
             let streams = names.zip(fanouts.iter().cloned()).collect();
             let store = (catalog.clone(), data_dir.clone());
             let bound = webrtc::Engine::bind(port, &addresses, streams, store, max).await;
-            Some(bound.map_err(|source| DaemonError::Webrtc { port, source })?)
+            let (engine, handle) = bound.map_err(|source| DaemonError::Webrtc { port, source })?;
+            let loopback = config.webrtc.loopback;
+            Some((engine.follow_addresses(move || webrtc::host_addresses(loopback)), handle))
         }
     };
     recovery::recover(&catalog, &data_dir)?;

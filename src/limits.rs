@@ -230,6 +230,11 @@ pub const WEBRTC_SESSIONS_PER_GIB: usize = 64;
 /// Live sessions on any board, whatever its RAM.
 pub const WEBRTC_SESSIONS_SERVER_MAX: usize = 512;
 
+/// Addresses of the box live view listens on (a UDP socket each). Addresses that appear
+/// after the start (a late DHCP lease, a new one after years) are bound when the next session
+/// opens; past this many, a new address takes the socket of one the box no longer has.
+pub const WEBRTC_HOST_ADDRESSES_MAX: usize = 8;
+
 /// What one session is budgeted (str0m's state, send buffer, DTLS and SCTP): the goal per
 /// viewer.
 pub const WEBRTC_SESSION_BUDGET_BYTES: usize = 512 << 10;
@@ -470,8 +475,9 @@ pub const INIT_LOOP_INTERVAL_S: u64 = 1;
 /// Failed health checks in a row after which init kills a hung keeppeek and starts it again.
 pub const INIT_HEALTH_FAILURES_MAX: u32 = 6;
 
-/// Seconds init waits for a DHCP lease before starting keeppeek anyway (live view offers
-/// the addresses it finds at start). A lease on a LAN takes well under a second.
+/// Seconds init waits for a DHCP lease before starting keeppeek anyway (live view binds a
+/// later lease's address when the next session opens). A lease on a LAN takes well under a
+/// second.
 pub const INIT_NETWORK_WAIT_S: u64 = 10;
 
 /// Seconds keeppeek gets to stop (and flush its recordings) at a reboot before it is killed.

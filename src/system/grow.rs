@@ -55,7 +55,7 @@ pub enum Plan {
     /// It does already, and the backup table is whole at the disk's end.
     Done { end_lba: u64 },
     /// Write these tables: the partition then ends at `end_lba` (it ended at `was_end_lba`).
-    Write { tables: Tables, end_lba: u64, was_end_lba: u64 },
+    Write { tables: Box<Tables>, end_lba: u64, was_end_lba: u64 },
 }
 
 /// The primary header (sector 1) and its entries, checked: signature, revision, size and
@@ -168,7 +168,7 @@ pub fn plan(disk: &mut (impl Read + Seek), sector_bytes: u64, number: u32, start
     backup.backup_lba = 1;
     backup.partition_entry_lba = last_usable + 1;
     backup.update_crc32_checksum();
-    Ok(Plan::Write { tables: Tables { primary, backup, entries }, end_lba, was_end_lba })
+    Ok(Plan::Write { tables: Box::new(Tables { primary, backup, entries }), end_lba, was_end_lba })
 }
 
 /// Writes `tables`: the backup at the disk's end first, then the primary, then a protective

@@ -260,6 +260,11 @@ pub struct Engine {
     /// (session, track) pairs showing the stream of the frame being sent: kept between
     /// frames so the per-frame path does not allocate it.
     viewers: Vec<(usize, usize)>,
+    /// Where the box's current addresses come from, when they are followed (the daemon);
+    /// `None`: the addresses bound at the start are all there is.
+    addresses: Option<Box<dyn Fn() -> Vec<IpAddr> + Send>>,
+    /// The port new addresses are bound on: the first socket's.
+    port: u16,
 }
 
 impl Engine {
@@ -280,6 +285,7 @@ impl Engine {
             locals.push(socket.local_addr()?);
             sockets.push(socket);
         }
+        let port = locals.first().map_or(port, |l| l.port());
         let (tx, cmd_rx) = mpsc::channel(limits::WEBRTC_COMMANDS_MAX);
         let (events_tx, events_rx) = mpsc::channel(limits::WEBRTC_EVENTS_IN_MAX);
         let (frames_tx, frames_rx) = mpsc::channel(limits::LIVE_TAP_FRAMES);
@@ -303,8 +309,62 @@ impl Engine {
             max_sessions,
             next_id: 1,
             viewers: Vec::new(),
+            addresses: None,
+            port,
         };
         Ok((engine, handle))
+    }
+
+    /// Follows the box's addresses: each session is offered the addresses `current` gives
+    /// when it opens, and one not bound yet is bound then (see
+    /// [`limits::WEBRTC_HOST_ADDRESSES_MAX`]).
+    pub fn follow_addresses(mut self, current: impl Fn() -> Vec<IpAddr> + Send + 'static) -> Self {
+        self.addresses = Some(Box::new(current));
+        self
+    }
+
+    /// The local addresses to offer a session now: the box's current ones, each bound (a new
+    /// one gets a socket, or the socket of an address the box no longer has).
+    fn current_locals(&mut self) -> Vec<SocketAddr> {
+        let Some(current) = self.addresses.as_ref().map(|f| f()) else { return self.locals.clone() };
+        for ip in &current {
+            if self.locals.iter().any(|l| l.ip() == *ip) {
+                continue;
+            }
+            let slot = if self.sockets.len() < limits::WEBRTC_HOST_ADDRESSES_MAX {
+                None
+            } else if let Some(i) = self.locals.iter().position(|l| !current.contains(&l.ip())) {
+                Some(i)
+            } else {
+                warn!(address = %ip, max = limits::WEBRTC_HOST_ADDRESSES_MAX, "live view: no socket left for a new address");
+                continue;
+            };
+            let bound = std::net::UdpSocket::bind(SocketAddr::new(*ip, self.port))
+                .and_then(|s| s.set_nonblocking(true).map(|()| s))
+                .and_then(UdpSocket::from_std);
+            let socket = match bound {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(address = %ip, error = %e, "live view: cannot listen on a new address");
+                    continue;
+                }
+            };
+            let Ok(local) = socket.local_addr() else { continue };
+            info!(address = %local, "live view listening on a new address");
+            match slot {
+                None => {
+                    self.sockets.push(socket);
+                    self.locals.push(local);
+                }
+                Some(i) => {
+                    self.sockets[i] = socket;
+                    self.locals[i] = local;
+                }
+            }
+        }
+        let offered: Vec<SocketAddr> = self.locals.iter().filter(|l| current.contains(&l.ip())).copied().collect();
+        // No address right now (the network is down): offer what is bound rather than none.
+        if offered.is_empty() { self.locals.clone() } else { offered }
     }
 
     /// Runs until `shutdown` turns true or every handle is gone.
@@ -405,7 +465,8 @@ impl Engine {
         let params = fanout.params().ok_or(OpenError::NotLive)?;
         let id = self.next_id;
         let now = Instant::now();
-        let accepted = Session::accept(Viewer { id, owner, peer, stream }, &params, offer, &self.locals, now);
+        let locals = self.current_locals();
+        let accepted = Session::accept(Viewer { id, owner, peer, stream }, &params, offer, &locals, now);
         let (session, answer) = accepted.inspect_err(|_| {
             self.stats.bad_offers.fetch_add(1, Ordering::Relaxed);
         })?;
@@ -1039,6 +1100,49 @@ mod tests {
         // One ends: its room is free again.
         e.sessions[0].tracks[3].source = Source::Idle;
         e.command_for(sessions, &play_stored(0)).expect("room for one more");
+    }
+
+    /// The host candidates of an answer.
+    fn candidates(answer: &str) -> Vec<String> {
+        answer
+            .lines()
+            .filter(|l| l.starts_with("a=candidate:"))
+            .filter_map(|l| l.split_whitespace().nth(4).map(str::to_owned))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn addresses_that_appear_later_are_offered_and_bound_up_to_the_ceiling() {
+        let dir = tempfile::tempdir().unwrap();
+        let (e, _handle) = engine(dir.path(), 64).await;
+        let now = Arc::new(std::sync::Mutex::new(vec![IpAddr::from([127, 0, 0, 1])]));
+        let mut e = {
+            let now = now.clone();
+            e.follow_addresses(move || now.lock().unwrap().clone())
+        };
+        let peer = IpAddr::from([127, 0, 0, 1]);
+        let open = |e: &mut Engine, who: &str| candidates(&e.open(0, &offer(1), owner(who), peer).unwrap().1);
+        assert_eq!(open(&mut e, "user:a"), ["127.0.0.1"]);
+        // A lease arrives: the next session is offered the new address too, bound on the
+        // same port.
+        let loopback = |k: u8| IpAddr::from([127, 0, 0, k]);
+        now.lock().unwrap().push(loopback(2));
+        assert_eq!(open(&mut e, "user:b"), ["127.0.0.1", "127.0.0.2"]);
+        assert_eq!(e.locals[1].port(), e.locals[0].port());
+        // Up to the ceiling of sockets; past it, a new address takes the socket of one the
+        // box no longer has.
+        let max = limits::WEBRTC_HOST_ADDRESSES_MAX as u8;
+        *now.lock().unwrap() = (1..=max + 1).map(loopback).collect();
+        assert_eq!(open(&mut e, "user:c").len(), limits::WEBRTC_HOST_ADDRESSES_MAX, "the ninth is not bound");
+        assert_eq!(e.sockets.len(), limits::WEBRTC_HOST_ADDRESSES_MAX);
+        *now.lock().unwrap() = (2..=max + 1).map(loopback).collect();
+        let offered = open(&mut e, "user:d");
+        assert_eq!(offered.len(), limits::WEBRTC_HOST_ADDRESSES_MAX);
+        assert!(!offered.contains(&"127.0.0.1".to_string()) && offered.contains(&format!("127.0.0.{}", max + 1)));
+        assert_eq!(e.sockets.len(), limits::WEBRTC_HOST_ADDRESSES_MAX);
+        // The network is down: what is bound is offered rather than nothing.
+        now.lock().unwrap().clear();
+        assert_eq!(open(&mut e, "user:e").len(), limits::WEBRTC_HOST_ADDRESSES_MAX);
     }
 
     #[tokio::test]

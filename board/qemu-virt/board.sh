@@ -6,8 +6,10 @@ BOARD_NAME=qemu-virt
 # The RAM class KeepPeek budgets against (its ceilings scale with it; see config preset).
 BOARD_RAM_CLASS_MIB=512
 # The kernel's command line (GRUB adds the slot: kp.slot=a|b). panic=5: a kernel panic
-# reboots, and a slot on trial that panics is not booted again.
-BOARD_CMDLINE="console=ttyAMA0 panic=5 quiet loglevel=4"
+# reboots, and a slot on trial that panics is not booted again. gpt: a primary partition
+# table torn by a power cut while the data partition grew is read from its backup (Linux
+# looks at the backup only when told), and init writes the primary again.
+BOARD_CMDLINE="console=ttyAMA0 panic=5 quiet loglevel=4 gpt"
 # Kernel modules the initramfs loads, in this order, with their dependencies first
 # (resolved from the kernel's modules.dep, by file name): disk, network, file systems,
 # watchdog, entropy.

@@ -8,8 +8,9 @@
 
 BOARD_NAME=rpi4
 BOARD_RAM_CLASS_MIB=2048
-# The mini UART on GPIO 14/15 is ttyS1 once the device tree is the board's.
-BOARD_CMDLINE="console=ttyS1,115200 console=tty1 panic=5 quiet loglevel=4"
+# The mini UART on GPIO 14/15 is ttyS1 once the device tree is the board's. panic=5 and gpt
+# as on qemu-virt (board/qemu-virt/board.sh says why).
+BOARD_CMDLINE="console=ttyS1,115200 console=tty1 panic=5 quiet loglevel=4 gpt"
 # SD card (sdhci-iproc, mmc_block), Ethernet (bcmgenet with its PHY), file systems, the
 # SoC's watchdog and random number generator.
 BOARD_MODULES="mmc_block sdhci-iproc broadcom genet squashfs crc32c_generic ext4 vfat nls_cp437 nls_ascii bcm2835_wdt iproc-rng200"

@@ -115,6 +115,39 @@ fn read_backup(
     Ok(agrees && b.read_partitions(disk, sector_bytes).is_ok())
 }
 
+/// The backup table at the disk's last sector, whole and laid out as every tool lays it out
+/// (its entries just before it), as the primary it stands for.
+fn backup_as_primary(
+    disk: &mut (impl Read + Seek),
+    sector_bytes: u64,
+    sectors: u64,
+) -> Option<(GPTHeader, Vec<GPTPartitionEntry>)> {
+    let lba = sectors.checked_sub(1)?;
+    disk.seek(SeekFrom::Start(lba * sector_bytes)).ok()?;
+    let b = GPTHeader::read_from(disk).ok()?;
+    check_header(&b, lba).ok()?;
+    let entry_sectors = (u64::from(b.number_of_partition_entries) * u64::from(ENTRY_BYTES)).div_ceil(sector_bytes);
+    if b.backup_lba != 1 || b.partition_entry_lba.checked_add(entry_sectors) != Some(lba) {
+        return None;
+    }
+    let entries = b.read_partitions(disk, sector_bytes).ok()?;
+    let mut h = b;
+    h.primary_lba = 1;
+    h.backup_lba = lba;
+    h.partition_entry_lba = 2;
+    Some((h, entries))
+}
+
+/// Whether the protective MBR's one partition covers the disk (as far as its 32 bits can).
+fn mbr_covers(disk: &mut (impl Read + Seek), sectors: u64) -> bool {
+    let mut mbr = [0u8; 512];
+    if disk.seek(SeekFrom::Start(0)).is_err() || disk.read_exact(&mut mbr).is_err() {
+        return false;
+    }
+    let size = u32::from_le_bytes([mbr[458], mbr[459], mbr[460], mbr[461]]);
+    mbr[450] == 0xee && mbr[510..] == [0x55, 0xaa] && u64::from(size) == (sectors - 1).min(u64::from(u32::MAX))
+}
+
 /// What partition `number` (1-based, as the kernel numbers them), which the kernel says
 /// starts at `start_lba`, needs to reach the end of `disk`. Refused when it is not the last
 /// partition, when it is not where the kernel says, or when the disk is smaller than its
@@ -122,7 +155,15 @@ fn read_backup(
 pub fn plan(disk: &mut (impl Read + Seek), sector_bytes: u64, number: u32, start_lba: u64) -> Result<Plan, GrowError> {
     let disk_bytes = disk.seek(SeekFrom::End(0)).map_err(io(Path::new("the disk")))?;
     let sectors = disk_bytes / sector_bytes;
-    let (header, mut entries) = read_primary(disk, sector_bytes)?;
+    // A primary torn by a power cut while it was written: the backup (written first, synced)
+    // stands in, and the primary is written again from it.
+    let (header, mut entries, primary_whole) = match read_primary(disk, sector_bytes) {
+        Ok((h, e)) => (h, e, true),
+        Err(torn) => match backup_as_primary(disk, sector_bytes, sectors) {
+            Some((h, e)) => (h, e, false),
+            None => return Err(torn),
+        },
+    };
     let entry_sectors = (u64::from(header.number_of_partition_entries) * u64::from(ENTRY_BYTES)).div_ceil(sector_bytes);
     // The protective MBR, the primary header and entries, the backup entries and header.
     if sectors < 2 * entry_sectors + 3 {
@@ -151,9 +192,11 @@ pub fn plan(disk: &mut (impl Read + Seek), sector_bytes: u64, number: u32, start
     let align = (ALIGN_BYTES / sector_bytes).max(1);
     let end_lba = ((last_usable + 1) / align * align).saturating_sub(1).max(entry.ending_lba);
     let was_end_lba = entry.ending_lba;
-    if end_lba == was_end_lba
+    if primary_whole
+        && end_lba == was_end_lba
         && (header.backup_lba, header.last_usable_lba) == (backup_lba, last_usable)
         && backup_agrees(disk, sector_bytes, backup_lba, &header)
+        && mbr_covers(disk, sectors)
     {
         return Ok(Plan::Done { end_lba });
     }
@@ -459,6 +502,7 @@ mod tests {
         gpt[1] = part(1, 2048, 1);
         gpt[2] = part(2, 4096, data_mib);
         gpt.write_into(&mut c).unwrap();
+        gptman::GPT::write_protective_mbr_into(&mut c, SS).unwrap();
         c
     }
 
@@ -518,6 +562,36 @@ mod tests {
         assert_eq!(primary.backup_lba, 8 * MIB / SS - 1);
         assert!(matches!(apply(&mut c), Plan::Write { end_lba: e, .. } if e == end_lba));
         assert_eq!(apply(&mut c), Plan::Done { end_lba });
+    }
+
+    #[test]
+    fn a_primary_torn_by_a_power_cut_is_written_again_from_the_backup() {
+        let mut c = bigger(disk(8, 2), 16);
+        let Plan::Write { end_lba, .. } = apply(&mut c) else { panic!("nothing to do") };
+        // The primary's entries were half written when the power went.
+        c.get_mut()[2 * SS as usize + 128 + 40] ^= 0xff;
+        assert!(read_primary(&mut c, SS).is_err());
+        assert!(matches!(apply(&mut c), Plan::Write { end_lba: e, .. } if e == end_lba));
+        let (_, entries) = read_primary(&mut c, SS).unwrap();
+        assert_eq!(entries[1].ending_lba, end_lba);
+        assert!(apply(&mut c) == Plan::Done { end_lba });
+        // Torn both ways: nothing to stand on, nothing is written.
+        c.get_mut()[SS as usize + 30] ^= 0xff;
+        let last = c.get_ref().len() - SS as usize;
+        c.get_mut()[last + 30] ^= 0xff;
+        assert!(matches!(plan(&mut c, SS, 2, 4096), Err(GrowError::Table(_))));
+    }
+
+    #[test]
+    fn a_protective_mbr_left_at_the_old_size_is_written_again() {
+        let mut c = bigger(disk(8, 2), 16);
+        let Plan::Write { end_lba, .. } = apply(&mut c) else { panic!("nothing to do") };
+        // The power went after the primary, before the MBR.
+        c.get_mut()[458..462].copy_from_slice(&(8 * MIB as u32 / SS as u32 - 1).to_le_bytes());
+        assert!(
+            matches!(apply(&mut c), Plan::Write { end_lba: e, was_end_lba: w, .. } if e == end_lba && w == end_lba)
+        );
+        assert!(apply(&mut c) == Plan::Done { end_lba });
     }
 
     #[test]

@@ -280,10 +280,23 @@ impl Engine {
         let (catalog, data_dir) = store;
         let mut sockets = Vec::new();
         let mut locals = Vec::new();
-        for ip in addresses {
-            let socket = UdpSocket::bind(SocketAddr::new(*ip, port)).await?;
-            locals.push(socket.local_addr()?);
-            sockets.push(socket);
+        let mut first_error = None;
+        // One address that cannot be bound is skipped (said, and tried again when a session
+        // opens); none bound is the port's problem, and an error.
+        for ip in addresses.iter().take(limits::WEBRTC_HOST_ADDRESSES_MAX) {
+            match UdpSocket::bind(SocketAddr::new(*ip, port)).await.and_then(|s| Ok((s.local_addr()?, s))) {
+                Ok((local, socket)) => {
+                    locals.push(local);
+                    sockets.push(socket);
+                }
+                Err(e) => {
+                    warn!(address = %ip, port, error = %e, "live view: cannot listen on an address");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let (true, Some(e)) = (sockets.is_empty(), first_error) {
+            return Err(e);
         }
         let port = locals.first().map_or(port, |l| l.port());
         let (tx, cmd_rx) = mpsc::channel(limits::WEBRTC_COMMANDS_MAX);
@@ -336,7 +349,7 @@ impl Engine {
             } else if let Some(i) = self.locals.iter().position(|l| !current.contains(&l.ip())) {
                 Some(i)
             } else {
-                warn!(address = %ip, max = limits::WEBRTC_HOST_ADDRESSES_MAX, "live view: no socket left for a new address");
+                debug!(address = %ip, max = limits::WEBRTC_HOST_ADDRESSES_MAX, "live view: no socket left for a new address");
                 continue;
             };
             let bound = std::net::UdpSocket::bind(SocketAddr::new(*ip, self.port))
@@ -545,8 +558,13 @@ impl Engine {
     fn drive_quiet(&mut self, i: usize) -> session::Wants {
         let (sockets, locals, stats) = (&self.sockets, &self.locals, &self.stats);
         let mut send = |t: Transmit| {
-            let socket = locals.iter().position(|l| *l == t.source).unwrap_or(0);
-            if sockets[socket].try_send_to(&t.contents, t.destination).is_err() {
+            // From the socket of the address the session was offered; one whose socket went
+            // to a newer address (the box no longer has the old one) is not sent.
+            let sent = locals
+                .iter()
+                .position(|l| *l == t.source)
+                .is_some_and(|k| sockets[k].try_send_to(&t.contents, t.destination).is_ok());
+            if !sent {
                 stats.send_errors.fetch_add(1, Ordering::Relaxed);
             }
         };

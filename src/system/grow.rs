@@ -37,6 +37,10 @@ fn io(what: &Path) -> impl FnOnce(std::io::Error) -> GrowError + '_ {
     move |e| GrowError::Io(what.display().to_string(), e)
 }
 
+fn disk_io(e: std::io::Error) -> GrowError {
+    GrowError::Io("the disk".into(), e)
+}
+
 fn refused(why: impl Into<String>) -> GrowError {
     GrowError::Refused(why.into())
 }
@@ -64,7 +68,7 @@ pub fn read_primary(
     disk: &mut (impl Read + Seek),
     sector_bytes: u64,
 ) -> Result<(GPTHeader, Vec<GPTPartitionEntry>), GrowError> {
-    disk.seek(SeekFrom::Start(sector_bytes)).map_err(io(Path::new("the disk")))?;
+    disk.seek(SeekFrom::Start(sector_bytes)).map_err(disk_io)?;
     let header = GPTHeader::read_from(disk)?;
     check_header(&header, 1)?;
     let entries = header.read_partitions(disk, sector_bytes)?;
@@ -91,47 +95,47 @@ fn check_header(h: &GPTHeader, at_lba: u64) -> Result<(), GrowError> {
     Ok(())
 }
 
-/// Whether the backup header at `lba` is whole and agrees with `primary`.
-fn backup_agrees(disk: &mut (impl Read + Seek), sector_bytes: u64, lba: u64, primary: &GPTHeader) -> bool {
-    read_backup(disk, sector_bytes, lba, primary).unwrap_or(false)
+/// Sectors a header's entries take.
+fn entry_sectors(h: &GPTHeader, sector_bytes: u64) -> u64 {
+    (u64::from(h.number_of_partition_entries) * u64::from(ENTRY_BYTES)).div_ceil(sector_bytes)
 }
 
+/// The backup table at `lba`, whole (its header and entries' CRCs) and laid out as every tool
+/// lays it out: its entries just before it, pointing back at sector 1.
 fn read_backup(
     disk: &mut (impl Read + Seek),
     sector_bytes: u64,
     lba: u64,
-    primary: &GPTHeader,
-) -> Result<bool, GrowError> {
-    disk.seek(SeekFrom::Start(lba * sector_bytes)).map_err(io(Path::new("the disk")))?;
-    let b = GPTHeader::read_from(disk)?;
-    check_header(&b, lba)?;
-    let agrees = b.number_of_partition_entries == primary.number_of_partition_entries
-        && b.backup_lba == primary.primary_lba
-        && Some(b.partition_entry_lba) == primary.last_usable_lba.checked_add(1)
-        && (b.first_usable_lba, b.last_usable_lba, b.disk_guid)
-            == (primary.first_usable_lba, primary.last_usable_lba, primary.disk_guid)
-        && b.partition_entry_array_crc32 == primary.partition_entry_array_crc32;
-    // The entries' CRC is checked as they are read.
-    Ok(agrees && b.read_partitions(disk, sector_bytes).is_ok())
+) -> Option<(GPTHeader, Vec<GPTPartitionEntry>)> {
+    disk.seek(SeekFrom::Start(lba.checked_mul(sector_bytes)?)).ok()?;
+    let b = GPTHeader::read_from(disk).ok()?;
+    check_header(&b, lba).ok()?;
+    if b.backup_lba != 1 || b.partition_entry_lba.checked_add(entry_sectors(&b, sector_bytes)) != Some(lba) {
+        return None;
+    }
+    let entries = b.read_partitions(disk, sector_bytes).ok()?;
+    Some((b, entries))
 }
 
-/// The backup table at the disk's last sector, whole and laid out as every tool lays it out
-/// (its entries just before it), as the primary it stands for.
+/// Whether the backup table at `lba` is whole and agrees with `primary`.
+fn backup_agrees(disk: &mut (impl Read + Seek), sector_bytes: u64, lba: u64, primary: &GPTHeader) -> bool {
+    read_backup(disk, sector_bytes, lba).is_some_and(|(b, _)| {
+        b.number_of_partition_entries == primary.number_of_partition_entries
+            && Some(b.partition_entry_lba) == primary.last_usable_lba.checked_add(1)
+            && (b.first_usable_lba, b.last_usable_lba, b.disk_guid)
+                == (primary.first_usable_lba, primary.last_usable_lba, primary.disk_guid)
+            && b.partition_entry_array_crc32 == primary.partition_entry_array_crc32
+    })
+}
+
+/// The backup table at the disk's last sector as the primary it stands for.
 fn backup_as_primary(
     disk: &mut (impl Read + Seek),
     sector_bytes: u64,
     sectors: u64,
 ) -> Option<(GPTHeader, Vec<GPTPartitionEntry>)> {
     let lba = sectors.checked_sub(1)?;
-    disk.seek(SeekFrom::Start(lba * sector_bytes)).ok()?;
-    let b = GPTHeader::read_from(disk).ok()?;
-    check_header(&b, lba).ok()?;
-    let entry_sectors = (u64::from(b.number_of_partition_entries) * u64::from(ENTRY_BYTES)).div_ceil(sector_bytes);
-    if b.backup_lba != 1 || b.partition_entry_lba.checked_add(entry_sectors) != Some(lba) {
-        return None;
-    }
-    let entries = b.read_partitions(disk, sector_bytes).ok()?;
-    let mut h = b;
+    let (mut h, entries) = read_backup(disk, sector_bytes, lba)?;
     h.primary_lba = 1;
     h.backup_lba = lba;
     h.partition_entry_lba = 2;
@@ -153,7 +157,7 @@ fn mbr_covers(disk: &mut (impl Read + Seek), sectors: u64) -> bool {
 /// partition, when it is not where the kernel says, or when the disk is smaller than its
 /// table (an image written to a smaller card: nothing is touched).
 pub fn plan(disk: &mut (impl Read + Seek), sector_bytes: u64, number: u32, start_lba: u64) -> Result<Plan, GrowError> {
-    let disk_bytes = disk.seek(SeekFrom::End(0)).map_err(io(Path::new("the disk")))?;
+    let disk_bytes = disk.seek(SeekFrom::End(0)).map_err(disk_io)?;
     let sectors = disk_bytes / sector_bytes;
     // A primary torn by a power cut while it was written: the backup (written first, synced)
     // stands in, and the primary is written again from it.
@@ -164,7 +168,7 @@ pub fn plan(disk: &mut (impl Read + Seek), sector_bytes: u64, number: u32, start
             None => return Err(torn),
         },
     };
-    let entry_sectors = (u64::from(header.number_of_partition_entries) * u64::from(ENTRY_BYTES)).div_ceil(sector_bytes);
+    let entry_sectors = entry_sectors(&header, sector_bytes);
     // The protective MBR, the primary header and entries, the backup entries and header.
     if sectors < 2 * entry_sectors + 3 {
         return Err(refused(format!("a disk of {sectors} sectors cannot hold its partition table")));
@@ -223,7 +227,7 @@ pub fn write_tables<D: Write + Seek>(
     tables: &Tables,
     mut sync: impl FnMut(&mut D) -> std::io::Result<()>,
 ) -> Result<(), GrowError> {
-    let synced = |r: std::io::Result<()>| r.map_err(io(Path::new("the disk")));
+    let synced = |r: std::io::Result<()>| r.map_err(disk_io);
     tables.backup.clone().write_into(disk, sector_bytes, &tables.entries)?;
     synced(sync(disk))?;
     tables.primary.clone().write_into(disk, sector_bytes, &tables.entries)?;
@@ -363,7 +367,7 @@ fn resize_ext4(dir: &std::fs::File, bytes: u64) -> std::io::Result<()> {
 
 /// A header's 92 bytes as they are on disk, whatever its fields say (`GPTHeader::write_into`
 /// also writes as many entries as the header claims).
-pub fn header_bytes(h: &GPTHeader) -> Vec<u8> {
+fn header_bytes(h: &GPTHeader) -> Vec<u8> {
     let mut raw = Vec::with_capacity(92);
     raw.extend_from_slice(&h.signature);
     raw.extend_from_slice(&h.revision);

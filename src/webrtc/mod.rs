@@ -229,6 +229,14 @@ pub fn host_addresses(loopback: bool) -> Vec<IpAddr> {
     out
 }
 
+/// A UDP socket on `addr` for the engine (called on its runtime), and the address it got.
+fn listen(addr: SocketAddr) -> io::Result<(SocketAddr, UdpSocket)> {
+    let socket = std::net::UdpSocket::bind(addr)?;
+    socket.set_nonblocking(true)?;
+    let socket = UdpSocket::from_std(socket)?;
+    Ok((socket.local_addr()?, socket))
+}
+
 /// How often a track playing stored video reports its position.
 const POSITION_EVERY: Duration = Duration::from_millis(250);
 
@@ -284,7 +292,7 @@ impl Engine {
         // One address that cannot be bound is skipped (said, and tried again when a session
         // opens); none bound is the port's problem, and an error.
         for ip in addresses.iter().take(limits::WEBRTC_HOST_ADDRESSES_MAX) {
-            match UdpSocket::bind(SocketAddr::new(*ip, port)).await.and_then(|s| Ok((s.local_addr()?, s))) {
+            match listen(SocketAddr::new(*ip, port)) {
                 Ok((local, socket)) => {
                     locals.push(local);
                     sockets.push(socket);
@@ -352,17 +360,13 @@ impl Engine {
                 debug!(address = %ip, max = limits::WEBRTC_HOST_ADDRESSES_MAX, "live view: no socket left for a new address");
                 continue;
             };
-            let bound = std::net::UdpSocket::bind(SocketAddr::new(*ip, self.port))
-                .and_then(|s| s.set_nonblocking(true).map(|()| s))
-                .and_then(UdpSocket::from_std);
-            let socket = match bound {
-                Ok(s) => s,
+            let (local, socket) = match listen(SocketAddr::new(*ip, self.port)) {
+                Ok(bound) => bound,
                 Err(e) => {
                     warn!(address = %ip, error = %e, "live view: cannot listen on a new address");
                     continue;
                 }
             };
-            let Ok(local) = socket.local_addr() else { continue };
             info!(address = %local, "live view listening on a new address");
             match slot {
                 None => {

@@ -288,7 +288,7 @@ fn publication(work: &Path, smoke: bool) -> Value {
     for i in 0..subscribers {
         let (mut v, pending, offer) = Viewer::offer();
         v.on_open(subscribe.clone());
-        let owner = Owner { principal: format!("token:{i}"), login: None };
+        let owner = Owner { principal: format!("token:{i}"), login: None, admin: false };
         let (_, answer) =
             client.block_on(handle.open(0, offer, owner, "127.0.0.1".parse().unwrap())).expect("a session");
         v.answer(pending, &answer);

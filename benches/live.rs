@@ -122,7 +122,7 @@ fn in_process(clip: &Path, work: &Path, n: usize, frames: usize) -> Value {
     let mut viewers = Vec::new();
     for i in 0..n {
         let (mut v, pending, offer) = Viewer::offer();
-        let owner = Owner { principal: format!("token:{}", i % 32), login: None };
+        let owner = Owner { principal: format!("token:{}", i % 32), login: None, admin: false };
         let peer = format!("10.0.0.{}", i / 100 + 1).parse().unwrap();
         let (_, answer) = client.block_on(handle.open(0, offer, owner, peer)).expect("a session");
         v.answer(pending, &answer);
@@ -189,6 +189,9 @@ fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &st
     );
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if body.starts_with('{') {
+        req.push_str("content-type: application/json\r\n");
     }
     req.push_str("\r\n");
     req.push_str(body);

@@ -79,19 +79,23 @@ pub fn compute(config: &Config) -> Budget {
         },
         Line {
             component: "http connections",
-            bytes: limits::HTTP_CONNECTIONS_MAX as u64 * (limits::HTTP_HEAD_MAX_BYTES as u64 + (16 << 10)),
+            bytes: limits::HTTP_CONNECTIONS_MAX as u64
+                * (limits::HTTP_HEAD_MAX_BYTES as u64 + (16 << 10) + limits::HTTP_SMALL_BODY_MAX_BYTES),
             why: format!(
-                "{} connections × ({} KiB head + 16 KiB write buffer) (HTTP_CONNECTIONS_MAX, HTTP_HEAD_MAX_BYTES)",
+                "{} connections × ({} KiB head + 16 KiB write buffer + {} KiB small body read before its handler) (HTTP_CONNECTIONS_MAX, HTTP_HEAD_MAX_BYTES, HTTP_SMALL_BODY_MAX_BYTES)",
                 limits::HTTP_CONNECTIONS_MAX,
-                limits::HTTP_HEAD_MAX_BYTES >> 10
+                limits::HTTP_HEAD_MAX_BYTES >> 10,
+                limits::HTTP_SMALL_BODY_MAX_BYTES >> 10
             ),
         },
         Line {
-            component: "password hashing",
-            bytes: limits::AUTH_HASHES_CONCURRENT_MAX as u64 * (19 << 20),
+            component: "accounts",
+            bytes: accounts_bytes(),
             why: format!(
-                "{} argon2id hashes at once × 19 MiB (AUTH_HASHES_CONCURRENT_MAX)",
-                limits::AUTH_HASHES_CONCURRENT_MAX
+                "{} argon2id buffers × {} MiB, allocated once, the login-limit table and {} sessions (AUTH_HASHES_CONCURRENT_MAX, AUTH_LOGIN_TRACKED_MAX, AUTH_SESSIONS_MAX)",
+                limits::AUTH_HASHES_CONCURRENT_MAX,
+                crate::auth::hashing::HASH_MEMORY_BYTES >> 20,
+                limits::AUTH_SESSIONS_MAX
             ),
         },
         Line {
@@ -225,6 +229,14 @@ impl fmt::Display for Budget {
             if self.fits() { "fits" } else { "DOES NOT FIT" }
         )
     }
+}
+
+/// What accounts hold at most: the hashing buffers, the login-limit table and the session
+/// table (a session: its key, name, CSRF token and times, with the map's slack).
+pub fn accounts_bytes() -> u64 {
+    let hashing = limits::AUTH_HASHES_CONCURRENT_MAX * crate::auth::hashing::HASH_MEMORY_BYTES;
+    let sessions = limits::AUTH_SESSIONS_MAX * 256;
+    (hashing + crate::auth::limiter::table_bytes() + sessions) as u64
 }
 
 #[cfg(test)]

@@ -164,11 +164,16 @@ pub async fn run(config: Config, system: Arc<crate::system::SystemApi>) -> Resul
     info!(cameras = config.cameras.len(), data_dir = %data_dir.display(), "recording");
 
     let status = tokio::spawn(log_status(states));
+    #[cfg(target_env = "gnu")]
+    let trim = tokio::spawn(return_freed_memory());
     let auth = Arc::new(Auth::new(catalog.clone()));
-    if auth.setup_needed().unwrap_or(false) {
-        // Printed once at start: whoever reads the box's log may create the first admin from
-        // another machine; from the box itself no token is needed.
-        info!(setup_token = auth.setup_token(), "no admin yet: open the web face to set one up");
+    if auth.setup_needed().unwrap_or(false)
+        && let Some(token) = auth.setup_token()
+    {
+        // Printed once at start: whoever reads the box's console may create the first admin
+        // from another machine (once); from the box itself no token is needed. The support
+        // bundle leaves the token out of the log it ships.
+        info!(setup_token = %token, "no admin yet: open the web face to set one up");
     }
     let (engine, webrtc) = match webrtc {
         Some((engine, handle)) => (Some(tokio::spawn(engine.run(shutdown_rx.clone()))), Some(handle)),
@@ -192,6 +197,8 @@ pub async fn run(config: Config, system: Arc<crate::system::SystemApi>) -> Resul
     info!("stopping");
     recorder.stopping();
     status.abort();
+    #[cfg(target_env = "gnu")]
+    trim.abort();
     let _ = shutdown_tx.send(true);
     if let Some(web) = web {
         let _ = web.await;
@@ -231,6 +238,20 @@ async fn log_status(states: Vec<(String, Arc<StreamState>)>) {
                 "status"
             );
         }
+    }
+}
+
+/// glibc keeps what is freed in its arenas (one per thread that allocated), so a burst of
+/// connections would leave the process large for good; this hands it back to the kernel
+/// every [`limits::MEMORY_TRIM_INTERVAL_S`]. The image's musl build returns freed memory
+/// itself and has no such call.
+#[cfg(target_env = "gnu")]
+async fn return_freed_memory() {
+    let mut tick = tokio::time::interval(Duration::from_secs(limits::MEMORY_TRIM_INTERVAL_S));
+    loop {
+        tick.tick().await;
+        // SAFETY: malloc_trim only walks the allocator's own free lists.
+        unsafe { libc::malloc_trim(0) };
     }
 }
 

@@ -154,6 +154,10 @@ pub const SHUTDOWN_TIMEOUT_MS: u64 = 5_000;
 /// the kernel's backlog.
 pub const HTTP_CONNECTIONS_MAX: usize = 256;
 
+/// How long a newcomer waits for the connection that gives its slot up to close (it is told
+/// at once and closes at its next poll).
+pub const HTTP_EVICT_WAIT_MS: u64 = 100;
+
 /// A request (head and body) must arrive within this long of the server starting to read
 /// it; a slow-loris client gets 408 and is dropped.
 pub const HTTP_READ_TIMEOUT_MS: u64 = 30_000;
@@ -183,6 +187,10 @@ pub const HTTP_HANDLERS_MAX: usize = 64;
 
 /// Longest time range one API query may cover.
 pub const API_RANGE_MAX_US: i64 = 400 * 24 * 3600 * 1_000_000;
+
+/// The latest time a request may name (2200-01-01 UTC); the earliest is 1970. Anything
+/// outside is refused before any arithmetic on it.
+pub const API_TIME_MAX_US: i64 = 7_258_118_400 * 1_000_000;
 
 /// Longest list one API reply holds (runs, tokens, …); a longer one says `truncated`.
 pub const API_LIST_MAX: usize = 10_000;
@@ -218,8 +226,16 @@ pub const LIVE_TAP_FRAMES: usize = 256;
 
 // ---- WebRTC ----
 
-/// Live sessions one principal (a user or a token) may hold: the 65th is refused.
+/// Live sessions one principal (a user or a token) may hold at most: the 65th is refused (on
+/// a smaller box, past its share, WEBRTC_PRINCIPAL_SHARE_PERCENT).
 pub const WEBRTC_SESSIONS_PER_PRINCIPAL_MAX: usize = 64;
+
+/// The share of the box's live sessions one principal may hold, so one viewer or token
+/// never takes them all.
+pub const WEBRTC_PRINCIPAL_SHARE_PERCENT: usize = 50;
+
+/// Live sessions kept for admins: an admin can always watch, however full the box is.
+pub const WEBRTC_SESSIONS_ADMIN_RESERVED: usize = 2;
 
 /// Live sessions from one client address.
 pub const WEBRTC_SESSIONS_PER_ADDRESS_MAX: usize = 128;
@@ -302,19 +318,35 @@ pub const AUTH_TOKENS_MAX: usize = 256;
 /// past that, a login is refused until one ends.
 pub const AUTH_SESSIONS_MAX: usize = 256;
 
+/// Sessions one user may hold: a new login past it ends that user's oldest, so no one user
+/// fills the table.
+pub const AUTH_SESSIONS_PER_USER_MAX: usize = 16;
+
 /// A session's lifetime from login.
 pub const AUTH_SESSION_LIFETIME_S: u64 = 7 * 24 * 3600;
 
-/// Failed logins allowed per client address and per user name within the window: 429 beyond.
+/// Failed logins allowed from one client address at one user name within the window: 429
+/// beyond, for that address and name only.
 pub const AUTH_LOGIN_FAILURES_MAX: u32 = 5;
 
 /// The window of the login failure count.
 pub const AUTH_LOGIN_WINDOW_S: u64 = 60;
 
-/// Addresses and user names whose failures are tracked at once.
+/// Failed logins from one address (any users) in the window before that address is refused.
+pub const AUTH_LOGIN_ADDRESS_FAILURES_MAX: u32 = 30;
+
+/// Failed logins at one user (from any addresses) in the window past which each try at that
+/// user is slowed, never refused.
+pub const AUTH_LOGIN_USER_FAILURES_SLOW: u32 = 10;
+
+/// The wait of a slowed login.
+pub const AUTH_LOGIN_SLOW_DELAY_MS: u64 = 1_000;
+
+/// Login-limit entries (an address, an address and a name, or a name; each of a fixed size)
+/// tracked at once; past it a shared count limits every untracked try.
 pub const AUTH_LOGIN_TRACKED_MAX: usize = 4096;
 
-/// Password hashes computed at once: argon2id holds ~19 MiB for each.
+/// Password hashes computed at once: argon2id holds 19 MiB for each, allocated once and kept.
 pub const AUTH_HASHES_CONCURRENT_MAX: usize = 2;
 
 /// Bytes of a user or token name.
@@ -519,6 +551,9 @@ pub const PROCESS_BASE_BYTES: usize = 24 << 20;
 /// The share of the board's RAM KeepPeek may plan to use; the rest is the kernel's page
 /// cache (which recording depends on) and the OS.
 pub const RAM_SHARE_PERCENT: usize = 50;
+
+/// How often the host (glibc) build hands freed memory back to the kernel.
+pub const MEMORY_TRIM_INTERVAL_S: u64 = 5;
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&len_byte, rest)) = data.split_first() else { return };
     if let Ok(text) = std::str::from_utf8(rest) {
         let len = u64::from(len_byte) * 1000;
-        if let Some((start, end)) = parse::byte_range(text, len) {
+        if let parse::ByteRange::Part(start, end) = parse::byte_range(text, len) {
             assert!(start < end && end <= len);
         }
         let _ = parse::range_query(text);

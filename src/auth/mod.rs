@@ -6,21 +6,27 @@
 //!   machine, or anywhere with the setup token printed in the log at start.
 //! - Session cookies and token secrets are random 256-bit values; only their SHA-256 is kept
 //!   (sessions in memory, tokens in the catalog), and they are compared in constant time.
-//! - Sessions live in a fixed-size table ([`limits::AUTH_SESSIONS_MAX`]); logout removes the
-//!   entry at once. A restart logs everyone out; tokens survive it.
-//! - Failed logins are counted per client address and per user name in a bounded table; past
-//!   [`limits::AUTH_LOGIN_FAILURES_MAX`] in [`limits::AUTH_LOGIN_WINDOW_S`], 429.
-//! - Hashing is bounded to [`limits::AUTH_HASHES_CONCURRENT_MAX`] at once (each argon2id
-//!   hash holds ~19 MiB) and runs off the async runtime.
+//! - Setup makes the first admin once: the setup token works for one setup, and the last admin
+//!   can be neither deleted nor made a viewer, so setup never opens again.
+//! - Sessions live in a fixed-size table ([`limits::AUTH_SESSIONS_MAX`]), at most
+//!   [`limits::AUTH_SESSIONS_PER_USER_MAX`] per user (a new one ends that user's oldest). A
+//!   full table ends the oldest viewer's session (the oldest of all when every one is an
+//!   admin's), so it never refuses a login. Logout, a password change and deleting the user
+//!   end sessions at once; the caller is told which, to close what they opened. A restart
+//!   logs everyone out; tokens survive it.
+//! - Failed logins are limited per address and user, per address, and (as a delay) per user
+//!   ([`limiter`]). An unknown user costs the same hash as a wrong password.
+//! - Hashing is bounded to [`limits::AUTH_HASHES_CONCURRENT_MAX`] at once, into memory set
+//!   aside once ([`hashing`]), off the async runtime.
+
+pub mod hashing;
+pub mod limiter;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
-use argon2::Argon2;
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use sha2::{Digest, Sha256};
-use tokio::sync::Semaphore;
 
 use crate::catalog::{Catalog, CatalogError};
 use crate::clock::Clocks;
@@ -108,6 +114,8 @@ pub enum AuthError {
     RateLimited { retry_after_s: u64 },
     #[error("{0} is full (the maximum is {1})")]
     Full(&'static str, usize),
+    #[error("this is the last admin: make another admin first")]
+    LastAdmin,
     #[error("password hashing failed: {0}")]
     Hash(String),
 }
@@ -116,24 +124,38 @@ struct Session {
     name: String,
     role: Role,
     csrf: String,
+    /// Order of opening (the oldest has the smallest).
+    serial: u64,
     expires_us: i64,
 }
 
-#[derive(Default)]
-struct Failures {
-    /// Failed attempts in the current window, by key ("a:<address>" or "u:<name>").
-    by_key: HashMap<String, (u32, i64)>,
-}
+/// A session's key: the SHA-256 of its cookie.
+pub type SessionKey = [u8; 32];
 
 /// Accounts, sessions, tokens and login limits.
 pub struct Auth {
     catalog: Arc<Catalog>,
-    sessions: Mutex<HashMap<[u8; 32], Session>>,
-    failures: Mutex<Failures>,
-    hashing: Semaphore,
-    setup_token: String,
+    sessions: Mutex<HashMap<SessionKey, Session>>,
+    limiter: Mutex<limiter::Limiter>,
+    hasher: hashing::Hasher,
+    /// Until the first setup succeeds.
+    setup_token: Mutex<Option<String>>,
     /// Held while the first admin is created, so two setups cannot both succeed.
     pub setup_lock: tokio::sync::Mutex<()>,
+    /// Held across the last-admin check and the write that follows it.
+    admins: Mutex<()>,
+    /// The next session's [`Session::serial`].
+    serial: std::sync::atomic::AtomicU64,
+}
+
+/// A successful login: the cookie, its CSRF token and role, and the sessions it ended.
+#[derive(Debug)]
+pub struct Login {
+    pub cookie: String,
+    pub csrf: String,
+    pub role: Role,
+    /// Sessions that went to make room for this one.
+    pub ended: Vec<SessionKey>,
 }
 
 /// 32 random bytes as lower-case hex.
@@ -152,7 +174,7 @@ fn sha256(s: &str) -> [u8; 32] {
 }
 
 /// Constant-time equality of two byte strings of the same length.
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -188,17 +210,20 @@ impl Auth {
     pub fn new(catalog: Arc<Catalog>) -> Auth {
         Auth {
             catalog,
-            sessions: Mutex::new(HashMap::new()),
-            failures: Mutex::new(Failures::default()),
-            hashing: Semaphore::new(limits::AUTH_HASHES_CONCURRENT_MAX),
-            setup_token: random_hex()[..24].to_string(),
+            sessions: Mutex::new(HashMap::with_capacity(limits::AUTH_SESSIONS_MAX)),
+            limiter: Mutex::new(limiter::Limiter::new()),
+            hasher: hashing::Hasher::new(),
+            setup_token: Mutex::new(Some(random_hex()[..24].to_string())),
             setup_lock: tokio::sync::Mutex::new(()),
+            admins: Mutex::new(()),
+            serial: 0.into(),
         }
     }
 
-    /// The token that allows setup from another machine; the daemon logs it at start.
-    pub fn setup_token(&self) -> &str {
-        &self.setup_token
+    /// The token that allows setup from another machine, until the first setup; the daemon
+    /// logs it at start (the support bundle leaves it out).
+    pub fn setup_token(&self) -> Option<String> {
+        self.setup_token.lock().expect("lock").clone()
     }
 
     /// True until an admin exists.
@@ -208,122 +233,128 @@ impl Auth {
 
     /// May this client run setup now?
     pub fn setup_allowed(&self, peer: IpAddr, token: Option<&str>) -> bool {
-        peer.is_loopback() || token.is_some_and(|t| same(t.as_bytes(), self.setup_token.as_bytes()))
+        let ours = self.setup_token.lock().expect("lock");
+        peer.is_loopback() || ours.as_deref().zip(token).is_some_and(|(o, t)| same(t.as_bytes(), o.as_bytes()))
     }
 
-    async fn hash(&self, password: String) -> Result<String, AuthError> {
-        let _permit = self.hashing.acquire().await.map_err(|e| AuthError::Hash(e.to_string()))?;
-        tokio::task::spawn_blocking(move || {
-            let mut salt = [0u8; 16];
-            getrandom::fill(&mut salt).expect("the OS random source");
-            let salt = SaltString::encode_b64(&salt).map_err(|e| AuthError::Hash(e.to_string()))?;
-            Argon2::default()
-                .hash_password(password.as_bytes(), &salt)
-                .map(|h| h.to_string())
-                .map_err(|e| AuthError::Hash(e.to_string()))
-        })
-        .await
-        .map_err(|e| AuthError::Hash(e.to_string()))?
+    /// The first admin was made: the setup token is spent.
+    pub fn setup_done(&self) {
+        self.setup_token.lock().expect("lock").take();
     }
 
-    async fn verify(&self, password: String, phc: String) -> bool {
-        let Ok(_permit) = self.hashing.acquire().await else { return false };
-        tokio::task::spawn_blocking(move || {
-            PasswordHash::new(&phc).is_ok_and(|h| Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
-        })
-        .await
-        .unwrap_or(false)
-    }
-
-    /// Creates or replaces a user.
-    pub async fn put_user(&self, name: &str, password: &str, role: Role) -> Result<(), AuthError> {
+    /// Creates or replaces a user. Replacing ends the user's sessions (returned, so their
+    /// live views can be closed too); the last admin cannot be made a viewer.
+    pub async fn put_user(&self, name: &str, password: &str, role: Role) -> Result<Vec<SessionKey>, AuthError> {
         check_name(name)?;
         check_password(password)?;
         let users = self.catalog.users()?;
         if users.len() >= limits::AUTH_USERS_MAX && !users.iter().any(|(n, _)| n == name) {
             return Err(AuthError::Full("the user table", limits::AUTH_USERS_MAX));
         }
-        let phc = self.hash(password.to_string()).await?;
-        self.catalog.put_user(name, role.code(), &phc)?;
+        let phc = self.hasher.hash(password).await?;
+        {
+            let _admins = self.admins.lock().expect("lock");
+            if role != Role::Admin {
+                self.refuse_last_admin(name)?;
+            }
+            self.catalog.put_user(name, role.code(), &phc)?;
+        }
+        Ok(self.end_sessions_of(name))
+    }
+
+    /// Deletes a user and ends their sessions (returned); the last admin stays.
+    pub fn delete_user(&self, name: &str) -> Result<Option<Vec<SessionKey>>, AuthError> {
+        {
+            let _admins = self.admins.lock().expect("lock");
+            self.refuse_last_admin(name)?;
+            if !self.catalog.delete_user(name)? {
+                return Ok(None);
+            }
+        }
+        Ok(Some(self.end_sessions_of(name)))
+    }
+
+    /// Err when `name` is the only admin.
+    fn refuse_last_admin(&self, name: &str) -> Result<(), AuthError> {
+        let users = self.catalog.users()?;
+        let admin = Role::Admin.code();
+        let is_admin = users.iter().any(|(n, r)| n == name && *r == admin);
+        if is_admin && users.iter().filter(|(_, r)| *r == admin).count() == 1 {
+            return Err(AuthError::LastAdmin);
+        }
         Ok(())
     }
 
-    /// Checks a login against the rate limits and the stored hash; on success opens a
-    /// session and returns (cookie value, CSRF token, role).
-    pub async fn login(&self, peer: IpAddr, name: &str, password: &str) -> Result<(String, String, Role), AuthError> {
-        let keys = [format!("a:{peer}"), format!("u:{name}")];
-        self.check_rate(&keys)?;
-        let user = if password.len() <= limits::AUTH_PASSWORD_MAX_BYTES { self.catalog.user(name)? } else { None };
+    /// Checks a login against the limits and the stored hash; on success opens a session.
+    pub async fn login(&self, peer: IpAddr, name: &str, password: &str) -> Result<Login, AuthError> {
+        // A name that cannot exist is counted by address alone.
+        let key = check_name(name).ok().and_then(|()| limiter::Name::try_from(name).ok());
+        let verdict = self.limiter.lock().expect("lock").check(peer, key.as_ref(), Clocks.wall_us());
+        match verdict {
+            limiter::Verdict::Go => {}
+            limiter::Verdict::Slow => {
+                tokio::time::sleep(std::time::Duration::from_millis(limits::AUTH_LOGIN_SLOW_DELAY_MS)).await
+            }
+            limiter::Verdict::Refuse { retry_after_s } => return Err(AuthError::RateLimited { retry_after_s }),
+        }
+        let fits = password.len() <= limits::AUTH_PASSWORD_MAX_BYTES;
+        let user = match (&key, fits) {
+            (Some(_), true) => self.catalog.user(name)?,
+            _ => None,
+        };
+        // The same work whether the user exists or not.
         let ok = match &user {
-            Some((_, phc)) => self.verify(password.to_string(), phc.clone()).await,
-            None => false,
+            Some((_, phc)) => self.hasher.verify(password, phc).await,
+            None => {
+                // argon2's time does not depend on the password's length.
+                self.hasher.spend(if fits { password } else { "" }).await;
+                false
+            }
         };
         let role = user.and_then(|(r, _)| Role::from_code(r));
-        match (ok, role) {
-            (true, Some(role)) => {
-                self.failures.lock().expect("lock").by_key.remove(&keys[1]);
-                let (cookie, csrf) = self.open_session(name, role)?;
-                Ok((cookie, csrf, role))
+        match (ok, role, &key) {
+            (true, Some(role), Some(key)) => {
+                self.limiter.lock().expect("lock").succeeded(peer, key);
+                let (cookie, csrf, ended) = self.open_session(name, role);
+                Ok(Login { cookie, csrf, role, ended })
             }
             _ => {
-                self.fail(&keys);
+                self.limiter.lock().expect("lock").failed(peer, key.as_ref(), Clocks.wall_us());
                 Err(AuthError::BadCredentials)
             }
         }
     }
 
-    fn check_rate(&self, keys: &[String]) -> Result<(), AuthError> {
-        let now = Clocks.wall_us();
-        let window_us = limits::AUTH_LOGIN_WINDOW_S as i64 * 1_000_000;
-        let f = self.failures.lock().expect("lock");
-        for k in keys {
-            if let Some(&(count, since)) = f.by_key.get(k)
-                && count >= limits::AUTH_LOGIN_FAILURES_MAX
-                && now - since < window_us
-            {
-                return Err(AuthError::RateLimited {
-                    retry_after_s: ((since + window_us - now) / 1_000_000).max(1) as u64,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn fail(&self, keys: &[String]) {
-        let now = Clocks.wall_us();
-        let window_us = limits::AUTH_LOGIN_WINDOW_S as i64 * 1_000_000;
-        let mut f = self.failures.lock().expect("lock");
-        if f.by_key.len() + keys.len() > limits::AUTH_LOGIN_TRACKED_MAX {
-            f.by_key.retain(|_, (_, since)| now - *since < window_us);
-        }
-        for k in keys {
-            if f.by_key.len() >= limits::AUTH_LOGIN_TRACKED_MAX && !f.by_key.contains_key(k) {
-                // Under a flood of distinct keys the table stays bounded; the per-user key
-                // still limits guessing at any one account.
-                continue;
-            }
-            let e = f.by_key.entry(k.clone()).or_insert((0, now));
-            if now - e.1 >= window_us {
-                *e = (0, now);
-            }
-            e.0 += 1;
-        }
-    }
-
-    fn open_session(&self, name: &str, role: Role) -> Result<(String, String), AuthError> {
+    /// Opens a session; returns its cookie, its CSRF token and the sessions that went to make
+    /// room: this user's oldest past [`limits::AUTH_SESSIONS_PER_USER_MAX`], and in a full
+    /// table the oldest viewer's (the oldest of all when every one is an admin's).
+    fn open_session(&self, name: &str, role: Role) -> (String, String, Vec<SessionKey>) {
         let now = Clocks.wall_us();
         let mut s = self.sessions.lock().expect("lock");
-        if s.len() >= limits::AUTH_SESSIONS_MAX {
-            s.retain(|_, v| v.expires_us > now);
+        let mut ended = Vec::new();
+        s.retain(|_, v| v.expires_us > now);
+        let oldest = |s: &HashMap<SessionKey, Session>, pick: &dyn Fn(&Session) -> bool| {
+            s.iter().filter(|(_, v)| pick(v)).min_by_key(|(_, v)| v.serial).map(|(k, _)| *k)
+        };
+        if s.values().filter(|v| v.name == name).count() >= limits::AUTH_SESSIONS_PER_USER_MAX
+            && let Some(k) = oldest(&s, &|v| v.name == name)
+        {
+            s.remove(&k);
+            ended.push(k);
         }
-        if s.len() >= limits::AUTH_SESSIONS_MAX {
-            return Err(AuthError::Full("the session table", limits::AUTH_SESSIONS_MAX));
+        if s.len() >= limits::AUTH_SESSIONS_MAX
+            && let Some(k) = oldest(&s, &|v| v.role != Role::Admin).or_else(|| oldest(&s, &|_| true))
+        {
+            s.remove(&k);
+            ended.push(k);
         }
         let cookie = random_hex();
         let csrf = random_hex();
         let expires_us = now + limits::AUTH_SESSION_LIFETIME_S as i64 * 1_000_000;
-        s.insert(sha256(&cookie), Session { name: name.to_string(), role, csrf: csrf.clone(), expires_us });
-        Ok((cookie, csrf))
+        let serial = self.serial.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let session = Session { name: name.to_string(), role, csrf: csrf.clone(), serial, expires_us };
+        s.insert(sha256(&cookie), session);
+        (cookie, csrf, ended)
     }
 
     /// The principal of a session cookie, if it is open. A user deleted since login has no
@@ -344,9 +375,14 @@ impl Auth {
         self.sessions.lock().expect("lock").remove(session);
     }
 
-    /// Ends every session of a user (deleted, or password changed).
-    pub fn end_sessions_of(&self, name: &str) {
-        self.sessions.lock().expect("lock").retain(|_, v| v.name != name);
+    /// Ends every session of a user (deleted, or password changed); returns them.
+    fn end_sessions_of(&self, name: &str) -> Vec<SessionKey> {
+        let mut s = self.sessions.lock().expect("lock");
+        let ended: Vec<SessionKey> = s.iter().filter(|(_, v)| v.name == name).map(|(k, _)| *k).collect();
+        for k in &ended {
+            s.remove(k);
+        }
+        ended
     }
 
     /// The principal of a bearer token `kp_<id>_<secret>`.
@@ -390,12 +426,15 @@ mod tests {
         assert!(a.setup_needed().unwrap());
         assert!(a.setup_allowed("127.0.0.1".parse().unwrap(), None));
         assert!(!a.setup_allowed("192.0.2.7".parse().unwrap(), Some("wrong")));
-        assert!(a.setup_allowed("192.0.2.7".parse().unwrap(), Some(&a.setup_token().to_string())));
+        let token = a.setup_token().unwrap();
+        assert!(a.setup_allowed("192.0.2.7".parse().unwrap(), Some(&token)));
         a.put_user("root", "correct horse", Role::Admin).await.unwrap();
+        a.setup_done();
+        assert!(!a.setup_allowed("192.0.2.7".parse().unwrap(), Some(&token)), "the token is spent");
         assert!(!a.setup_needed().unwrap());
         let peer = "192.0.2.1".parse().unwrap();
         assert!(matches!(a.login(peer, "root", "wrong one").await, Err(AuthError::BadCredentials)));
-        let (cookie, csrf, role) = a.login(peer, "root", "correct horse").await.unwrap();
+        let Login { cookie, csrf, role, .. } = a.login(peer, "root", "correct horse").await.unwrap();
         assert_eq!(role, Role::Admin);
         let Some(Principal::User { session, csrf: c, .. }) = a.session(&cookie) else { panic!("a session") };
         assert_eq!(c, csrf);
@@ -420,11 +459,51 @@ mod tests {
             assert!(matches!(a.login(peer, "root", "nope nope").await, Err(AuthError::BadCredentials)));
         }
         assert!(matches!(a.login(peer, "root", "correct horse").await, Err(AuthError::RateLimited { .. })));
-        // Another address is limited too, for this user.
-        assert!(matches!(
-            a.login("192.0.2.2".parse().unwrap(), "root", "correct horse").await,
-            Err(AuthError::RateLimited { .. })
-        ));
+        // Another address is not: others' failures never lock a user out.
+        assert!(a.login("192.0.2.2".parse().unwrap(), "root", "correct horse").await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn one_user_holds_at_most_its_share_of_sessions_and_a_full_table_still_admits_an_admin() {
+        let (_d, a) = auth();
+        let peer: IpAddr = "192.0.2.1".parse().unwrap();
+        a.put_user("root", "correct horse", Role::Admin).await.unwrap();
+        let viewers = limits::AUTH_SESSIONS_MAX / limits::AUTH_SESSIONS_PER_USER_MAX;
+        for v in 0..viewers {
+            a.put_user(&format!("v{v}"), "viewer password", Role::Viewer).await.unwrap();
+        }
+        // One viewer: its 17th session ends its first.
+        let mut first = Vec::new();
+        for i in 0..=limits::AUTH_SESSIONS_PER_USER_MAX {
+            let (cookie, _, ended) = a.open_session("v0", Role::Viewer);
+            first.push(cookie);
+            assert_eq!(ended.len(), usize::from(i == limits::AUTH_SESSIONS_PER_USER_MAX));
+        }
+        assert!(a.session(&first[0]).is_none() && a.session(&first[1]).is_some());
+        // Every viewer at its share: the table is full, and an admin still logs in.
+        for v in 1..viewers {
+            for _ in 0..limits::AUTH_SESSIONS_PER_USER_MAX {
+                a.open_session(&format!("v{v}"), Role::Viewer);
+            }
+        }
+        assert_eq!(a.sessions.lock().unwrap().len(), limits::AUTH_SESSIONS_MAX);
+        let login = a.login(peer, "root", "correct horse").await.unwrap();
+        assert_eq!(login.ended.len(), 1, "the oldest viewer session went");
+        assert!(a.session(&first[1]).is_none(), "it was v0's oldest left");
+        assert_eq!(a.sessions.lock().unwrap().len(), limits::AUTH_SESSIONS_MAX);
+    }
+
+    #[tokio::test]
+    async fn the_last_admin_can_be_neither_deleted_nor_demoted() {
+        let (_d, a) = auth();
+        a.put_user("root", "correct horse", Role::Admin).await.unwrap();
+        assert!(matches!(a.delete_user("root"), Err(AuthError::LastAdmin)));
+        assert!(matches!(a.put_user("root", "correct horse", Role::Viewer).await, Err(AuthError::LastAdmin)));
+        a.put_user("second", "correct horse", Role::Admin).await.unwrap();
+        assert!(a.put_user("root", "correct horse", Role::Viewer).await.is_ok());
+        assert!(matches!(a.delete_user("second"), Err(AuthError::LastAdmin)));
+        assert!(a.delete_user("root").unwrap().is_some());
+        assert!(!a.setup_needed().unwrap());
     }
 
     #[test]

@@ -12,13 +12,12 @@ use std::sync::atomic::Ordering;
 use http::request::Parts;
 use http::{HeaderMap, Method, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::parse::{Credentials, NewToken, NewUser};
-use super::{Ctx, Reply, error, full, media, metrics, parse, text};
-use crate::auth::{AuthError, Principal, Role, scope};
+use super::{Ctx, Reply, RequestBody, error, full, media, metrics, parse, text};
+use crate::auth::{AuthError, Login, Principal, Role, same, scope};
 use crate::limits;
 
 const SESSION_COOKIE: &str = "kp_session";
@@ -48,12 +47,14 @@ fn auth_error(e: AuthError) -> Reply {
             r
         }
         AuthError::Full(..) => error(StatusCode::SERVICE_UNAVAILABLE, "full", &e.to_string()),
+        AuthError::LastAdmin => error(StatusCode::CONFLICT, "last_admin", &e.to_string()),
         e => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
     }
 }
 
-/// Reads a body of at most `max` bytes: 413 past it.
-pub(super) async fn read_body(body: Incoming, ctx: &Ctx, max: usize) -> Result<bytes::Bytes, Reply> {
+/// Reads a body of at most `max` bytes: 413 past it, 408 when it did not arrive in time (the
+/// socket guard leaves that answer to the handler reading the body), 400 when it broke off.
+pub(super) async fn read_body(body: RequestBody, ctx: &Ctx, max: usize) -> Result<bytes::Bytes, Reply> {
     match Limited::new(body, max).collect().await {
         Ok(b) => Ok(b.to_bytes()),
         Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
@@ -61,13 +62,53 @@ pub(super) async fn read_body(body: Incoming, ctx: &Ctx, max: usize) -> Result<b
             let message = format!("the request body is over {} KiB", max >> 10);
             Err(error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", &message))
         }
+        Err(e) if timed_out(&*e) => Err(request_timeout()),
         Err(_) => Err(error(StatusCode::BAD_REQUEST, "bad_body", "the request body could not be read")),
     }
 }
 
-/// Reads a small JSON body: 413 past [`limits::HTTP_SMALL_BODY_MAX_BYTES`], 400 if it is not
-/// the expected JSON.
-pub(super) async fn read_json<T: for<'de> Deserialize<'de>>(body: Incoming, ctx: &Ctx) -> Result<T, Reply> {
+/// True when `e`, or an error under it, is the socket guard's read deadline.
+pub(super) fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut at = Some(e);
+    while let Some(e) = at {
+        if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut) {
+            return true;
+        }
+        at = e.source();
+    }
+    false
+}
+
+/// The `408` for a body that did not arrive in time; the connection ends with it.
+pub(super) fn request_timeout() -> Reply {
+    let mut r = error(StatusCode::REQUEST_TIMEOUT, "request_timeout", "the request body did not arrive in time");
+    r.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    r
+}
+
+/// True when the request says its body is JSON (`application/json`, any parameters).
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(';').next().is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json")))
+}
+
+/// Reads a small JSON body: 415 unless it is declared `application/json` (so that no page
+/// elsewhere can post it as a "simple" form or text request), 413 past
+/// [`limits::HTTP_SMALL_BODY_MAX_BYTES`], 400 if it is not the expected JSON.
+pub(super) async fn read_json<T: for<'de> Deserialize<'de>>(
+    headers: &HeaderMap,
+    body: RequestBody,
+    ctx: &Ctx,
+) -> Result<T, Reply> {
+    if !is_json(headers) {
+        return Err(error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "not_json",
+            "send the body as content-type: application/json",
+        ));
+    }
     let bytes = read_body(body, ctx, limits::HTTP_SMALL_BODY_MAX_BYTES as usize).await?;
     serde_json::from_slice(&bytes).map_err(|e| error(StatusCode::BAD_REQUEST, "bad_json", &e.to_string()))
 }
@@ -87,25 +128,31 @@ fn principal(headers: &HeaderMap, ctx: &Ctx) -> Option<Principal> {
     ctx.auth.session(&cookie(headers, SESSION_COOKIE)?)
 }
 
+/// The `Origin` check: absent (not a browser's cross-site request), or this box as the
+/// browser reached it, scheme and all (`http://` + `Host`; the box serves plain HTTP).
+fn origin_ok(headers: &HeaderMap) -> bool {
+    match headers.get(header::ORIGIN).map(|v| v.to_str()) {
+        None => true,
+        Some(Ok(origin)) => {
+            let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+            origin.strip_prefix("http://").is_some_and(|h| !host.is_empty() && h.eq_ignore_ascii_case(host))
+        }
+        Some(Err(_)) => false,
+    }
+}
+
 /// The CSRF and Origin checks for a state-changing request made with a session cookie.
 fn csrf_ok(headers: &HeaderMap, csrf: &str) -> bool {
-    let token_ok = headers.get("x-csrf-token").is_some_and(|v| v.as_bytes() == csrf.as_bytes());
-    let origin_ok = match headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
-        None => true,
-        Some(origin) => {
-            let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
-            origin.split_once("://").is_some_and(|(_, h)| h == host)
-        }
-    };
-    token_ok && origin_ok
+    let token_ok = headers.get("x-csrf-token").is_some_and(|v| same(v.as_bytes(), csrf.as_bytes()));
+    token_ok && origin_ok(headers)
 }
 
 /// Routes one admitted request.
-pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketAddr) -> Reply {
+pub(super) async fn route(parts: Parts, body: RequestBody, ctx: &Ctx, peer: SocketAddr) -> Reply {
     let path = parts.uri.path().to_string();
-    let method = parts.method.clone();
+    // HEAD is GET without the body (hyper leaves the body out).
+    let method = if parts.method == Method::HEAD { Method::GET } else { parts.method.clone() };
     match (&method, path.as_str()) {
-        (&Method::GET | &Method::HEAD, "/healthz") => return text("ok\n".into(), "text/plain; charset=utf-8"),
         // The UI's files are the login page: they answer without credentials.
         (&Method::GET, p) if !p.starts_with("/api/") => {
             if let Some(r) = super::ui::file(p, &parts.headers) {
@@ -118,15 +165,15 @@ pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketA
                 Err(e) => auth_error(e),
             };
         }
-        (&Method::POST, "/api/setup") => return setup(body, ctx, peer).await,
-        (&Method::POST, "/api/login") => return login(body, ctx, peer).await,
+        (&Method::POST, "/api/setup") => return setup(&parts.headers, body, ctx, peer).await,
+        (&Method::POST, "/api/login") => return login(&parts.headers, body, ctx, peer).await,
         _ => {}
     }
     let Some(who) = principal(&parts.headers, ctx) else {
         return error(StatusCode::UNAUTHORIZED, "unauthenticated", "log in or send a bearer token");
     };
     if let Principal::User { csrf, .. } = &who
-        && !matches!(method, Method::GET | Method::HEAD)
+        && method != Method::GET
         && !csrf_ok(&parts.headers, csrf)
     {
         return error(StatusCode::FORBIDDEN, "csrf", "missing or wrong x-csrf-token, or a foreign Origin");
@@ -171,7 +218,10 @@ pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketA
         }
         (&Method::POST, ["api", "whep", camera, kind]) => match need(scope::VIEW) {
             Some(r) => r,
-            None => super::live::whep_open(ctx, &who, peer, camera, kind, body).await,
+            None => {
+                let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+                super::live::whep_open(ctx, &who, peer, camera, kind, content_type, body).await
+            }
         },
         (&Method::DELETE, ["api", "whep", "sessions", id]) => match need(scope::VIEW) {
             Some(r) => r,
@@ -207,7 +257,7 @@ pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketA
         }
         (&Method::POST, ["api", "system", "factory-reset"]) => match need(scope::ADMIN) {
             Some(r) => r,
-            None => super::system::factory_reset(ctx, body).await,
+            None => super::system::factory_reset(ctx, &parts.headers, body).await,
         },
         (&Method::GET, ["api", "system", "support-bundle"]) => match need(scope::ADMIN) {
             Some(r) => r,
@@ -245,7 +295,7 @@ pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketA
             if let Some(r) = need(scope::ADMIN) {
                 return r;
             }
-            let u: NewUser = match read_json(body, ctx).await {
+            let u: NewUser = match read_json(&parts.headers, body, ctx).await {
                 Ok(u) => u,
                 Err(r) => return r,
             };
@@ -255,8 +305,8 @@ pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketA
                 _ => return error(StatusCode::BAD_REQUEST, "invalid", "role is admin or viewer"),
             };
             match ctx.auth.put_user(&u.username, &u.password, role).await {
-                Ok(()) => {
-                    ctx.auth.end_sessions_of(&u.username);
+                Ok(ended) => {
+                    closed_sessions(ctx, &ended).await;
                     json_reply(StatusCode::CREATED, json!({ "username": u.username, "role": role.name() }))
                 }
                 Err(e) => auth_error(e),
@@ -266,16 +316,13 @@ pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketA
             if let Some(r) = need(scope::ADMIN) {
                 return r;
             }
-            match ctx.auth.catalog().delete_user(name) {
-                Ok(true) => {
-                    ctx.auth.end_sessions_of(name);
-                    if let Some(w) = &ctx.media.webrtc {
-                        w.close_principal(format!("user:{name}")).await;
-                    }
+            match ctx.auth.delete_user(name) {
+                Ok(Some(ended)) => {
+                    closed_sessions(ctx, &ended).await;
                     json_reply(StatusCode::OK, json!({}))
                 }
-                Ok(false) => error(StatusCode::NOT_FOUND, "not_found", "no such user"),
-                Err(e) => auth_error(e.into()),
+                Ok(None) => error(StatusCode::NOT_FOUND, "not_found", "no such user"),
+                Err(e) => auth_error(e),
             }
         }
         (&Method::GET, ["api", "tokens"]) => need(scope::ADMIN).unwrap_or_else(|| match ctx.auth.catalog().tokens() {
@@ -294,7 +341,7 @@ pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketA
             if let Some(r) = need(scope::ADMIN) {
                 return r;
             }
-            let t: NewToken = match read_json(body, ctx).await {
+            let t: NewToken = match read_json(&parts.headers, body, ctx).await {
                 Ok(t) => t,
                 Err(r) => return r,
             };
@@ -314,10 +361,16 @@ pub(super) async fn route(parts: Parts, body: Incoming, ctx: &Ctx, peer: SocketA
             if let Some(r) = need(scope::ADMIN) {
                 return r;
             }
-            match id.parse::<u64>().map(|id| ctx.auth.catalog().delete_token(id)) {
-                Ok(Ok(true)) => json_reply(StatusCode::OK, json!({})),
-                Ok(Ok(false)) | Err(_) => error(StatusCode::NOT_FOUND, "not_found", "no such token"),
-                Ok(Err(e)) => auth_error(e.into()),
+            match id.parse::<u64>().map(|id| (id, ctx.auth.catalog().delete_token(id))) {
+                Ok((id, Ok(true))) => {
+                    // What the token opened closes with it.
+                    if let Some(w) = &ctx.media.webrtc {
+                        w.close_principal(Principal::Token { id, scopes: 0 }.name()).await;
+                    }
+                    json_reply(StatusCode::OK, json!({}))
+                }
+                Ok((_, Ok(false))) | Err(_) => error(StatusCode::NOT_FOUND, "not_found", "no such token"),
+                Ok((_, Err(e))) => auth_error(e.into()),
             }
         }
         _ => error(StatusCode::NOT_FOUND, "not_found", "no such route"),
@@ -328,8 +381,11 @@ fn scope_names(bits: u8) -> Vec<&'static str> {
     scope::NAMES.iter().filter(|(_, b)| bits & b != 0).map(|(n, _)| *n).collect()
 }
 
-async fn setup(body: Incoming, ctx: &Ctx, peer: SocketAddr) -> Reply {
-    let c: Credentials = match read_json(body, ctx).await {
+async fn setup(headers: &HeaderMap, body: RequestBody, ctx: &Ctx, peer: SocketAddr) -> Reply {
+    if let Some(r) = foreign_origin(headers) {
+        return r;
+    }
+    let c: Credentials = match read_json(headers, body, ctx).await {
         Ok(c) => c,
         Err(r) => return r,
     };
@@ -349,24 +405,46 @@ async fn setup(body: Incoming, ctx: &Ctx, peer: SocketAddr) -> Reply {
     if let Err(e) = ctx.auth.put_user(&c.username, &c.password, Role::Admin).await {
         return auth_error(e);
     }
-    login_reply(ctx.auth.login(peer.ip(), &c.username, &c.password).await, StatusCode::CREATED)
+    ctx.auth.setup_done();
+    login_reply(ctx, ctx.auth.login(peer.ip(), &c.username, &c.password).await, StatusCode::CREATED).await
 }
 
-async fn login(body: Incoming, ctx: &Ctx, peer: SocketAddr) -> Reply {
-    let c: Credentials = match read_json(body, ctx).await {
+async fn login(headers: &HeaderMap, body: RequestBody, ctx: &Ctx, peer: SocketAddr) -> Reply {
+    if let Some(r) = foreign_origin(headers) {
+        return r;
+    }
+    let c: Credentials = match read_json(headers, body, ctx).await {
         Ok(c) => c,
         Err(r) => return r,
     };
-    login_reply(ctx.auth.login(peer.ip(), &c.username, &c.password).await, StatusCode::OK)
+    login_reply(ctx, ctx.auth.login(peer.ip(), &c.username, &c.password).await, StatusCode::OK).await
 }
 
-fn login_reply(r: Result<(String, String, Role), AuthError>, status: StatusCode) -> Reply {
+/// A `403` when the request comes from a page of another site (login CSRF, lockouts posted
+/// by a page a LAN user opens).
+fn foreign_origin(headers: &HeaderMap) -> Option<Reply> {
+    (!origin_ok(headers)).then(|| error(StatusCode::FORBIDDEN, "foreign_origin", "this request came from another site"))
+}
+
+async fn login_reply(ctx: &Ctx, r: Result<Login, AuthError>, status: StatusCode) -> Reply {
     match r {
-        Ok((cookie, csrf, role)) => with_cookie(
-            json_reply(status, json!({ "csrf": csrf, "role": role.name() })),
-            &cookie,
-            limits::AUTH_SESSION_LIFETIME_S,
-        ),
+        Ok(login) => {
+            closed_sessions(ctx, &login.ended).await;
+            with_cookie(
+                json_reply(status, json!({ "csrf": login.csrf, "role": login.role.name() })),
+                &login.cookie,
+                limits::AUTH_SESSION_LIFETIME_S,
+            )
+        }
         Err(e) => auth_error(e),
+    }
+}
+
+/// Sessions that ended: what they opened (live views) closes too.
+async fn closed_sessions(ctx: &Ctx, ended: &[crate::auth::SessionKey]) {
+    if let Some(w) = &ctx.media.webrtc {
+        for session in ended {
+            w.close_login(*session).await;
+        }
     }
 }

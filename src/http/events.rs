@@ -7,7 +7,6 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{StatusCode, header};
 use hyper::Response;
-use hyper::body::Incoming;
 use serde_json::json;
 
 use super::api::json_reply;
@@ -35,7 +34,9 @@ pub enum BodyError {
 
 /// Splits an intake body: a JSON envelope alone (`application/json`), or
 /// `multipart/form-data` with a part `event` (the envelope) and optionally a part
-/// `snapshot` (the JPEG). Bounded by the body's own size and each part's ceiling.
+/// `snapshot` (the JPEG). Bounded by the body's own size, each part's ceiling, and the
+/// framing around them (boundaries and part headers) by
+/// [`limits::EVENT_MULTIPART_OVERHEAD_BYTES`].
 pub async fn split_body(content_type: &str, body: Bytes) -> Result<(Bytes, Option<Bytes>), BodyError> {
     let mime = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
     if mime == "application/json" {
@@ -53,6 +54,7 @@ pub async fn split_body(content_type: &str, body: Bytes) -> Result<(Bytes, Optio
         .for_field("event", limits::EVENT_ENVELOPE_MAX_BYTES as u64)
         .for_field("snapshot", limits::EVENT_JPEG_MAX_BYTES as u64);
     let constraints = multer::Constraints::new().allowed_fields(vec!["event", "snapshot"]).size_limit(limits);
+    let total = body.len();
     let stream = futures::stream::once(async move { Ok::<Bytes, Infallible>(body) });
     let mut parts = multer::Multipart::with_constraints(stream, boundary, constraints);
     let (mut event, mut snapshot) = (None, None);
@@ -70,6 +72,13 @@ pub async fn split_body(content_type: &str, body: Bytes) -> Result<(Bytes, Optio
         }
     }
     let event = event.ok_or_else(|| BodyError::Bad("no part named event (the envelope)".into()))?;
+    let framing = total - event.len() - snapshot.as_ref().map_or(0, Bytes::len);
+    if framing > limits::EVENT_MULTIPART_OVERHEAD_BYTES {
+        return Err(BodyError::Bad(format!(
+            "the multipart framing (boundaries and part headers) is over {} KiB",
+            limits::EVENT_MULTIPART_OVERHEAD_BYTES >> 10
+        )));
+    }
     Ok((event, snapshot))
 }
 
@@ -84,7 +93,7 @@ fn multipart_error(e: multer::Error) -> BodyError {
 }
 
 /// `POST /api/events`: answers once the event is durable.
-pub(super) async fn intake(ctx: &Ctx, who: &Principal, parts: &Parts, body: Incoming) -> Reply {
+pub(super) async fn intake(ctx: &Ctx, who: &Principal, parts: &Parts, body: super::RequestBody) -> Reply {
     let Some(events) = &ctx.media.events else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "no_events", "events are not taken here");
     };
@@ -369,6 +378,14 @@ mod tests {
         let big = "x".repeat(limits::EVENT_ENVELOPE_MAX_BYTES + 1);
         let body = format!("--B\r\nContent-Disposition: form-data; name=\"event\"\r\n\r\n{big}\r\n--B--\r\n");
         assert_eq!(split("multipart/form-data; boundary=B", &body), Err(BodyError::EnvelopeTooLarge));
+        // The framing has a ceiling of its own: a 60 KB file name is refused.
+        let name = "f".repeat(60_000);
+        let body = format!(
+            "--B\r\nContent-Disposition: form-data; name=\"event\"; filename=\"{name}\"\r\n\r\n{{}}\r\n--B--\r\n"
+        );
+        assert!(
+            matches!(split("multipart/form-data; boundary=B", &body), Err(BodyError::Bad(m)) if m.contains("framing"))
+        );
         assert_eq!(split("application/json", &big), Err(BodyError::EnvelopeTooLarge));
     }
 

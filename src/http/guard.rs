@@ -6,8 +6,13 @@
 //!   the timeout ahead). The clock starts when reading starts after the last response (or at
 //!   connect), so a slow-loris client that trickles bytes is cut off, and so is an idle
 //!   keep-alive connection holding a slot, while a large upload over a slow link that keeps
-//!   the minimum rate is read whole. On expiry a `408` is written straight to the socket
-//!   (nothing else is being written then) and the connection ends.
+//!   the minimum rate is read whole. The clock survives every write made while the request
+//!   is still in its handler (hyper's `100 Continue`): only a reply ends it.
+//! - One writer: on expiry, when no reply is open ([`Conn::quiet`]: the server was reading a
+//!   head), the guard writes a `408` straight to the socket and the connection ends; when a
+//!   handler is reading the body, the read fails with [`io::ErrorKind::TimedOut`] and the
+//!   handler answers the `408` itself ([`super::api::read_body`]), so a client never gets two
+//!   answers to one request.
 //! - Write: a response write that makes no progress for [`limits::HTTP_WRITE_TIMEOUT_MS`]
 //!   ends the connection.
 
@@ -24,22 +29,24 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 use super::HttpStats;
+use super::conns::Conn;
 use crate::limits;
 
 /// The 408 sent to a client whose request did not arrive in time.
 const REQUEST_TIMEOUT_RESPONSE: &[u8] =
     b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
 
-pub struct Guarded {
-    stream: TcpStream,
+pub struct Guarded<S = TcpStream> {
+    stream: S,
     read_deadline: Option<Pin<Box<Sleep>>>,
     write_stall: Option<Pin<Box<Sleep>>>,
     stats: Arc<HttpStats>,
+    conn: Arc<Conn>,
 }
 
-impl Guarded {
-    pub fn new(stream: TcpStream, stats: Arc<HttpStats>) -> Self {
-        Guarded { stream, read_deadline: None, write_stall: None, stats }
+impl<S> Guarded<S> {
+    pub fn new(stream: S, stats: Arc<HttpStats>, conn: Arc<Conn>) -> Self {
+        Guarded { stream, read_deadline: None, write_stall: None, stats, conn }
     }
 }
 
@@ -47,7 +54,7 @@ fn sleep_ms(ms: u64) -> Pin<Box<Sleep>> {
     Box::pin(tokio::time::sleep(Duration::from_millis(ms)))
 }
 
-impl AsyncRead for Guarded {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guarded<S> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         let deadline = me.read_deadline.get_or_insert_with(|| sleep_ms(limits::HTTP_READ_TIMEOUT_MS));
@@ -66,8 +73,10 @@ impl AsyncRead for Guarded {
                 Poll::Pending => Poll::Pending,
                 Poll::Ready(()) => {
                     me.stats.request_timeouts.fetch_add(1, Ordering::Relaxed);
-                    // Best effort: the client may not be reading either.
-                    let _ = me.stream.try_write(REQUEST_TIMEOUT_RESPONSE);
+                    if me.conn.quiet() {
+                        // Best effort, once: the client may not be reading either.
+                        let _ = Pin::new(&mut me.stream).poll_write(cx, REQUEST_TIMEOUT_RESPONSE);
+                    }
                     Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "request not received in time")))
                 }
             },
@@ -82,15 +91,18 @@ fn extended(deadline: tokio::time::Instant, now: tokio::time::Instant, read: usi
     (deadline + earned).min(now + Duration::from_millis(limits::HTTP_READ_TIMEOUT_MS))
 }
 
-impl Guarded {
+impl<S: AsyncWrite + Unpin> Guarded<S> {
     /// A write that makes no progress for [`limits::HTTP_WRITE_TIMEOUT_MS`] fails.
     fn guard_write(
         &mut self,
         cx: &mut Context<'_>,
-        write: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+        write: impl FnOnce(Pin<&mut S>, &mut Context<'_>) -> Poll<io::Result<usize>>,
     ) -> Poll<io::Result<usize>> {
-        // A response is going out: the request was read; the next one gets a fresh clock.
-        self.read_deadline = None;
+        // A reply is going out: the request is over and the next one gets a fresh clock. A
+        // write while the handler still works is interim (`100 Continue`): the clock runs on.
+        if !self.conn.in_handler() {
+            self.read_deadline = None;
+        }
         match write(Pin::new(&mut self.stream), cx) {
             Poll::Ready(r) => {
                 self.write_stall = None;
@@ -110,7 +122,7 @@ impl Guarded {
     }
 }
 
-impl AsyncWrite for Guarded {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         self.get_mut().guard_write(cx, |s, cx| s.poll_write(cx, data))
     }

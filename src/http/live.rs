@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 
 use http::{Response, StatusCode, header};
-use hyper::body::Incoming;
 
 use super::{Ctx, Reply, error, full};
 use crate::auth::{Principal, scope};
@@ -17,7 +16,7 @@ fn owner(who: &Principal) -> Owner {
         Principal::User { session, .. } => Some(*session),
         Principal::Token { .. } => None,
     };
-    Owner { principal: who.name(), login }
+    Owner { principal: who.name(), login, admin: who.can(scope::ADMIN) }
 }
 
 /// `POST /api/whep/{camera}/{kind}`
@@ -27,8 +26,13 @@ pub async fn whep_open(
     peer: SocketAddr,
     camera: &str,
     kind: &str,
-    body: Incoming,
+    parts_content_type: &str,
+    body: super::RequestBody,
 ) -> Reply {
+    let sdp = parts_content_type.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/sdp"));
+    if !sdp {
+        return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "not_sdp", "send the offer as content-type: application/sdp");
+    }
     let Some(webrtc) = &ctx.media.webrtc else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "no_live_view", "live view is turned off ([webrtc] port = 0)");
     };

@@ -35,11 +35,17 @@ pub fn range_in_name(name: &str) -> Result<(i64, i64), Reply> {
     check_range(from, to)
 }
 
+/// A range from outside: inside the years the box can have recorded, ordered, and at most
+/// [`limits::API_RANGE_MAX_US`] long (checked without arithmetic that could wrap).
 fn check_range(from: i64, to: i64) -> Result<(i64, i64), Reply> {
+    let window = 0..=limits::API_TIME_MAX_US;
+    if !window.contains(&from) || !window.contains(&to) {
+        return Err(error(StatusCode::BAD_REQUEST, "bad_range", "times are UTC µs from 1970 to 2200"));
+    }
     if from >= to {
         return Err(error(StatusCode::BAD_REQUEST, "bad_range", "give from_us < to_us (UTC µs)"));
     }
-    if to - from > limits::API_RANGE_MAX_US {
+    if to.checked_sub(from).is_none_or(|len| len > limits::API_RANGE_MAX_US) {
         return Err(error(StatusCode::BAD_REQUEST, "range_too_long", "the range is over 400 days"));
     }
     Ok((from, to))
@@ -197,11 +203,11 @@ pub async fn delete_range(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
     }
 }
 
-/// A single `bytes=` range of a body of `len` bytes: (start, end exclusive).
-fn byte_range(parts: &Parts, len: u64) -> Result<Option<(u64, u64)>, ()> {
-    match parts.headers.get(header::RANGE) {
-        None => Ok(None),
-        Some(v) => v.to_str().ok().and_then(|v| parse::byte_range(v, len)).map(Some).ok_or(()),
+/// The request's byte range of a body of `len` bytes (none, or not text: the whole body).
+fn byte_range(parts: &Parts, len: u64) -> parse::ByteRange {
+    match parts.headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
+        None => parse::ByteRange::Whole,
+        Some(v) => parse::byte_range(v, len),
     }
 }
 
@@ -224,9 +230,9 @@ pub fn export(ctx: &Ctx, parts: &Parts, stream: &str, from: i64, to: i64) -> Rep
     };
     let len = ex.len_bytes;
     let (status, start, end) = match byte_range(parts, len) {
-        Ok(None) => (StatusCode::OK, 0, len),
-        Ok(Some((s, e))) => (StatusCode::PARTIAL_CONTENT, s, e),
-        Err(()) => {
+        parse::ByteRange::Whole => (StatusCode::OK, 0, len),
+        parse::ByteRange::Part(s, e) => (StatusCode::PARTIAL_CONTENT, s, e),
+        parse::ByteRange::Unsatisfiable => {
             let mut r = error(StatusCode::RANGE_NOT_SATISFIABLE, "bad_range", "one byte range within the file");
             if let Ok(v) = header::HeaderValue::from_str(&format!("bytes */{len}")) {
                 r.headers_mut().insert(header::CONTENT_RANGE, v);

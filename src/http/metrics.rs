@@ -61,6 +61,13 @@ pub fn render(s: &HttpStats, media: &Media) -> String {
         "HTTP connections accepted.",
         &one(load(&s.connections_total)),
     );
+    family(
+        &mut out,
+        "keeppeek_http_connections_evicted_total",
+        "counter",
+        "HTTP connections closed to give a newcomer their slot (the table was full).",
+        &one(load(&s.connections_evicted)),
+    );
     family(&mut out, "keeppeek_http_requests_total", "counter", "HTTP requests parsed.", &one(load(&s.requests)));
     let refused: Vec<_> = [
         ("connection_limit", 503, &s.connections_refused),

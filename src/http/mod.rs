@@ -1,21 +1,31 @@
 //! The HTTP/1.1 listener (hyper), with every ceiling of `src/limits.rs` enforced and counted.
 //!
 //! Order of refusal, each with its status and a counter in `/metrics`:
-//! - connection cap ([`limits::HTTP_CONNECTIONS_MAX`]): accepted, answered `503`, closed —
-//!   never left waiting in the kernel's backlog;
-//! - slow requests: `408` ([`guard`]);
-//! - head too large or too many header fields: `431` (hyper's own checks, configured here);
+//! - connection cap ([`limits::HTTP_CONNECTIONS_MAX`]): a full table gives the newcomer the
+//!   slot of the oldest connection that never got an answer (else the oldest idle one), and
+//!   only when every connection is in a handler is the newcomer answered `503` and closed —
+//!   never left waiting in the kernel's backlog ([`conns`]);
+//! - slow requests: `408` ([`guard`]), once per request;
+//! - head too large or too many header fields: `431` (hyper's own checks, configured here; a
+//!   request line past the whole head's ceiling is one of these);
 //! - request line over [`limits::HTTP_LINE_MAX_BYTES`]: `414`; one header line over it:
 //!   `431` (hyper has no per-line limit, so they are checked on the parsed head);
+//! - no `Host`, or more than one: `400`;
 //! - a declared body larger than the route allows: `413`;
 //! - every handler busy and [`limits::HTTP_REQUESTS_WAITING_MAX`] requests already waiting:
 //!   `503`;
 //! - unparseable requests: `400` (hyper).
 //!
+//! `/healthz` is answered before any of the handler slots is asked for, and a small body
+//! (at most [`limits::HTTP_SMALL_BODY_MAX_BYTES`]) is read whole before: a client that sends
+//! a head and then its body slowly, or never, holds a connection slot (which a newcomer may
+//! take) but no handler.
+//!
 //! Routes ([`api`]): `/healthz` (no auth, no details), `/metrics` (Prometheus text; a
 //! `metrics` token or an admin), setup, login and the account API.
 
 mod api;
+mod conns;
 pub mod events;
 mod guard;
 mod live;
@@ -49,13 +59,15 @@ use crate::limits;
 pub struct HttpStats {
     pub connections_open: AtomicUsize,
     pub connections_total: AtomicU64,
-    /// 503: over [`limits::HTTP_CONNECTIONS_MAX`].
+    /// 503: over [`limits::HTTP_CONNECTIONS_MAX`] with every connection in a handler.
     pub connections_refused: AtomicU64,
+    /// Connections closed to make room for a newcomer when the table was full.
+    pub connections_evicted: AtomicU64,
     pub requests: AtomicU64,
     /// 408: the request did not arrive in time.
     pub request_timeouts: AtomicU64,
     pub write_timeouts: AtomicU64,
-    /// 400: hyper could not parse the request.
+    /// 400: hyper could not parse the request, or its `Host` was missing or repeated.
     pub bad_requests: AtomicU64,
     /// 414: request line too long.
     pub uri_too_long: AtomicU64,
@@ -144,6 +156,38 @@ impl Ctx {
 type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
 type Reply = Response<Body>;
 
+/// A request's body: read whole before the handler slot was taken (`Left`: every route whose
+/// body is small), or still on the wire (`Right`: offers, event uploads and update bundles,
+/// read by their handlers once the credential was checked).
+pub(crate) type RequestBody = http_body_util::Either<Full<Bytes>, Incoming>;
+
+/// A reply's body that keeps its connection's reply open ([`conns::Conn::quiet`]) until it
+/// has been written whole or dropped.
+struct Marked {
+    inner: Body,
+    _mark: conns::ReplyMark,
+}
+
+impl hyper::body::Body for Marked {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 fn full(bytes: impl Into<Bytes>) -> Body {
     use http_body_util::BodyExt;
     Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
@@ -170,7 +214,7 @@ pub async fn serve(
     media: Arc<Media>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let connections = Arc::new(Semaphore::new(limits::HTTP_CONNECTIONS_MAX));
+    let table = conns::Table::new();
     let ctx = Arc::new(Ctx::new(stats.clone(), auth, media));
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "web face listening");
@@ -190,7 +234,11 @@ pub async fn serve(
             }
         };
         stats.connections_total.fetch_add(1, Ordering::Relaxed);
-        let Ok(permit) = connections.clone().try_acquire_owned() else {
+        let (admission, took) = table.admit().await;
+        if took {
+            stats.connections_evicted.fetch_add(1, Ordering::Relaxed);
+        }
+        let conns::Admission::Slot(slot) = admission else {
             stats.connections_refused.fetch_add(1, Ordering::Relaxed);
             let _ =
                 stream.try_write(b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
@@ -198,22 +246,28 @@ pub async fn serve(
         };
         let ctx = ctx.clone();
         tokio::spawn(async move {
-            let io = guard::Guarded::new(stream, ctx.stats.clone());
-            connection(io, ctx, peer).await;
-            drop(permit);
+            let conn = slot.conn.clone();
+            let io = guard::Guarded::new(stream, ctx.stats.clone(), conn.clone());
+            let stats = ctx.stats.clone();
+            stats.connections_open.fetch_add(1, Ordering::Relaxed);
+            tokio::select! {
+                () = connection(io, ctx, peer, conn.clone()) => {}
+                () = conn.evicted() => debug!(%peer, "connection closed to make room for a new one"),
+            }
+            stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+            drop(slot);
         });
     }
 }
 
 /// Serves one connection until it ends: hyper's HTTP/1.1 with the head ceilings configured,
 /// then [`check_head`], admission and the routes for each request.
-async fn connection<I>(io: I, ctx: Arc<Ctx>, peer: SocketAddr)
+async fn connection<I>(io: I, ctx: Arc<Ctx>, peer: SocketAddr, conn: Arc<conns::Conn>)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let stats = ctx.stats.clone();
-    stats.connections_open.fetch_add(1, Ordering::Relaxed);
-    let service = service_fn(move |req| handle(req, ctx.clone(), peer));
+    let service = service_fn(move |req| handle(req, ctx.clone(), peer, conn.clone()));
     let result = http1::Builder::new()
         .timer(TokioTimer::new())
         // The guard's own read clock covers the head, with a 408; hyper's would drop the
@@ -234,7 +288,6 @@ where
         }
         debug!(%peer, "connection ended: {e}");
     }
-    stats.connections_open.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// The real connection code on an in-memory pipe, for the fuzz target `http_head` (`fuzz/`)
@@ -248,13 +301,43 @@ pub mod fuzzing {
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    use super::{Ctx, connection};
+    use super::{Ctx, connection, guard};
 
     /// Responses past this are not read (the UI's largest file is far below it).
     const READ_MAX_BYTES: u64 = 4 << 20;
 
+    /// An input that starts with this is sent paced ([`Pace`]): its next byte says how.
+    pub const PACED: &[u8] = b"~P";
+
+    /// How a paced input is sent: in pieces with pauses (on a simulated clock, so the
+    /// read deadlines are reached in no time), and maybe without ever closing.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Pace {
+        pub piece_bytes: usize,
+        pub pause_ms: u64,
+        /// Keep the client's side open after the input: the server must end it.
+        pub hold_open: bool,
+    }
+
+    impl Pace {
+        /// The pace a byte picks: piece, pause and whether to hold the connection open.
+        pub fn from_byte(b: u8) -> Pace {
+            const PIECES: [usize; 8] = [1, 2, 7, 64, 512, 4096, 16 << 10, 1 << 20];
+            const PAUSES_MS: [u64; 8] = [0, 10, 500, 2_000, 10_000, 29_000, 31_000, 60_000];
+            Pace {
+                piece_bytes: PIECES[usize::from(b & 7)],
+                pause_ms: PAUSES_MS[usize::from((b >> 3) & 7)],
+                hold_open: b & 0x40 != 0,
+            }
+        }
+    }
+
     pub struct Server {
         rt: tokio::runtime::Runtime,
+        /// With its clock paused: it moves on by itself whenever every task waits (tokio's
+        /// test clock, so only in tests and the fuzz targets' build).
+        #[cfg(any(test, feature = "fuzzing"))]
+        paced_rt: tokio::runtime::Runtime,
         ctx: Arc<Ctx>,
     }
 
@@ -263,34 +346,105 @@ pub mod fuzzing {
         pub fn new(dir: &Path) -> Server {
             let ctx = Arc::new(Ctx::bare(dir));
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-            Server { rt, ctx }
+            #[cfg(any(test, feature = "fuzzing"))]
+            let paced_rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+                .expect("a runtime");
+            Server {
+                rt,
+                #[cfg(any(test, feature = "fuzzing"))]
+                paced_rt,
+                ctx,
+            }
+        }
+
+        /// What a fuzz input asks: [`PACED`] and a pace byte first, or bytes sent at once.
+        #[cfg(any(test, feature = "fuzzing"))]
+        pub fn run(&self, data: &[u8]) -> Vec<u8> {
+            match data.strip_prefix(PACED).and_then(|rest| rest.split_first()) {
+                Some((&pace, input)) => self.exchange_paced(input, Pace::from_byte(pace)),
+                None => self.exchange(data),
+            }
         }
 
         /// Sends `input`, closes the client's side, and returns everything the server wrote
         /// (up to 4 MiB). Panics if the server has not closed the connection within 10 s.
         pub fn exchange(&self, input: &[u8]) -> Vec<u8> {
-            let peer: SocketAddr = ([192, 0, 2, 7], 40000).into();
-            self.rt.block_on(async {
-                let (client, server) = tokio::io::duplex(64 << 10);
-                let served = tokio::spawn(connection(server, self.ctx.clone(), peer));
-                let (rx, mut tx) = tokio::io::split(client);
-                let send = async {
-                    // The server may close early (a refused head): the rest is not read.
-                    let _ = tx.write_all(input).await;
-                    let _ = tx.shutdown().await;
-                };
-                let mut out = Vec::new();
-                let mut rx = rx.take(READ_MAX_BYTES);
-                let receive = rx.read_to_end(&mut out);
-                let both = async { tokio::join!(send, receive) };
-                let (_, read) =
-                    tokio::time::timeout(Duration::from_secs(10), both).await.expect("the connection ended");
-                read.expect("reading an in-memory pipe");
-                drop(rx);
-                let _ = served.await;
-                out
-            })
+            let pace = Pace { piece_bytes: input.len().max(1), pause_ms: 0, hold_open: false };
+            self.rt.block_on(self.serve(input, pace, Duration::from_secs(10)))
         }
+
+        /// Sends `input` at `pace` on the simulated clock; panics if the server has not ended
+        /// the connection within an hour of it.
+        #[cfg(any(test, feature = "fuzzing"))]
+        pub fn exchange_paced(&self, input: &[u8], pace: Pace) -> Vec<u8> {
+            self.paced_rt.block_on(self.serve(input, pace, Duration::from_secs(3600)))
+        }
+
+        async fn serve(&self, input: &[u8], pace: Pace, limit: Duration) -> Vec<u8> {
+            let peer: SocketAddr = ([192, 0, 2, 7], 40000).into();
+            let (client, server) = tokio::io::duplex(64 << 10);
+            let conn = Arc::new(super::conns::Conn::new());
+            let io = guard::Guarded::new(server, self.ctx.stats.clone(), conn.clone());
+            let served = tokio::spawn(connection(io, self.ctx.clone(), peer, conn));
+            let (rx, mut tx) = tokio::io::split(client);
+            let send = async {
+                for piece in input.chunks(pace.piece_bytes) {
+                    // The server may close early (a refused head): the rest is not read.
+                    if tx.write_all(piece).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(pace.pause_ms)).await;
+                }
+                if pace.hold_open {
+                    std::future::pending::<()>().await;
+                }
+                let _ = tx.shutdown().await;
+            };
+            let mut out = Vec::new();
+            let mut rx = rx.take(READ_MAX_BYTES);
+            let receive = rx.read_to_end(&mut out);
+            // The send side may wait forever (held open): the server's close ends the exchange.
+            let both = async {
+                tokio::pin!(send);
+                tokio::pin!(receive);
+                tokio::select! {
+                    r = &mut receive => r,
+                    () = &mut send => receive.await,
+                }
+            };
+            let read = tokio::time::timeout(limit, both).await.expect("the connection ended");
+            read.expect("reading an in-memory pipe");
+            drop(rx);
+            let _ = served.await;
+            out
+        }
+    }
+
+    /// What every exchange must show: nothing, or HTTP answers, no 500, and a 408 only as
+    /// the last answer (one writer per connection).
+    pub fn check(out: &[u8]) -> Result<(), String> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let text = String::from_utf8_lossy(out);
+        let shown = || text.chars().take(512).collect::<String>();
+        // An HTTP/1.0 request is answered in HTTP/1.0.
+        if !(out.starts_with(b"HTTP/1.1 ") || out.starts_with(b"HTTP/1.0 ")) {
+            return Err(format!("not HTTP: {}", shown()));
+        }
+        let statuses: Vec<&str> = text.match_indices("HTTP/1.").filter_map(|(i, _)| text.get(i + 9..i + 12)).collect();
+        if statuses.contains(&"500") {
+            return Err(format!("a 500: {}", shown()));
+        }
+        if let Some(at) = statuses.iter().position(|s| *s == "408")
+            && at + 1 != statuses.len()
+        {
+            return Err(format!("an answer after the 408: {statuses:?}"));
+        }
+        Ok(())
     }
 }
 
@@ -351,20 +505,70 @@ fn check_head(req: &Request<Incoming>, stats: &HttpStats) -> Option<Reply> {
         r.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
         return Some(r);
     }
+    // RFC 9112 § 3.2: one Host, and an HTTP/1.1 request without one is refused.
+    let hosts = req.headers().get_all(header::HOST).iter().count();
+    if hosts > 1 || (hosts == 0 && req.version() == http::Version::HTTP_11) {
+        stats.bad_requests.fetch_add(1, Ordering::Relaxed);
+        return Some(error(StatusCode::BAD_REQUEST, "bad_host", "a request names its host once"));
+    }
     None
 }
 
-async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>, peer: SocketAddr) -> Result<Reply, Infallible> {
+async fn handle(
+    req: Request<Incoming>,
+    ctx: Arc<Ctx>,
+    peer: SocketAddr,
+    conn: Arc<conns::Conn>,
+) -> Result<Reply, Infallible> {
+    use http_body_util::BodyExt;
     ctx.stats.requests.fetch_add(1, Ordering::Relaxed);
+    let mark = conn.request_started();
+    let reply = answer(req, &ctx, peer, &conn).await;
+    conn.handler_done();
+    Ok(reply.map(|inner| Marked { inner, _mark: mark }.boxed_unsync()))
+}
+
+/// The reply to one request: the head's checks, `/healthz`, a small body read, a handler
+/// slot, then the route.
+async fn answer(req: Request<Incoming>, ctx: &Ctx, peer: SocketAddr, conn: &conns::Conn) -> Reply {
     if let Some(refusal) = check_head(&req, &ctx.stats) {
-        return Ok(refusal);
+        return refusal;
     }
-    let _permit = match admit(&ctx).await {
-        Ok(p) => p,
-        Err(refusal) => return Ok(refusal),
-    };
+    if matches!(*req.method(), http::Method::GET | http::Method::HEAD) && req.uri().path() == "/healthz" {
+        return text("ok\n".into(), "text/plain; charset=utf-8");
+    }
+    let max = body_max_bytes(req.method(), req.uri().path());
     let (parts, body) = req.into_parts();
-    Ok(api::route(parts, body, &ctx, peer).await)
+    let body = if max <= limits::HTTP_SMALL_BODY_MAX_BYTES {
+        match api::read_body(RequestBody::Right(body), ctx, max as usize).await {
+            Ok(bytes) => RequestBody::Left(Full::new(bytes)),
+            Err(refusal) => return refusal,
+        }
+    } else {
+        RequestBody::Right(body)
+    };
+    let on_wire = matches!(body, RequestBody::Right(_)) && has_body(&parts.headers);
+    let _permit = match admit(ctx).await {
+        Ok(p) => p,
+        Err(refusal) => return closing(refusal),
+    };
+    conn.set_admitted();
+    let reply = api::route(parts, body, ctx, peer).await;
+    // A refusal may leave the body unread: the connection ends with the reply, so no later
+    // read of that body can time out into a second answer.
+    if on_wire && !reply.status().is_success() { closing(reply) } else { reply }
+}
+
+/// True when the head announces a body.
+fn has_body(headers: &http::HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).is_some_and(|n| n > 0)
+}
+
+/// `reply` with `connection: close`.
+fn closing(mut reply: Reply) -> Reply {
+    reply.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    reply
 }
 
 /// A handler slot: at once if one is free, after a wait if fewer than
@@ -399,8 +603,12 @@ mod tests {
         assert_eq!(status(&server.exchange(b"\x00\x01garbage\r\n\r\n")), "HTTP/1.1 400");
         let long = format!("GET / HTTP/1.1\r\nx: {}\r\n\r\n", "a".repeat(limits::HTTP_LINE_MAX_BYTES));
         assert_eq!(status(&server.exchange(long.as_bytes())), "HTTP/1.1 431");
-        let big = b"POST /api/login HTTP/1.1\r\ncontent-length: 999999\r\n\r\n";
+        let big = b"POST /api/login HTTP/1.1\r\nhost: a\r\ncontent-length: 999999\r\n\r\n";
         assert_eq!(status(&server.exchange(big)), "HTTP/1.1 413");
+        // One Host, always.
+        assert_eq!(status(&server.exchange(b"GET /healthz HTTP/1.1\r\n\r\n")), "HTTP/1.1 400");
+        assert_eq!(status(&server.exchange(b"GET /healthz HTTP/1.1\r\nhost: a\r\nhost: b\r\n\r\n")), "HTTP/1.1 400");
+        assert_eq!(status(&server.exchange(b"GET /healthz HTTP/1.0\r\n\r\n")), "HTTP/1.0 200");
     }
 
     #[tokio::test]
@@ -435,6 +643,30 @@ mod tests {
         assert_eq!(media::export(&ctx, &parts, "a/main", 1, 2).status(), StatusCode::NOT_FOUND, "nothing recorded");
     }
 
+    /// Slow clients on the simulated clock: each gets one 408 at its deadline, after a
+    /// `100 Continue` when it asked for one, and nothing else.
+    #[test]
+    fn slow_clients_get_one_408_at_their_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = fuzzing::Server::new(dir.path());
+        let login = "POST /api/login HTTP/1.1\r\nhost: a\r\ncontent-type: application/json\r\n";
+        let held = |piece_bytes, pause_ms| fuzzing::Pace { piece_bytes, pause_ms, hold_open: true };
+        let statuses = |out: Vec<u8>| {
+            fuzzing::check(&out).unwrap();
+            let text = String::from_utf8_lossy(&out).into_owned();
+            text.match_indices("HTTP/1.1 ").map(|(i, _)| text[i + 9..i + 12].to_string()).collect::<Vec<_>>()
+        };
+        let expect = format!("{login}content-length: 100\r\nexpect: 100-continue\r\n\r\n");
+        assert_eq!(statuses(server.exchange_paced(expect.as_bytes(), held(4096, 0))), ["100", "408"]);
+        let head = "GET /healthz HTTP/1.1\r\nhost: a\r\nx: aaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+        assert_eq!(statuses(server.exchange_paced(head.as_bytes(), held(1, 2_000))), ["408"]);
+        let body = format!("{login}content-length: 50\r\n\r\n{{\"username\":\"a\",");
+        assert_eq!(statuses(server.exchange_paced(body.as_bytes(), held(1, 500))), ["408"]);
+        // Idle after an answer: the next request's clock runs out.
+        let idle = "GET /healthz HTTP/1.1\r\nhost: a\r\n\r\n";
+        assert_eq!(statuses(server.exchange_paced(idle.as_bytes(), held(4096, 0))), ["200", "408"]);
+    }
+
     /// What the `http_head` fuzz target found worth keeping, and what once failed it, is
     /// answered in HTTP or closed, with no 500.
     #[test]
@@ -445,10 +677,11 @@ mod tests {
         let mut n = 0;
         for sub in ["corpus/http_head", "crashes/http_head"] {
             for entry in std::fs::read_dir(fuzz.join(sub)).unwrap() {
-                let input = std::fs::read(entry.unwrap().path()).unwrap();
-                let out = server.exchange(&input);
-                assert!(out.is_empty() || out.starts_with(b"HTTP/1.1 ") || out.starts_with(b"HTTP/1.0 "));
-                assert!(!out.starts_with(b"HTTP/1.1 500"), "{}", String::from_utf8_lossy(&out));
+                let path = entry.unwrap().path();
+                let out = server.run(&std::fs::read(&path).unwrap());
+                if let Err(e) = fuzzing::check(&out) {
+                    panic!("{}: {e}", path.display());
+                }
                 n += 1;
             }
         }

@@ -3,20 +3,43 @@
 
 use serde::Deserialize;
 
-/// A single `bytes=…` range of a body of `len` bytes: (start, end exclusive); `None` when it
-/// is malformed, multiple or outside the body.
-pub fn byte_range(header: &str, len: u64) -> Option<(u64, u64)> {
-    let spec = header.trim().strip_prefix("bytes=")?;
-    if spec.contains(',') {
-        return None;
-    }
-    let (a, b) = spec.split_once('-')?;
-    let (start, end) = match (a.trim(), b.trim()) {
-        ("", suffix) => (len.saturating_sub(suffix.parse().ok()?), len),
-        (a, "") => (a.parse().ok()?, len),
-        (a, b) => (a.parse().ok()?, b.parse::<u64>().ok()?.saturating_add(1).min(len)),
+/// What a `Range` header asks of a body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ByteRange {
+    /// The whole body (`200`): no range this server serves as a part — another unit, several
+    /// ranges, or a malformed one, which RFC 9110 § 14.2 lets a server ignore.
+    Whole,
+    /// One part (`206`): start, end exclusive, inside the body.
+    Part(u64, u64),
+    /// A well-formed single range outside the body (`416`).
+    Unsatisfiable,
+}
+
+/// The range a `Range` header asks of a body of `len` bytes. The unit is case-insensitive.
+pub fn byte_range(header: &str, len: u64) -> ByteRange {
+    let header = header.trim();
+    let Some(spec) = header.get(..6).filter(|unit| unit.eq_ignore_ascii_case("bytes=")).map(|_| &header[6..]) else {
+        return ByteRange::Whole;
     };
-    (start < end && start < len).then_some((start, end))
+    let number =
+        |s: &str| (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse::<u64>().ok()).flatten();
+    let Some((a, b)) = spec.split_once('-').filter(|_| !spec.contains(',')) else { return ByteRange::Whole };
+    let (a, b) = (a.trim(), b.trim());
+    let (start, end) = match (a, b) {
+        ("", suffix) => match number(suffix) {
+            None => return ByteRange::Whole,
+            Some(n) => (len.saturating_sub(n), len),
+        },
+        (a, "") => match number(a) {
+            None => return ByteRange::Whole,
+            Some(start) => (start, len),
+        },
+        (a, b) => match (number(a), number(b)) {
+            (Some(start), Some(last)) if last >= start => (start, last.saturating_add(1).min(len)),
+            _ => return ByteRange::Whole,
+        },
+    };
+    if start < end && start < len { ByteRange::Part(start, end) } else { ByteRange::Unsatisfiable }
 }
 
 /// `from_us` and `to_us` from a query string (unchecked).
@@ -98,14 +121,19 @@ mod tests {
 
     #[test]
     fn byte_ranges() {
-        assert_eq!(byte_range("bytes=0-99", 1000), Some((0, 100)));
-        assert_eq!(byte_range("bytes=900-", 1000), Some((900, 1000)));
-        assert_eq!(byte_range("bytes=-100", 1000), Some((900, 1000)));
-        assert_eq!(byte_range("bytes=990-2000", 1000), Some((990, 1000)));
-        for bad in ["bytes=1000-", "bytes=5-1", "bytes=0-1,3-4", "items=0-1", "bytes=x-1", "bytes=-"] {
-            assert_eq!(byte_range(bad, 1000), None, "{bad}");
+        use ByteRange::{Part, Unsatisfiable, Whole};
+        assert_eq!(byte_range("bytes=0-99", 1000), Part(0, 100));
+        assert_eq!(byte_range("BYTES=900-", 1000), Part(900, 1000), "the unit is case-insensitive");
+        assert_eq!(byte_range(" Bytes=-100", 1000), Part(900, 1000));
+        assert_eq!(byte_range("bytes=990-2000", 1000), Part(990, 1000));
+        assert_eq!(byte_range("bytes=0-18446744073709551615", 10), Part(0, 10));
+        for outside in ["bytes=1000-", "bytes=1000-1001", "bytes=-0"] {
+            assert_eq!(byte_range(outside, 1000), Unsatisfiable, "{outside}");
         }
-        assert_eq!(byte_range("bytes=0-18446744073709551615", 10), Some((0, 10)));
+        // Several ranges, another unit, or a malformed one: the whole body.
+        for whole in ["bytes=0-1,3-4", "items=0-1", "bytes=x-1", "bytes=-", "bytes=5-1", "bytes=+5-", "bytes"] {
+            assert_eq!(byte_range(whole, 1000), Whole, "{whole}");
+        }
     }
 
     #[test]

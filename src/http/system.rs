@@ -6,12 +6,11 @@
 use http::request::Parts;
 use http::{StatusCode, header};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::json;
 use tracing::info;
 
 use super::api::json_reply;
-use super::{Ctx, Reply, error, full};
+use super::{Ctx, Reply, RequestBody, error, full};
 use crate::limits::{UPDATE_BODY_MAX_BYTES, UPDATE_UPLOAD_CHUNKS_MAX};
 use crate::system::bundle::{self, UpdateError};
 use crate::system::support;
@@ -73,7 +72,7 @@ mod tests {
 }
 
 /// `POST /api/system/update[?force=1][&reboot=1]`: the bundle is the body.
-pub(super) async fn update(ctx: &Ctx, parts: &Parts, mut body: Incoming) -> Reply {
+pub(super) async fn update(ctx: &Ctx, parts: &Parts, mut body: RequestBody) -> Reply {
     let Some(api) = ctx.media.system.clone() else {
         return update_error(&UpdateError::NotFirmware);
     };
@@ -95,6 +94,7 @@ pub(super) async fn update(ctx: &Ctx, parts: &Parts, mut body: Incoming) -> Repl
     // Feed the installer until the body ends, it stops reading (a refusal), or the body
     // passes its ceiling.
     let mut received: u64 = 0;
+    let mut late = false;
     while let Some(frame) = body.frame().await {
         let item = match frame {
             Ok(f) => match f.into_data() {
@@ -108,7 +108,10 @@ pub(super) async fn update(ctx: &Ctx, parts: &Parts, mut body: Incoming) -> Repl
                 }
                 Err(_) => continue,
             },
-            Err(e) => Err(std::io::Error::other(e.to_string())),
+            Err(e) => {
+                late = super::api::timed_out(&*e);
+                Err(std::io::Error::other(e.to_string()))
+            }
         };
         let failed = item.is_err();
         if tx.send(item).await.is_err() || failed {
@@ -120,6 +123,10 @@ pub(super) async fn update(ctx: &Ctx, parts: &Parts, mut body: Incoming) -> Repl
         Ok(r) => r,
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
     };
+    if late {
+        // The socket guard leaves this answer to the handler reading the body.
+        return super::api::request_timeout();
+    }
     // A refusal before the body ended: read the rest (discarding it, within the body's
     // ceiling and the listener's read timeout) so the client, still sending, gets the
     // answer instead of a reset connection.
@@ -160,8 +167,8 @@ pub(super) fn reboot(ctx: &Ctx) -> Reply {
 
 /// `POST /api/system/factory-reset` with `{"keep": ["config", "recordings"]}` (either, both or
 /// none): done at the next boot, which follows at once.
-pub(super) async fn factory_reset(ctx: &Ctx, body: Incoming) -> Reply {
-    let req: support::ResetRequest = match super::api::read_json(body, ctx).await {
+pub(super) async fn factory_reset(ctx: &Ctx, headers: &http::HeaderMap, body: RequestBody) -> Reply {
+    let req: support::ResetRequest = match super::api::read_json(headers, body, ctx).await {
         Ok(r) => r,
         Err(r) => return r,
     };

@@ -177,15 +177,42 @@ pub fn support_bundle(root: &Path, config: &Path, status: &serde_json::Value) ->
     ];
     for (name, rel, max) in files {
         if let Ok(b) = read_small(&root.join(rel), max) {
-            tar.add(name, &b);
+            if name.starts_with("log/") { tar.add(name, &redact_log(&b)) } else { tar.add(name, &b) }
         }
     }
     tar.finish()
 }
 
+/// The log with every `setup_token=…` value replaced: the token is for whoever is at the
+/// box's console, not for whoever reads a bundle.
+pub fn redact_log(log: &[u8]) -> Vec<u8> {
+    const KEY: &[u8] = b"setup_token=";
+    let mut out = Vec::with_capacity(log.len());
+    let mut rest = log;
+    while let Some(at) = rest.windows(KEY.len()).position(|w| w == KEY) {
+        out.extend_from_slice(&rest[..at + KEY.len()]);
+        out.extend_from_slice(b"<redacted>");
+        rest = &rest[at + KEY.len()..];
+        let value = rest.iter().position(|b| b.is_ascii_whitespace()).unwrap_or(rest.len());
+        rest = &rest[value..];
+    }
+    out.extend_from_slice(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_setup_token_never_reaches_the_bundles_log() {
+        let log = b"INFO keeppeek: no admin yet setup_token=0123abcd\nINFO x setup_token=\"ff\" y\nend setup_token=";
+        let out = String::from_utf8(redact_log(log)).unwrap();
+        assert_eq!(
+            out,
+            "INFO keeppeek: no admin yet setup_token=<redacted>\nINFO x setup_token=<redacted> y\nend setup_token=<redacted>"
+        );
+    }
 
     #[test]
     fn secrets_never_reach_the_bundle() {

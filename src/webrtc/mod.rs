@@ -210,6 +210,17 @@ pub fn max_sessions(ram_class_bytes: u64) -> usize {
     (gib * limits::WEBRTC_SESSIONS_PER_GIB).min(limits::WEBRTC_SESSIONS_SERVER_MAX)
 }
 
+/// Sessions one principal may hold on a box of `max_sessions`: its share, so that others
+/// always find room.
+pub fn principal_max(max_sessions: usize) -> usize {
+    (max_sessions * limits::WEBRTC_PRINCIPAL_SHARE_PERCENT / 100).clamp(1, limits::WEBRTC_SESSIONS_PER_PRINCIPAL_MAX)
+}
+
+/// Sessions anyone may open on a box of `max_sessions`; the rest are kept for admins.
+pub fn for_everyone(max_sessions: usize) -> usize {
+    max_sessions.saturating_sub(limits::WEBRTC_SESSIONS_ADMIN_RESERVED).max(1)
+}
+
 /// The addresses to offer host candidates on: every IPv4 and global IPv6 address of an
 /// interface, loopback only when asked.
 pub fn host_addresses(loopback: bool) -> Vec<IpAddr> {
@@ -467,17 +478,19 @@ impl Engine {
     fn open(&mut self, stream: usize, offer: &str, owner: Owner, peer: IpAddr) -> Result<(u64, String), OpenError> {
         let fanout = self.streams.get(stream).ok_or(OpenError::NoStream)?.clone();
         let of_principal = self.sessions.iter().filter(|s| s.owner.principal == owner.principal).count();
-        if of_principal >= limits::WEBRTC_SESSIONS_PER_PRINCIPAL_MAX {
+        let principal_max = principal_max(self.max_sessions);
+        if of_principal >= principal_max {
             self.stats.refused_principal.fetch_add(1, Ordering::Relaxed);
-            return Err(OpenError::Principal(owner.principal, limits::WEBRTC_SESSIONS_PER_PRINCIPAL_MAX));
+            return Err(OpenError::Principal(owner.principal, principal_max));
         }
         if self.sessions.iter().filter(|s| s.peer == peer).count() >= limits::WEBRTC_SESSIONS_PER_ADDRESS_MAX {
             self.stats.refused_address.fetch_add(1, Ordering::Relaxed);
             return Err(OpenError::Address(limits::WEBRTC_SESSIONS_PER_ADDRESS_MAX));
         }
-        if self.sessions.len() >= self.max_sessions {
+        let room = if owner.admin { self.max_sessions } else { for_everyone(self.max_sessions) };
+        if self.sessions.len() >= room {
             self.stats.refused_server.fetch_add(1, Ordering::Relaxed);
-            return Err(OpenError::Server(self.max_sessions));
+            return Err(OpenError::Server(room));
         }
         let params = fanout.params().ok_or(OpenError::NotLive)?;
         let id = self.next_id;
@@ -991,7 +1004,7 @@ pub mod fuzzing {
     impl Harness {
         /// A session accepted from `offer`; `None` when the offer is refused.
         pub fn new(offer: &str) -> Option<Harness> {
-            let owner = Owner { principal: "token:1".into(), login: None };
+            let owner = Owner { principal: "token:1".into(), login: None, admin: false };
             let who = Viewer { id: 1, owner, peer: PEER.0.into(), stream: 0 };
             let now = Instant::now();
             let (session, _answer) = Session::accept(who, &params(), offer, &[SocketAddr::from(LOCAL)], now).ok()?;
@@ -1074,7 +1087,7 @@ mod tests {
     }
 
     fn owner(principal: &str) -> Owner {
-        Owner { principal: principal.into(), login: None }
+        Owner { principal: principal.into(), login: None, admin: false }
     }
 
     fn play_stored(track: usize) -> control::Request {
@@ -1089,6 +1102,14 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_principal_gets_its_share_and_admins_keep_room() {
+        // A 1 GiB box: 64 sessions, 32 for one principal, 62 for anyone, 64 for admins.
+        assert_eq!((principal_max(64), for_everyone(64)), (32, 62));
+        assert_eq!(principal_max(512), limits::WEBRTC_SESSIONS_PER_PRINCIPAL_MAX);
+        assert_eq!((principal_max(1), for_everyone(1)), (1, 1));
+    }
+
     #[tokio::test]
     async fn stored_tracks_stop_at_sixteen_per_session_and_the_box_ceiling() {
         let dir = tempfile::tempdir().unwrap();
@@ -1098,7 +1119,7 @@ mod tests {
         let offer = offer(per_session + 1);
         let peer = IpAddr::from([127, 0, 0, 1]);
         for k in 0..=sessions {
-            let who = owner(&format!("user:{}", k / limits::WEBRTC_SESSIONS_PER_PRINCIPAL_MAX));
+            let who = Owner { admin: true, ..owner(&format!("user:{k}")) };
             e.open(0, &offer, who, peer).expect("a session");
         }
         assert_eq!(e.sessions[0].tracks.len(), per_session + 1, "one live track and sixteen more");
@@ -1235,7 +1256,8 @@ mod tests {
         for w in waiting {
             match w.await.unwrap() {
                 Ok(_) => opened += 1,
-                Err(OpenError::Server(1)) => {}
+                // On a box of one session, one principal's share is that session.
+                Err(OpenError::Principal(_, 1)) => {}
                 Err(other) => panic!("{other:?}"),
             }
         }

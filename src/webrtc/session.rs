@@ -28,6 +28,8 @@ pub struct Owner {
     pub principal: String,
     /// The login session it came from (a bearer token has none).
     pub login: Option<[u8; 32]>,
+    /// An admin (user or token): may use the sessions kept back for admins.
+    pub admin: bool,
 }
 
 /// Who a new session is for.

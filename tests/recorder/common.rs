@@ -556,6 +556,29 @@ pub fn request_bytes(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> (u16, String, String) {
+    send_request(connect(port), port, method, path, headers, body)
+}
+
+/// [`request`] from another loopback address (`127.0.0.0/8` is all this machine's).
+pub fn request_from(
+    src: std::net::Ipv4Addr,
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    send_request(connect_from(src, port), port, method, path, headers, body.as_bytes())
+}
+
+fn send_request(
+    mut s: TcpStream,
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String, String) {
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\ncontent-length: {}\r\n",
         body.len()
@@ -564,11 +587,48 @@ pub fn request_bytes(
     for (k, v) in headers {
         req.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
     }
+    // A JSON body says so, as the UI's requests do, unless the caller chose a type.
+    if body.starts_with(b"{") && !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type")) {
+        req.extend_from_slice(b"content-type: application/json\r\n");
+    }
     req.extend_from_slice(b"\r\n");
     req.extend_from_slice(body);
-    let r = exchange(port, &req);
+    s.write_all(&req).unwrap();
+    let r = read_response(&mut s);
     let (head, body) = r.split_once("\r\n\r\n").unwrap_or((&r, ""));
     (status(&r), head.to_string(), body.to_string())
+}
+
+/// A connection to the daemon on 127.0.0.1 from the loopback address `src` (std cannot bind
+/// before it connects).
+pub fn connect_from(src: std::net::Ipv4Addr, port: u16) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    let sockaddr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(ip).to_be() },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a fresh socket, addresses that live across the calls, and the fd handed to
+    // exactly one owner.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let s = TcpStream::from_raw_fd(fd);
+        let from = sockaddr(src, 0);
+        let to = sockaddr(std::net::Ipv4Addr::LOCALHOST, port);
+        assert_eq!(libc::bind(fd, (&raw const from).cast(), len), 0, "bind {src}: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::connect(fd, (&raw const to).cast(), len), 0, "connect: {}", std::io::Error::last_os_error());
+        s.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
+        s
+    }
+}
+
+/// The resident set of a process, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")?.trim().split_whitespace().next()?.parse().ok()).unwrap()
 }
 
 /// Creates the first admin from this machine; returns (session cookie, CSRF token).

@@ -115,7 +115,9 @@ fn sessions_are_capped_per_principal_and_per_address_and_bad_input_is_refused() 
     assert_eq!(whep(port, &tokens[2], &no_video).0, 400);
     assert_eq!(whep(port, &tokens[2], &"a".repeat(128 * 1024 + 1)).0, 413);
     assert!(webrtc_metric(port, &metrics, "keeppeek_webrtc_refused_total{reason=\"bad_offer\"}") >= 2);
-    let wrong_stream = request(port, "POST", "/api/whep/a/sub", &[("authorization", &bearer(&tokens[2]))], OFFER);
+    let sdp = [("authorization", bearer(&tokens[2])), ("content-type", "application/sdp".into())];
+    let sdp: Vec<(&str, &str)> = sdp.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let wrong_stream = request(port, "POST", "/api/whep/a/sub", &sdp, OFFER);
     assert_eq!(wrong_stream.0, 404);
 
     // Garbage on the media port: counted, nothing else happens.
@@ -151,26 +153,80 @@ fn sessions_are_capped_per_principal_and_per_address_and_bad_input_is_refused() 
     assert_eq!(webrtc_metric(port, &metrics, "keeppeek_webrtc_sessions_open"), 127, "the others live on");
 }
 
+/// A 1 GiB box holds 64 sessions: one principal takes at most half (one view token once held
+/// all 64 and everyone else got 503), the last two are an admin's, and sessions whose browser
+/// never connects go after the connect timeout.
 #[test]
-fn the_box_holds_the_sessions_its_ram_class_allows() {
+fn the_box_holds_the_sessions_its_ram_class_allows_and_shares_them() {
     let (_dir, _d, port, _) = live_daemon("1 GiB");
     let admin = setup_admin(port);
-    let tokens: Vec<String> = (0..3).map(|_| make_token(port, &admin, "\"view\"")).collect();
+    let tokens: Vec<String> = (0..2).map(|_| make_token(port, &admin, "\"view\"")).collect();
+    let admin_token = make_token(port, &admin, "\"admin\"");
     wait_connected(port, &tokens[0]);
-    for i in 0..64 {
-        let (code, body, _) = whep(port, &tokens[i % 2], OFFER);
+    for i in 0..32 {
+        let (code, body, _) = whep(port, &tokens[0], OFFER);
         assert_eq!(code, 201, "session {i}: {body}");
     }
-    let (code, body, _) = whep(port, &tokens[2], OFFER);
+    let (code, body, _) = whep(port, &tokens[0], OFFER);
+    assert_eq!(code, 429, "one principal holds half the box: {body}");
+    assert!(body.contains("\"code\":\"too_many_sessions\"") && body.contains("32"), "{body}");
+    for i in 0..30 {
+        let (code, body, _) = whep(port, &tokens[1], OFFER);
+        assert_eq!(code, 201, "session {i} of the second: {body}");
+    }
+    let (code, body, _) = whep(port, &tokens[1], OFFER);
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("\"code\":\"server_full\""), "{body}");
+    // The last two are kept for admins.
+    assert_eq!(whep(port, &admin_token, OFFER).0, 201);
+    assert_eq!(whep(port, &admin_token, OFFER).0, 201);
+    assert_eq!(whep(port, &admin_token, OFFER).0, 503, "the box is full");
     // A session whose browser never connects is dropped after the connect timeout.
     let metrics = make_token(port, &admin, "\"metrics\"");
     let swept =
         wait_until(Duration::from_secs(30), || webrtc_metric(port, &metrics, "keeppeek_webrtc_sessions_open") == 0);
     assert!(swept, "unconnected sessions time out");
     assert_eq!(webrtc_metric(port, &metrics, "keeppeek_webrtc_connect_timeouts_total"), 64);
-    assert_eq!(whep(port, &tokens[2], OFFER).0, 201, "room again");
+    assert_eq!(whep(port, &tokens[1], OFFER).0, 201, "room again");
+}
+
+/// Deleting a token left its sessions streaming, and so did changing a user's password:
+/// every revocation closes what it authorized, at once.
+#[test]
+fn revoking_a_token_or_a_password_closes_its_live_sessions_at_once() {
+    let (_dir, _d, port, _) = live_daemon("4 GiB");
+    let admin = setup_admin(port);
+    let metrics = make_token(port, &admin, "\"metrics\"");
+    let view = make_token(port, &admin, "\"view\"");
+    let keep = make_token(port, &admin, "\"view\"");
+    wait_connected(port, &view);
+    let open = || webrtc_metric(port, &metrics, "keeppeek_webrtc_sessions_open");
+    for _ in 0..3 {
+        assert_eq!(whep(port, &view, OFFER).0, 201);
+    }
+    assert_eq!(whep(port, &keep, OFFER).0, 201);
+    let id = view.split('_').nth(1).unwrap();
+    let h = [("cookie", admin.0.as_str()), ("x-csrf-token", admin.1.as_str())];
+    assert_eq!(request(port, "DELETE", &format!("/api/tokens/{id}"), &h, "").0, 200);
+    assert!(wait_until(Duration::from_secs(1), || open() == 1), "the token's 3 sessions closed within 1 s");
+    // A viewer's sessions close when an admin sets a new password.
+    let made =
+        request(port, "POST", "/api/users", &h, r#"{"username":"guest","password":"viewer password","role":"viewer"}"#);
+    assert_eq!(made.0, 201);
+    let (_, head, body) =
+        request(port, "POST", "/api/login", &[], r#"{"username":"guest","password":"viewer password"}"#);
+    let guest = session_of(&head, &body);
+    let with_cookie =
+        [("cookie", guest.0.as_str()), ("x-csrf-token", guest.1.as_str()), ("content-type", "application/sdp")];
+    for _ in 0..2 {
+        assert_eq!(request(port, "POST", "/api/whep/a/main", &with_cookie, OFFER).0, 201);
+    }
+    assert_eq!(open(), 3);
+    let changed =
+        request(port, "POST", "/api/users", &h, r#"{"username":"guest","password":"a new password","role":"viewer"}"#);
+    assert_eq!(changed.0, 201);
+    assert!(wait_until(Duration::from_secs(1), || open() == 1), "the viewer's 2 sessions closed within 1 s");
+    assert_eq!(request(port, "GET", "/api/me", &[("cookie", &guest.0)], "").0, 401, "and its login");
 }
 
 #[test]

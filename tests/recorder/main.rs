@@ -9,6 +9,7 @@ mod cli;
 mod events;
 mod export;
 mod firmware;
+mod hostile;
 mod http_limits;
 mod live;
 mod media_api;

@@ -111,6 +111,11 @@ fn cameras_recordings_coverage_and_export_over_http() {
     assert_eq!(part, &mp4[100..200]);
     let (code, _, _) = request(port, "GET", &path, &[("authorization", &bearer), ("range", "bytes=999999999-")], "");
     assert_eq!(code, 416);
+    // The unit is case-insensitive; several ranges get the whole file.
+    let (head, upper) = download("range: BYTES=100-199\r\n");
+    assert!(head.starts_with("HTTP/1.1 206") && upper == mp4[100..200], "{head}");
+    let (head, whole) = download("range: bytes=0-9, 100-199\r\n");
+    assert!(head.starts_with("HTTP/1.1 200") && whole == mp4, "{head}");
     let (code, _, _) =
         request(port, "GET", "/api/streams/a/main/export.mp4?from_us=1&to_us=2", &[("authorization", &bearer)], "");
     assert_eq!(code, 404);

@@ -73,7 +73,7 @@ node --test tests/ui/
 step "firmware image: build it, boot it under QEMU, update it A/B"
 # The aarch64 image build (LTO) and the arm64 packages are cached under target/.
 bash tools/image.sh --board qemu-virt
-cargo test --test image -- --nocapture
+cargo test --test image -- --nocapture --test-threads 1
 
 step "benchmarks (smoke mode)"
 # Performance is a benchmark, not a test: this only proves the benchmark runs end to end.

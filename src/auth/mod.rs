@@ -17,7 +17,9 @@
 //! - Failed logins are limited per address and user, per address, and (as a delay) per user
 //!   ([`limiter`]). An unknown user costs the same hash as a wrong password.
 //! - Hashing is bounded to [`limits::AUTH_HASHES_CONCURRENT_MAX`] at once, into memory set
-//!   aside once ([`hashing`]), off the async runtime.
+//!   aside once ([`hashing`]), off the async runtime. Logins wait for it (and for a slowed
+//!   turn) in their own line of [`limits::AUTH_LOGINS_IN_FLIGHT_MAX`], not in the HTTP
+//!   handler slots: a login flood cannot keep other requests out.
 
 pub mod hashing;
 pub mod limiter;
@@ -116,6 +118,8 @@ pub enum AuthError {
     Full(&'static str, usize),
     #[error("this is the last admin: make another admin first")]
     LastAdmin,
+    #[error("{0} logins are in progress, the most at once: try again shortly")]
+    Busy(usize),
     #[error("password hashing failed: {0}")]
     Hash(String),
 }
@@ -146,6 +150,9 @@ pub struct Auth {
     admins: Mutex<()>,
     /// The next session's [`Session::serial`].
     serial: std::sync::atomic::AtomicU64,
+    /// Logins in progress ([`limits::AUTH_LOGINS_IN_FLIGHT_MAX`]): they wait for a hash or a
+    /// slowed turn here, never in the handler slots other requests need.
+    logins: tokio::sync::Semaphore,
 }
 
 /// A successful login: the cookie, its CSRF token and role, and the sessions it ended.
@@ -217,6 +224,7 @@ impl Auth {
             setup_lock: tokio::sync::Mutex::new(()),
             admins: Mutex::new(()),
             serial: 0.into(),
+            logins: tokio::sync::Semaphore::new(limits::AUTH_LOGINS_IN_FLIGHT_MAX),
         }
     }
 
@@ -287,6 +295,7 @@ impl Auth {
 
     /// Checks a login against the limits and the stored hash; on success opens a session.
     pub async fn login(&self, peer: IpAddr, name: &str, password: &str) -> Result<Login, AuthError> {
+        let _turn = self.logins.try_acquire().map_err(|_| AuthError::Busy(limits::AUTH_LOGINS_IN_FLIGHT_MAX))?;
         // A name that cannot exist is counted by address alone.
         let key = check_name(name).ok().and_then(|()| limiter::Name::try_from(name).ok());
         let verdict = self.limiter.lock().expect("lock").check(peer, key.as_ref(), Clocks.wall_us());
@@ -491,6 +500,17 @@ mod tests {
         assert_eq!(login.ended.len(), 1, "the oldest viewer session went");
         assert!(a.session(&first[1]).is_none(), "it was v0's oldest left");
         assert_eq!(a.sessions.lock().unwrap().len(), limits::AUTH_SESSIONS_MAX);
+    }
+
+    #[tokio::test]
+    async fn past_the_logins_in_flight_a_login_is_refused_at_once() {
+        let (_d, a) = auth();
+        a.put_user("root", "correct horse", Role::Admin).await.unwrap();
+        let peer: IpAddr = "192.0.2.1".parse().unwrap();
+        let held = a.logins.try_acquire_many(limits::AUTH_LOGINS_IN_FLIGHT_MAX as u32).unwrap();
+        assert!(matches!(a.login(peer, "root", "correct horse").await, Err(AuthError::Busy(32))));
+        drop(held);
+        assert!(a.login(peer, "root", "correct horse").await.is_ok());
     }
 
     #[tokio::test]

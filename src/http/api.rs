@@ -48,6 +48,7 @@ fn auth_error(e: AuthError) -> Reply {
         }
         AuthError::Full(..) => error(StatusCode::SERVICE_UNAVAILABLE, "full", &e.to_string()),
         AuthError::LastAdmin => error(StatusCode::CONFLICT, "last_admin", &e.to_string()),
+        AuthError::Busy(_) => error(StatusCode::SERVICE_UNAVAILABLE, "busy", &e.to_string()),
         e => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
     }
 }

@@ -19,7 +19,8 @@
 //! `/healthz` is answered before any of the handler slots is asked for, and a small body
 //! (at most [`limits::HTTP_SMALL_BODY_MAX_BYTES`]) is read whole before: a client that sends
 //! a head and then its body slowly, or never, holds a connection slot (which a newcomer may
-//! take) but no handler.
+//! take) but no handler. Login and setup take no handler slot either: they wait for the
+//! password hashing in a bounded line of their own ([`limits::AUTH_LOGINS_IN_FLIGHT_MAX`]).
 //!
 //! Routes ([`api`]): `/healthz` (no auth, no details), `/metrics` (Prometheus text; a
 //! `metrics` token or an admin), setup, login and the account API.
@@ -547,6 +548,10 @@ async fn answer(req: Request<Incoming>, ctx: &Ctx, peer: SocketAddr, conn: &conn
     } else {
         RequestBody::Right(body)
     };
+    // Login and setup wait in their own bounded line (`Auth`), for the hashing.
+    if parts.method == http::Method::POST && matches!(parts.uri.path(), "/api/login" | "/api/setup") {
+        return api::route(parts, body, ctx, peer).await;
+    }
     let on_wire = matches!(body, RequestBody::Right(_)) && has_body(&parts.headers);
     let _permit = match admit(ctx).await {
         Ok(p) => p,

@@ -456,3 +456,46 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
     std::fs::write(dir.join("figures.txt"), &report).unwrap();
     println!("{report}");
 }
+
+/// The image's own binary (aarch64, musl, release) under qemu-user: 1,000 logins with wrong
+/// and right passwords from 100 addresses never grow its memory past the budget's line for
+/// accounts (the hashing buffers are allocated once; musl's allocator has no arenas to keep).
+#[test]
+fn logins_on_the_image_binary_stay_within_the_accounts_budget() {
+    let binary = repo().join("target/aarch64-unknown-linux-musl/image/keeppeek");
+    assert!(binary.exists(), "{} is missing: run tools/image.sh first", binary.display());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    common::write_config(
+        dir.path(),
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n"
+        ),
+    );
+    let mut qemu = Command::new("qemu-aarch64-static");
+    qemu.arg(&binary);
+    let d = common::Daemon::start_program(qemu, dir.path(), &[]);
+    d.wait_log("web face listening", 1, Duration::from_secs(60));
+    common::setup_admin(port);
+    // Two logins at once first: both hashing buffers exist (they are kept) before the baseline.
+    let admin = r#"{"username":"root","password":"correct horse battery"}"#;
+    let both: Vec<_> =
+        (0..2).map(|_| std::thread::spawn(move || request(port, "POST", "/api/login", &[], admin).0)).collect();
+    for b in both {
+        assert_eq!(b.join().unwrap(), 200);
+    }
+    let budget_kib = common::accounts_budget_kib(dir.path());
+    let start_kib = common::rss_kib(d.pid());
+    let peak = common::RssPeak::watch(d.pid());
+    let started = Instant::now();
+    let (ok, wrong, limited) = common::login_flood(port);
+    let took = started.elapsed();
+    let grew = peak.stop().saturating_sub(start_kib);
+    let line = format!(
+        "aarch64-musl under qemu-user: 1,000 logins ({ok} right, {wrong} wrong, {limited} limited) in {:.1} s; RSS {start_kib} KiB, grew {grew} KiB; accounts line {budget_kib} KiB",
+        took.as_secs_f64()
+    );
+    eprintln!("{line}");
+    assert_eq!((ok, ok + wrong + limited), (200, 1000));
+    assert!(grew <= budget_kib, "{line}");
+}

@@ -116,8 +116,11 @@ pub fn write_config(dir: &Path, body: &str) -> PathBuf {
     config
 }
 
+/// The binary under test: this build's, or the one `KEEPPEEK_BIN` names (to run the suite
+/// against another build, say the one before a fix, and see which tests it fails).
 pub fn keeppeek() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_keeppeek"))
+    let other = std::env::var_os("KEEPPEEK_BIN").filter(|b| !b.is_empty());
+    Command::new(other.unwrap_or_else(|| env!("CARGO_BIN_EXE_keeppeek").into()))
 }
 
 /// Runs a command that must succeed; returns its stdout.
@@ -140,10 +143,15 @@ impl Daemon {
 
     /// [`Daemon::start`] with more arguments to `keeppeek run`.
     pub fn start_with(dir: &Path, args: &[&str]) -> Daemon {
+        Daemon::start_program(keeppeek(), dir, args)
+    }
+
+    /// [`Daemon::start_with`] for another build of keeppeek (`program` runs it).
+    pub fn start_program(mut program: Command, dir: &Path, args: &[&str]) -> Daemon {
         let config = dir.join("keeppeek.toml");
         let log = dir.join("keeppeek.log");
         let log_file = std::fs::File::create(&log).unwrap();
-        let child = keeppeek()
+        let child = program
             .args(["run", "--config"])
             .arg(&config)
             .args(args)
@@ -629,6 +637,91 @@ pub fn connect_from(src: std::net::Ipv4Addr, port: u16) -> TcpStream {
 pub fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status.lines().find_map(|l| l.strip_prefix("VmRSS:")?.trim().split_whitespace().next()?.parse().ok()).unwrap()
+}
+
+/// 1,000 logins from 100 addresses (`127.8.0.1` on), ten each from four threads: the admin's
+/// right password twice, six wrong ones at a name of that address's own (the sixth is
+/// refused), and two at other names. Returns how many answered 200, 401 and 429; every right
+/// one must be 200.
+pub fn login_flood(port: u16) -> (usize, usize, usize) {
+    let counts = std::sync::Arc::new(std::sync::Mutex::new((0, 0, 0)));
+    let workers: Vec<_> = (0..4u8)
+        .map(|w| {
+            let counts = counts.clone();
+            std::thread::spawn(move || {
+                for a in (w..100).step_by(4) {
+                    let src = std::net::Ipv4Addr::new(127, 8, 0, a + 1);
+                    let (mine, other, third) = (format!("n{a}"), format!("n{a}b"), format!("n{a}c"));
+                    let tries = [("root", "correct horse battery"); 2]
+                        .into_iter()
+                        .chain([(mine.as_str(), "wrong password"); 6])
+                        .chain([(other.as_str(), "wrong password"), (third.as_str(), "wrong password")]);
+                    for (user, password) in tries {
+                        let body = serde_json::json!({ "username": user, "password": password }).to_string();
+                        let (code, _, text) = request_from(src, port, "POST", "/api/login", &[], &body);
+                        if password.starts_with("correct") {
+                            assert_eq!(code, 200, "the admin from {src}: {text}");
+                        }
+                        let mut c = counts.lock().unwrap();
+                        match code {
+                            200 => c.0 += 1,
+                            401 => c.1 += 1,
+                            429 => c.2 += 1,
+                            other => panic!("{other}: {text}"),
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    *counts.lock().unwrap()
+}
+
+/// The `accounts` line of `keeppeek budget` for the config in `dir`, in KiB.
+pub fn accounts_budget_kib(dir: &Path) -> u64 {
+    let out = succeed(keeppeek().arg("budget").arg(dir.join("keeppeek.toml")));
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let line = text.lines().find(|l| l.starts_with("accounts")).unwrap_or_else(|| panic!("{text}"));
+    let mib: f64 =
+        line.split_whitespace().find_map(|w| w.parse::<f64>().ok()).unwrap_or_else(|| panic!("a MiB figure in {line}"));
+    (mib * 1024.0) as u64
+}
+
+/// Samples a process's resident set every 50 ms until dropped; the peak in KiB.
+pub struct RssPeak {
+    peak: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sampler: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RssPeak {
+    pub fn watch(pid: u32) -> RssPeak {
+        use std::sync::atomic::Ordering;
+        let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(rss_kib(pid)));
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = std::thread::spawn({
+            let (peak, done) = (peak.clone(), done.clone());
+            move || {
+                while !done.load(Ordering::Relaxed) {
+                    peak.fetch_max(rss_kib(pid), Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        });
+        RssPeak { peak, done, sampler: Some(sampler) }
+    }
+
+    /// The peak so far, sampling stopped.
+    pub fn stop(mut self) -> u64 {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(s) = self.sampler.take() {
+            s.join().unwrap();
+        }
+        self.peak.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// Creates the first admin from this machine; returns (session cookie, CSRF token).

@@ -4,7 +4,6 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,16 +42,6 @@ fn statuses(text: &str) -> Vec<u16> {
 fn login_from(src: Ipv4Addr, port: u16, user: &str, password: &str) -> u16 {
     let body = serde_json::json!({ "username": user, "password": password }).to_string();
     request_from(src, port, "POST", "/api/login", &[], &body).0
-}
-
-/// The `accounts` line of `keeppeek budget` for the daemon's config, in KiB.
-fn accounts_budget_kib(dir: &std::path::Path) -> u64 {
-    let out = succeed(keeppeek().arg("budget").arg(dir.join("keeppeek.toml")));
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let line = text.lines().find(|l| l.contains("accounts")).unwrap_or_else(|| panic!("{text}"));
-    let mib: f64 =
-        line.split_whitespace().find_map(|w| w.parse::<f64>().ok()).unwrap_or_else(|| panic!("a MiB figure in {line}"));
-    (mib * 1024.0) as u64
 }
 
 /// `Expect: 100-continue` and then no body: once hyper wrote its `100 Continue` the read
@@ -199,17 +188,11 @@ fn a_login_flood_is_limited_in_time_and_memory() {
     setup_admin(port);
     let budget_kib = accounts_budget_kib(dir.path());
     let rss_start = rss_kib(d.pid());
-    let peak = Arc::new(AtomicU64::new(rss_start));
-    let done = Arc::new(AtomicBool::new(false));
-    let sampler = std::thread::spawn({
-        let (peak, done, pid) = (peak.clone(), done.clone(), d.pid());
-        move || {
-            while !done.load(Ordering::Relaxed) {
-                peak.fetch_max(rss_kib(pid), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    });
+    let peak = RssPeak::watch(d.pid());
+    // 1,000 logins, wrong and right, from 100 addresses.
+    let (ok, wrong, limited) = login_flood(port);
+    assert_eq!((ok, ok + wrong + limited), (200, 1000));
+    assert_eq!(limited, 100, "the sixth wrong password from each address");
 
     // Unknown users cost what a wrong password costs.
     let timed = |user: &str, i: u8| {
@@ -275,9 +258,8 @@ fn a_login_flood_is_limited_in_time_and_memory() {
     assert!(tries.iter().take(6).any(|c| *c == 429), "{tries:?}");
     assert_eq!(*tries.last().unwrap(), 429, "{tries:?}");
     healthy(port);
-    done.store(true, Ordering::Relaxed);
-    sampler.join().unwrap();
-    let grew = peak.load(Ordering::Relaxed).saturating_sub(rss_start);
+    let grew = peak.stop().saturating_sub(rss_start);
+    eprintln!("login flood: RSS grew {grew} KiB from {rss_start} KiB; the accounts line is {budget_kib} KiB");
     assert!(grew <= budget_kib, "RSS grew {grew} KiB from {rss_start} KiB; the accounts line is {budget_kib} KiB");
 }
 

@@ -246,6 +246,21 @@ fn bad_events_get_clear_errors_and_nothing_is_stored() {
         "x",
     );
     assert_eq!(code, 415, "{head}");
+    // The framing around the parts has a ceiling of its own: a 60 KB file name is refused.
+    let framed = format!(
+        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"event\"; filename=\"{}\"\r\n\r\n{envelope}\r\n--{BOUNDARY}--\r\n",
+        "f".repeat(60_000)
+    );
+    let ct = format!("multipart/form-data; boundary={BOUNDARY}");
+    let (code, _, body) = request_bytes(
+        port,
+        "POST",
+        "/api/events",
+        &[("authorization", &format!("Bearer {writer}")), ("content-type", &ct)],
+        framed.as_bytes(),
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("framing"), "{body}");
     // A body over the intake's ceiling (envelope, snapshot and framing) is refused from its
     // declared length, before it is read; exactly at the ceiling it is read (and then found
     // not to be multipart).

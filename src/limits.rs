@@ -349,8 +349,8 @@ pub const AUTH_LOGIN_TRACKED_MAX: usize = 4096;
 /// Password hashes computed at once: argon2id holds 19 MiB for each, allocated once and kept.
 pub const AUTH_HASHES_CONCURRENT_MAX: usize = 2;
 
-/// Logins (and setups) in progress at once, waiting for a hash or a slowed turn: past it,
-/// 503 at once. They wait here, not in the HTTP handler slots.
+/// Logins in progress at once, waiting for a hash or a slowed turn: past it, 503 at once.
+/// They wait here, not in the HTTP handler slots.
 pub const AUTH_LOGINS_IN_FLIGHT_MAX: usize = 32;
 
 /// Bytes of a user or token name.

@@ -550,6 +550,8 @@ async fn answer(req: Request<Incoming>, ctx: &Ctx, peer: SocketAddr, conn: &conn
     };
     // Login and setup wait in their own bounded line (`Auth`), for the hashing.
     if parts.method == http::Method::POST && matches!(parts.uri.path(), "/api/login" | "/api/setup") {
+        // Working, not waiting for its client: a newcomer does not take its slot mid-hash.
+        conn.set_admitted();
         return api::route(parts, body, ctx, peer).await;
     }
     let on_wire = matches!(body, RequestBody::Right(_)) && has_body(&parts.headers);
@@ -582,13 +584,21 @@ async fn admit(ctx: &Ctx) -> Result<tokio::sync::SemaphorePermit<'_>, Reply> {
     if let Ok(p) = ctx.handlers.try_acquire() {
         return Ok(p);
     }
+    /// A place in the line, given back however the wait ends (a connection taken for a
+    /// newcomer drops its request mid-wait).
+    struct InLine<'a>(&'a AtomicUsize);
+    impl Drop for InLine<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    let place = InLine(&ctx.waiting);
     if ctx.waiting.fetch_add(1, Ordering::AcqRel) >= limits::HTTP_REQUESTS_WAITING_MAX {
-        ctx.waiting.fetch_sub(1, Ordering::AcqRel);
         ctx.stats.busy.fetch_add(1, Ordering::Relaxed);
         return Err(error(StatusCode::SERVICE_UNAVAILABLE, "busy", "too many requests at once"));
     }
     let p = ctx.handlers.acquire().await;
-    ctx.waiting.fetch_sub(1, Ordering::AcqRel);
+    drop(place);
     p.map_err(|_| error(StatusCode::SERVICE_UNAVAILABLE, "stopping", "the server is stopping"))
 }
 
@@ -634,6 +644,9 @@ mod tests {
         assert_eq!(ctx.stats.busy.load(Ordering::Relaxed), 1);
         drop(held.pop());
         assert!(futures::poll!(waiting[0].as_mut()).is_ready(), "a freed handler goes to a waiting request");
+        // A waiting request dropped mid-wait (its connection taken) gives its place back.
+        waiting.truncate(1);
+        assert_eq!(ctx.waiting.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -250,8 +250,10 @@ fn a_login_flood_is_limited_in_time_and_memory() {
     let codes = codes.lock().unwrap();
     assert!(codes.iter().all(|c| *c == 401 || *c == 429), "{codes:?}");
     let rights = rights.lock().unwrap();
-    let early_ok = rights.iter().filter(|(i, code)| *i < 1000 && *code == 200).count();
-    assert!(early_ok >= 60, "the admin logged in while the table had room: {rights:?}");
+    // Before the 500th failure the table (4,096 entries, three a failure, under a thousand
+    // left by the flood above) certainly has room.
+    let early: Vec<_> = rights.iter().filter(|(i, _)| *i < 500).collect();
+    assert!(early.len() >= 30 && early.iter().all(|(_, code)| *code == 200), "while the table had room: {rights:?}");
     // The table is full: a new address and name is limited as soon as a tracked one would be.
     let newcomer = Ipv4Addr::new(127, 9, 0, 1);
     let tries: Vec<u16> = (0..15).map(|_| login_from(newcomer, port, "mallory", "wrong password")).collect();

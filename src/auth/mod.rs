@@ -298,7 +298,8 @@ impl Auth {
         let _turn = self.logins.try_acquire().map_err(|_| AuthError::Busy(limits::AUTH_LOGINS_IN_FLIGHT_MAX))?;
         // A name that cannot exist is counted by address alone.
         let key = check_name(name).ok().and_then(|()| limiter::Name::try_from(name).ok());
-        let verdict = self.limiter.lock().expect("lock").check(peer, key.as_ref(), Clocks.wall_us());
+        // Monotonic time: a step of the wall clock neither lengthens nor ends a window.
+        let verdict = self.limiter.lock().expect("lock").check(peer, key.as_ref(), Clocks.mono_us());
         match verdict {
             limiter::Verdict::Go => {}
             limiter::Verdict::Slow => {
@@ -328,7 +329,7 @@ impl Auth {
                 Ok(Login { cookie, csrf, role, ended })
             }
             _ => {
-                self.limiter.lock().expect("lock").failed(peer, key.as_ref(), Clocks.wall_us());
+                self.limiter.lock().expect("lock").failed(peer, key.as_ref(), Clocks.mono_us());
                 Err(AuthError::BadCredentials)
             }
         }

@@ -82,9 +82,7 @@ pub(super) fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
 
 /// The `408` for a body that did not arrive in time; the connection ends with it.
 pub(super) fn request_timeout() -> Reply {
-    let mut r = error(StatusCode::REQUEST_TIMEOUT, "request_timeout", "the request body did not arrive in time");
-    r.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
-    r
+    super::closing(error(StatusCode::REQUEST_TIMEOUT, "request_timeout", "the request body did not arrive in time"))
 }
 
 /// True when the request says its body is JSON (`application/json`, any parameters).
@@ -92,7 +90,7 @@ fn is_json(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(';').next().is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json")))
+        .is_some_and(|v| parse::is_mime(v, "application/json"))
 }
 
 /// Reads a small JSON body: 415 unless it is declared `application/json` (so that no page

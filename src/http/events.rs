@@ -38,14 +38,13 @@ pub enum BodyError {
 /// framing around them (boundaries and part headers) by
 /// [`limits::EVENT_MULTIPART_OVERHEAD_BYTES`].
 pub async fn split_body(content_type: &str, body: Bytes) -> Result<(Bytes, Option<Bytes>), BodyError> {
-    let mime = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    if mime == "application/json" {
+    if super::parse::is_mime(content_type, "application/json") {
         if body.len() > limits::EVENT_ENVELOPE_MAX_BYTES {
             return Err(BodyError::EnvelopeTooLarge);
         }
         return Ok((body, None));
     }
-    if mime != "multipart/form-data" {
+    if !super::parse::is_mime(content_type, "multipart/form-data") {
         return Err(BodyError::Unsupported);
     }
     let boundary = multer::parse_boundary(content_type).map_err(|e| BodyError::Bad(e.to_string()))?;

@@ -29,8 +29,7 @@ pub async fn whep_open(
     parts_content_type: &str,
     body: super::RequestBody,
 ) -> Reply {
-    let sdp = parts_content_type.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/sdp"));
-    if !sdp {
+    if !super::parse::is_mime(parts_content_type, "application/sdp") {
         return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "not_sdp", "send the offer as content-type: application/sdp");
     }
     let Some(webrtc) = &ctx.media.webrtc else {

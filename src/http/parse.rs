@@ -70,6 +70,11 @@ pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
+/// Whether a `Content-Type` value names `mime` (any parameters, any case).
+pub fn is_mime(content_type: &str, mime: &str) -> bool {
+    content_type.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case(mime))
+}
+
 /// Whether an `Accept-Encoding` header takes gzip: a `gzip` (or `*`) coding whose weight is
 /// not zero.
 pub fn accepts_gzip(header: &str) -> bool {
@@ -134,6 +139,13 @@ mod tests {
         for whole in ["bytes=0-1,3-4", "items=0-1", "bytes=x-1", "bytes=-", "bytes=5-1", "bytes=+5-", "bytes"] {
             assert_eq!(byte_range(whole, 1000), Whole, "{whole}");
         }
+    }
+
+    #[test]
+    fn content_types_by_their_mime_alone() {
+        assert!(is_mime("application/json", "application/json"));
+        assert!(is_mime(" Application/JSON ; charset=utf-8", "application/json"));
+        assert!(!is_mime("text/plain", "application/json") && !is_mime("", "application/sdp"));
     }
 
     #[test]

@@ -353,6 +353,10 @@ pub const AUTH_HASHES_CONCURRENT_MAX: usize = 2;
 /// They wait here, not in the HTTP handler slots.
 pub const AUTH_LOGINS_IN_FLIGHT_MAX: usize = 32;
 
+/// Logins in progress at once from one client address (an IPv6 /64): past it, 429 at once,
+/// so one host cannot take every place of [`AUTH_LOGINS_IN_FLIGHT_MAX`].
+pub const AUTH_LOGINS_IN_FLIGHT_PER_ADDRESS_MAX: u32 = 4;
+
 /// Bytes of a user or token name.
 pub const AUTH_NAME_MAX_BYTES: usize = 32;
 

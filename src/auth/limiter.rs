@@ -1,5 +1,11 @@
 //! Login limits: failed logins counted per window, pure (the caller passes the time).
 //!
+//! A try counts as failed from the moment it starts ([`Limiter::attempt`]), and a success
+//! takes its count back ([`Limiter::succeeded`]): tries that run side by side (the hash takes
+//! a while) are all counted before any of them ends, so a burst of them gets no more than
+//! the limits allow one after another. At most
+//! [`limits::AUTH_LOGINS_IN_FLIGHT_PER_ADDRESS_MAX`] tries from one address run at once.
+//!
 //! Three counts, each over [`limits::AUTH_LOGIN_WINDOW_S`]:
 //! - per client address *and* user name: past [`limits::AUTH_LOGIN_FAILURES_MAX`] that
 //!   address may not try that user again until the window ends (`429`);
@@ -50,6 +56,27 @@ fn window_us() -> i64 {
     limits::AUTH_LOGIN_WINDOW_S as i64 * 1_000_000
 }
 
+/// A try under way, from [`Limiter::attempt`]: give it back with [`Limiter::ended`], and
+/// with [`Limiter::succeeded`] when the password was right.
+#[derive(Debug)]
+pub struct Try {
+    address: IpAddr,
+    at_us: i64,
+    /// Its failure found no room in a full table and counts in the shared window.
+    overflowed: bool,
+    /// Wait [`limits::AUTH_LOGIN_SLOW_DELAY_MS`] before checking the password.
+    pub slow: bool,
+}
+
+/// Why a try may not start.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Too many failures in the window.
+    Limited { retry_after_s: u64 },
+    /// [`limits::AUTH_LOGINS_IN_FLIGHT_PER_ADDRESS_MAX`] tries from this address run now.
+    InFlight,
+}
+
 /// What a login may do now.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -66,6 +93,8 @@ pub struct Limiter {
     entries: HashMap<Key, Window>,
     /// Failures that found no room in a full table.
     overflow: Window,
+    /// Tries under way by counted address; never more than the logins in flight.
+    in_flight: heapless::Vec<(IpAddr, u32), { limits::AUTH_LOGINS_IN_FLIGHT_MAX }>,
 }
 
 /// The address a client counts as: itself, or its /64.
@@ -91,7 +120,42 @@ impl Limiter {
         Limiter {
             entries: HashMap::with_capacity(limits::AUTH_LOGIN_TRACKED_MAX),
             overflow: Window { failures: 0, since_us: i64::MIN / 2 },
+            in_flight: heapless::Vec::new(),
         }
+    }
+
+    /// Starts a try of `peer` at `user`: refused, or counted as failed until it succeeds.
+    pub fn attempt(&mut self, peer: IpAddr, user: Option<&Name>, now_us: i64) -> Result<Try, Refusal> {
+        let address = counted(peer);
+        let slow = match self.check(peer, user, now_us) {
+            Verdict::Refuse { retry_after_s } => return Err(Refusal::Limited { retry_after_s }),
+            Verdict::Slow => true,
+            Verdict::Go => false,
+        };
+        match self.in_flight.iter_mut().find(|(a, _)| *a == address) {
+            Some((_, n)) if *n >= limits::AUTH_LOGINS_IN_FLIGHT_PER_ADDRESS_MAX => return Err(Refusal::InFlight),
+            Some((_, n)) => *n += 1,
+            // Full only past the logins in flight, which the caller bounds first.
+            None => self.in_flight.push((address, 1)).map_err(|_| Refusal::InFlight)?,
+        }
+        let overflowed = self.failed(peer, user, now_us);
+        Ok(Try { address, at_us: now_us, overflowed, slow })
+    }
+
+    /// The try is over, whatever its result.
+    pub fn ended(&mut self, t: &Try) {
+        if let Some(i) = self.in_flight.iter().position(|(a, _)| *a == t.address) {
+            self.in_flight[i].1 -= 1;
+            if self.in_flight[i].1 == 0 {
+                self.in_flight.swap_remove(i);
+            }
+        }
+    }
+
+    /// Tries under way from `peer`'s address.
+    pub fn in_flight(&self, peer: IpAddr) -> u32 {
+        let address = counted(peer);
+        self.in_flight.iter().find(|(a, _)| *a == address).map_or(0, |(_, n)| *n)
     }
 
     /// Entries held now.
@@ -126,8 +190,9 @@ impl Limiter {
         Verdict::Go
     }
 
-    /// A try failed.
-    pub fn failed(&mut self, peer: IpAddr, user: Option<&Name>, now_us: i64) {
+    /// A failure (every try is one until it succeeds); true when it found no room in a full
+    /// table and counts in the shared window.
+    pub fn failed(&mut self, peer: IpAddr, user: Option<&Name>, now_us: i64) -> bool {
         let mut overflowed = false;
         for key in keys(peer, user).into_iter().flatten() {
             if !self.entries.contains_key(&key) && self.entries.len() >= limits::AUTH_LOGIN_TRACKED_MAX {
@@ -142,12 +207,23 @@ impl Limiter {
         if overflowed {
             bump(&mut self.overflow, now_us);
         }
+        overflowed
     }
 
-    /// A try succeeded: the pair's count starts again (the address's and the user's do not,
-    /// so a success does not wash out a guesser's failures elsewhere).
-    pub fn succeeded(&mut self, peer: IpAddr, user: &Name) {
-        self.entries.remove(&Key::AddressUser(counted(peer), user.clone()));
+    /// A try succeeded: its own failure is taken back from the address's and the user's
+    /// counts (when their window is still the one it was counted in), and the pair's count
+    /// starts again. Others' failures stay, so a success does not wash out a guesser's.
+    pub fn succeeded(&mut self, user: &Name, t: &Try) {
+        self.entries.remove(&Key::AddressUser(t.address, user.clone()));
+        let counted_in = |w: &Window| w.since_us <= t.at_us;
+        for key in [Key::Address(t.address), Key::User(user.clone())] {
+            if let Some(w) = self.entries.get_mut(&key).filter(|w| counted_in(w)) {
+                w.failures = w.failures.saturating_sub(1);
+            }
+        }
+        if t.overflowed && counted_in(&self.overflow) {
+            self.overflow.failures = self.overflow.failures.saturating_sub(1);
+        }
     }
 }
 
@@ -236,6 +312,41 @@ mod tests {
         // Once the entries' window ends they make room again.
         l.failed(newcomer, Some(&name("root")), 61 * S);
         assert!(l.len() < 10, "expired entries went: {}", l.len());
+    }
+
+    #[test]
+    fn tries_side_by_side_count_before_any_ends_and_a_success_takes_its_own_back() {
+        let mut l = Limiter::new();
+        let (peer, root) = (ip("192.0.2.1"), name("root"));
+        // Four at once from one address, the most: the fifth waits for one to end.
+        let tries: Vec<Try> = (0..4).map(|_| l.attempt(peer, Some(&root), 0).unwrap()).collect();
+        assert_eq!(l.attempt(peer, Some(&root), 0).unwrap_err(), Refusal::InFlight);
+        assert_eq!(l.in_flight(peer), 4);
+        assert!(l.attempt(ip("192.0.2.2"), Some(&root), 0).is_ok_and(|t| !t.slow), "another address goes");
+        // They count before they end: one more try, then the pair is refused.
+        for t in &tries {
+            l.ended(t);
+        }
+        assert_eq!(l.in_flight(peer), 0);
+        let fifth = l.attempt(peer, Some(&root), S).unwrap();
+        l.ended(&fifth);
+        assert!(matches!(l.attempt(peer, Some(&root), S), Err(Refusal::Limited { .. })));
+        // A success counts while it runs and gives its count back when it ends.
+        let other = ip("198.51.100.1");
+        for i in 0..limits::AUTH_LOGIN_ADDRESS_FAILURES_MAX - 1 {
+            l.failed(other, Some(&name(&format!("u{i}"))), S);
+        }
+        let right = l.attempt(other, Some(&root), S).unwrap();
+        assert!(matches!(l.attempt(other, Some(&name("v")), S), Err(Refusal::Limited { .. })), "30 counted");
+        l.succeeded(&root, &right);
+        l.ended(&right);
+        assert!(l.attempt(other, Some(&name("v")), S).is_ok(), "29 again");
+        // Taken back only from the window it was counted in.
+        let late = l.attempt(ip("203.0.113.1"), Some(&name("w")), 2 * S).unwrap();
+        l.failed(ip("203.0.113.1"), Some(&name("x")), 70 * S);
+        l.succeeded(&name("w"), &late);
+        let address = l.entries.get(&Key::Address(ip("203.0.113.1"))).unwrap();
+        assert_eq!((address.failures, address.since_us), (1, 70 * S), "the new window's failure stays");
     }
 
     #[test]

@@ -120,6 +120,8 @@ pub enum AuthError {
     LastAdmin,
     #[error("{0} logins are in progress, the most at once: try again shortly")]
     Busy(usize),
+    #[error("{0} logins from this address are in progress, the most at once: wait for them")]
+    AddressBusy(u32),
     #[error("password hashing failed: {0}")]
     Hash(String),
 }
@@ -298,14 +300,24 @@ impl Auth {
         let _turn = self.logins.try_acquire().map_err(|_| AuthError::Busy(limits::AUTH_LOGINS_IN_FLIGHT_MAX))?;
         // A name that cannot exist is counted by address alone.
         let key = check_name(name).ok().and_then(|()| limiter::Name::try_from(name).ok());
-        // Monotonic time: a step of the wall clock neither lengthens nor ends a window.
-        let verdict = self.limiter.lock().expect("lock").check(peer, key.as_ref(), Clocks.mono_us());
-        match verdict {
-            limiter::Verdict::Go => {}
-            limiter::Verdict::Slow => {
-                tokio::time::sleep(std::time::Duration::from_millis(limits::AUTH_LOGIN_SLOW_DELAY_MS)).await
+        // Monotonic time: a step of the wall clock neither lengthens nor ends a window. The
+        // try counts as failed from now until it succeeds.
+        let now_us = Clocks.mono_us();
+        let attempt = self.limiter.lock().expect("lock").attempt(peer, key.as_ref(), now_us);
+        let attempt = attempt.map_err(|r| match r {
+            limiter::Refusal::Limited { retry_after_s } => AuthError::RateLimited { retry_after_s },
+            limiter::Refusal::InFlight => AuthError::AddressBusy(limits::AUTH_LOGINS_IN_FLIGHT_PER_ADDRESS_MAX),
+        })?;
+        /// Ends the try however the login ends (its client may leave mid-hash).
+        struct Trying<'a>(&'a Mutex<limiter::Limiter>, limiter::Try);
+        impl Drop for Trying<'_> {
+            fn drop(&mut self) {
+                self.0.lock().expect("lock").ended(&self.1);
             }
-            limiter::Verdict::Refuse { retry_after_s } => return Err(AuthError::RateLimited { retry_after_s }),
+        }
+        let trying = Trying(&self.limiter, attempt);
+        if trying.1.slow {
+            tokio::time::sleep(std::time::Duration::from_millis(limits::AUTH_LOGIN_SLOW_DELAY_MS)).await
         }
         let fits = password.len() <= limits::AUTH_PASSWORD_MAX_BYTES;
         let user = match (&key, fits) {
@@ -324,14 +336,12 @@ impl Auth {
         let role = user.and_then(|(r, _)| Role::from_code(r));
         match (ok, role, &key) {
             (true, Some(role), Some(key)) => {
-                self.limiter.lock().expect("lock").succeeded(peer, key);
+                self.limiter.lock().expect("lock").succeeded(key, &trying.1);
                 let (cookie, csrf, ended) = self.open_session(name, role);
                 Ok(Login { cookie, csrf, role, ended })
             }
-            _ => {
-                self.limiter.lock().expect("lock").failed(peer, key.as_ref(), Clocks.mono_us());
-                Err(AuthError::BadCredentials)
-            }
+            // Counted when it started.
+            _ => Err(AuthError::BadCredentials),
         }
     }
 
@@ -471,6 +481,23 @@ mod tests {
         assert!(matches!(a.login(peer, "root", "correct horse").await, Err(AuthError::RateLimited { .. })));
         // Another address is not: others' failures never lock a user out.
         assert!(a.login("192.0.2.2".parse().unwrap(), "root", "correct horse").await.is_ok());
+    }
+
+    /// Ten wrong passwords sent at once from one address: four run (the rest are refused at
+    /// once), each counted when it starts, so the address gets one try more and no burst
+    /// gets past the limit.
+    #[tokio::test]
+    async fn logins_at_once_from_one_address_are_counted_before_any_ends() {
+        let (_d, a) = auth();
+        a.put_user("root", "correct horse", Role::Admin).await.unwrap();
+        let peer: IpAddr = "192.0.2.1".parse().unwrap();
+        let burst = futures::future::join_all((0..10).map(|_| a.login(peer, "root", "nope nope"))).await;
+        let wrong = burst.iter().filter(|r| matches!(r, Err(AuthError::BadCredentials))).count();
+        let waiting = burst.iter().filter(|r| matches!(r, Err(AuthError::AddressBusy(4)))).count();
+        assert_eq!((wrong, waiting), (4, 6), "{burst:?}");
+        assert!(matches!(a.login(peer, "root", "nope nope").await, Err(AuthError::BadCredentials)));
+        assert!(matches!(a.login(peer, "root", "correct horse").await, Err(AuthError::RateLimited { .. })));
+        assert_eq!(a.limiter.lock().unwrap().in_flight(peer), 0, "every try ended");
     }
 
     #[tokio::test]

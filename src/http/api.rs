@@ -49,6 +49,11 @@ fn auth_error(e: AuthError) -> Reply {
         AuthError::Full(..) => error(StatusCode::SERVICE_UNAVAILABLE, "full", &e.to_string()),
         AuthError::LastAdmin => error(StatusCode::CONFLICT, "last_admin", &e.to_string()),
         AuthError::Busy(_) => error(StatusCode::SERVICE_UNAVAILABLE, "busy", &e.to_string()),
+        AuthError::AddressBusy(_) => {
+            let mut r = error(StatusCode::TOO_MANY_REQUESTS, "logins_in_flight", &e.to_string());
+            r.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(1));
+            r
+        }
         e => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
     }
 }

@@ -12,10 +12,11 @@
 //!
 //! [`Conn`] is also what the socket guard ([`super::guard`]) and the request handler share,
 //! so that the guard knows whether a write is a response (the next request gets a fresh
-//! clock) or an interim `100 Continue` (the request's clock runs on), and whether a `408` is
-//! its to write or the handler's.
+//! clock) or an interim `100 Continue` (the request's clock runs on), whether a `408` is its
+//! to write or the handler's, and when a body read after a wait in the line gets a fresh
+//! clock.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -29,14 +30,26 @@ pub struct Conn {
     opened: Instant,
     /// A handler is working on a request (from its head until its reply is made).
     in_handler: AtomicBool,
-    /// Requests whose reply has not been written whole (or dropped) yet.
+    /// Requests whose reply has not been handed whole to hyper (or dropped) yet.
     replies_open: AtomicUsize,
-    /// The request in the handler holds a handler slot.
-    admitted: AtomicBool,
+    /// A reply was handed whole to hyper, which may still hold its end in its write buffer:
+    /// set until the socket's next completed flush.
+    flushing: AtomicBool,
+    /// [`OPEN`], [`WORKING`] or [`TAKEN`].
+    state: AtomicU8,
+    /// The request's body is read from now: the guard restarts the read clock.
+    fresh_clock: AtomicBool,
     /// At least one reply was made on this connection.
     answered: AtomicBool,
     evict: Notify,
 }
+
+/// No request of the connection holds a handler slot: the table may take it.
+const OPEN: u8 = 0;
+/// A request holds a handler slot (or hashes a password): the table does not take it.
+const WORKING: u8 = 1;
+/// The table took the connection for a newcomer: it ends, and admits nothing more.
+const TAKEN: u8 = 2;
 
 impl Conn {
     pub fn new() -> Conn {
@@ -44,7 +57,9 @@ impl Conn {
             opened: Instant::now(),
             in_handler: false.into(),
             replies_open: 0.into(),
-            admitted: false.into(),
+            flushing: false.into(),
+            state: OPEN.into(),
+            fresh_clock: false.into(),
             answered: false.into(),
             evict: Notify::new(),
         }
@@ -55,9 +70,15 @@ impl Conn {
         self.in_handler.load(Ordering::Acquire)
     }
 
-    /// True when no reply is open: nothing but the guard can write on the connection now.
+    /// True when no reply is open or still leaving: nothing but the guard can write on the
+    /// connection now.
     pub fn quiet(&self) -> bool {
-        self.replies_open.load(Ordering::Acquire) == 0
+        self.replies_open.load(Ordering::Acquire) == 0 && !self.flushing.load(Ordering::Acquire)
+    }
+
+    /// The socket completed a flush: whatever hyper had buffered has been written.
+    pub fn flushed(&self) {
+        self.flushing.store(false, Ordering::Release);
     }
 
     /// A request's head was parsed and goes to its handler; the returned mark is kept by its
@@ -70,14 +91,28 @@ impl Conn {
 
     /// The handler made its reply.
     pub fn handler_done(&self) {
-        self.admitted.store(false, Ordering::Release);
+        // A taken connection stays taken.
+        let _ = self.state.compare_exchange(WORKING, OPEN, Ordering::AcqRel, Ordering::Acquire);
         self.answered.store(true, Ordering::Release);
         self.in_handler.store(false, Ordering::Release);
     }
 
-    /// The request took a handler slot: the connection is not taken from now on.
-    pub fn set_admitted(&self) {
-        self.admitted.store(true, Ordering::Release);
+    /// The request takes a handler slot, so the connection is not taken from now on; false
+    /// when the table took it first (the request is then refused, and the connection ends).
+    #[must_use]
+    pub fn set_admitted(&self) -> bool {
+        self.state.compare_exchange(OPEN, WORKING, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// The handler reads the request's body from now (after its wait in the line): the read
+    /// clock starts again, so a wait for a handler is not counted against the client.
+    pub fn body_read_from_now(&self) {
+        self.fresh_clock.store(true, Ordering::Release);
+    }
+
+    /// True once after [`Conn::body_read_from_now`].
+    pub fn take_fresh_clock(&self) -> bool {
+        self.fresh_clock.swap(false, Ordering::AcqRel)
     }
 
     /// Resolves when the table takes this connection's slot for a newcomer.
@@ -92,6 +127,8 @@ pub struct ReplyMark(Arc<Conn>);
 
 impl Drop for ReplyMark {
     fn drop(&mut self) {
+        // Leaving, until the socket's next flush: never quiet in between.
+        self.0.flushing.store(true, Ordering::Release);
         self.0.replies_open.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -140,16 +177,23 @@ impl Table {
         Some(Slot { table: self.clone(), index, conn })
     }
 
-    /// The connection that gives its slot up: one waiting for its client (never one in a
-    /// handler slot or writing a reply); the oldest never answered, else the oldest.
+    /// The connection that gives its slot up, marked taken: one waiting for its client
+    /// (never one in a handler slot or writing a reply); the oldest never answered, else the
+    /// oldest.
     fn victim(&self) -> Option<Arc<Conn>> {
         let slots = self.slots.lock().expect("lock");
-        slots
-            .iter()
-            .flatten()
-            .filter(|c| !c.admitted.load(Ordering::Acquire) && (c.in_handler() || c.quiet()))
-            .min_by_key(|c| (c.answered.load(Ordering::Acquire), c.opened))
-            .cloned()
+        // A candidate admitted meanwhile is WORKING when its mark fails, so the next pass
+        // skips it: at most one pass per slot.
+        loop {
+            let candidate = slots
+                .iter()
+                .flatten()
+                .filter(|c| c.state.load(Ordering::Acquire) == OPEN && (c.in_handler() || c.quiet()))
+                .min_by_key(|c| (c.answered.load(Ordering::Acquire), c.opened))?;
+            if candidate.state.compare_exchange(OPEN, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                return Some(candidate.clone());
+            }
+        }
     }
 
     /// A slot for a new connection: a free one, or one another connection gives up (it is
@@ -197,7 +241,7 @@ mod tests {
         }
         // The oldest was answered; the second never was; the third is in a handler.
         held[0].conn.handler_done();
-        held[2].conn.set_admitted();
+        assert!(held[2].conn.set_admitted());
         let second = held[1].conn.clone();
         let told = tokio::spawn(async move { second.evicted().await });
         let ending = held.remove(1);
@@ -211,9 +255,9 @@ mod tests {
         assert!(took && matches!(a, Admission::Slot(_)));
         drop(a);
         // Everyone in a handler: refused.
-        held[0].conn.set_admitted();
+        assert!(held[0].conn.set_admitted());
         let third = slot(table.admit().await);
-        third.conn.set_admitted();
+        assert!(third.conn.set_admitted());
         assert!(matches!(table.admit().await, (Admission::Full, false)));
         third.conn.handler_done();
         // A told connection that does not end in time: the newcomer is refused.
@@ -223,17 +267,54 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_writing_a_reply_is_never_taken_but_one_reading_a_body_is() {
-        let table = Table::with_capacity(2);
+        let table = Table::with_capacity(3);
         let (a, b) = (slot(table.admit().await), slot(table.admit().await));
-        b.conn.set_admitted();
+        assert!(b.conn.set_admitted());
         // `a` answered and is still writing its reply (an export download).
         let reply = a.conn.request_started();
         a.conn.handler_done();
         assert!(table.victim().is_none());
+        // Its body was handed whole to hyper, whose buffer still holds its end.
         drop(reply);
+        assert!(!a.conn.quiet() && table.victim().is_none(), "still leaving");
+        a.conn.flushed();
+        assert!(a.conn.quiet());
+        let c = slot(table.admit().await);
+        // `c` reads a small body before it has a handler: it may go, and before `a`, which
+        // was answered.
+        let _reading = c.conn.request_started();
+        let taken = table.victim().expect("one waiting for its client");
+        assert!(Arc::ptr_eq(&taken, &c.conn));
+        // Taken first: its request is not admitted.
+        assert!(!c.conn.set_admitted());
         assert!(table.victim().is_some_and(|v| Arc::ptr_eq(&v, &a.conn)), "idle now");
-        // `a` reads a small body before it has a handler: it may go.
-        let _reading = a.conn.request_started();
-        assert!(table.victim().is_some_and(|v| Arc::ptr_eq(&v, &a.conn)));
+        assert!(!a.conn.set_admitted() && table.victim().is_none(), "each is taken once");
+    }
+
+    /// The table's task and the connections' tasks race for each connection: every one is
+    /// either taken or admitted, never both.
+    #[test]
+    fn taking_and_admitting_never_both_win() {
+        let table = Table::with_capacity(64);
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
+        rt.block_on(async {
+            for _ in 0..50 {
+                let slots: Vec<Slot> =
+                    futures::future::join_all((0..64).map(|_| table.admit())).await.into_iter().map(slot).collect();
+                let admitting = tokio::spawn({
+                    let conns: Vec<Arc<Conn>> = slots.iter().map(|s| s.conn.clone()).collect();
+                    async move { conns.iter().map(|c| c.set_admitted()).collect::<Vec<bool>>() }
+                });
+                let mut taken = Vec::new();
+                while let Some(v) = table.victim() {
+                    taken.push(v);
+                }
+                let admitted = admitting.await.unwrap();
+                for (s, admitted) in slots.iter().zip(admitted) {
+                    let was_taken = taken.iter().any(|t| Arc::ptr_eq(t, &s.conn));
+                    assert!(was_taken != admitted, "taken {was_taken}, admitted {admitted}");
+                }
+            }
+        });
     }
 }

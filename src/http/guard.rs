@@ -7,7 +7,9 @@
 //!   connect), so a slow-loris client that trickles bytes is cut off, and so is an idle
 //!   keep-alive connection holding a slot, while a large upload over a slow link that keeps
 //!   the minimum rate is read whole. The clock survives every write made while the request
-//!   is still in its handler (hyper's `100 Continue`): only a reply ends it.
+//!   is still in its handler (hyper's `100 Continue`): only a reply ends it. A body that
+//!   waited for a handler slot gets a fresh clock when its handler starts reading it
+//!   ([`Conn::body_read_from_now`]): the wait was the server's, not the client's.
 //! - One writer: on expiry, when no reply is open ([`Conn::quiet`]: the server was reading a
 //!   head), the guard writes a `408` straight to the socket and the connection ends; when a
 //!   handler is reading the body, the read fails with [`io::ErrorKind::TimedOut`] and the
@@ -57,6 +59,9 @@ fn sleep_ms(ms: u64) -> Pin<Box<Sleep>> {
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guarded<S> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
+        if me.conn.take_fresh_clock() {
+            me.read_deadline = None;
+        }
         let deadline = me.read_deadline.get_or_insert_with(|| sleep_ms(limits::HTTP_READ_TIMEOUT_MS));
         let before = buf.filled().len();
         match Pin::new(&mut me.stream).poll_read(cx, buf) {
@@ -141,8 +146,15 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
         self.stream.is_write_vectored()
     }
 
+    /// hyper flushes the socket only once its own write buffer is empty, so a completed
+    /// flush means every reply handed to it has been written ([`Conn::flushed`]).
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+        let me = self.get_mut();
+        let r = Pin::new(&mut me.stream).poll_flush(cx);
+        if matches!(r, Poll::Ready(Ok(()))) {
+            me.conn.flushed();
+        }
+        r
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

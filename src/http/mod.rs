@@ -136,9 +136,18 @@ impl Ctx {
 
     /// With an empty catalog in `dir`, no camera and no recorder (fuzzing and tests).
     fn bare(dir: &std::path::Path) -> Ctx {
+        let media = Media::bare(dir);
+        let catalog = media.catalog.clone();
+        Ctx::new(Arc::default(), Arc::new(Auth::new(catalog)), Arc::new(media))
+    }
+}
+
+impl Media {
+    /// An empty catalog in `dir`, and nothing else.
+    fn bare(dir: &std::path::Path) -> Media {
         let catalog =
             Arc::new(crate::catalog::Catalog::open(&dir.join("catalog.redb")).expect("a catalog in a fresh dir"));
-        let media = Media {
+        Media {
             catalog: catalog.clone(),
             recorder: None,
             data_dir: dir.into(),
@@ -148,8 +157,7 @@ impl Ctx {
             events: None,
             preroll: None,
             system: None,
-        };
-        Ctx::new(Arc::default(), Arc::new(Auth::new(catalog)), Arc::new(media))
+        }
     }
 }
 
@@ -551,7 +559,9 @@ async fn answer(req: Request<Incoming>, ctx: &Ctx, peer: SocketAddr, conn: &conn
     // Login and setup wait in their own bounded line (`Auth`), for the hashing.
     if parts.method == http::Method::POST && matches!(parts.uri.path(), "/api/login" | "/api/setup") {
         // Working, not waiting for its client: a newcomer does not take its slot mid-hash.
-        conn.set_admitted();
+        if !conn.set_admitted() {
+            return taken();
+        }
         return api::route(parts, body, ctx, peer).await;
     }
     let on_wire = matches!(body, RequestBody::Right(_)) && has_body(&parts.headers);
@@ -559,7 +569,12 @@ async fn answer(req: Request<Incoming>, ctx: &Ctx, peer: SocketAddr, conn: &conn
         Ok(p) => p,
         Err(refusal) => return closing(refusal),
     };
-    conn.set_admitted();
+    if !conn.set_admitted() {
+        return taken();
+    }
+    if on_wire {
+        conn.body_read_from_now();
+    }
     let reply = api::route(parts, body, ctx, peer).await;
     // A refusal may leave the body unread: the connection ends with the reply, so no later
     // read of that body can time out into a second answer.
@@ -570,6 +585,12 @@ async fn answer(req: Request<Incoming>, ctx: &Ctx, peer: SocketAddr, conn: &conn
 fn has_body(headers: &http::HeaderMap) -> bool {
     headers.contains_key(header::TRANSFER_ENCODING)
         || headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).is_some_and(|n| n > 0)
+}
+
+/// The answer to a request whose connection the table took for a newcomer before the
+/// request was admitted (it is seldom written: the connection is ending).
+fn taken() -> Reply {
+    closing(error(StatusCode::SERVICE_UNAVAILABLE, "busy", "the connection was closed to make room"))
 }
 
 /// `reply` with `connection: close`.
@@ -683,6 +704,85 @@ mod tests {
         // Idle after an answer: the next request's clock runs out.
         let idle = "GET /healthz HTTP/1.1\r\nhost: a\r\n\r\n";
         assert_eq!(statuses(server.exchange_paced(idle.as_bytes(), held(4096, 0))), ["200", "408"]);
+    }
+
+    /// Serves one connection on an in-memory pipe of `pipe_bytes` on the simulated clock;
+    /// returns the client's end and the connection's state.
+    fn pipe(ctx: Arc<Ctx>, pipe_bytes: usize) -> (tokio::io::DuplexStream, Arc<conns::Conn>) {
+        let (client, server) = tokio::io::duplex(pipe_bytes);
+        let conn = Arc::new(conns::Conn::new());
+        let io = guard::Guarded::new(server, ctx.stats.clone(), conn.clone());
+        tokio::spawn(connection(io, ctx, ([192, 0, 2, 7], 40000).into(), conn.clone()));
+        (client, conn)
+    }
+
+    /// Reads from the pipe until what arrived satisfies `done`; panics if it closes first.
+    async fn read_until(client: &mut tokio::io::DuplexStream, done: impl Fn(&str) -> bool) -> String {
+        use tokio::io::AsyncReadExt;
+        let mut got = Vec::new();
+        while !done(&String::from_utf8_lossy(&got)) {
+            let read = client.read_buf(&mut got).await.unwrap();
+            assert!(read > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    /// hyper takes a reply's whole body into its write buffer and drops it before the end
+    /// has reached the socket: the connection still writes (a newcomer may not take it, and
+    /// its guard writes no `408`) until the socket has taken the last byte.
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_still_in_the_write_buffer_keeps_its_connection_busy() {
+        use tokio::io::AsyncWriteExt;
+        let dir = tempfile::tempdir().unwrap();
+        // Room for a few bytes: the reply's head does not fit, and the client does not read.
+        let (mut client, conn) = pipe(Arc::new(Ctx::bare(dir.path())), 16);
+        client.write_all(b"GET /healthz HTTP/1.1\r\nhost: a\r\n\r\n").await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        assert!(!conn.in_handler(), "the handler is done");
+        assert!(!conn.quiet(), "its reply is still leaving");
+        // Still leaving as long as the client takes a byte within the write timeout.
+        tokio::time::sleep(std::time::Duration::from_millis(limits::HTTP_WRITE_TIMEOUT_MS - 2_000)).await;
+        assert!(!conn.quiet());
+        let text = read_until(&mut client, |t| t.ends_with("ok\n")).await;
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        assert!(conn.quiet(), "written whole");
+        assert!(text.starts_with("HTTP/1.1 200") && !text.contains("408"), "{text}");
+    }
+
+    /// A request that waited for a handler slot longer than the read timeout: its body is
+    /// read on a fresh clock (it got an instant `408` when the clock ran from its head).
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_waited_for_a_handler_is_read_on_a_fresh_clock() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let mut media = Media::bare(dir.path());
+        let cameras = [("front".to_string(), Vec::new())].into();
+        let events = crate::events::Events::new(media.catalog.clone(), dir.path().into(), cameras, None, 1 << 20);
+        media.events = Some(Arc::new(events));
+        let catalog = media.catalog.clone();
+        let ctx = Arc::new(Ctx::new(Arc::default(), Arc::new(Auth::new(catalog)), Arc::new(media)));
+        let (_, token) = ctx.auth.create_token("detector", crate::auth::scope::EVENTS_WRITE).unwrap();
+        // Every handler is busy for 40 s.
+        let busy = ctx.handlers.try_acquire_many(limits::HTTP_HANDLERS_MAX as u32).unwrap();
+        let (mut client, _conn) = pipe(ctx.clone(), 64 << 10);
+        let body = br#"{"camera":"front","labels":["person"]}"#;
+        let head = format!(
+            "POST /api/events HTTP/1.1\r\nhost: a\r\nauthorization: Bearer {token}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\nexpect: 100-continue\r\n\r\n",
+            body.len()
+        );
+        client.write_all(head.as_bytes()).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(40)).await;
+        drop(busy);
+        // The handler asks for the body: `100 Continue`, then the client sends it.
+        let interim = read_until(&mut client, |t| t.contains("\r\n\r\n")).await;
+        assert!(interim.starts_with("HTTP/1.1 100"), "{interim}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        client.write_all(body).await.unwrap();
+        let mut rest = Vec::new();
+        client.read_buf(&mut rest).await.unwrap();
+        let text = String::from_utf8_lossy(&rest);
+        assert!(text.starts_with("HTTP/1.1 201"), "stored: {text}");
     }
 
     /// What the `http_head` fuzz target found worth keeping, and what once failed it, is

@@ -179,6 +179,40 @@ fn nobody_elses_failures_lock_a_user_out_and_pages_elsewhere_cannot_post_logins(
     assert_eq!(request(port, "POST", "/api/login", &[("origin", &own)], ADMIN).0, 200);
 }
 
+/// Wrong passwords sent side by side from one address were all checked before any was
+/// counted: 12 at once got 12 tries where 5 are allowed. Now a try counts when it starts and
+/// at most 4 from one address run at once.
+#[test]
+fn a_burst_of_logins_from_one_address_gets_no_more_tries_than_one_after_another() {
+    let (_dir, _d, port) = web_daemon();
+    setup_admin(port);
+    let guesser = Ipv4Addr::new(127, 0, 0, 2);
+    let start = std::sync::Barrier::new(12);
+    let codes: Vec<u16> = std::thread::scope(|s| {
+        let tries: Vec<_> = (0..12)
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    login_from(guesser, port, "root", "wrong password")
+                })
+            })
+            .collect();
+        tries.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let wrong = codes.iter().filter(|c| **c == 401).count();
+    assert!(codes.iter().all(|c| *c == 401 || *c == 429), "{codes:?}");
+    assert!((1..=5).contains(&wrong), "{codes:?}");
+    // One after another the address gets what is left of its five, then 429.
+    let mut more = 0;
+    while login_from(guesser, port, "root", "wrong password") == 401 {
+        more += 1;
+        assert!(wrong + more <= 5, "{wrong} in the burst and {more} after");
+    }
+    assert_eq!(wrong + more, 5, "{wrong} in the burst and {more} after");
+    // The admin, from elsewhere, is not held up.
+    assert_eq!(login_from(Ipv4Addr::new(127, 0, 0, 3), port, "root", "correct horse battery"), 200);
+}
+
 /// A flood of logins: the limiter's table filled (and then tracked no one), 16 KiB names
 /// grew it by 54 MB, the hashing memory was never returned, and an unknown user answered 75
 /// times faster than a known one.

@@ -158,6 +158,11 @@ pub const HTTP_CONNECTIONS_MAX: usize = 256;
 /// at once and closes at its next poll).
 pub const HTTP_EVICT_WAIT_MS: u64 = 100;
 
+/// A reply the client has taken no byte of for this long counts as waiting for its client:
+/// a full table may give its slot to a newcomer (a reader that stalls on purpose must not
+/// keep everyone out; one that moves is never taken).
+pub const HTTP_EVICT_WRITE_STALLED_MS: u64 = 5_000;
+
 /// A request (head and body) must arrive within this long of the server starting to read
 /// it; a slow-loris client gets 408 and is dropped.
 pub const HTTP_READ_TIMEOUT_MS: u64 = 30_000;

@@ -7,8 +7,15 @@
 //! connection is waiting for a client: the one that goes is the oldest that has never been
 //! answered, else the oldest one. A connection is waiting for its client while it waits for
 //! a head, or for a small body (read before a handler slot is taken), or in the line for a
-//! slot. One whose handler runs, or whose reply is being written (an export download), is
-//! never taken, so the newcomer is refused with `503` only when every slot is working.
+//! slot, or while the client has taken nothing of its reply for
+//! [`limits::HTTP_EVICT_WRITE_STALLED_MS`]. One whose handler runs, or whose reply moves (an
+//! export download, up to its last byte leaving hyper's write buffer), is never taken, so the
+//! newcomer is refused with `503` only when every slot is working.
+//!
+//! The table and the connections' own tasks run side by side, so what a connection does is
+//! one atomic word (its state and a count of its changes): the table takes a connection only
+//! in the very state it judged, a request is admitted only on a connection not taken, and
+//! whichever comes first wins; a request whose connection was taken first is refused.
 //!
 //! [`Conn`] is also what the socket guard ([`super::guard`]) and the request handler share,
 //! so that the guard knows whether a write is a response (the next request gets a fresh
@@ -16,7 +23,7 @@
 //! to write or the handler's, and when a body read after a wait in the line gets a fresh
 //! clock.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -32,11 +39,13 @@ pub struct Conn {
     in_handler: AtomicBool,
     /// Requests whose reply has not been handed whole to hyper (or dropped) yet.
     replies_open: AtomicUsize,
-    /// A reply was handed whole to hyper, which may still hold its end in its write buffer:
-    /// set until the socket's next completed flush.
-    flushing: AtomicBool,
-    /// [`OPEN`], [`WORKING`] or [`TAKEN`].
-    state: AtomicU8,
+    /// What the connection does ([`OPEN`], [`WORKING`], [`WRITING`] or [`TAKEN`]) in the low
+    /// byte, and above it a count of its changes, so that the table takes a connection only
+    /// in the very state it judged.
+    state: AtomicU64,
+    /// Since when (ms after `opened`, plus one; 0: not now) a reply's write has waited for
+    /// the client to take bytes.
+    stalled_since_ms: AtomicU64,
     /// The request's body is read from now: the guard restarts the read clock.
     fresh_clock: AtomicBool,
     /// At least one reply was made on this connection.
@@ -44,12 +53,19 @@ pub struct Conn {
     evict: Notify,
 }
 
-/// No request of the connection holds a handler slot: the table may take it.
+/// Waiting for its client: for a head, a small body, or a handler slot. The table may take it.
 const OPEN: u8 = 0;
 /// A request holds a handler slot (or hashes a password): the table does not take it.
 const WORKING: u8 = 1;
+/// A reply is leaving, until its last byte has left hyper's write buffer: the table takes it
+/// only when the client has taken nothing of it for [`limits::HTTP_EVICT_WRITE_STALLED_MS`].
+const WRITING: u8 = 2;
 /// The table took the connection for a newcomer: it ends, and admits nothing more.
-const TAKEN: u8 = 2;
+const TAKEN: u8 = 3;
+
+fn kind(word: u64) -> u8 {
+    (word & 0xff) as u8
+}
 
 impl Conn {
     pub fn new() -> Conn {
@@ -57,11 +73,26 @@ impl Conn {
             opened: Instant::now(),
             in_handler: false.into(),
             replies_open: 0.into(),
-            flushing: false.into(),
-            state: OPEN.into(),
+            state: u64::from(OPEN).into(),
+            stalled_since_ms: 0.into(),
             fresh_clock: false.into(),
             answered: false.into(),
             evict: Notify::new(),
+        }
+    }
+
+    /// Moves to `to` from any state `from` allows; the state it found when it does not.
+    fn change(&self, from: impl Fn(u8) -> bool, to: u8) -> Result<(), u8> {
+        let mut word = self.state.load(Ordering::Acquire);
+        loop {
+            if !from(kind(word)) {
+                return Err(kind(word));
+            }
+            let next = ((word >> 8).wrapping_add(1) << 8) | u64::from(to);
+            match self.state.compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(()),
+                Err(now) => word = now,
+            }
         }
     }
 
@@ -73,12 +104,38 @@ impl Conn {
     /// True when no reply is open or still leaving: nothing but the guard can write on the
     /// connection now.
     pub fn quiet(&self) -> bool {
-        self.replies_open.load(Ordering::Acquire) == 0 && !self.flushing.load(Ordering::Acquire)
+        self.replies_open.load(Ordering::Acquire) == 0 && kind(self.state.load(Ordering::Acquire)) == OPEN
     }
 
-    /// The socket completed a flush: whatever hyper had buffered has been written.
+    fn now_ms(&self) -> u64 {
+        Instant::now().duration_since(self.opened).as_millis() as u64 + 1
+    }
+
+    /// A reply's write waits for the client to take bytes.
+    pub fn write_stalled(&self) {
+        let _ = self.stalled_since_ms.compare_exchange(0, self.now_ms(), Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The client took bytes of a reply.
+    pub fn write_progressed(&self) {
+        self.stalled_since_ms.store(0, Ordering::Release);
+    }
+
+    /// How long a reply's write has waited for the client, in ms.
+    fn stalled_ms(&self) -> u64 {
+        match self.stalled_since_ms.load(Ordering::Acquire) {
+            0 => 0,
+            since => self.now_ms().saturating_sub(since),
+        }
+    }
+
+    /// The socket completed a flush: whatever hyper had buffered has been written, and once
+    /// every reply was handed over whole, the connection waits for its client again.
     pub fn flushed(&self) {
-        self.flushing.store(false, Ordering::Release);
+        self.write_progressed();
+        if self.replies_open.load(Ordering::Acquire) == 0 {
+            let _ = self.change(|k| k == WRITING, OPEN);
+        }
     }
 
     /// A request's head was parsed and goes to its handler; the returned mark is kept by its
@@ -89,19 +146,20 @@ impl Conn {
         ReplyMark(self.clone())
     }
 
-    /// The handler made its reply.
+    /// The handler made its reply: it is leaving from now.
     pub fn handler_done(&self) {
-        // A taken connection stays taken.
-        let _ = self.state.compare_exchange(WORKING, OPEN, Ordering::AcqRel, Ordering::Acquire);
         self.answered.store(true, Ordering::Release);
         self.in_handler.store(false, Ordering::Release);
+        // A taken connection stays taken.
+        let _ = self.change(|k| k == OPEN || k == WORKING, WRITING);
     }
 
     /// The request takes a handler slot, so the connection is not taken from now on; false
     /// when the table took it first (the request is then refused, and the connection ends).
     #[must_use]
     pub fn set_admitted(&self) -> bool {
-        self.state.compare_exchange(OPEN, WORKING, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        // WRITING: the previous reply's end may still be leaving.
+        self.change(|k| k == OPEN || k == WRITING, WORKING).is_ok()
     }
 
     /// The handler reads the request's body from now (after its wait in the line): the read
@@ -127,8 +185,6 @@ pub struct ReplyMark(Arc<Conn>);
 
 impl Drop for ReplyMark {
     fn drop(&mut self) {
-        // Leaving, until the socket's next flush: never quiet in between.
-        self.0.flushing.store(true, Ordering::Release);
         self.0.replies_open.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -177,20 +233,27 @@ impl Table {
         Some(Slot { table: self.clone(), index, conn })
     }
 
-    /// The connection that gives its slot up, marked taken: one waiting for its client
-    /// (never one in a handler slot or writing a reply); the oldest never answered, else the
-    /// oldest.
+    /// The connection that gives its slot up, marked taken: one waiting for its client, or
+    /// one whose reply the client has taken nothing of for
+    /// [`limits::HTTP_EVICT_WRITE_STALLED_MS`] (never one in a handler slot, nor a reply
+    /// that moves); the oldest never answered, else the oldest.
     fn victim(&self) -> Option<Arc<Conn>> {
         let slots = self.slots.lock().expect("lock");
-        // A candidate admitted meanwhile is WORKING when its mark fails, so the next pass
-        // skips it: at most one pass per slot.
+        // A candidate that changed meanwhile fails its mark and is judged again in its new
+        // state: a pass per change, and each change is a connection's step forward.
         loop {
-            let candidate = slots
+            let (candidate, word) = slots
                 .iter()
                 .flatten()
-                .filter(|c| c.state.load(Ordering::Acquire) == OPEN && (c.in_handler() || c.quiet()))
-                .min_by_key(|c| (c.answered.load(Ordering::Acquire), c.opened))?;
-            if candidate.state.compare_exchange(OPEN, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                .filter_map(|c| {
+                    let word = c.state.load(Ordering::Acquire);
+                    let stalled = || c.stalled_ms() >= limits::HTTP_EVICT_WRITE_STALLED_MS;
+                    let takeable = kind(word) == OPEN || (kind(word) == WRITING && stalled());
+                    takeable.then_some((c, word))
+                })
+                .min_by_key(|(c, _)| (c.answered.load(Ordering::Acquire), c.opened))?;
+            let taken = ((word >> 8).wrapping_add(1) << 8) | u64::from(TAKEN);
+            if candidate.state.compare_exchange(word, taken, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 return Some(candidate.clone());
             }
         }
@@ -241,6 +304,7 @@ mod tests {
         }
         // The oldest was answered; the second never was; the third is in a handler.
         held[0].conn.handler_done();
+        held[0].conn.flushed();
         assert!(held[2].conn.set_admitted());
         let second = held[1].conn.clone();
         let told = tokio::spawn(async move { second.evicted().await });
@@ -260,6 +324,7 @@ mod tests {
         assert!(third.conn.set_admitted());
         assert!(matches!(table.admit().await, (Admission::Full, false)));
         third.conn.handler_done();
+        third.conn.flushed();
         // A told connection that does not end in time: the newcomer is refused.
         let (a, took) = table.admit().await;
         assert!(took && matches!(a, Admission::Full), "the slot was not given back");
@@ -289,6 +354,27 @@ mod tests {
         assert!(!c.conn.set_admitted());
         assert!(table.victim().is_some_and(|v| Arc::ptr_eq(&v, &a.conn)), "idle now");
         assert!(!a.conn.set_admitted() && table.victim().is_none(), "each is taken once");
+    }
+
+    /// A reply the client takes nothing of is waiting for its client: past the stall it may
+    /// go, and a byte taken makes it a moving reply again.
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_the_client_stopped_taking_may_go_after_the_stall() {
+        let table = Table::with_capacity(1);
+        let a = slot(table.admit().await);
+        let reply = a.conn.request_started();
+        a.conn.handler_done();
+        a.conn.write_stalled();
+        let stall = std::time::Duration::from_millis(limits::HTTP_EVICT_WRITE_STALLED_MS);
+        tokio::time::sleep(stall - std::time::Duration::from_millis(10)).await;
+        assert!(table.victim().is_none(), "not yet");
+        a.conn.write_progressed();
+        tokio::time::sleep(stall).await;
+        assert!(table.victim().is_none(), "it moved");
+        a.conn.write_stalled();
+        tokio::time::sleep(stall).await;
+        assert!(table.victim().is_some_and(|v| Arc::ptr_eq(&v, &a.conn)));
+        drop(reply);
     }
 
     /// The table's task and the connections' tasks race for each connection: every one is

@@ -111,9 +111,11 @@ impl<S: AsyncWrite + Unpin> Guarded<S> {
         match write(Pin::new(&mut self.stream), cx) {
             Poll::Ready(r) => {
                 self.write_stall = None;
+                self.conn.write_progressed();
                 Poll::Ready(r)
             }
             Poll::Pending => {
+                self.conn.write_stalled();
                 let stall = self.write_stall.get_or_insert_with(|| sleep_ms(limits::HTTP_WRITE_TIMEOUT_MS));
                 match stall.as_mut().poll(cx) {
                     Poll::Pending => Poll::Pending,

@@ -184,11 +184,11 @@ pub fn compute(config: &Config) -> Budget {
         },
         Line {
             component: "event uploads",
-            bytes: (limits::EVENT_UPLOADS_MAX * 2 * crate::http::events::INTAKE_BODY_MAX_BYTES) as u64,
+            bytes: (limits::EVENT_UPLOADS_MAX * 2 * crate::limits::EVENT_INTAKE_BODY_MAX_BYTES) as u64,
             why: format!(
                 "{} uploads × 2 × {:.1} MiB body, its parts split out (EVENT_UPLOADS_MAX, EVENT_JPEG_MAX_BYTES)",
                 limits::EVENT_UPLOADS_MAX,
-                mib(crate::http::events::INTAKE_BODY_MAX_BYTES as u64)
+                mib(crate::limits::EVENT_INTAKE_BODY_MAX_BYTES as u64)
             ),
         },
         Line {

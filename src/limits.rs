@@ -412,6 +412,10 @@ pub const EVENT_JPEG_MAX_BYTES: usize = 8 << 20;
 /// Room for the multipart framing around an envelope and a snapshot.
 pub const EVENT_MULTIPART_OVERHEAD_BYTES: usize = 16 << 10;
 
+/// The largest `POST /api/events` body: an envelope, a snapshot and the framing.
+pub const EVENT_INTAKE_BODY_MAX_BYTES: usize =
+    EVENT_ENVELOPE_MAX_BYTES + EVENT_JPEG_MAX_BYTES + EVENT_MULTIPART_OVERHEAD_BYTES;
+
 /// Event uploads received at once: each may hold a whole snapshot in memory.
 pub const EVENT_UPLOADS_MAX: usize = 4;
 
@@ -581,7 +585,8 @@ mod tests {
              (`KEEPPEEK_BLESS=1 cargo test --lib limits`); do not edit by hand.\n",
         );
         let mut doc = Vec::new();
-        for line in src.lines().take_while(|l| !l.starts_with("#[cfg(test)]")) {
+        let mut lines = src.lines().take_while(|l| !l.starts_with("#[cfg(test)]"));
+        while let Some(line) = lines.next() {
             let line = line.trim();
             if let Some(section) = line.strip_prefix("// ---- ").and_then(|s| s.strip_suffix(" ----")) {
                 out.push_str(&format!("\n## {section}\n\n| constant | value | why |\n| --- | --- | --- |\n"));
@@ -589,7 +594,10 @@ mod tests {
                 doc.push(d.to_string());
             } else if let Some(rest) = line.strip_prefix("pub const ") {
                 let (name, rest) = rest.split_once(':').expect("typed const");
-                let value = rest.split_once('=').expect("valued const").1.trim().trim_end_matches(';');
+                let value = rest.split_once('=').expect("valued const").1.trim();
+                // A value too long for its line continues on the next.
+                let next = if value.is_empty() { lines.next().unwrap_or("").trim() } else { value };
+                let value = next.trim_end_matches(';');
                 out.push_str(&format!("| `{name}` | `{value}` | {} |\n", doc.join(" ")));
                 doc.clear();
             }

@@ -20,12 +20,12 @@ use bytes::Bytes;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::warn;
 
+use crate::base::fs::{sync_dir, write_synced};
 use crate::catalog::events::{EventRecord, Planned, Snapshot};
 use crate::catalog::{Catalog, CatalogError};
 use crate::clock::Clocks;
 use crate::limits;
 use crate::preroll::Trigger;
-use crate::record::flusher::{sync_dir, write_synced};
 use crate::webrtc::control::pb;
 use crate::webrtc::{LiveEvent, WebrtcHandle};
 use envelope::{Envelope, EnvelopeError};

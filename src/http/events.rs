@@ -6,21 +6,16 @@ use std::convert::Infallible;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{StatusCode, header};
-use hyper::Response;
 use serde_json::json;
 
-use super::api::json_reply;
-use super::{Ctx, Reply, error, full};
+use super::Ctx;
+use super::errors::fail;
+use super::reply::{Reply, RequestBody, content_type, error, json, on_pool, read_body, with_header, with_type};
 use crate::auth::Principal;
 use crate::catalog::events::{EventQuery, EventRecord};
 use crate::events::IntakeError;
 use crate::events::envelope::query_term;
-use crate::events::jpeg::JpegError;
 use crate::limits;
-
-/// The largest `POST /api/events` body: an envelope, a snapshot and the framing.
-pub const INTAKE_BODY_MAX_BYTES: usize =
-    limits::EVENT_ENVELOPE_MAX_BYTES + limits::EVENT_JPEG_MAX_BYTES + limits::EVENT_MULTIPART_OVERHEAD_BYTES;
 
 /// Why a body could not be split into an envelope and a snapshot.
 #[derive(Debug, PartialEq, Eq)]
@@ -49,7 +44,7 @@ pub async fn split_body(content_type: &str, body: Bytes) -> Result<(Bytes, Optio
     }
     let boundary = multer::parse_boundary(content_type).map_err(|e| BodyError::Bad(e.to_string()))?;
     let limits = multer::SizeLimit::new()
-        .whole_stream(INTAKE_BODY_MAX_BYTES as u64)
+        .whole_stream(limits::EVENT_INTAKE_BODY_MAX_BYTES as u64)
         .for_field("event", limits::EVENT_ENVELOPE_MAX_BYTES as u64)
         .for_field("snapshot", limits::EVENT_JPEG_MAX_BYTES as u64);
     let constraints = multer::Constraints::new().allowed_fields(vec!["event", "snapshot"]).size_limit(limits);
@@ -92,16 +87,16 @@ fn multipart_error(e: multer::Error) -> BodyError {
 }
 
 /// `POST /api/events`: answers once the event is durable.
-pub(super) async fn intake(ctx: &Ctx, who: &Principal, parts: &Parts, body: super::RequestBody) -> Reply {
+pub(super) async fn intake(ctx: &Ctx, who: &Principal, parts: &Parts, body: RequestBody) -> Reply {
     let Some(events) = &ctx.media.events else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "no_events", "events are not taken here");
     };
     let _slot = match events.upload_slot() {
         Ok(s) => s,
-        Err(e) => return intake_error(e),
+        Err(e) => return fail(&e),
     };
-    let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-    let body = match super::api::read_body(body, ctx, INTAKE_BODY_MAX_BYTES).await {
+    let content_type = content_type(&parts.headers).to_string();
+    let body = match read_body(body, ctx, limits::EVENT_INTAKE_BODY_MAX_BYTES).await {
         Ok(b) => b,
         Err(r) => return r,
     };
@@ -114,7 +109,7 @@ pub(super) async fn intake(ctx: &Ctx, who: &Principal, parts: &Parts, body: supe
                 "send application/json, or multipart/form-data with parts event and snapshot",
             );
         }
-        Err(BodyError::SnapshotTooLarge) => return intake_error(IntakeError::JpegTooLarge),
+        Err(BodyError::SnapshotTooLarge) => return fail(&IntakeError::JpegTooLarge),
         Err(BodyError::EnvelopeTooLarge) => {
             let m =
                 format!("the envelope is over {} bytes (EVENT_ENVELOPE_MAX_BYTES)", limits::EVENT_ENVELOPE_MAX_BYTES);
@@ -125,28 +120,11 @@ pub(super) async fn intake(ctx: &Ctx, who: &Principal, parts: &Parts, body: supe
     match events.publish(&who.name(), &envelope, snapshot).await {
         Ok(a) => {
             let status = if a.replayed { StatusCode::OK } else { StatusCode::CREATED };
-            let mut r = json_reply(status, json!({ "id": a.id, "rev": a.rev, "replayed": a.replayed }));
-            if let Ok(v) = header::HeaderValue::from_str(&format!("/api/events/{}", a.id)) {
-                r.headers_mut().insert(header::LOCATION, v);
-            }
-            r
+            let r = json(status, json!({ "id": a.id, "rev": a.rev, "replayed": a.replayed }));
+            with_header(r, header::LOCATION, &format!("/api/events/{}", a.id))
         }
-        Err(e) => intake_error(e),
+        Err(e) => fail(&e),
     }
-}
-
-fn intake_error(e: IntakeError) -> Reply {
-    let (status, code) = match &e {
-        IntakeError::Envelope(_) => (StatusCode::BAD_REQUEST, "bad_envelope"),
-        IntakeError::Jpeg(JpegError::NotJpeg) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "not_jpeg"),
-        IntakeError::Jpeg(_) => (StatusCode::BAD_REQUEST, "bad_snapshot"),
-        IntakeError::JpegTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "snapshot_too_large"),
-        IntakeError::UnknownCamera(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_camera"),
-        IntakeError::TooManyRevisions => (StatusCode::CONFLICT, "too_many_revisions"),
-        IntakeError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
-        IntakeError::Storage(_) => (StatusCode::INTERNAL_SERVER_ERROR, "storage"),
-    };
-    error(status, code, &e.to_string())
 }
 
 /// An event as the API shows it: the envelope, where its snapshot and its keyframe are, and
@@ -222,15 +200,13 @@ pub(super) async fn search(ctx: &Ctx, parts: &Parts) -> Reply {
         Err(m) => return error(StatusCode::BAD_REQUEST, "bad_query", &m),
     };
     let catalog = ctx.media.catalog.clone();
-    let page = tokio::task::spawn_blocking(move || catalog.search_events(&q)).await;
-    match page {
-        Ok(Ok(page)) => {
+    match on_pool(move || catalog.search_events(&q).map_err(|e| fail(&e))).await {
+        Ok(page) => {
             let events: Vec<_> = page.events.iter().map(|e| event_json(ctx, e)).collect();
             let next = page.next.map(|(t, id)| format!("{t}_{id}"));
-            json_reply(StatusCode::OK, json!({ "events": events, "next": next }))
+            json(StatusCode::OK, json!({ "events": events, "next": next }))
         }
-        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, "catalog", &e.to_string()),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "catalog", &e.to_string()),
+        Err(r) => r,
     }
 }
 
@@ -263,16 +239,14 @@ pub(super) async fn revisions(ctx: &Ctx, parts: &Parts, id: &str) -> Reply {
     };
     let catalog = ctx.media.catalog.clone();
     let limit = limits::EVENT_REVISIONS_PAGE_MAX;
-    let found = tokio::task::spawn_blocking(move || catalog.event_revisions(id, after, limit)).await;
-    match found {
-        Ok(Ok(revs)) if revs.is_empty() && after == 0 => error(StatusCode::NOT_FOUND, "not_found", "no such event"),
-        Ok(Ok(revs)) => {
+    match on_pool(move || catalog.event_revisions(id, after, limit).map_err(|e| fail(&e))).await {
+        Ok(revs) if revs.is_empty() && after == 0 => error(StatusCode::NOT_FOUND, "not_found", "no such event"),
+        Ok(revs) => {
             let next = (revs.len() == limit).then(|| revs.last().map(|r| r.rev)).flatten();
             let list: Vec<_> = revs.iter().map(|e| event_json(ctx, e)).collect();
-            json_reply(StatusCode::OK, json!({ "revisions": list, "next_rev": next }))
+            json(StatusCode::OK, json!({ "revisions": list, "next_rev": next }))
         }
-        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, "catalog", &e.to_string()),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "catalog", &e.to_string()),
+        Err(r) => r,
     }
 }
 
@@ -286,25 +260,28 @@ pub(super) async fn snapshot(ctx: &Ctx, parts: &Parts, id: &str) -> Reply {
         Ok(rev) => rev,
         Err(r) => return r,
     };
-    let record = match rev {
-        Some(rev) => ctx.media.catalog.event_revision(id, rev),
-        None => ctx.media.catalog.event(id),
-    };
-    let snap = match record {
+    let catalog = ctx.media.catalog.clone();
+    let record = on_pool(move || {
+        let found = match rev {
+            Some(rev) => catalog.event_revision(id, rev),
+            None => catalog.event(id),
+        };
+        found.map_err(|e| fail(&e))
+    });
+    let snap = match record.await {
         Ok(Some(r)) => r.snapshot,
         Ok(None) => return error(StatusCode::NOT_FOUND, "not_found", "no such event"),
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "catalog", &e.to_string()),
+        Err(r) => return r,
     };
     let Some(snap) = snap else {
         return error(StatusCode::NOT_FOUND, "no_snapshot", "that revision has no snapshot");
     };
     match tokio::fs::read(ctx.media.data_dir.join(&snap.path)).await {
         Ok(bytes) => {
-            let mut r = Response::new(full(bytes));
-            let h = r.headers_mut();
-            h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("image/jpeg"));
+            let mut r = with_type(StatusCode::OK, bytes, "image/jpeg");
             // A revision's snapshot never changes.
-            h.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("private, max-age=31536000, immutable"));
+            let forever = header::HeaderValue::from_static("private, max-age=31536000, immutable");
+            r.headers_mut().insert(header::CACHE_CONTROL, forever);
             r
         }
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "storage", &format!("{}: {e}", snap.path)),
@@ -319,22 +296,13 @@ pub(super) async fn keyframe(ctx: &Ctx, id: &str) -> Reply {
         Err(r) => return r,
     };
     let (catalog, data_dir) = (ctx.media.catalog.clone(), ctx.media.data_dir.clone());
-    let found = tokio::task::spawn_blocking(move || {
-        let at = crate::events::keyframe::resolve(&catalog, &data_dir, id)?;
-        crate::events::keyframe::read(&at)
-    })
-    .await;
-    use crate::events::keyframe::KeyframeError as K;
-    match found {
-        Ok(Ok(mp4)) => {
-            let mut r = Response::new(full(mp4));
-            r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("video/mp4"));
-            r
-        }
-        Ok(Err(K::NoEvent)) => error(StatusCode::NOT_FOUND, "not_found", "no such event"),
-        Ok(Err(e @ K::NothingRecorded)) => error(StatusCode::NOT_FOUND, "nothing_recorded", &e.to_string()),
-        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, "storage", &e.to_string()),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "storage", &e.to_string()),
+    let found = on_pool(move || {
+        let at = crate::events::keyframe::resolve(&catalog, &data_dir, id).map_err(|e| fail(&e))?;
+        crate::events::keyframe::read(&at).map_err(|e| fail(&e))
+    });
+    match found.await {
+        Ok(mp4) => with_type(StatusCode::OK, mp4, "video/mp4"),
+        Err(r) => r,
     }
 }
 

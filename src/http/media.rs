@@ -3,7 +3,8 @@
 //! streamed from disk with byte ranges.
 //!
 //! Times are UTC µs in query parameters (`from_us`, `to_us`) and replies; a range is at most
-//! [`limits::API_RANGE_MAX_US`] long, and lists at most [`limits::API_LIST_MAX`] long.
+//! [`limits::API_RANGE_MAX_US`] long, and lists at most [`limits::API_LIST_MAX`] long. Every
+//! read of the catalog runs on the blocking pool, never on the runtime's threads.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,18 +16,16 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use serde_json::json;
 
-use super::{Body, Ctx, Reply, error, parse};
-use crate::export::{Export, ExportError};
+use super::errors::fail;
+use super::reply::{self, Body, Reply, error, on_pool, with_header};
+use super::routes::StreamPath;
+use super::{Ctx, parse};
+use crate::catalog::Catalog;
+use crate::export::Export;
 use crate::limits;
 
 /// Six hours: the coverage view's bucket.
 const COVERAGE_VIEW_BUCKET_US: i64 = 6 * 3_600_000_000;
-
-fn json_reply(value: serde_json::Value) -> Reply {
-    let mut r = Response::new(super::full(value.to_string()));
-    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
-    r
-}
 
 /// `{from_us}-{to_us}.mp4`, the export path of an HLS segment.
 pub fn range_in_name(name: &str) -> Result<(i64, i64), Reply> {
@@ -79,30 +78,36 @@ pub fn cameras(ctx: &Ctx) -> Reply {
         }));
     }
     let list: Vec<_> = by_camera.into_iter().map(|(c, streams)| json!({ "camera": c, "streams": streams })).collect();
-    json_reply(json!(list))
+    reply::json(StatusCode::OK, json!(list))
 }
 
 /// The catalog id of `camera/kind`, if it was ever recorded.
-fn stream_id(ctx: &Ctx, name: &str) -> Result<u32, Reply> {
-    match ctx.media.catalog.streams() {
+fn stream_id(catalog: &Catalog, name: &str) -> Result<u32, Reply> {
+    match catalog.streams() {
         Ok(s) => s
             .into_iter()
             .find(|(_, n)| n == name)
             .map(|(id, _)| id)
             .ok_or_else(|| error(StatusCode::NOT_FOUND, "not_found", "no recordings of that stream")),
-        Err(e) => Err(error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string())),
+        Err(e) => Err(fail(&e)),
     }
 }
 
 /// `GET /api/streams/{camera}/{kind}/recordings?from_us&to_us`: runs and the gaps between.
-pub fn recordings(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
-    let (from, to, id) = match range(parts).and_then(|(f, t)| Ok((f, t, stream_id(ctx, stream)?))) {
+pub async fn recordings(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>) -> Reply {
+    let (from, to) = match range(parts) {
         Ok(r) => r,
         Err(r) => return r,
     };
-    let recs = match ctx.media.catalog.recordings() {
+    let name = stream.name();
+    let catalog = ctx.media.catalog.clone();
+    let found = on_pool(move || {
+        let id = stream_id(&catalog, &name)?;
+        Ok((id, catalog.recordings().map_err(|e| fail(&e))?))
+    });
+    let (id, recs) = match found.await {
         Ok(r) => r,
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
+        Err(r) => return r,
     };
     let mut runs: Vec<serde_json::Value> = Vec::new();
     let mut gaps: Vec<serde_json::Value> = Vec::new();
@@ -131,42 +136,44 @@ pub fn recordings(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
     if let Some(c) = current.filter(|_| !truncated) {
         runs.push(json!({ "run": c.0, "start_us": c.1, "end_us": c.2, "bytes": c.3, "segments": c.4 }));
     }
-    json_reply(json!({ "runs": runs, "gaps": gaps, "truncated": truncated }))
+    reply::json(StatusCode::OK, json!({ "runs": runs, "gaps": gaps, "truncated": truncated }))
 }
 
 /// `GET /api/streams/{camera}/{kind}/coverage?from_us&to_us`: 6-hour buckets from the
 /// maintained hourly summaries (never a scan of fragment rows).
-pub fn coverage(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
-    let (from, to, id) = match range(parts).and_then(|(f, t)| Ok((f, t, stream_id(ctx, stream)?))) {
+pub async fn coverage(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>) -> Reply {
+    let (from, to) = match range(parts) {
         Ok(r) => r,
         Err(r) => return r,
     };
-    let buckets = match ctx.media.catalog.coverage_view(id, from, to, COVERAGE_VIEW_BUCKET_US) {
+    let name = stream.name();
+    let catalog = ctx.media.catalog.clone();
+    let found = on_pool(move || {
+        let id = stream_id(&catalog, &name)?;
+        catalog.coverage_view(id, from, to, COVERAGE_VIEW_BUCKET_US).map_err(|e| fail(&e))
+    });
+    let buckets = match found.await {
         Ok(b) => b,
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
+        Err(r) => return r,
     };
     let list: Vec<_> = buckets
         .into_iter()
         .map(|(start, b)| json!({ "start_us": start, "recorded_us": b.recorded_us, "bytes": b.bytes, "fragments": b.fragments }))
         .collect();
-    json_reply(json!({ "bucket_us": COVERAGE_VIEW_BUCKET_US, "buckets": list }))
+    reply::json(StatusCode::OK, json!({ "bucket_us": COVERAGE_VIEW_BUCKET_US, "buckets": list }))
 }
 
 /// `GET /api/streams/{camera}/{kind}/export.m3u8?from_us&to_us`: an HLS VOD playlist of
 /// the same export, one segment per fragment, each a byte range of `export.mp4` (so players
 /// that speak HLS — Safari, VLC, ffmpeg — can seek without downloading the whole file).
-pub fn playlist(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
+pub async fn playlist(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>) -> Reply {
     let (from, to) = match range(parts) {
         Ok(r) => r,
         Err(r) => return r,
     };
-    let ex = match Export::plan(&ctx.media.catalog, &ctx.media.data_dir, stream, from, to) {
+    let ex = match plan(ctx, stream, from, to).await {
         Ok(ex) => ex,
-        Err(ExportError::Empty | ExportError::NoStream(_)) => {
-            return error(StatusCode::NOT_FOUND, "nothing_recorded", "nothing recorded in that range");
-        }
-        Err(e @ ExportError::TooLong) => return error(StatusCode::BAD_REQUEST, "export_too_long", &e.to_string()),
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
+        Err(r) => return r,
     };
     let (init_len, segments) = ex.layout();
     let target_s = segments.iter().map(|s| s.2).max().unwrap_or(0).div_ceil(90_000).max(1);
@@ -183,14 +190,26 @@ pub fn playlist(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
         ));
     }
     m3u8.push_str("#EXT-X-ENDLIST\n");
-    super::text(m3u8, "application/vnd.apple.mpegurl")
+    reply::text(m3u8, "application/vnd.apple.mpegurl")
+}
+
+/// The export of `stream` over `[from, to)`, planned from the catalog.
+async fn plan(ctx: &Ctx, stream: StreamPath<'_>, from: i64, to: i64) -> Result<Export, Reply> {
+    let (name, catalog, data_dir) = (stream.name(), ctx.media.catalog.clone(), ctx.media.data_dir.clone());
+    on_pool(move || Export::plan(&catalog, &data_dir, &name, from, to).map_err(|e| fail(&e))).await
 }
 
 /// `DELETE /api/streams/{camera}/{kind}/recordings?from_us&to_us` (admin): deletes the
 /// closed recordings wholly within the range; one that reaches outside it is kept whole.
-pub async fn delete_range(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
-    let (from, to, id) = match range(parts).and_then(|(f, t)| Ok((f, t, stream_id(ctx, stream)?))) {
+pub async fn delete_range(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>) -> Reply {
+    let (from, to) = match range(parts) {
         Ok(r) => r,
+        Err(r) => return r,
+    };
+    let name = stream.name();
+    let catalog = ctx.media.catalog.clone();
+    let id = match on_pool(move || stream_id(&catalog, &name)).await {
+        Ok(id) => id,
         Err(r) => return r,
     };
     let Some(recorder) = ctx.media.recorder.clone() else {
@@ -198,7 +217,9 @@ pub async fn delete_range(ctx: &Ctx, parts: &Parts, stream: &str) -> Reply {
     };
     let done = tokio::task::spawn_blocking(move || recorder.delete_range(id, from, to)).await.ok().flatten();
     match done {
-        Some((deleted, bytes, kept)) => json_reply(json!({ "deleted": deleted, "bytes": bytes, "kept": kept })),
+        Some((deleted, bytes, kept)) => {
+            reply::json(StatusCode::OK, json!({ "deleted": deleted, "bytes": bytes, "kept": kept }))
+        }
         None => error(StatusCode::SERVICE_UNAVAILABLE, "busy", "the recorder did not answer in time"),
     }
 }
@@ -214,46 +235,35 @@ fn byte_range(parts: &Parts, len: u64) -> parse::ByteRange {
 /// `GET /api/streams/{camera}/{kind}/export.mp4?from_us&to_us` (or
 /// `…/exports/{from_us}-{to_us}.mp4`, the form HLS segments use): the range as one MP4,
 /// streamed from the segment files in constant memory, with byte ranges.
-pub fn export(ctx: &Ctx, parts: &Parts, stream: &str, from: i64, to: i64) -> Reply {
+pub async fn export(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>, from: i64, to: i64) -> Reply {
     // Held until the body is sent (or the client goes).
     let Ok(permit) = ctx.exports.clone().try_acquire_owned() else {
         let message = format!("{} exports are running: try again shortly", limits::EXPORTS_RUNNING_MAX);
         return error(StatusCode::SERVICE_UNAVAILABLE, "exports_busy", &message);
     };
-    let ex = match Export::plan(&ctx.media.catalog, &ctx.media.data_dir, stream, from, to) {
+    let ex = match plan(ctx, stream, from, to).await {
         Ok(ex) => Arc::new(ex),
-        Err(ExportError::Empty | ExportError::NoStream(_)) => {
-            return error(StatusCode::NOT_FOUND, "nothing_recorded", "nothing recorded in that range");
-        }
-        Err(e @ ExportError::TooLong) => return error(StatusCode::BAD_REQUEST, "export_too_long", &e.to_string()),
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
+        Err(r) => return r,
     };
     let len = ex.len_bytes;
     let (status, start, end) = match byte_range(parts, len) {
         parse::ByteRange::Whole => (StatusCode::OK, 0, len),
         parse::ByteRange::Part(s, e) => (StatusCode::PARTIAL_CONTENT, s, e),
         parse::ByteRange::Unsatisfiable => {
-            let mut r = error(StatusCode::RANGE_NOT_SATISFIABLE, "bad_range", "one byte range within the file");
-            if let Ok(v) = header::HeaderValue::from_str(&format!("bytes */{len}")) {
-                r.headers_mut().insert(header::CONTENT_RANGE, v);
-            }
-            return r;
+            let r = error(StatusCode::RANGE_NOT_SATISFIABLE, "bad_range", "one byte range within the file");
+            return with_header(r, header::CONTENT_RANGE, &format!("bytes */{len}"));
         }
     };
-    let name = ex.file_name(stream);
+    let name = ex.file_name(&stream.name());
     let mut r = Response::new(export_body(ex, start, end, permit));
     *r.status_mut() = status;
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("video/mp4"));
     h.insert(header::ACCEPT_RANGES, header::HeaderValue::from_static("bytes"));
     h.insert(header::CONTENT_LENGTH, header::HeaderValue::from(end - start));
-    if let Ok(v) = header::HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
-        h.insert(header::CONTENT_DISPOSITION, v);
-    }
-    if status == StatusCode::PARTIAL_CONTENT
-        && let Ok(v) = header::HeaderValue::from_str(&format!("bytes {start}-{}/{len}", end - 1))
-    {
-        h.insert(header::CONTENT_RANGE, v);
+    let r = with_header(r, header::CONTENT_DISPOSITION, &format!("attachment; filename=\"{name}\""));
+    if status == StatusCode::PARTIAL_CONTENT {
+        return with_header(r, header::CONTENT_RANGE, &format!("bytes {start}-{}/{len}", end - 1));
     }
     r
 }

@@ -22,17 +22,24 @@
 //! take) but no handler. Login and setup take no handler slot either: they wait for the
 //! password hashing in a bounded line of their own ([`limits::AUTH_LOGINS_IN_FLIGHT_MAX`]).
 //!
-//! Routes ([`api`]): `/healthz` (no auth, no details), `/metrics` (Prometheus text; a
-//! `metrics` token or an admin), setup, login and the account API.
+//! Routes: `/healthz` (no auth, no details), then the table of [`routes`], each checked
+//! against its caller once ([`api`]) and answered by its room's handlers: the accounts
+//! ([`accounts`]), media and exports ([`media`]), live view ([`live`]), events ([`events`]),
+//! the box as firmware ([`system`]), `/metrics` ([`metrics`]) and the UI's files ([`ui`]).
+//! Every handler answers through [`reply`], and every room's error through [`errors`].
 
+mod accounts;
 mod api;
 mod conns;
+pub(crate) mod errors;
 pub mod events;
 mod guard;
 mod live;
 mod media;
 mod metrics;
 pub mod parse;
+mod reply;
+mod routes;
 mod system;
 mod ui;
 
@@ -42,7 +49,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode, header};
+use http::{Request, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -54,6 +61,7 @@ use tracing::{debug, info, warn};
 
 use crate::auth::Auth;
 use crate::limits;
+use reply::{Body, Reply, RequestBody, closing, error, text};
 
 /// Counters of the listener, each refusal by its kind.
 #[derive(Debug, Default)]
@@ -161,15 +169,6 @@ impl Media {
     }
 }
 
-/// Response bodies: whole (`full`) or streamed from disk (export).
-type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
-type Reply = Response<Body>;
-
-/// A request's body: read whole before the handler slot was taken (`Left`: every route whose
-/// body is small), or still on the wire (`Right`: offers, event uploads and update bundles,
-/// read by their handlers once the credential was checked).
-pub(crate) type RequestBody = http_body_util::Either<Full<Bytes>, Incoming>;
-
 /// A reply's body that keeps its connection's reply open ([`conns::Conn::quiet`]) until it
 /// has been written whole or dropped.
 struct Marked {
@@ -195,11 +194,6 @@ impl hyper::body::Body for Marked {
     fn size_hint(&self) -> hyper::body::SizeHint {
         self.inner.size_hint()
     }
-}
-
-fn full(bytes: impl Into<Bytes>) -> Body {
-    use http_body_util::BodyExt;
-    Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
 }
 
 /// Why the listener could not start.
@@ -457,28 +451,13 @@ pub mod fuzzing {
     }
 }
 
-/// A JSON error body with a stable code.
-fn error(status: StatusCode, code: &str, message: &str) -> Reply {
-    let body = serde_json::json!({ "code": code, "message": message }).to_string();
-    let mut r = Response::new(full(body));
-    *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
-    r
-}
-
-fn text(body: String, content_type: &'static str) -> Reply {
-    let mut r = Response::new(full(body));
-    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
-    r
-}
-
 /// The largest body a route takes: an SDP offer for WHEP, an event with its snapshot, small
 /// JSON everywhere else.
 pub(crate) fn body_max_bytes(method: &http::Method, path: &str) -> u64 {
     if method == http::Method::POST && path.starts_with("/api/whep/") {
         limits::WEBRTC_OFFER_MAX_BYTES as u64
     } else if method == http::Method::POST && path == "/api/events" {
-        events::INTAKE_BODY_MAX_BYTES as u64
+        limits::EVENT_INTAKE_BODY_MAX_BYTES as u64
     } else if method == http::Method::POST && path == "/api/system/update" {
         limits::UPDATE_BODY_MAX_BYTES
     } else {
@@ -549,7 +528,7 @@ async fn answer(req: Request<Incoming>, ctx: &Ctx, peer: SocketAddr, conn: &conn
     let max = body_max_bytes(req.method(), req.uri().path());
     let (parts, body) = req.into_parts();
     let body = if max <= limits::HTTP_SMALL_BODY_MAX_BYTES {
-        match api::read_body(RequestBody::Right(body), ctx, max as usize).await {
+        match reply::read_body(RequestBody::Right(body), ctx, max as usize).await {
             Ok(bytes) => RequestBody::Left(Full::new(bytes)),
             Err(refusal) => return refusal,
         }
@@ -595,12 +574,6 @@ fn has_body(headers: &http::HeaderMap) -> bool {
 /// request was admitted (it is seldom written: the connection is ending).
 fn taken() -> Reply {
     closing(error(StatusCode::SERVICE_UNAVAILABLE, "busy", "the connection was closed to make room"))
-}
-
-/// `reply` with `connection: close`.
-fn closing(mut reply: Reply) -> Reply {
-    reply.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
-    reply
 }
 
 /// A handler slot: at once if one is free, after a wait if fewer than
@@ -674,16 +647,17 @@ mod tests {
         assert_eq!(ctx.waiting.load(Ordering::Relaxed), 0);
     }
 
-    #[test]
-    fn with_four_exports_running_the_fifth_is_refused() {
+    #[tokio::test]
+    async fn with_four_exports_running_the_fifth_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = Ctx::bare(dir.path());
         let parts = Request::get("/x?from_us=1&to_us=2").body(()).unwrap().into_parts().0;
+        let stream = routes::StreamPath { camera: "a", kind: "main" };
         let running: Vec<_> =
             (0..limits::EXPORTS_RUNNING_MAX).map(|_| ctx.exports.clone().try_acquire_owned().unwrap()).collect();
-        assert_eq!(media::export(&ctx, &parts, "a/main", 1, 2).status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(media::export(&ctx, &parts, stream, 1, 2).await.status(), StatusCode::SERVICE_UNAVAILABLE);
         drop(running);
-        assert_eq!(media::export(&ctx, &parts, "a/main", 1, 2).status(), StatusCode::NOT_FOUND, "nothing recorded");
+        assert_eq!(media::export(&ctx, &parts, stream, 1, 2).await.status(), StatusCode::NOT_FOUND, "nothing recorded");
     }
 
     /// Slow clients on the simulated clock: each gets one 408 at its deadline, after a

@@ -9,8 +9,11 @@ use http_body_util::BodyExt;
 use serde_json::json;
 use tracing::info;
 
-use super::api::json_reply;
-use super::{Ctx, Reply, RequestBody, error, full};
+use super::Ctx;
+use super::errors::fail;
+use super::reply::{
+    Reply, RequestBody, error, json, on_pool, read_json, request_timeout, timed_out, with_header, with_type,
+};
 use crate::limits::{UPDATE_BODY_MAX_BYTES, UPDATE_UPLOAD_CHUNKS_MAX};
 use crate::system::bundle::{self, UpdateError};
 use crate::system::support;
@@ -20,15 +23,10 @@ fn query_flag(parts: &Parts, name: &str) -> bool {
         .any(|(k, v)| k == name && (v == "1" || v == "true"))
 }
 
-fn update_error(e: &UpdateError) -> Reply {
-    let (status, code) = e.status_and_code();
-    error(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), code, &e.to_string())
-}
-
 pub(super) fn status(ctx: &Ctx) -> Reply {
     match &ctx.media.system {
-        Some(s) => json_reply(StatusCode::OK, s.status()),
-        None => json_reply(StatusCode::OK, json!({ "firmware": false })),
+        Some(s) => json(StatusCode::OK, s.status()),
+        None => json(StatusCode::OK, json!({ "firmware": false })),
     }
 }
 
@@ -74,10 +72,10 @@ mod tests {
 /// `POST /api/system/update[?force=1][&reboot=1]`: the bundle is the body.
 pub(super) async fn update(ctx: &Ctx, parts: &Parts, mut body: RequestBody) -> Reply {
     let Some(api) = ctx.media.system.clone() else {
-        return update_error(&UpdateError::NotFirmware);
+        return fail(&UpdateError::NotFirmware);
     };
     if api.system.is_none() {
-        return update_error(&UpdateError::NotFirmware);
+        return fail(&UpdateError::NotFirmware);
     }
     let force = query_flag(parts, "force");
     let reboot = query_flag(parts, "reboot");
@@ -109,7 +107,7 @@ pub(super) async fn update(ctx: &Ctx, parts: &Parts, mut body: RequestBody) -> R
                 Err(_) => continue,
             },
             Err(e) => {
-                late = super::api::timed_out(&*e);
+                late = timed_out(&*e);
                 Err(std::io::Error::other(e.to_string()))
             }
         };
@@ -125,7 +123,7 @@ pub(super) async fn update(ctx: &Ctx, parts: &Parts, mut body: RequestBody) -> R
     };
     if late {
         // The socket guard leaves this answer to the handler reading the body.
-        return super::api::request_timeout();
+        return request_timeout();
     }
     // A refusal before the body ended: read the rest (discarding it, within the body's
     // ceiling and the listener's read timeout) so the client, still sending, gets the
@@ -151,15 +149,15 @@ pub(super) async fn update(ctx: &Ctx, parts: &Parts, mut body: RequestBody) -> R
             if reboot {
                 answer["rebooting"] = json!(api.reboot_soon().is_ok());
             }
-            json_reply(StatusCode::OK, answer)
+            json(StatusCode::OK, answer)
         }
-        Err(e) => update_error(&e),
+        Err(e) => fail(&e),
     }
 }
 
 pub(super) fn reboot(ctx: &Ctx) -> Reply {
     match ctx.media.system.as_ref().map(|s| s.reboot_soon()) {
-        Some(Ok(())) => json_reply(StatusCode::ACCEPTED, json!({ "rebooting": true })),
+        Some(Ok(())) => json(StatusCode::ACCEPTED, json!({ "rebooting": true })),
         Some(Err(m)) => error(StatusCode::CONFLICT, "not_firmware", &m),
         None => error(StatusCode::CONFLICT, "not_firmware", "not running from a KeepPeek image"),
     }
@@ -168,7 +166,7 @@ pub(super) fn reboot(ctx: &Ctx) -> Reply {
 /// `POST /api/system/factory-reset` with `{"keep": ["config", "recordings"]}` (either, both or
 /// none): done at the next boot, which follows at once.
 pub(super) async fn factory_reset(ctx: &Ctx, headers: &http::HeaderMap, body: RequestBody) -> Reply {
-    let req: support::ResetRequest = match super::api::read_json(headers, body, ctx).await {
+    let req: support::ResetRequest = match read_json(headers, body, ctx).await {
         Ok(r) => r,
         Err(r) => return r,
     };
@@ -180,7 +178,7 @@ pub(super) async fn factory_reset(ctx: &Ctx, headers: &http::HeaderMap, body: Re
         return error(StatusCode::BAD_REQUEST, "invalid", &m);
     }
     let rebooting = api.reboot_soon().is_ok();
-    json_reply(StatusCode::ACCEPTED, json!({ "keep": req.keep, "rebooting": rebooting }))
+    json(StatusCode::ACCEPTED, json!({ "keep": req.keep, "rebooting": rebooting }))
 }
 
 /// `GET /api/system/support-bundle`: a tar, secrets redacted.
@@ -188,24 +186,19 @@ pub(super) async fn support_bundle(ctx: &Ctx) -> Reply {
     let Some(api) = ctx.media.system.clone() else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "no_system", "no support bundle here");
     };
-    let made = tokio::task::spawn_blocking(move || {
-        let _turn = api.begin_support_bundle()?;
+    let made = on_pool(move || {
+        let Some(_turn) = api.begin_support_bundle() else {
+            return Err(error(StatusCode::SERVICE_UNAVAILABLE, "busy", "a support bundle is being made: try again"));
+        };
         let config = api.config_path.clone().unwrap_or_default();
-        Some(support::support_bundle(&api.root, &config, &api.status()))
-    })
-    .await;
-    match made {
-        Ok(None) => error(StatusCode::SERVICE_UNAVAILABLE, "busy", "a support bundle is being made: try again"),
-        Ok(Some(bytes)) => {
-            let mut r = http::Response::new(full(bytes));
-            let h = r.headers_mut();
-            h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/x-tar"));
+        Ok(support::support_bundle(&api.root, &config, &api.status()))
+    });
+    match made.await {
+        Ok(bytes) => {
+            let r = with_type(StatusCode::OK, bytes, "application/x-tar");
             let name = format!("attachment; filename=\"keeppeek-support-{}.tar\"", crate::system::now_unix_s());
-            if let Ok(v) = header::HeaderValue::from_str(&name) {
-                h.insert(header::CONTENT_DISPOSITION, v);
-            }
-            r
+            with_header(r, header::CONTENT_DISPOSITION, &name)
         }
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
+        Err(r) => r,
     }
 }

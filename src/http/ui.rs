@@ -9,7 +9,8 @@ use std::sync::OnceLock;
 use http::{HeaderMap, Response, StatusCode, header};
 use sha2::{Digest, Sha256};
 
-use super::{Reply, full, parse};
+use super::parse;
+use super::reply::{Reply, full};
 
 /// One file of `ui-static/`.
 struct UiFile {

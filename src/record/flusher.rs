@@ -14,7 +14,7 @@
 //! unlist it with the next commit.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, error, info, warn};
 
-use super::retention::{self, Disk, Entry, Index};
+use super::retention::{self, Entry, Index};
+use crate::base::fs::{disk_space, sync_dir};
 use crate::catalog::{Batch, Catalog, FragmentRow, Keyframe, RecordingRow};
 use crate::config::Retention;
 use crate::limits;
@@ -404,51 +405,6 @@ impl Flusher {
     }
 }
 
-/// Free and reserved space of the filesystem holding `dir`. The reserve is
-/// [`limits::DISK_RESERVE_BYTES`], or a sixteenth of a smaller filesystem.
-pub fn disk_space(dir: &Path) -> Option<Disk> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path and `s` a valid out-pointer.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
-        return None;
-    }
-    let frsize = s.f_frsize as u64;
-    let total = s.f_blocks as u64 * frsize;
-    Some(Disk {
-        free_bytes: s.f_bavail as u64 * frsize,
-        reserve_bytes: limits::DISK_RESERVE_BYTES.min(total / 16),
-        total_bytes: total,
-    })
-}
-
-/// Writes `bytes` to `path` durably: a synced temporary file renamed into place, and the
-/// directory synced (created, and its parent synced, if new).
-pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().ok_or_else(|| std::io::Error::other("no directory"))?;
-    if !dir.exists() {
-        std::fs::create_dir_all(dir)?;
-        if let Some(parent) = dir.parent() {
-            sync_dir(parent)?;
-        }
-    }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)?;
-    sync_dir(dir)
-}
-
-/// Makes a directory's entries durable (a new file's name, a removal).
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,7 +414,7 @@ mod tests {
     }
 
     /// A flusher whose interval never comes in a test, with a per-stream cap.
-    fn flusher(catalog: &Arc<Catalog>, dir: &Path, stream_max_bytes: u64) -> Flusher {
+    fn flusher(catalog: &Arc<Catalog>, dir: &std::path::Path, stream_max_bytes: u64) -> Flusher {
         let caps = Retention { stream_max_bytes, total_max_bytes: u64::MAX };
         Flusher::new(catalog.clone(), dir.into(), Duration::from_secs(3600), caps).unwrap()
     }

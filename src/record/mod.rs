@@ -117,7 +117,7 @@ impl Recorder {
 
         let recorded: Vec<_> =
             config.cameras.iter().flat_map(|c| c.recorded_streams().map(move |(kind, mode)| (c, kind, mode))).collect();
-        let fs_bytes = flusher::disk_space(&data_dir).map(|d| d.total_bytes);
+        let fs_bytes = crate::base::fs::disk_space(&data_dir).map(|d| d.total_bytes);
         let bounds = segment_bounds(config, recorded.len(), fs_bytes);
         let pool = Arc::new(HistoryPool::new(config.preroll.total_max_bytes as usize));
         // Each history gets an equal share of the global cap (or its own cap, if smaller):

@@ -18,7 +18,7 @@ use std::path::Path;
 
 use tracing::{info, warn};
 
-use super::flusher::sync_dir;
+use crate::base::fs::sync_dir;
 use crate::catalog::{Batch, Catalog, CatalogError, FragmentRow, Keyframe, RecordingRow};
 use crate::clock::ticks_90k_to_us;
 use crate::media::fmp4_read::{ReadError, SegmentReader};

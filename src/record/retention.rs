@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::base::fs::Disk;
 use crate::config::Retention;
 
 /// What retention needs to know of one recording.
@@ -21,14 +22,6 @@ pub struct Entry {
 
 /// Recordings by id; ids grow with time, so the first is the oldest.
 pub type Index = BTreeMap<u64, Entry>;
-
-/// The disk's state, when known.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Disk {
-    pub free_bytes: u64,
-    pub reserve_bytes: u64,
-    pub total_bytes: u64,
-}
 
 /// Recording ids to delete, oldest first.
 pub fn plan(index: &Index, caps: &Retention, disk: Option<Disk>, keep_newest: bool) -> Vec<u64> {

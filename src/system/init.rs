@@ -242,7 +242,7 @@ pub fn prepare_data(data: &Path, preset: &Path) -> std::io::Result<()> {
     let config = data.join("keeppeek.toml");
     if !config.exists() {
         let text = std::fs::read(preset)?;
-        crate::record::flusher::write_synced(&config, &text)?;
+        crate::base::fs::write_synced(&config, &text)?;
         info!("first boot: the board's config written to {}", config.display());
     }
     Ok(())

@@ -19,8 +19,8 @@ use tracing::{info, warn};
 
 pub use grubenv::{BootEnv, Slot};
 
+use crate::base::fs::write_synced;
 use crate::limits::{FIRMWARE_FILE_MAX_BYTES, SYSTEM_STATE_MAX_BYTES};
-use crate::record::flusher::write_synced;
 
 /// What a root slot is: written by `images/build.sh` into `etc/keeppeek/firmware.toml`.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -297,7 +297,7 @@ impl System {
                 .ok()
                 .map(|b| String::from_utf8_lossy(&b).into_owned()),
             "update_key": bundle::update_key_kind(),
-            "data": crate::record::flusher::disk_space(&self.data_dir())
+            "data": crate::base::fs::disk_space(&self.data_dir())
                 .map(|d| serde_json::json!({ "bytes": d.total_bytes, "free_bytes": d.free_bytes })),
         })
     }

@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use super::read_small;
+use crate::base::fs::{sync_dir, write_synced};
 use crate::limits::{INIT_LOG_FILE_MAX_BYTES, SUPPORT_BUNDLE_MAX_BYTES, SYSTEM_STATE_MAX_BYTES};
-use crate::record::flusher::{sync_dir, write_synced};
 
 /// What a factory reset keeps.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]

@@ -1,0 +1,210 @@
+//! The route table: a request's method and path, parsed once into a [`Route`] that says who
+//! may call it ([`Route::access`]). The auth check is written once, in [`super::api`].
+
+use http::Method;
+
+use crate::auth::scope;
+
+/// A stream as a path names it: `{camera}/{kind}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StreamPath<'a> {
+    pub camera: &'a str,
+    pub kind: &'a str,
+}
+
+impl StreamPath<'_> {
+    /// `camera/kind`, as the catalog and the export name it.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.camera, self.kind)
+    }
+}
+
+/// Every route, with what its path carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route<'a> {
+    /// `GET` of a path outside `/api/`: one of the UI's files (the login page).
+    UiFile(&'a str),
+    SetupStatus,
+    Setup,
+    Login,
+    Metrics,
+    Cameras,
+    Recordings(StreamPath<'a>),
+    Coverage(StreamPath<'a>),
+    Export(StreamPath<'a>),
+    Playlist(StreamPath<'a>),
+    /// `…/exports/{from_us}-{to_us}.mp4`, the form HLS segments use.
+    ExportNamed(StreamPath<'a>, &'a str),
+    DeleteRecordings(StreamPath<'a>),
+    WhepOpen(StreamPath<'a>),
+    WhepClose(&'a str),
+    EventIntake,
+    EventSearch,
+    EventRevisions(&'a str),
+    EventKeyframe(&'a str),
+    EventSnapshot(&'a str),
+    System,
+    SystemUpdate,
+    SystemReboot,
+    SystemFactoryReset,
+    SupportBundle,
+    Me,
+    Logout,
+    Users,
+    UserPut,
+    UserDelete(&'a str),
+    Tokens,
+    TokenCreate,
+    TokenDelete(&'a str),
+}
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// No credential needed.
+    Anyone,
+    /// Any session or token.
+    Signed,
+    /// A credential with this scope (an admin has every scope).
+    Scope(u8),
+}
+
+impl<'a> Route<'a> {
+    /// The route of `method` (`HEAD` counts as `GET`) and `path`; none when there is none.
+    pub fn parse(method: &Method, path: &'a str) -> Option<Route<'a>> {
+        use Route::*;
+        let get = *method == Method::GET || *method == Method::HEAD;
+        let segments: heapless::Vec<&str, 8> = {
+            let mut v = heapless::Vec::new();
+            for s in path.trim_start_matches('/').split('/') {
+                v.push(s).ok()?;
+            }
+            v
+        };
+        let stream = |camera, kind| StreamPath { camera, kind };
+        let m = if get { &Method::GET } else { method };
+        Some(match (m, segments.as_slice()) {
+            (&Method::GET, ["metrics"]) => Metrics,
+            (&Method::GET, ["api", "setup"]) => SetupStatus,
+            (&Method::POST, ["api", "setup"]) => Setup,
+            (&Method::POST, ["api", "login"]) => Login,
+            (&Method::GET, ["api", "cameras"]) => Cameras,
+            (&Method::GET, ["api", "streams", c, k, "recordings"]) => Recordings(stream(c, k)),
+            (&Method::GET, ["api", "streams", c, k, "coverage"]) => Coverage(stream(c, k)),
+            (&Method::GET, ["api", "streams", c, k, "export.mp4"]) => Export(stream(c, k)),
+            (&Method::GET, ["api", "streams", c, k, "export.m3u8"]) => Playlist(stream(c, k)),
+            (&Method::GET, ["api", "streams", c, k, "exports", name]) => ExportNamed(stream(c, k), name),
+            (&Method::DELETE, ["api", "streams", c, k, "recordings"]) => DeleteRecordings(stream(c, k)),
+            (&Method::DELETE, ["api", "whep", "sessions", id]) => WhepClose(id),
+            (&Method::POST, ["api", "whep", c, k]) => WhepOpen(stream(c, k)),
+            (&Method::POST, ["api", "events"]) => EventIntake,
+            (&Method::GET, ["api", "events"]) => EventSearch,
+            (&Method::GET, ["api", "events", id]) => EventRevisions(id),
+            (&Method::GET, ["api", "events", id, "keyframe"]) => EventKeyframe(id),
+            (&Method::GET, ["api", "events", id, "snapshot"]) => EventSnapshot(id),
+            (&Method::GET, ["api", "system"]) => System,
+            (&Method::POST, ["api", "system", "update"]) => SystemUpdate,
+            (&Method::POST, ["api", "system", "reboot"]) => SystemReboot,
+            (&Method::POST, ["api", "system", "factory-reset"]) => SystemFactoryReset,
+            (&Method::GET, ["api", "system", "support-bundle"]) => SupportBundle,
+            (&Method::GET, ["api", "me"]) => Me,
+            (&Method::POST, ["api", "logout"]) => Logout,
+            (&Method::GET, ["api", "users"]) => Users,
+            (&Method::POST, ["api", "users"]) => UserPut,
+            (&Method::DELETE, ["api", "users", name]) => UserDelete(name),
+            (&Method::GET, ["api", "tokens"]) => Tokens,
+            (&Method::POST, ["api", "tokens"]) => TokenCreate,
+            (&Method::DELETE, ["api", "tokens", id]) => TokenDelete(id),
+            (&Method::GET, _) if !path.starts_with("/api/") => UiFile(path),
+            _ => return None,
+        })
+    }
+
+    /// Who may call it.
+    pub fn access(&self) -> Access {
+        use Route::*;
+        match self {
+            UiFile(_) | SetupStatus | Setup | Login => Access::Anyone,
+            Me | Logout => Access::Signed,
+            Metrics => Access::Scope(scope::METRICS),
+            Cameras | Recordings(_) | Coverage(_) | Export(_) | Playlist(_) | ExportNamed(..) => {
+                Access::Scope(scope::VIEW)
+            }
+            WhepOpen(_) | WhepClose(_) => Access::Scope(scope::VIEW),
+            EventSearch | EventRevisions(_) | EventKeyframe(_) | EventSnapshot(_) | System => {
+                Access::Scope(scope::VIEW)
+            }
+            EventIntake => Access::Scope(scope::EVENTS_WRITE),
+            DeleteRecordings(_) | SystemUpdate | SystemReboot | SystemFactoryReset | SupportBundle => {
+                Access::Scope(scope::ADMIN)
+            }
+            Users | UserPut | UserDelete(_) | Tokens | TokenCreate | TokenDelete(_) => Access::Scope(scope::ADMIN),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every route, the scope it needs, and a path that reaches it: the table the UI and
+    /// `docs/security.md` describe.
+    #[test]
+    fn every_route_needs_its_scope() {
+        use Access::*;
+        let (view, admin) = (Scope(scope::VIEW), Scope(scope::ADMIN));
+        let table: &[(&str, &str, Access)] = &[
+            ("GET", "/", Anyone),
+            ("GET", "/app.js", Anyone),
+            ("GET", "/api/setup", Anyone),
+            ("POST", "/api/setup", Anyone),
+            ("POST", "/api/login", Anyone),
+            ("GET", "/metrics", Scope(scope::METRICS)),
+            ("GET", "/api/cameras", view),
+            ("GET", "/api/streams/a/main/recordings", view),
+            ("HEAD", "/api/streams/a/main/coverage", view),
+            ("GET", "/api/streams/a/main/export.mp4", view),
+            ("GET", "/api/streams/a/main/export.m3u8", view),
+            ("GET", "/api/streams/a/main/exports/1-2.mp4", view),
+            ("DELETE", "/api/streams/a/main/recordings", admin),
+            ("POST", "/api/whep/a/main", view),
+            ("DELETE", "/api/whep/sessions/7", view),
+            ("POST", "/api/events", Scope(scope::EVENTS_WRITE)),
+            ("GET", "/api/events", view),
+            ("GET", "/api/events/7", view),
+            ("GET", "/api/events/7/keyframe", view),
+            ("GET", "/api/events/7/snapshot", view),
+            ("GET", "/api/system", view),
+            ("POST", "/api/system/update", admin),
+            ("POST", "/api/system/reboot", admin),
+            ("POST", "/api/system/factory-reset", admin),
+            ("GET", "/api/system/support-bundle", admin),
+            ("GET", "/api/me", Signed),
+            ("POST", "/api/logout", Signed),
+            ("GET", "/api/users", admin),
+            ("POST", "/api/users", admin),
+            ("DELETE", "/api/users/bob", admin),
+            ("GET", "/api/tokens", admin),
+            ("POST", "/api/tokens", admin),
+            ("DELETE", "/api/tokens/3", admin),
+        ];
+        for (method, path, access) in table {
+            let route = Route::parse(&method.parse().unwrap(), path).unwrap_or_else(|| panic!("{method} {path}"));
+            assert_eq!(route.access(), *access, "{method} {path}");
+        }
+        // The route carries what its path names.
+        let export = Route::parse(&Method::GET, "/api/streams/door/sub/exports/1-2.mp4").unwrap();
+        assert_eq!(export, Route::ExportNamed(StreamPath { camera: "door", kind: "sub" }, "1-2.mp4"));
+        // Nothing else is a route.
+        for (method, path) in [
+            ("GET", "/api/nothing"),
+            ("POST", "/"),
+            ("PUT", "/api/users"),
+            ("GET", "/api/streams/a/main/other"),
+            ("DELETE", "/api/whep/a/main"),
+            ("GET", "/a/b/c/d/e/f/g/h/i"),
+        ] {
+            assert_eq!(Route::parse(&method.parse().unwrap(), path), None, "{method} {path}");
+        }
+    }
+}

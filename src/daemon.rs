@@ -120,7 +120,7 @@ pub async fn run(config: Config, system: Arc<crate::system::SystemApi>) -> Resul
     for r in recorded.iter().filter(|r| r.watch.mode == crate::config::RecordMode::Events) {
         triggers.entry(r.camera.clone()).or_default().push(r.watch.trigger.clone());
     }
-    let live_view = webrtc.as_ref().map(|(_, handle)| handle.clone());
+    let live_view = webrtc.as_ref().map(|(_, handle)| Arc::new(handle.clone()) as Arc<dyn crate::events::NoticeSink>);
     let events = Arc::new(crate::events::Events::new(
         catalog.clone(),
         data_dir.clone(),

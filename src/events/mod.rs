@@ -26,8 +26,6 @@ use crate::catalog::{Catalog, CatalogError};
 use crate::clock::Clocks;
 use crate::limits;
 use crate::preroll::Trigger;
-use crate::webrtc::control::pb;
-use crate::webrtc::{LiveEvent, WebrtcHandle};
 use envelope::{Envelope, EnvelopeError};
 use jpeg::JpegError;
 
@@ -90,7 +88,7 @@ pub struct Events {
     /// Events kept and their snapshots' bytes, at most; the oldest go first.
     caps: (u64, u64),
     /// Live view, for subscribers' notices (none when turned off).
-    live: Option<WebrtcHandle>,
+    live: Option<Arc<dyn NoticeSink>>,
     pub stats: EventStats,
 }
 
@@ -99,7 +97,7 @@ impl Events {
         catalog: Arc<Catalog>,
         data_dir: PathBuf,
         cameras: HashMap<String, Vec<Arc<Trigger>>>,
-        live: Option<WebrtcHandle>,
+        live: Option<Arc<dyn NoticeSink>>,
         snapshots_max_bytes: u64,
     ) -> Events {
         Events {
@@ -166,7 +164,7 @@ impl Events {
             let _turn = writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let (accepted, stored) = store(&catalog, &data_dir, principal, e, arrived_us, snapshot)?;
             if let (Some(r), Some(live)) = (&stored, &live) {
-                live.publish_event(LiveEvent { camera: r.envelope.camera.clone(), notice: notice(r) });
+                live.publish(Notice::of(r));
             }
             if stored.is_some() {
                 trim(&catalog, &data_dir, caps);
@@ -198,24 +196,41 @@ fn event_mono_us(arrived_wall_us: i64, arrived_mono_us: i64, event_wall_us: i64)
     arrived_mono_us - late_us
 }
 
-/// An event's notice for live-view subscribers (a control-channel message).
-pub fn notice(r: &EventRecord) -> Arc<[u8]> {
-    use prost::Message;
-    let e = &r.envelope;
-    let body = pb::server_message::Body::Event(pb::EventNotice {
-        id: r.id,
-        rev: r.rev,
-        camera: e.camera.clone(),
-        time_us: e.time(),
-        labels: e.labels.clone(),
-        score: e.score.unwrap_or(0.0),
-        text: e.text.clone(),
-        snapshot_url: match &r.snapshot {
-            Some(_) => format!("/api/events/{}/snapshot?rev={}", r.id, r.rev),
-            None => String::new(),
-        },
-    });
-    pb::ServerMessage { request_id: 0, track: 0, body: Some(body) }.encode_to_vec().into()
+/// A stored event as live viewers are told of it (live view encodes it for its control
+/// channel).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    pub id: u64,
+    pub rev: u32,
+    pub camera: String,
+    pub time_us: i64,
+    pub labels: Vec<String>,
+    pub score: Option<f32>,
+    pub text: String,
+    /// The revision has a snapshot (`/api/events/{id}/snapshot?rev={rev}`).
+    pub has_snapshot: bool,
+}
+
+impl Notice {
+    pub fn of(r: &EventRecord) -> Notice {
+        let e = &r.envelope;
+        Notice {
+            id: r.id,
+            rev: r.rev,
+            camera: e.camera.clone(),
+            time_us: e.time(),
+            labels: e.labels.clone(),
+            score: e.score,
+            text: e.text.clone(),
+            has_snapshot: r.snapshot.is_some(),
+        }
+    }
+}
+
+/// Where the notices of stored events go (live view). It never waits: a notice it has no
+/// room for is its to drop and count (the event itself is stored).
+pub trait NoticeSink: Send + Sync {
+    fn publish(&self, notice: Notice);
 }
 
 /// Lets the oldest events go past the caps (count, snapshot bytes), then their files. A
@@ -342,25 +357,5 @@ mod tests {
         assert!(matches!(events.upload_slot(), Err(IntakeError::Busy)));
         drop(slots);
         assert!(events.upload_slot().is_ok());
-    }
-
-    #[test]
-    fn the_largest_envelope_makes_a_notice_under_its_ceiling() {
-        let labels: Vec<String> = (0..limits::EVENT_LABELS_MAX).map(|i| format!("{i:0>64}")).collect();
-        let json = serde_json::json!({
-            "id": "i".repeat(limits::EVENT_ID_MAX_BYTES),
-            "camera": "c".repeat(limits::CAMERA_NAME_MAX_BYTES),
-            "time_us": 7_258_118_400_000_000i64,
-            "labels": labels,
-            "score": 0.123_456_79,
-            "text": "t".repeat(limits::EVENT_TEXT_MAX_BYTES),
-        });
-        let envelope = Envelope::parse(json.to_string().as_bytes(), 0).unwrap();
-        let snapshot = Some(Snapshot { path: String::new(), bytes: 1, width: 1, height: 1 });
-        let r =
-            EventRecord { id: u64::MAX, rev: u32::MAX, principal: String::new(), received_us: 0, envelope, snapshot };
-        let n = notice(&r).len();
-        assert!(n <= limits::EVENT_NOTICE_MAX_BYTES, "{n}");
-        assert!(n > limits::EVENT_NOTICE_MAX_BYTES / 2, "the ceiling is not far off: {n}");
     }
 }

@@ -179,6 +179,24 @@ impl PlayState {
     }
 }
 
+/// A stored event's notice as a control-channel message, encoded once for every subscriber.
+pub fn event_notice(n: &crate::events::Notice) -> std::sync::Arc<[u8]> {
+    let body = pb::server_message::Body::Event(pb::EventNotice {
+        id: n.id,
+        rev: n.rev,
+        camera: n.camera.clone(),
+        time_us: n.time_us,
+        labels: n.labels.clone(),
+        score: n.score.unwrap_or(0.0),
+        text: n.text.clone(),
+        snapshot_url: match n.has_snapshot {
+            true => format!("/api/events/{}/snapshot?rev={}", n.id, n.rev),
+            false => String::new(),
+        },
+    });
+    pb::ServerMessage { request_id: 0, track: 0, body: Some(body) }.encode_to_vec().into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,5 +276,31 @@ mod tests {
             n += 1;
         }
         assert!(n > 10, "the corpus is under fuzz/");
+    }
+
+    #[test]
+    fn the_largest_envelope_makes_a_notice_under_its_ceiling() {
+        let labels: Vec<String> = (0..limits::EVENT_LABELS_MAX).map(|i| format!("{i:0>64}")).collect();
+        let json = serde_json::json!({
+            "id": "i".repeat(limits::EVENT_ID_MAX_BYTES),
+            "camera": "c".repeat(limits::CAMERA_NAME_MAX_BYTES),
+            "time_us": 7_258_118_400_000_000i64,
+            "labels": labels,
+            "score": 0.123_456_79,
+            "text": "t".repeat(limits::EVENT_TEXT_MAX_BYTES),
+        });
+        let envelope = crate::events::envelope::Envelope::parse(json.to_string().as_bytes(), 0).unwrap();
+        let snapshot = Some(crate::catalog::events::Snapshot { path: String::new(), bytes: 1, width: 1, height: 1 });
+        let r = crate::catalog::events::EventRecord {
+            id: u64::MAX,
+            rev: u32::MAX,
+            principal: String::new(),
+            received_us: 0,
+            envelope,
+            snapshot,
+        };
+        let n = event_notice(&crate::events::Notice::of(&r)).len();
+        assert!(n <= limits::EVENT_NOTICE_MAX_BYTES, "{n}");
+        assert!(n > limits::EVENT_NOTICE_MAX_BYTES / 2, "the ceiling is not far off: {n}");
     }
 }

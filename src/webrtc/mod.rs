@@ -41,6 +41,7 @@ pub use session::{OfferError, Owner};
 use session::{Session, Source, Viewer};
 
 use crate::catalog::{Catalog, CatalogError};
+use crate::events::{Notice, NoticeSink};
 use crate::limits;
 use crate::live::{Fanout, LiveFrame};
 use crate::media::annexb;
@@ -141,19 +142,20 @@ enum Command {
     ClosePrincipal(String),
 }
 
-/// A stored event for subscribers: its camera and its notice, encoded once.
-pub struct LiveEvent {
-    pub camera: String,
-    pub notice: Arc<[u8]>,
-}
-
 /// What the HTTP side holds to reach the engine.
 #[derive(Clone)]
 pub struct WebrtcHandle {
     tx: mpsc::Sender<Command>,
-    events_tx: mpsc::Sender<LiveEvent>,
+    events_tx: mpsc::Sender<Notice>,
     pub stats: Arc<WebrtcStats>,
     pub max_sessions: usize,
+}
+
+/// Stored events reach the subscribed sessions through the engine's queue.
+impl NoticeSink for WebrtcHandle {
+    fn publish(&self, notice: Notice) {
+        self.publish_event(notice);
+    }
 }
 
 impl WebrtcHandle {
@@ -185,7 +187,7 @@ impl WebrtcHandle {
 
     /// Hands a stored event to the subscribed sessions; never waits: with the engine's
     /// queue full the notice is dropped and counted (the event itself is stored).
-    pub fn publish_event(&self, e: LiveEvent) {
+    pub fn publish_event(&self, e: Notice) {
         if self.events_tx.try_send(e).is_err() {
             self.stats.event_notices_dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -270,7 +272,7 @@ pub struct Engine {
     sessions: Vec<Session>,
     deadlines: Vec<Instant>,
     cmd_rx: mpsc::Receiver<Command>,
-    events_rx: mpsc::Receiver<LiveEvent>,
+    events_rx: mpsc::Receiver<Notice>,
     frames_tx: mpsc::Sender<LiveFrame>,
     frames_rx: mpsc::Receiver<LiveFrame>,
     stats: Arc<WebrtcStats>,
@@ -513,10 +515,11 @@ impl Engine {
     }
 
     /// Offers a stored event to every subscribed session.
-    fn event(&mut self, e: &LiveEvent) {
+    fn event(&mut self, e: &Notice) {
         self.stats.event_notices_in.fetch_add(1, Ordering::Relaxed);
+        let notice = control::event_notice(e);
         for i in 0..self.sessions.len() {
-            match self.sessions[i].offer_event(&e.camera, &e.notice) {
+            match self.sessions[i].offer_event(&e.camera, &notice) {
                 session::Offered::NotWanted => continue,
                 session::Offered::Queued => {}
                 session::Offered::CutOff => {
@@ -966,7 +969,7 @@ enum Step {
     Command(Command),
     Datagram(io::Result<(usize, usize, SocketAddr)>),
     Frame(LiveFrame),
-    Event(LiveEvent),
+    Event(Notice),
     Timeout,
 }
 
@@ -1278,9 +1281,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         // The engine is not running: its queue fills.
         let (_e, handle) = engine(dir.path(), 1).await;
-        let notice: Arc<[u8]> = vec![1u8; 10].into();
+        let notice = Notice {
+            id: 1,
+            rev: 1,
+            camera: "cam".into(),
+            time_us: 0,
+            labels: Vec::new(),
+            score: None,
+            text: String::new(),
+            has_snapshot: false,
+        };
         for _ in 0..limits::WEBRTC_EVENTS_IN_MAX + 2 {
-            handle.publish_event(LiveEvent { camera: "cam".into(), notice: notice.clone() });
+            handle.publish_event(notice.clone());
         }
         assert_eq!(handle.stats.event_notices_dropped.load(Ordering::Relaxed), 2);
     }

@@ -35,7 +35,6 @@ use bytes::Bytes;
 use keeppeek::catalog::events::EventRecord;
 use keeppeek::catalog::{Batch, Catalog, FragmentRow, Keyframe, RecordingRow};
 use keeppeek::events::Events;
-use keeppeek::events::envelope::Envelope;
 use keeppeek::events::keyframe;
 use keeppeek::live::Fanout;
 use keeppeek::media::{Frame, avc, fmp4};
@@ -462,7 +461,7 @@ fn lookup_events(catalog: &Catalog, streams: u32, span_s: u32, n: u64) -> Vec<(u
         let cam = (rand() % u64::from(streams)) as u32;
         let t = WALL0 + (rand() % (u64::from(span_s) * 1_000_000)) as i64;
         let json = format!(r#"{{"camera":"cam{cam}","time_us":{t},"labels":["person"]}}"#);
-        let envelope = Envelope::parse(json.as_bytes(), 0).unwrap();
+        let envelope = keeppeek::events::envelope::parse(json.as_bytes(), 0).unwrap();
         records.push(EventRecord { id, rev: 1, principal: "token:1".into(), received_us: t, envelope, snapshot: None });
         model.push((id, cam, t));
     }

@@ -5,7 +5,7 @@
 #![no_main]
 
 use bytes::Bytes;
-use keeppeek::events::envelope::Envelope;
+use keeppeek::events::envelope;
 use keeppeek::events::jpeg;
 use keeppeek::http::events::{BodyError, split_body};
 use keeppeek::limits;
@@ -14,14 +14,14 @@ use libfuzzer_sys::fuzz_target;
 const NOW: i64 = 1_800_000_000_000_000;
 
 fn check_envelope(bytes: &[u8]) {
-    if let Ok(e) = Envelope::parse(bytes, NOW) {
+    if let Ok(e) = envelope::parse(bytes, NOW) {
         assert!(e.labels.len() <= limits::EVENT_LABELS_MAX);
         assert!(e.boxes.len() <= limits::EVENT_BOXES_MAX);
         assert!(e.text.len() <= limits::EVENT_TEXT_MAX_BYTES);
         assert!(e.terms().len() <= limits::EVENT_TERMS_MAX);
         assert!(e.time() >= 0);
         // What is stored parses again to the same.
-        let again = Envelope::parse(&serde_json::to_vec(&e).unwrap(), 0).unwrap();
+        let again = envelope::parse(&serde_json::to_vec(&e).unwrap(), 0).unwrap();
         assert_eq!(again, e);
     }
 }

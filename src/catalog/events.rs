@@ -18,7 +18,6 @@ use redb::{Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use super::{Catalog, CatalogError, OrStorage, RowError};
-use crate::events::envelope::Envelope;
 use crate::limits;
 
 pub(super) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
@@ -39,6 +38,92 @@ pub struct Snapshot {
     pub height: u16,
 }
 
+/// A box around something seen, in picture fractions (0 to 1, from the top left).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventBox {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f32>,
+    pub x: f32,
+    pub y: f32,
+    pub w: f32,
+    pub h: f32,
+}
+
+/// What a revision of an event says, as stored (and shown to browsers). The intake parses a
+/// sender's envelope into it and checks every field (`events::envelope::parse`); an unknown
+/// field is refused, there as here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventFields {
+    /// The sender's id of the event: a later one with the same id is a revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub camera: String,
+    /// When it happened, UTC µs.
+    #[serde(default)]
+    pub time_us: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_us: Option<i64>,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f32>,
+    #[serde(default)]
+    pub boxes: Vec<EventBox>,
+    #[serde(default)]
+    pub text: String,
+    /// The same key again is the same request: it is answered, not stored twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// It started (or extended) the camera's event recording.
+    #[serde(default = "yes")]
+    pub record: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl EventFields {
+    /// The event's time (always set by the intake).
+    pub fn time(&self) -> i64 {
+        self.time_us.unwrap_or(0)
+    }
+
+    /// Search terms: each label (`label:person`, and the box labels) and each word of the
+    /// text (`person`), lower-cased, deduplicated, at most [`limits::EVENT_TERMS_MAX`].
+    pub fn terms(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let labels = self.labels.iter().chain(self.boxes.iter().filter_map(|b| b.label.as_ref()));
+        let words = words(&self.text);
+        for t in labels.map(|l| format!("label:{l}")).chain(words) {
+            if out.len() == limits::EVENT_TERMS_MAX {
+                break;
+            }
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+        out
+    }
+}
+
+/// A label or term as the index keeps it: trimmed and lower-cased.
+pub fn query_term(t: &str) -> String {
+    t.trim().to_lowercase()
+}
+
+/// The searchable words of a text: runs of letters and digits, lower-cased, of 2 to
+/// [`limits::EVENT_LABEL_MAX_BYTES`] bytes.
+pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .map(str::to_lowercase)
+        .filter(|w| (2..=limits::EVENT_LABEL_MAX_BYTES).contains(&w.len()))
+}
+
 /// One revision of an event, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventRecord {
@@ -47,7 +132,7 @@ pub struct EventRecord {
     /// Who sent it (`token:7`, `user:ann`).
     pub principal: String,
     pub received_us: i64,
-    pub envelope: Envelope,
+    pub envelope: EventFields,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<Snapshot>,
 }
@@ -105,7 +190,7 @@ impl Catalog {
     /// The id and revision the next envelope of `principal` will get, or the stored one when
     /// its idempotency key was seen before. The caller holds the event writer's lock from
     /// here until [`Catalog::put_event`].
-    pub fn plan_event(&self, principal: &str, e: &Envelope) -> Result<Planned, CatalogError> {
+    pub fn plan_event(&self, principal: &str, e: &EventFields) -> Result<Planned, CatalogError> {
         let txn = self.db.begin_read().storage()?;
         if let Some(key) = &e.idempotency_key {
             let keys = txn.open_table(EVENT_KEYS).storage()?;
@@ -433,11 +518,14 @@ mod tests {
 
     const T0: i64 = 1_800_000_000_000_000;
 
-    fn envelope(json: serde_json::Value) -> Envelope {
-        Envelope::parse(json.to_string().as_bytes(), T0).unwrap()
+    /// Fields as the intake leaves them: a missing time is the arrival's.
+    fn envelope(json: serde_json::Value) -> EventFields {
+        let mut e: EventFields = serde_json::from_value(json).unwrap();
+        e.time_us.get_or_insert(T0);
+        e
     }
 
-    fn store(cat: &Catalog, principal: &str, e: Envelope) -> Planned {
+    fn store(cat: &Catalog, principal: &str, e: EventFields) -> Planned {
         let plan = cat.plan_event(principal, &e).unwrap();
         if let Planned::New(n) = plan {
             let r = EventRecord {

@@ -120,13 +120,12 @@ pub fn read(k: &KeyframeAt) -> Result<Vec<u8>, KeyframeError> {
 mod tests {
     use super::*;
     use crate::catalog::events::EventRecord;
-    use crate::events::envelope::Envelope;
 
     const WALL0: i64 = 1_800_000_000_000_000;
 
     fn event(cat: &Catalog, id: u64, camera: &str, time_us: i64) {
         let json = format!(r#"{{"camera":"{camera}","time_us":{time_us}}}"#);
-        let envelope = Envelope::parse(json.as_bytes(), 0).unwrap();
+        let envelope = crate::events::envelope::parse(json.as_bytes(), 0).unwrap();
         let r = EventRecord { id, rev: 1, principal: "token:1".into(), received_us: time_us, envelope, snapshot: None };
         cat.put_event(&r).unwrap();
     }

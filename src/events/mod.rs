@@ -21,12 +21,12 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::warn;
 
 use crate::base::fs::{sync_dir, write_synced};
-use crate::catalog::events::{EventRecord, Planned, Snapshot};
+use crate::catalog::events::{EventFields, EventRecord, Planned, Snapshot};
 use crate::catalog::{Catalog, CatalogError};
 use crate::clock::Clocks;
 use crate::limits;
 use crate::preroll::Trigger;
-use envelope::{Envelope, EnvelopeError};
+use envelope::EnvelopeError;
 use jpeg::JpegError;
 
 /// Where snapshots live, under the data directory.
@@ -145,7 +145,7 @@ impl Events {
     ) -> Result<Accepted, IntakeError> {
         let clocks = Clocks;
         let (arrived_us, arrived_mono_us) = (clocks.wall_us(), clocks.mono_us());
-        let e = Envelope::parse(envelope, arrived_us)?;
+        let e = envelope::parse(envelope, arrived_us)?;
         let triggers = self.cameras.get(&e.camera).ok_or_else(|| IntakeError::UnknownCamera(e.camera.clone()))?;
         let snapshot = match snapshot {
             Some(b) if b.len() > limits::EVENT_JPEG_MAX_BYTES => return Err(IntakeError::JpegTooLarge),
@@ -259,7 +259,7 @@ fn store(
     catalog: &Catalog,
     data_dir: &Path,
     principal: String,
-    e: Envelope,
+    e: EventFields,
     received_us: i64,
     snapshot: Option<(jpeg::JpegInfo, Bytes)>,
 ) -> Result<(Accepted, Option<EventRecord>), IntakeError> {

@@ -12,9 +12,9 @@ use super::Ctx;
 use super::errors::fail;
 use super::reply::{Reply, RequestBody, content_type, error, json, on_pool, read_body, with_header, with_type};
 use crate::auth::Principal;
+use crate::catalog::events::query_term;
 use crate::catalog::events::{EventQuery, EventRecord};
 use crate::events::IntakeError;
-use crate::events::envelope::query_term;
 use crate::limits;
 
 /// Why a body could not be split into an envelope and a snapshot.
@@ -174,9 +174,9 @@ fn query(q: &str) -> Result<EventQuery, String> {
             "to_us" => out.to_us = number(&k, &v)?,
             "limit" => out.limit = number(&k, &v)?.clamp(1, limits::EVENT_SEARCH_RESULTS_MAX as i64) as usize,
             "label" => out.terms.push(format!("label:{}", query_term(&v))),
-            // The words the index keeps (see `Envelope::terms`): shorter or longer ones
+            // The words the index keeps (see `EventFields::terms`): shorter or longer ones
             // match nothing, so they are not asked for.
-            "q" => out.terms.extend(crate::events::envelope::words(&v)),
+            "q" => out.terms.extend(crate::catalog::events::words(&v)),
             "before" => {
                 let (t, id) = v.split_once('_').ok_or("before is {time}_{id}")?;
                 out.before = Some((number("before", t)?, id.parse().map_err(|_| "before is {time}_{id}")?));
@@ -368,7 +368,7 @@ mod tests {
             let ct = if kind % 3 == 0 { "application/json" } else { "multipart/form-data; boundary=B" };
             if let Ok((envelope, snapshot)) = futures::executor::block_on(split_body(ct, Bytes::copy_from_slice(body)))
             {
-                let _ = crate::events::envelope::Envelope::parse(&envelope, 0);
+                let _ = crate::events::envelope::parse(&envelope, 0);
                 if let Some(s) = snapshot {
                     let _ = crate::events::jpeg::check(&s);
                 }

@@ -289,7 +289,7 @@ mod tests {
             "score": 0.123_456_79,
             "text": "t".repeat(limits::EVENT_TEXT_MAX_BYTES),
         });
-        let envelope = crate::events::envelope::Envelope::parse(json.to_string().as_bytes(), 0).unwrap();
+        let envelope = crate::events::envelope::parse(json.to_string().as_bytes(), 0).unwrap();
         let snapshot = Some(crate::catalog::events::Snapshot { path: String::new(), bytes: 1, width: 1, height: 1 });
         let r = crate::catalog::events::EventRecord {
             id: u64::MAX,

@@ -30,12 +30,12 @@ fuzz_target!(|data: &[u8]| {
             Command::Timeline { from_us, to_us, .. } => assert!(from_us < to_us),
             _ => {
                 let before = t.clone();
-                if t.apply(&request).is_err() {
+                if t.apply(&request.command).is_err() {
                     assert_eq!(*t, before, "a refused command changes nothing");
                 }
             }
         }
-        let _ = t.message(request.id, request.track as u32);
+        let _ = control::answer(request.id, request.track, Ok(control::Answer::State(t.clone())));
         assert!((0.5..=8.0).contains(&t.rate), "rate {}", t.rate);
         assert!(t.stored || !t.paused, "live video never pauses");
         assert!(!t.step || t.paused, "a step only while paused");

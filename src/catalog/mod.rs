@@ -24,6 +24,7 @@
 pub mod coverage;
 pub mod events;
 pub mod rows;
+mod runs;
 
 use std::path::Path;
 
@@ -31,6 +32,7 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinitio
 
 pub use coverage::Bucket;
 pub use rows::{FragmentRow, RecordingRow, RowError};
+pub use runs::{Run, Runs};
 
 use crate::limits;
 

@@ -151,6 +151,11 @@ impl RecordingRow {
         e.0
     }
 
+    /// The stream an encoded row belongs to, read without decoding the rest.
+    pub fn stream_of(b: &[u8]) -> Result<u32, RowError> {
+        Dec::new(b, "recordings")?.u32()
+    }
+
     pub fn decode(b: &[u8]) -> Result<Self, RowError> {
         let table = "recordings";
         let mut d = Dec::new(b, table)?;

@@ -83,12 +83,8 @@ pub fn cameras(ctx: &Ctx) -> Reply {
 
 /// The catalog id of `camera/kind`, if it was ever recorded.
 fn stream_id(catalog: &Catalog, name: &str) -> Result<u32, Reply> {
-    match catalog.streams() {
-        Ok(s) => s
-            .into_iter()
-            .find(|(_, n)| n == name)
-            .map(|(id, _)| id)
-            .ok_or_else(|| error(StatusCode::NOT_FOUND, "not_found", "no recordings of that stream")),
+    match catalog.find_stream(name) {
+        Ok(found) => found.ok_or_else(|| error(StatusCode::NOT_FOUND, "not_found", "no recordings of that stream")),
         Err(e) => Err(fail(&e)),
     }
 }
@@ -103,40 +99,20 @@ pub async fn recordings(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>) -> Rep
     let catalog = ctx.media.catalog.clone();
     let found = on_pool(move || {
         let id = stream_id(&catalog, &name)?;
-        Ok((id, catalog.recordings().map_err(|e| fail(&e))?))
+        catalog.runs(id, from, to, limits::API_LIST_MAX).map_err(|e| fail(&e))
     });
-    let (id, recs) = match found.await {
+    let found = match found.await {
         Ok(r) => r,
         Err(r) => return r,
     };
-    let mut runs: Vec<serde_json::Value> = Vec::new();
-    let mut gaps: Vec<serde_json::Value> = Vec::new();
-    let mut truncated = false;
-    let mut current: Option<(u64, i64, i64, u64, u32)> = None; // run id, start, end, bytes, segments
-    for (_, r) in recs.iter().filter(|(_, r)| r.stream_id == id && r.wall_end_us > from && r.wall_start_us < to) {
-        match &mut current {
-            Some(c) if c.0 == r.run_id => {
-                c.2 = c.2.max(r.wall_end_us);
-                c.3 += r.bytes;
-                c.4 += 1;
-            }
-            _ => {
-                if let Some(c) = current.take() {
-                    if runs.len() >= limits::API_LIST_MAX {
-                        truncated = true;
-                        break;
-                    }
-                    gaps.push(json!({ "from_us": c.2, "to_us": r.wall_start_us }));
-                    runs.push(json!({ "run": c.0, "start_us": c.1, "end_us": c.2, "bytes": c.3, "segments": c.4 }));
-                }
-                current = Some((r.run_id, r.wall_start_us, r.wall_end_us, r.bytes, 1));
-            }
-        }
-    }
-    if let Some(c) = current.filter(|_| !truncated) {
-        runs.push(json!({ "run": c.0, "start_us": c.1, "end_us": c.2, "bytes": c.3, "segments": c.4 }));
-    }
-    reply::json(StatusCode::OK, json!({ "runs": runs, "gaps": gaps, "truncated": truncated }))
+    let gaps: Vec<_> =
+        found.runs.windows(2).map(|w| json!({ "from_us": w[0].end_us, "to_us": w[1].start_us })).collect();
+    let runs: Vec<_> = found
+        .runs
+        .iter()
+        .map(|r| json!({ "run": r.run_id, "start_us": r.start_us, "end_us": r.end_us, "bytes": r.bytes, "segments": r.segments }))
+        .collect();
+    reply::json(StatusCode::OK, json!({ "runs": runs, "gaps": gaps, "truncated": found.truncated }))
 }
 
 /// `GET /api/streams/{camera}/{kind}/coverage?from_us&to_us`: 6-hour buckets from the

@@ -7,7 +7,7 @@ use crate::limits;
 use crate::media::avc;
 use crate::media::fmp4::{SampleEntry, TrackRun, fragment_header_buffer, write_fragment_header, write_init_segment};
 
-/// An init segment plus `n` one-second fragments of 15 frames (a keyframe first), the first
+/// An init segment plus `n` one-second fragments of 15 frames of 40 bytes (a keyframe first), the first
 /// starting at `wall0_us`; returns the bytes and each fragment's (start, end) byte.
 pub fn segment(n: u32, wall0_us: i64) -> (Vec<u8>, Vec<(u64, u64)>) {
     let mut init = vec![0u8; limits::INIT_SEGMENT_MAX_BYTES];
@@ -22,7 +22,12 @@ pub fn segment(n: u32, wall0_us: i64) -> (Vec<u8>, Vec<(u64, u64)>) {
         let wall = wall0_us + i64::from(i) * 1_000_000;
         let h = write_fragment_header(&mut head[..], i + 1, wall, video, None).expect("fragment header");
         out.extend_from_slice(&head[..h]);
-        out.extend(std::iter::repeat_n(7u8, 15 * 40));
+        for k in 0..15 {
+            // One NAL unit a sample, 4-byte length-prefixed: an IDR slice first, then others.
+            out.extend_from_slice(&36u32.to_be_bytes());
+            out.push(if k == 0 { 0x65 } else { 0x41 });
+            out.extend(std::iter::repeat_n(7u8, 35));
+        }
         bounds.push((start, out.len() as u64));
     }
     (out, bounds)

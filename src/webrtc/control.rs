@@ -133,10 +133,8 @@ impl PlayState {
 
     /// Applies a command that changes play state (not the play and timeline commands, which
     /// need the engine). Pause, resume, rate and step are for stored video only.
-    pub fn apply(&mut self, request: &Request) -> Result<(), pb::ServerMessage> {
-        let not_stored =
-            || error(request.id, request.track as u32, "not_stored", "the track is not playing stored video");
-        match &request.command {
+    pub fn apply(&mut self, command: &Command) -> Result<(), Refusal> {
+        match command {
             Command::Pause if self.stored => self.paused = true,
             Command::Resume if self.stored => {
                 self.paused = false;
@@ -147,7 +145,9 @@ impl PlayState {
                 self.paused = true;
                 self.step = true;
             }
-            Command::Pause | Command::Resume | Command::SetRate { .. } | Command::Step => return Err(not_stored()),
+            Command::Pause | Command::Resume | Command::SetRate { .. } | Command::Step => {
+                return Err(Refusal::NotStored);
+            }
             Command::PlayLive { .. }
             | Command::PlayStored { .. }
             | Command::Seek { .. }
@@ -177,6 +177,93 @@ impl PlayState {
             })),
         }
     }
+}
+
+/// What a command did: the engine's typed result, encoded by [`answer`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    /// The track's play state after the command.
+    State(PlayState),
+    /// The cameras whose event notices the session now gets (empty: none).
+    Subscribed(Subscription),
+    /// A stream's runs in the asked range.
+    Timeline { stream: String, runs: Vec<crate::catalog::Run>, truncated: bool },
+}
+
+/// An event subscription as answered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Subscription {
+    Cameras(Vec<String>),
+    Everything,
+    Nothing,
+}
+
+/// Why a command was refused. Each kind has a stable code the browser acts on
+/// ([`Refusal::code`]) and words for a person.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    #[error("no stream {0}")]
+    NoStream(String),
+    #[error("{0} is not in the codec this session negotiated")]
+    LiveCodec(String),
+    #[error("{0} was recorded in a codec this session did not negotiate")]
+    StoredCodec(String),
+    #[error("a session plays at most {0} stored tracks")]
+    SessionCursors(usize),
+    #[error("the box plays at most {0} stored tracks")]
+    BoxCursors(usize),
+    #[error("{0} has no recordings")]
+    NotRecorded(String),
+    #[error("{0}")]
+    NoFootage(#[source] super::playback::CursorError),
+    #[error("the track is not playing stored video")]
+    NotStored,
+    #[error("{0}")]
+    Catalog(#[from] crate::catalog::CatalogError),
+}
+
+impl Refusal {
+    /// The stable code the browser sees.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::NoStream(_) => "not_found",
+            Refusal::LiveCodec(_) | Refusal::StoredCodec(_) => "no_codec",
+            Refusal::SessionCursors(_) | Refusal::BoxCursors(_) => "too_many_cursors",
+            Refusal::NotRecorded(_) | Refusal::NoFootage(_) => "nothing_recorded",
+            Refusal::NotStored => "not_stored",
+            Refusal::Catalog(_) => "internal",
+        }
+    }
+}
+
+/// The message answering request `request_id` on `track`.
+pub fn answer(request_id: u32, track: usize, result: Result<Answer, Refusal>) -> pb::ServerMessage {
+    use pb::server_message::Body;
+    let track = track as u32;
+    let body = match result {
+        Ok(Answer::State(play)) => return play.message(request_id, track),
+        Ok(Answer::Subscribed(sub)) => Body::Subscribed(pb::Subscribed {
+            cameras: match sub {
+                Subscription::Cameras(c) => c,
+                Subscription::Everything => vec!["*".to_string()],
+                Subscription::Nothing => Vec::new(),
+            },
+        }),
+        Ok(Answer::Timeline { stream, runs, truncated }) => Body::Timeline(pb::Timeline {
+            stream,
+            runs: runs.iter().map(|r| pb::Run { start_us: r.start_us, end_us: r.end_us }).collect(),
+            truncated,
+        }),
+        Err(refusal) => return error(request_id, track, refusal.code(), refusal.to_string()),
+    };
+    pb::ServerMessage { request_id, track, body: Some(body) }
+}
+
+/// Where a stored track is (unasked: request 0).
+pub fn position(track: usize, wall_us: i64) -> pb::ServerMessage {
+    let body = pb::server_message::Body::Position(pb::Position { wall_us });
+    pb::ServerMessage { request_id: 0, track: track as u32, body: Some(body) }
 }
 
 /// A stored event's notice as a control-channel message, encoded once for every subscriber.
@@ -248,12 +335,12 @@ mod tests {
         let backwards = C::Timeline(pb::TimelineQuery { stream: "a/main".into(), from_us: 10, to_us: 5 });
         assert_eq!(code(decode(&msg(0, backwards), 1)), "bad_message");
         let mut live = PlayState::live("a/main".into());
-        let pause = Request { id: 2, track: 0, command: Command::Pause };
+        let pause = Command::Pause;
         assert!(live.apply(&pause).is_err(), "live video does not pause");
         live.stored = true;
         live.apply(&pause).unwrap();
         assert!(live.paused);
-        live.apply(&Request { id: 3, track: 0, command: Command::SetRate { rate: 4.0 } }).unwrap();
+        live.apply(&Command::SetRate { rate: 4.0 }).unwrap();
         assert!(live.keyframes_only());
     }
 

@@ -1,0 +1,718 @@
+//! The engine's core, without sockets and without a clock: every session, their admission,
+//! live fanout, stored playback and the sweep.
+//!
+//! Each input comes with the time it happens at: an offer ([`Core::open`]), a datagram
+//! ([`Core::datagram`]), a live frame ([`Core::frame`]), an event notice ([`Core::event`]),
+//! a tick ([`Core::timeouts`]) and the sweep ([`Core::sweep`]). What leaves is the datagrams
+//! handed to the caller's `out` (each names the local address to send it from) and the
+//! return values. The shell (`net.rs`) owns the sockets and the clock; tests drive whole
+//! sessions on simulated time.
+//!
+//! Sessions live in one `Vec` with their next deadline beside them, so the shell sleeps
+//! until the earliest. A session is removed by the sweep once it is no longer alive.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use str0m::Input;
+use str0m::net::{Receive, Transmit};
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::session::{self, Owner, Session, Source, Viewer};
+use super::{OpenError, WebrtcStats, control, for_everyone, principal_max};
+use crate::catalog::Catalog;
+use crate::events::Notice;
+use crate::limits;
+use crate::live::{Fanout, LiveFrame};
+use crate::media::annexb;
+use crate::media::{Frame, VideoParams};
+
+/// Where the core's datagrams go: the caller sends each from the local address it names.
+pub type Out<'a> = &'a mut dyn FnMut(Transmit);
+
+/// How often a track playing stored video reports its position.
+const POSITION_EVERY: Duration = Duration::from_millis(250);
+
+/// One stream the engine watches: its tap and the parameter sets of its current params.
+struct Watched {
+    tap: u64,
+    params: Option<(Arc<VideoParams>, Vec<Bytes>)>,
+}
+
+/// The streams a core serves and where their recordings are.
+pub struct Streams {
+    /// Each stream's live fanout, by index, with its name (`camera/kind`).
+    pub live: Vec<(String, Arc<Fanout>)>,
+    pub catalog: Arc<Catalog>,
+    pub data_dir: PathBuf,
+}
+
+/// Every session and what they watch.
+pub struct Core {
+    pub(super) streams: Streams,
+    watched: HashMap<usize, Watched>,
+    pub(super) sessions: Vec<Session>,
+    deadlines: Vec<Instant>,
+    /// Live frames of watched streams come back to the shell on this queue.
+    frames_tx: mpsc::Sender<LiveFrame>,
+    stats: Arc<WebrtcStats>,
+    max_sessions: usize,
+    next_id: u64,
+    /// (session, track) pairs showing the stream of the frame being sent: kept between
+    /// frames so the per-frame path does not allocate it.
+    viewers: Vec<(usize, usize)>,
+}
+
+impl Core {
+    pub fn new(
+        streams: Streams,
+        frames_tx: mpsc::Sender<LiveFrame>,
+        stats: Arc<WebrtcStats>,
+        max_sessions: usize,
+    ) -> Core {
+        Core {
+            streams,
+            watched: HashMap::new(),
+            sessions: Vec::new(),
+            deadlines: Vec::new(),
+            frames_tx,
+            stats,
+            max_sessions,
+            next_id: 1,
+            viewers: Vec::new(),
+        }
+    }
+
+    /// The earliest time a session wants to be driven again.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.iter().min().copied()
+    }
+
+    /// Admits a session on stream `stream` for a WHEP offer, answered with host candidates
+    /// on the addresses `locals` gives (asked only once the session is admitted); returns its
+    /// id and the answer.
+    pub fn open(
+        &mut self,
+        stream: usize,
+        offer: &str,
+        owner: Owner,
+        peer: IpAddr,
+        locals: impl FnOnce() -> Vec<std::net::SocketAddr>,
+        now: Instant,
+    ) -> Result<(u64, String), OpenError> {
+        let fanout = self.streams.live.get(stream).ok_or(OpenError::NoStream)?.1.clone();
+        self.admit(&owner, peer)?;
+        let params = fanout.params().ok_or(OpenError::NotLive)?;
+        let id = self.next_id;
+        let accepted = Session::accept(Viewer { id, owner, peer, stream }, &params, offer, &locals(), now);
+        let (session, answer) = accepted.inspect_err(|_| {
+            self.stats.bad_offers.fetch_add(1, Ordering::Relaxed);
+        })?;
+        self.next_id += 1;
+        self.watch(stream);
+        self.sessions.push(session);
+        self.deadlines.push(now);
+        self.stats.sessions_total.fetch_add(1, Ordering::Relaxed);
+        self.stats.sessions_open.store(self.sessions.len(), Ordering::Relaxed);
+        Ok((id, answer))
+    }
+
+    /// Whether `owner` at `peer` may open one more session: its principal's share, its
+    /// address's ceiling, and the box's (with room kept back for admins).
+    fn admit(&self, owner: &Owner, peer: IpAddr) -> Result<(), OpenError> {
+        let of_principal = self.sessions.iter().filter(|s| s.owner.principal == owner.principal).count();
+        let principal_max = principal_max(self.max_sessions);
+        if of_principal >= principal_max {
+            self.stats.refused_principal.fetch_add(1, Ordering::Relaxed);
+            return Err(OpenError::Principal(owner.principal.clone(), principal_max));
+        }
+        if self.sessions.iter().filter(|s| s.peer == peer).count() >= limits::WEBRTC_SESSIONS_PER_ADDRESS_MAX {
+            self.stats.refused_address.fetch_add(1, Ordering::Relaxed);
+            return Err(OpenError::Address(limits::WEBRTC_SESSIONS_PER_ADDRESS_MAX));
+        }
+        let room = if owner.admin { self.max_sessions } else { for_everyone(self.max_sessions) };
+        if self.sessions.len() >= room {
+            self.stats.refused_server.fetch_add(1, Ordering::Relaxed);
+            return Err(OpenError::Server(room));
+        }
+        Ok(())
+    }
+
+    /// Taps stream `stream` if nobody watches it yet.
+    pub(super) fn watch(&mut self, stream: usize) {
+        if !self.watched.contains_key(&stream) {
+            let tap = self.streams.live[stream].1.tap(stream, self.frames_tx.clone());
+            self.watched.insert(stream, Watched { tap, params: None });
+        }
+    }
+
+    /// Closes session `id` if `principal` owns it (`None`: an admin, who may close any).
+    pub fn close(&mut self, id: u64, principal: Option<&str>) -> bool {
+        let mut found = false;
+        for s in self.sessions.iter_mut().filter(|s| s.id == id) {
+            if principal.is_none_or(|p| p == s.owner.principal) {
+                s.rtc.disconnect();
+                found = true;
+            }
+        }
+        found
+    }
+
+    /// Closes every session opened with login session `login`.
+    pub fn close_login(&mut self, login: [u8; 32]) {
+        for s in self.sessions.iter_mut().filter(|s| s.owner.login == Some(login)) {
+            s.rtc.disconnect();
+        }
+    }
+
+    /// Closes every session of `principal`.
+    pub fn close_principal(&mut self, principal: &str) {
+        for s in self.sessions.iter_mut().filter(|s| s.owner.principal == principal) {
+            s.rtc.disconnect();
+        }
+    }
+
+    /// Ends every session (the engine stops).
+    pub fn close_all(&mut self) {
+        for s in &mut self.sessions {
+            s.rtc.disconnect();
+        }
+    }
+
+    /// Offers a stored event to every subscribed session.
+    pub fn event(&mut self, e: &Notice, now: Instant, out: Out<'_>) {
+        self.stats.event_notices_in.fetch_add(1, Ordering::Relaxed);
+        let notice = control::event_notice(e);
+        for i in 0..self.sessions.len() {
+            match self.sessions[i].offer_event(&e.camera, &notice) {
+                session::Offered::NotWanted => continue,
+                session::Offered::Queued => {}
+                session::Offered::CutOff => {
+                    self.stats.events_cut_off.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            let _ = self.drive_quiet(i, now, out);
+        }
+    }
+
+    /// A datagram that arrived at `now`; the shell checked it is STUN, DTLS, RTP or RTCP.
+    pub fn datagram(&mut self, receive: Receive<'_>, now: Instant, out: Out<'_>) {
+        let input = Input::Receive(now, receive);
+        let Some(i) = self.sessions.iter().position(|s| s.rtc.accepts(&input)) else {
+            self.stats.datagrams_unmatched.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if self.sessions[i].rtc.handle_input(input).is_err() {
+            self.sessions[i].rtc.disconnect();
+        }
+        self.drive(i, now, out);
+    }
+
+    /// Drives every session whose deadline has come.
+    pub fn timeouts(&mut self, now: Instant, out: Out<'_>) {
+        for i in 0..self.sessions.len() {
+            if self.deadlines[i] <= now {
+                if self.sessions[i].rtc.handle_input(Input::Timeout(now)).is_err() {
+                    self.sessions[i].rtc.disconnect();
+                }
+                self.pump_cursors(i, now);
+                self.drive(i, now, out);
+            }
+        }
+    }
+
+    /// Drains session `i`'s output; answers its keyframe wants and control messages.
+    fn drive(&mut self, i: usize, now: Instant, out: Out<'_>) {
+        let wants = self.drive_quiet(i, now, out);
+        for t in wants.keyframe {
+            self.keyframe_burst(i, t, now, out);
+        }
+        // Messages may also have arrived during a drive whose wants were not looked at.
+        if wants.control || !self.sessions[i].inbox.is_empty() {
+            self.control(i, now, out);
+        }
+    }
+
+    /// Drains session `i`'s output; returns what it wants. Its next deadline is the earlier
+    /// of its own timeout and its cursors' next frames.
+    fn drive_quiet(&mut self, i: usize, now: Instant, out: Out<'_>) -> session::Wants {
+        let stats = &self.stats;
+        let s = &mut self.sessions[i];
+        let (next, wants) = s.drive(out);
+        stats.control_dropped.fetch_add(std::mem::take(&mut s.control_dropped), Ordering::Relaxed);
+        stats.replies_dropped.fetch_add(std::mem::take(&mut s.replies_dropped), Ordering::Relaxed);
+        stats.event_notices_sent.fetch_add(std::mem::take(&mut s.events_sent), Ordering::Relaxed);
+        let cursors = s.tracks.iter().filter_map(|t| match &t.source {
+            Source::Stored(c) if s.is_connected() => c.due(),
+            _ => None,
+        });
+        self.deadlines[i] = cursors.chain(next).min().unwrap_or(now);
+        wants
+    }
+
+    /// Sends track `t` of session `i` a keyframe: the stream's held GOP for live video, the
+    /// keyframe at or before the position for stored video.
+    pub(super) fn keyframe_burst(&mut self, i: usize, t: usize, now: Instant, out: Out<'_>) {
+        let stream = match &mut self.sessions[i].tracks[t].source {
+            Source::Live(stream) => *stream,
+            Source::Stored(cursor) => {
+                let at = cursor.position_us();
+                if cursor.seek(at, now).is_ok() {
+                    self.sessions[i].tracks[t].lost_frames();
+                }
+                return;
+            }
+            Source::Idle => return,
+        };
+        let gop = self.streams.live[stream].1.gop();
+        if gop.is_empty() {
+            return; // the next keyframe will do
+        }
+        self.stats.keyframe_bursts.fetch_add(1, Ordering::Relaxed);
+        for f in &gop {
+            let Some(data) = self.annexb(stream, f) else { return };
+            let s = &mut self.sessions[i];
+            if s.send_frame(t, &data, f.is_key, f.pts_90k, true, now).is_err() {
+                s.tracks[t].lost_frames();
+                return;
+            }
+            s.tracks[t].last_sent_mono_us = f.received_mono_us;
+        }
+        // Wants raised while sending the burst are answered by the burst itself.
+        let _ = self.drive_quiet(i, now, out);
+    }
+
+    /// Sends session `i`'s stored tracks every frame that is due.
+    fn pump_cursors(&mut self, i: usize, now: Instant) {
+        let s = &mut self.sessions[i];
+        if !s.is_connected() {
+            return;
+        }
+        for t in 0..s.tracks.len() {
+            while let Source::Stored(cursor) = &mut s.tracks[t].source {
+                let frame = match cursor.pop(now) {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break,
+                    Err(e) => {
+                        s.send_control(&control::error(0, t as u32, "internal", e.to_string()));
+                        s.tracks[t].source = Source::Idle;
+                        break;
+                    }
+                };
+                let pts = frame.wall_us * 9 / 100;
+                match s.send_frame(t, &frame.annexb, frame.is_key, pts, false, now) {
+                    Ok(true) => {
+                        self.stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(false) => {}
+                    Err(_) => s.tracks[t].lost_frames(),
+                }
+                let report = s.tracks[t].reported.is_none_or(|r| now.duration_since(r) >= POSITION_EVERY);
+                if report {
+                    s.tracks[t].reported = Some(now);
+                    s.send_control(&control::position(t, frame.wall_us));
+                }
+            }
+        }
+    }
+
+    /// A frame in Annex B with the parameter sets in front of a keyframe; `None` (and a
+    /// warning) when the frame or its parameters cannot be read.
+    fn annexb(&mut self, stream: usize, f: &Frame) -> Option<Arc<[u8]>> {
+        let watched = self.watched.get_mut(&stream)?;
+        let fresh = watched.params.as_ref().is_some_and(|(p, _)| Arc::ptr_eq(p, &f.params) || **p == *f.params);
+        if !fresh {
+            match annexb::parameter_sets(&f.params) {
+                Ok(sets) => watched.params = Some((f.params.clone(), sets)),
+                Err(e) => {
+                    warn!("stream {stream}: {e}");
+                    return None;
+                }
+            }
+        }
+        let sets: &[Bytes] = if f.is_key { &watched.params.as_ref()?.1 } else { &[] };
+        let mut out = Vec::with_capacity(f.data.len() + 64);
+        annexb::to_annexb(&f.data, sets, &mut out).ok()?;
+        Some(out.into())
+    }
+
+    /// A live frame of a watched stream, sent to every track showing that stream.
+    pub fn frame(&mut self, lf: LiveFrame, now: Instant, out: Out<'_>) {
+        let stream = lf.stream;
+        let mut viewers = std::mem::take(&mut self.viewers);
+        viewers.clear();
+        for (i, s) in self.sessions.iter_mut().enumerate() {
+            for (t, track) in s.tracks.iter_mut().enumerate() {
+                if matches!(track.source, Source::Live(x) if x == stream) {
+                    if lf.after_gap {
+                        track.rebase();
+                    }
+                    viewers.push((i, t));
+                }
+            }
+        }
+        let wanted = viewers.iter().any(|&(i, t)| {
+            let (s, track) = (&self.sessions[i], &self.sessions[i].tracks[t]);
+            s.is_connected()
+                && (lf.frame.is_key || !track.needs_keyframe())
+                && lf.frame.received_mono_us > track.last_sent_mono_us
+        });
+        let data = if wanted { self.annexb(stream, &lf.frame) } else { None };
+        let Some(data) = data else {
+            self.viewers = viewers;
+            return;
+        };
+        let mut last_touched = None;
+        for &(i, t) in &viewers {
+            let s = &mut self.sessions[i];
+            if lf.frame.received_mono_us <= s.tracks[t].last_sent_mono_us {
+                continue; // already sent in a keyframe burst
+            }
+            match s.send_frame(t, &data, lf.frame.is_key, lf.frame.pts_90k, false, now) {
+                Ok(true) => {
+                    s.tracks[t].last_sent_mono_us = lf.frame.received_mono_us;
+                    self.stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(false) => {}
+                Err(_) => s.tracks[t].lost_frames(),
+            }
+            // A session's tracks come together: drive it once, after its last one.
+            if last_touched.is_some_and(|l| l != i) {
+                self.drive(last_touched.take().expect("checked"), now, out);
+            }
+            last_touched = Some(i);
+        }
+        if let Some(i) = last_touched {
+            self.drive(i, now, out);
+        }
+        self.viewers = viewers;
+    }
+
+    /// Handles session `i`'s control messages.
+    fn control(&mut self, i: usize, now: Instant, out: Out<'_>) {
+        // Answering drives the session, which may take in more messages: until none wait.
+        while !self.sessions[i].inbox.is_empty() {
+            while let Some(bytes) = self.sessions[i].inbox.pop_front() {
+                self.control_message(i, &bytes, now, out);
+            }
+            let _ = self.drive_quiet(i, now, out);
+        }
+    }
+
+    /// Answers one control message of session `i`.
+    fn control_message(&mut self, i: usize, bytes: &[u8], now: Instant, out: Out<'_>) {
+        self.stats.control_messages.fetch_add(1, Ordering::Relaxed);
+        let (reply, track) = match control::decode(bytes, self.sessions[i].tracks.len()) {
+            Ok(request) => (self.answer(i, &request, now, out), Some(request.track)),
+            Err(e) => (e, None),
+        };
+        if matches!(reply.body, Some(control::pb::server_message::Body::Error(_))) {
+            self.stats.control_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        let s = &mut self.sessions[i];
+        s.send_control(&reply);
+        // A stored track also says where it is (after a seek: the keyframe it starts at).
+        if let Some(t) = track
+            && let Source::Stored(cursor) = &s.tracks[t].source
+        {
+            let at = cursor.position_us();
+            s.send_control(&control::position(t, at));
+        }
+    }
+
+    /// Drops dead sessions (and ones that never connected), and taps no one needs.
+    pub fn sweep(&mut self, now: Instant) {
+        let timeout = Duration::from_millis(limits::WEBRTC_CONNECT_TIMEOUT_MS);
+        for s in &mut self.sessions {
+            if !s.is_connected() && s.is_alive() && now.duration_since(s.created) > timeout {
+                self.stats.connect_timeouts.fetch_add(1, Ordering::Relaxed);
+                s.rtc.disconnect();
+            }
+        }
+        let mut i = 0;
+        while i < self.sessions.len() {
+            if self.sessions[i].is_alive() {
+                i += 1;
+            } else {
+                let s = self.sessions.swap_remove(i);
+                self.deadlines.swap_remove(i);
+                debug!(id = s.id, frames = s.frames_sent, "live session ended");
+            }
+        }
+        let in_use: Vec<usize> = self
+            .sessions
+            .iter()
+            .flat_map(|s| s.tracks.iter())
+            .filter_map(|t| match t.source {
+                Source::Live(x) => Some(x),
+                _ => None,
+            })
+            .collect();
+        let live = &self.streams.live;
+        self.watched.retain(|stream, w| {
+            let keep = in_use.contains(stream);
+            if !keep {
+                live[*stream].1.untap(w.tap);
+            }
+            keep
+        });
+        self.stats.sessions_open.store(self.sessions.len(), Ordering::Relaxed);
+    }
+
+    /// Streams tapped now.
+    #[cfg(test)]
+    pub(super) fn watched(&self) -> usize {
+        self.watched.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, SocketAddr};
+
+    use super::*;
+    use crate::webrtc::testing::{self, WALL0, offer, owner};
+
+    fn locals() -> Vec<SocketAddr> {
+        vec![SocketAddr::from(([127, 0, 0, 1], 9))]
+    }
+
+    /// Carries out `req` on session `i`: its answer, `Err` when it is an error.
+    fn answer_of(
+        core: &mut Core,
+        i: usize,
+        req: &control::Request,
+    ) -> Result<control::pb::ServerMessage, control::pb::ServerMessage> {
+        let m = core.answer(i, req, Instant::now(), &mut |_| {});
+        match m.body {
+            Some(control::pb::server_message::Body::Error(_)) => Err(m),
+            _ => Ok(m),
+        }
+    }
+
+    fn play_stored(track: usize) -> control::Request {
+        let command = control::Command::PlayStored { stream: String::new(), wall_us: WALL0 + 10_000_000 };
+        control::Request { id: 7, track, command }
+    }
+
+    fn error_code(m: &control::pb::ServerMessage) -> &str {
+        match &m.body {
+            Some(control::pb::server_message::Body::Error(e)) => &e.code,
+            other => panic!("not an error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn stored_tracks_stop_at_sixteen_per_session_and_the_box_ceiling() {
+        let dir = tempfile::tempdir().unwrap();
+        let per_session = limits::WEBRTC_CURSORS_PER_SESSION_MAX;
+        let sessions = limits::WEBRTC_CURSORS_MAX / per_session;
+        let (mut e, _frames, _fanout) = testing::core(dir.path(), sessions + 1);
+        let offer = offer(per_session + 1);
+        let peer = IpAddr::from([127, 0, 0, 1]);
+        for k in 0..=sessions {
+            let who = Owner { admin: true, ..owner(&format!("user:{k}")) };
+            e.open(0, &offer, who, peer, locals, Instant::now()).expect("a session");
+        }
+        assert_eq!(e.sessions[0].tracks.len(), per_session + 1, "one live track and sixteen more");
+        for i in 0..sessions {
+            for t in 0..per_session {
+                let answer = answer_of(&mut e, i, &play_stored(t)).expect("a stored track");
+                assert_eq!(answer.request_id, 7);
+            }
+        }
+        let all: usize = e.sessions.iter().map(Session::cursors).sum();
+        assert_eq!(all, limits::WEBRTC_CURSORS_MAX);
+        // The seventeenth of a session.
+        let refused = answer_of(&mut e, 0, &play_stored(per_session)).unwrap_err();
+        assert_eq!(error_code(&refused), "too_many_cursors");
+        // The box is full: a session with none is refused too, with the box's reason.
+        let refused = answer_of(&mut e, sessions, &play_stored(0)).unwrap_err();
+        assert_eq!(error_code(&refused), "too_many_cursors");
+        assert!(format!("{refused:?}").contains("the box plays at most 1024"), "{refused:?}");
+        // A track already playing stored video may seek or play stored again.
+        answer_of(&mut e, 0, &play_stored(0)).expect("replaying a stored track is not a new cursor");
+        // One ends: its room is free again.
+        e.sessions[0].tracks[3].source = Source::Idle;
+        answer_of(&mut e, sessions, &play_stored(0)).expect("room for one more");
+    }
+
+    #[test]
+    fn the_timeline_stops_at_its_ceiling_of_runs_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut e, _frames, _fanout) = testing::core(dir.path(), 1);
+        e.open(0, &offer(1), owner("user:a"), IpAddr::from([127, 0, 0, 1]), locals, Instant::now()).unwrap();
+        // Runs of one recording each, a minute apart, after the one recording made above.
+        let stream_id = e.streams.catalog.stream_id("cam/main").unwrap();
+        let mut batch = crate::catalog::Batch::default();
+        for k in 0..limits::WEBRTC_TIMELINE_RUNS_MAX as u64 + 10 {
+            let start = WALL0 + 60_000_000 * (k as i64 + 1);
+            let row = crate::catalog::RecordingRow {
+                stream_id,
+                run_id: 100 + k,
+                wall_start_us: start,
+                wall_end_us: start + 30_000_000,
+                fragments: 1,
+                open: false,
+                ..crate::catalog::RecordingRow::for_test(&format!("r/{k}.mp4"))
+            };
+            batch.recordings.push((1_000 + k, row));
+        }
+        e.streams.catalog.commit(&batch).unwrap();
+        let ask = |from_us, to_us| control::Request {
+            id: 3,
+            track: 0,
+            command: control::Command::Timeline { stream: String::new(), from_us, to_us },
+        };
+        let timeline = |m: control::pb::ServerMessage| match m.body {
+            Some(control::pb::server_message::Body::Timeline(t)) => t,
+            other => panic!("not a timeline: {other:?}"),
+        };
+        let all = timeline(answer_of(&mut e, 0, &ask(0, i64::MAX)).unwrap());
+        assert_eq!(all.runs.len(), limits::WEBRTC_TIMELINE_RUNS_MAX);
+        assert!(all.truncated);
+        assert_eq!(all.runs[0], control::pb::Run { start_us: WALL0, end_us: WALL0 + 30_000_000 });
+        // A window within the ceiling is whole.
+        let some = timeline(answer_of(&mut e, 0, &ask(WALL0, WALL0 + 60_000_000 * 5)).unwrap());
+        assert_eq!(some.runs.len(), 5);
+        assert!(!some.truncated);
+    }
+
+    use crate::webrtc::testing::{RECORDED_S, Sim};
+    use control::pb::{self, client_message::Command as C, server_message::Body};
+
+    fn state(b: &Body) -> &pb::State {
+        match b {
+            Body::State(s) => s,
+            other => panic!("not a state: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_live_session_connects_gets_the_held_gop_then_each_frame_and_ends_with_its_tap() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sim = Sim::connected(dir.path(), 1);
+        // On connecting, the viewer got the keyframe the stream held, at once.
+        assert_eq!(sim.frames_on(0), 1, "{:?}", sim.frames);
+        assert_eq!(sim.core.stats.keyframe_bursts.load(Ordering::Relaxed), 1);
+        // The camera goes on at 15 frames a second: every frame reaches the viewer, in
+        // increasing RTP time.
+        for n in 1..=30 {
+            sim.camera(n, n % 15 == 0);
+            sim.run_for(Duration::from_millis(66));
+        }
+        assert_eq!(sim.frames_on(0), 31);
+        assert!(sim.frames.windows(2).all(|w| w[0].1 < w[1].1), "{:?}", sim.frames);
+        // Two seconds of video took two seconds of RTP time (the burst's frame aside).
+        let span = sim.frames[30].1 - sim.frames[1].1;
+        assert_eq!(span, 29 * 6000);
+        assert_eq!(sim.core.watched(), 1);
+        // Closed: the sweep drops the session and the stream's tap.
+        assert!(sim.core.close(sim.id, Some("user:sim")));
+        sim.run_for(Duration::from_millis(100));
+        assert_eq!(sim.core.sessions.len(), 0);
+        assert_eq!((sim.core.watched(), sim.fanout.taps()), (0, 0));
+    }
+
+    #[test]
+    fn a_live_session_not_connected_in_time_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut core, _frames, _fanout) = testing::core(dir.path(), 4);
+        let t0 = Instant::now();
+        core.open(0, &offer(1), owner("user:a"), IpAddr::from([127, 0, 0, 1]), locals, t0).unwrap();
+        core.sweep(t0 + Duration::from_millis(limits::WEBRTC_CONNECT_TIMEOUT_MS));
+        assert_eq!(core.sessions.len(), 1, "not yet");
+        core.sweep(t0 + Duration::from_millis(limits::WEBRTC_CONNECT_TIMEOUT_MS + 1));
+        assert_eq!(core.sessions.len(), 0);
+        assert_eq!(core.stats.connect_timeouts.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn stored_playback_plays_pauses_steps_changes_rate_and_seeks_on_simulated_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sim = Sim::connected(dir.path(), 2);
+        let play = sim.send(1, C::PlayStored(pb::PlayStored { stream: String::new(), wall_us: WALL0 + 10_000_000 }));
+        let s = state(sim.answer(play));
+        assert_eq!((s.mode, s.stream.as_str(), s.paused, s.rate), (pb::Mode::Stored as i32, "cam/main", false, 1.0));
+        assert_eq!(sim.position(1), Some(WALL0 + 10_000_000), "at the keyframe asked for");
+        // Two seconds at 1x: two seconds of recording (15 frames a second), paced.
+        sim.run_for(Duration::from_millis(2_000));
+        let played = sim.frames_on(1);
+        assert!((29..=31).contains(&played), "{played}");
+        let at = sim.position(1).unwrap();
+        assert!((WALL0 + 11_500_000..=WALL0 + 12_000_000).contains(&at), "{}", at - WALL0);
+        // Paused: nothing more, however long.
+        let pause = sim.send(1, C::Pause(pb::Pause {}));
+        assert!(state(sim.answer(pause)).paused);
+        sim.run_for(Duration::from_millis(3_000));
+        let paused_at = sim.frames_on(1);
+        assert!(paused_at <= played + 1, "{paused_at} after {played}");
+        sim.run_for(Duration::from_millis(1_000));
+        assert_eq!(sim.frames_on(1), paused_at);
+        // A step: one frame, then still.
+        sim.send(1, C::Step(pb::Step {}));
+        sim.run_for(Duration::from_millis(1_000));
+        assert_eq!(sim.frames_on(1), paused_at + 1);
+        // 2x: two seconds of recording a second.
+        let resume = sim.send(1, C::Resume(pb::Resume {}));
+        assert!(!state(sim.answer(resume)).paused);
+        let rate = sim.send(1, C::SetRate(pb::SetRate { rate: 2.0 }));
+        assert_eq!(state(sim.answer(rate)).rate, 2.0);
+        let before = sim.frames_on(1);
+        sim.run_for(Duration::from_millis(1_000));
+        let fast = sim.frames_on(1) - before;
+        assert!((28..=32).contains(&fast), "{fast}");
+        // 4x: keyframes only, one for each recorded second, four a second.
+        sim.send(1, C::SetRate(pb::SetRate { rate: 4.0 }));
+        let before = sim.frames_on(1);
+        sim.run_for(Duration::from_millis(1_000));
+        let keys = sim.frames_on(1) - before;
+        assert!((3..=5).contains(&keys), "{keys}");
+        // A seek goes to the keyframe there, and says so.
+        let seek = sim.send(1, C::Seek(pb::Seek { wall_us: WALL0 + 20_000_000 }));
+        assert_eq!(state(sim.answer(seek)).rate, 4.0, "the rate holds across a seek");
+        assert_eq!(sim.position(1), Some(WALL0 + 20_000_000));
+        // Track 0 stayed live the whole time.
+        assert_eq!(sim.frames_on(0), 1);
+        // Played to the end of what is recorded, the track waits there.
+        sim.send(1, C::SetRate(pb::SetRate { rate: 1.0 }));
+        sim.run_for(Duration::from_millis(15_000));
+        let end = sim.position(1).unwrap();
+        assert!(
+            (WALL0 + i64::from(RECORDED_S - 1) * 1_000_000..WALL0 + i64::from(RECORDED_S) * 1_000_000).contains(&end)
+        );
+        let still = sim.frames_on(1);
+        sim.run_for(Duration::from_millis(1_000));
+        assert_eq!(sim.frames_on(1), still);
+    }
+
+    #[test]
+    fn a_command_the_track_cannot_take_is_answered_with_its_code_and_the_session_lives_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sim = Sim::connected(dir.path(), 1);
+        let code = |sim: &Sim, id| match sim.answer(id) {
+            Body::Error(e) => e.code.clone(),
+            other => panic!("{other:?}"),
+        };
+        let pause = sim.send(0, C::Pause(pb::Pause {}));
+        assert_eq!(code(&sim, pause), "not_stored");
+        let seek = sim.send(0, C::Seek(pb::Seek { wall_us: WALL0 }));
+        assert_eq!(code(&sim, seek), "not_stored");
+        let other = sim.send(0, C::PlayLive(pb::PlayLive { stream: "cam/sub".into() }));
+        assert_eq!(code(&sim, other), "not_found");
+        let nothing =
+            sim.send(0, C::PlayStored(pb::PlayStored { stream: String::new(), wall_us: WALL0 - 86_400_000_000 * 2 }));
+        assert_eq!(code(&sim, nothing), "nothing_recorded");
+        assert_eq!(sim.core.stats.control_errors.load(Ordering::Relaxed), 4);
+        sim.camera(1, false);
+        assert_eq!(sim.frames_on(0), 2, "live video goes on");
+        let sub = sim.send(0, C::SubscribeEvents(pb::SubscribeEvents { cameras: vec![] }));
+        assert!(matches!(sim.answer(sub), Body::Subscribed(s) if s.cameras == ["*"]));
+    }
+}

@@ -1,0 +1,264 @@
+//! What the engine's tests share: a stream with a picture and a recording, offers made by
+//! `str0m` as a browser, and [`Sim`], a browser and the engine's core wired together in
+//! memory on simulated time: no socket, no clock.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use prost::Message;
+use str0m::channel::ChannelId;
+use str0m::media::{Direction, MediaKind};
+use str0m::net::{Protocol, Receive, Transmit};
+use str0m::{Candidate, Event, Input, Output, Rtc};
+use tokio::sync::mpsc;
+
+use super::control::pb;
+use super::core::{Core, Streams};
+use super::session::Owner;
+use super::{WebrtcStats, fuzzing};
+use crate::catalog::Catalog;
+use crate::live::{Fanout, GopPool, LiveFrame};
+use crate::media::Frame;
+
+/// Wall time of the test recording's start.
+pub const WALL0: i64 = 1_800_000_000_000_000;
+/// The recording's length in seconds (one keyframe and 15 frames a second).
+pub const RECORDED_S: u32 = 30;
+
+const BOX: ([u8; 4], u16) = ([10, 0, 0, 1], 8189);
+const BROWSER: ([u8; 4], u16) = ([10, 0, 0, 2], 50_000);
+
+/// A browser's offer, made by `str0m` as a client: `videos` receive-only video tracks
+/// and the control channel.
+pub fn offer(videos: usize) -> String {
+    let mut rtc = Rtc::new(Instant::now());
+    let mut api = rtc.sdp_api();
+    for _ in 0..videos {
+        api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None);
+    }
+    api.add_channel("control".into());
+    let (offer, _pending) = api.apply().expect("an offer");
+    offer.to_sdp_string()
+}
+
+pub fn owner(principal: &str) -> Owner {
+    Owner { principal: principal.into(), login: None, admin: false }
+}
+
+/// One stream, `cam/main`, that has a picture (and so parameters) and one recording of
+/// [`RECORDED_S`] seconds from [`WALL0`].
+pub fn streams(dir: &Path) -> (Streams, Arc<Fanout>) {
+    let catalog = Arc::new(Catalog::open(&dir.join("catalog.redb")).unwrap());
+    crate::record::testing::recording(&catalog, dir, "cam/main", WALL0, RECORDED_S);
+    let fanout = Arc::new(Fanout::new(Arc::new(GopPool::default())));
+    fanout.publish(&live_frame(0, true));
+    let streams = Streams { live: vec![("cam/main".to_string(), fanout.clone())], catalog, data_dir: dir.into() };
+    (streams, fanout)
+}
+
+/// Live frame `n` of the test stream (15 a second), a keyframe or not.
+pub fn live_frame(n: i64, is_key: bool) -> Frame {
+    let nal: &[u8] = if is_key { &[0x65, 0x88, 0x84, 0x00, 0x33] } else { &[0x41, 0x9a, 0x02, 0x04] };
+    let mut data = (nal.len() as u32).to_be_bytes().to_vec();
+    data.extend_from_slice(nal);
+    Frame {
+        pts_90k: n * 6000,
+        received_mono_us: 1 + n * 66_666,
+        data: Bytes::from(data),
+        params: Arc::new(fuzzing::params()),
+        ..Frame::for_test(0, is_key)
+    }
+}
+
+/// A core serving [`streams`], with the queue its live frames come back on.
+pub fn core(dir: &Path, max_sessions: usize) -> (Core, mpsc::Receiver<LiveFrame>, Arc<Fanout>) {
+    let (streams, fanout) = streams(dir);
+    let (frames_tx, frames_rx) = mpsc::channel(crate::limits::LIVE_TAP_FRAMES);
+    let core = Core::new(streams, frames_tx, Arc::new(WebrtcStats::default()), max_sessions);
+    (core, frames_rx, fanout)
+}
+
+/// A browser (`str0m` as the offering client) and the box's core, passing datagrams to each
+/// other in memory while simulated time passes.
+pub struct Sim {
+    pub core: Core,
+    frames_rx: mpsc::Receiver<LiveFrame>,
+    pub fanout: Arc<Fanout>,
+    browser: Rtc,
+    channel: ChannelId,
+    channel_open: bool,
+    pub id: u64,
+    pub now: Instant,
+    to_browser: Vec<Transmit>,
+    next_request: u32,
+    /// Every control message the box sent, in order.
+    pub messages: Vec<pb::ServerMessage>,
+    /// Frames the browser received: (track, RTP time in 90 kHz).
+    pub frames: Vec<(usize, u64)>,
+    mids: Vec<str0m::media::Mid>,
+    pub connected: bool,
+}
+
+impl Sim {
+    /// A browser with `videos` tracks, its session opened on the box and connected.
+    pub fn connected(dir: &Path, videos: usize) -> Sim {
+        let (core, frames_rx, fanout) = core(dir, 8);
+        let now = Instant::now();
+        let mut browser = Rtc::builder().build(now);
+        browser.add_local_candidate(Candidate::host(BROWSER.into(), "udp").unwrap());
+        let mut api = browser.sdp_api();
+        let mids: Vec<_> =
+            (0..videos).map(|_| api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None)).collect();
+        let channel = api.add_channel("control".into());
+        let (offer, pending) = api.apply().expect("an offer");
+        let mut sim = Sim {
+            core,
+            frames_rx,
+            fanout,
+            browser,
+            channel,
+            channel_open: false,
+            id: 0,
+            now,
+            to_browser: Vec::new(),
+            next_request: 1,
+            messages: Vec::new(),
+            frames: Vec::new(),
+            mids,
+            connected: false,
+        };
+        let peer = IpAddr::from(BROWSER.0);
+        let (id, answer) = sim
+            .core
+            .open(0, &offer.to_sdp_string(), owner("user:sim"), peer, || vec![SocketAddr::from(BOX)], now)
+            .expect("the box accepts the offer");
+        sim.id = id;
+        let answer = str0m::change::SdpAnswer::from_sdp_string(&answer).expect("an answer");
+        sim.browser.sdp_api().accept_answer(pending, answer).expect("the browser takes the answer");
+        sim.run_for(Duration::from_millis(2_000));
+        assert!(sim.connected && sim.channel_open, "the session connects and opens its channel");
+        sim
+    }
+
+    /// Sends a control command on `track`; returns its request id.
+    pub fn send(&mut self, track: u32, command: pb::client_message::Command) -> u32 {
+        let request_id = self.next_request;
+        self.next_request += 1;
+        let bytes = pb::ClientMessage { request_id, track, command: Some(command) }.encode_to_vec();
+        let mut ch = self.browser.channel(self.channel).expect("the channel is open");
+        assert!(ch.write(true, &bytes).expect("written"), "the channel takes it");
+        self.exchange();
+        request_id
+    }
+
+    /// The answer to request `id` (it must have come).
+    pub fn answer(&self, id: u32) -> &pb::server_message::Body {
+        let m = self.messages.iter().find(|m| m.request_id == id).unwrap_or_else(|| panic!("no answer to {id}"));
+        m.body.as_ref().expect("a body")
+    }
+
+    /// The newest position reported for `track`.
+    pub fn position(&self, track: u32) -> Option<i64> {
+        self.messages.iter().rev().find_map(|m| match &m.body {
+            Some(pb::server_message::Body::Position(p)) if m.track == track => Some(p.wall_us),
+            _ => None,
+        })
+    }
+
+    /// Frames the browser got on `track`.
+    pub fn frames_on(&self, track: usize) -> usize {
+        self.frames.iter().filter(|(t, _)| *t == track).count()
+    }
+
+    /// The camera sends live frame `n`; the box's tap hands it to the core.
+    pub fn camera(&mut self, n: i64, is_key: bool) {
+        self.fanout.publish(&live_frame(n, is_key));
+        while let Ok(lf) = self.frames_rx.try_recv() {
+            let mut sent = Vec::new();
+            self.core.frame(lf, self.now, &mut |t| sent.push(t));
+            self.to_browser.extend(sent);
+        }
+        self.exchange();
+    }
+
+    /// Lets `dur` of simulated time pass, each side woken at its deadlines.
+    pub fn run_for(&mut self, dur: Duration) {
+        let end = self.now + dur;
+        loop {
+            self.exchange();
+            let browser_next = match self.browser.poll_output() {
+                Ok(Output::Timeout(t)) => t,
+                other => panic!("the browser is quiet after an exchange: {other:?}"),
+            };
+            let next = [Some(browser_next), self.core.next_deadline()].into_iter().flatten().min().expect("a deadline");
+            // At least a millisecond a step, so time always moves.
+            let next = next.max(self.now + Duration::from_millis(1));
+            if next > end {
+                self.now = end;
+                break;
+            }
+            self.now = next;
+            self.browser.handle_input(Input::Timeout(self.now)).expect("the browser takes a tick");
+            let mut sent = Vec::new();
+            self.core.timeouts(self.now, &mut |t| sent.push(t));
+            self.to_browser.extend(sent);
+            self.core.sweep(self.now);
+        }
+    }
+
+    /// Passes datagrams both ways until neither side has any to send.
+    fn exchange(&mut self) {
+        loop {
+            let mut moved = false;
+            loop {
+                match self.browser.poll_output().expect("the browser runs") {
+                    Output::Timeout(_) => break,
+                    Output::Transmit(t) => {
+                        moved = true;
+                        let receive = Receive::new(Protocol::Udp, t.source, t.destination, &t.contents).unwrap();
+                        let mut sent = Vec::new();
+                        self.core.datagram(receive, self.now, &mut |t| sent.push(t));
+                        self.to_browser.extend(sent);
+                    }
+                    Output::Event(e) => self.browser_event(e),
+                }
+            }
+            for t in std::mem::take(&mut self.to_browser) {
+                moved = true;
+                let receive = Receive::new(Protocol::Udp, t.source, t.destination, &t.contents).unwrap();
+                self.browser.handle_input(Input::Receive(self.now, receive)).expect("the browser takes it");
+            }
+            let mut sent = Vec::new();
+            self.core.timeouts(self.now, &mut |t| sent.push(t));
+            moved |= !sent.is_empty();
+            self.to_browser.extend(sent);
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    fn browser_event(&mut self, e: Event) {
+        match e {
+            Event::Connected => self.connected = true,
+            Event::ChannelOpen(..) => self.channel_open = true,
+            Event::ChannelData(d) => self.messages.push(pb::ServerMessage::decode(&d.data[..]).expect("a message")),
+            Event::MediaData(m) => {
+                let track = self.mids.iter().position(|x| *x == m.mid).expect("a track of the offer");
+                self.frames.push((track, m.time.rebase(str0m::media::Frequency::NINETY_KHZ).numer()));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// An engine on a loopback port serving [`streams`].
+pub async fn engine(dir: &Path, max_sessions: usize) -> (super::Engine, super::WebrtcHandle) {
+    let (streams, _fanout) = streams(dir);
+    let addrs = [IpAddr::from([127, 0, 0, 1])];
+    let store = (streams.catalog, streams.data_dir);
+    super::Engine::bind(0, &addrs, streams.live, store, max_sessions).await.unwrap()
+}

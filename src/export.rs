@@ -87,12 +87,7 @@ impl Export {
         from_us: i64,
         to_us: i64,
     ) -> Result<Export, ExportError> {
-        let stream_id = catalog
-            .streams()?
-            .into_iter()
-            .find(|(_, name)| name == stream)
-            .map(|(id, _)| id)
-            .ok_or_else(|| ExportError::NoStream(stream.to_string()))?;
+        let stream_id = catalog.find_stream(stream)?.ok_or_else(|| ExportError::NoStream(stream.to_string()))?;
         let mut ex = Export {
             files: Vec::new(),
             init: Vec::new(),
@@ -106,11 +101,7 @@ impl Export {
         };
         let mut video_at: u64 = 0;
         let mut audio_at: u64 = 0;
-        let recordings = catalog.recordings()?;
-        for (id, rec) in recordings.iter().filter(|(_, r)| r.stream_id == stream_id) {
-            if rec.wall_end_us <= from_us || rec.wall_start_us >= to_us {
-                continue;
-            }
+        for (id, rec) in &catalog.recordings_of(stream_id, from_us, to_us)? {
             // A fragment belongs to the range when its middle does: the export then starts and
             // ends within half a GOP of the range's ends, and its duration is within one GOP.
             let frags: Vec<_> = catalog

@@ -112,3 +112,73 @@ impl Catalog {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Batch;
+
+    /// Recordings of two streams, interleaved as the recorder writes them: stream `a`'s runs
+    /// of two 10-second recordings a minute apart, stream `b` in between; one of `a`'s rows
+    /// has no fragment yet.
+    fn catalog(dir: &std::path::Path, runs: u64) -> (Catalog, u32) {
+        let c = Catalog::open(&dir.join("catalog.redb")).unwrap();
+        let (a, b) = (c.stream_id("cam/main").unwrap(), c.stream_id("cam/sub").unwrap());
+        let mut batch = Batch::default();
+        let row = |stream_id, run_id, start: i64, fragments| RecordingRow {
+            stream_id,
+            run_id,
+            wall_start_us: start,
+            wall_end_us: start + 10_000_000,
+            bytes: 100,
+            fragments,
+            ..RecordingRow::for_test("r.mp4")
+        };
+        let mut id = 1;
+        for k in 0..runs {
+            let start = k as i64 * 60_000_000;
+            for (stream, part, fragments) in [(a, 0, 1), (b, 0, 1), (a, 1, 1)] {
+                batch.recordings.push((id, row(stream, 10 * k + stream as u64, start + part * 10_000_000, fragments)));
+                id += 1;
+            }
+        }
+        let empty = row(a, 999, runs as i64 * 60_000_000, 0);
+        batch.recordings.push((id, RecordingRow { wall_end_us: empty.wall_start_us, ..empty }));
+        c.commit(&batch).unwrap();
+        (c, a)
+    }
+
+    #[test]
+    fn a_streams_runs_are_grouped_from_its_rows_alone_up_to_the_ceiling() {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, a) = catalog(dir.path(), 5);
+        let all = c.runs(a, 0, i64::MAX, 5).unwrap();
+        assert!(!all.truncated, "exactly the ceiling is whole");
+        assert_eq!(all.runs.len(), 5);
+        let first = &all.runs[0];
+        assert_eq!((first.start_us, first.end_us, first.bytes, first.segments), (0, 20_000_000, 200, 2));
+        assert!(all.runs.iter().all(|r| r.run_id % 10 == u64::from(a)), "the other stream's rows are not in it");
+        let cut = c.runs(a, 0, i64::MAX, 4).unwrap();
+        assert!(cut.truncated, "one past the ceiling says so");
+        assert_eq!(cut.runs, all.runs[..4]);
+        // A range's edges: a recording that ends at `from` or starts at `to` is outside.
+        let edge = c.runs(a, 20_000_000, 60_000_000, 5).unwrap();
+        assert!(edge.runs.is_empty(), "{edge:?}");
+        let one = c.runs(a, 19_999_999, 60_000_001, 5).unwrap();
+        assert_eq!(one.runs.len(), 2);
+        assert_eq!(one.runs[1].segments, 1, "only the recording that reaches into the range");
+    }
+
+    #[test]
+    fn a_recording_without_fragments_holds_no_video_and_is_not_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, a) = catalog(dir.path(), 1);
+        let rows = c.recordings_of(a, 0, i64::MAX).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert!(rows.iter().all(|(_, r)| r.fragments > 0 && r.stream_id == a));
+        assert_eq!(c.runs(a, 0, i64::MAX, 10).unwrap().runs.len(), 1);
+        assert_eq!(c.find_stream("cam/sub").unwrap(), Some(a + 1));
+        assert_eq!(c.find_stream("cam/none").unwrap(), None, "and nothing is created");
+        assert_eq!(c.streams().unwrap().len(), 2);
+    }
+}

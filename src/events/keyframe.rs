@@ -45,12 +45,11 @@ pub struct KeyframeAt {
 pub fn resolve(catalog: &Catalog, data_dir: &Path, id: u64) -> Result<KeyframeAt, KeyframeError> {
     let event = catalog.event(id)?.ok_or(KeyframeError::NoEvent)?;
     let time = event.envelope.time();
-    let streams = catalog.streams()?;
     for kind in ["main", "sub"] {
         let name = format!("{}/{kind}", event.envelope.camera);
-        let Some((stream_id, _)) = streams.iter().find(|(_, n)| *n == name) else { continue };
+        let Some(stream_id) = catalog.find_stream(&name)? else { continue };
         let back_us = limits::EVENT_KEYFRAME_BACK_MS as i64 * 1000;
-        let Some((rec, kf)) = catalog.keyframe_near(*stream_id, time, back_us, 0)? else { continue };
+        let Some((rec, kf)) = catalog.keyframe_near(stream_id, time, back_us, 0)? else { continue };
         let Some(row) = catalog.recording(rec)? else { continue };
         // Only a recording that reaches the event's time shows it (not one that ended
         // before: its last picture is of something else).

@@ -342,8 +342,9 @@ impl Core {
         Some(out.into())
     }
 
-    /// A live frame of a watched stream, sent to every track showing that stream.
-    pub fn frame(&mut self, lf: LiveFrame, now: Instant, out: Out<'_>) {
+    /// A live frame of a watched stream, sent to every track showing that stream. Returns
+    /// whether a viewer wanted it (and so it was turned into Annex B and written).
+    pub fn frame(&mut self, lf: LiveFrame, now: Instant, out: Out<'_>) -> bool {
         let stream = lf.stream;
         let mut viewers = std::mem::take(&mut self.viewers);
         viewers.clear();
@@ -366,7 +367,7 @@ impl Core {
         let data = if wanted { self.annexb(stream, &lf.frame) } else { None };
         let Some(data) = data else {
             self.viewers = viewers;
-            return;
+            return false;
         };
         let mut last_touched = None;
         for &(i, t) in &viewers {
@@ -392,6 +393,7 @@ impl Core {
             self.drive(i, now, out);
         }
         self.viewers = viewers;
+        true
     }
 
     /// Handles session `i`'s control messages.
@@ -587,6 +589,17 @@ mod tests {
     use crate::webrtc::testing::{RECORDED_S, Sim};
     use control::pb::{self, client_message::Command as C, server_message::Body};
 
+    /// The NAL unit types of an Annex B frame.
+    fn nal_types(annexb: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for i in 0..annexb.len().saturating_sub(3) {
+            if annexb[i..i + 3] == [0, 0, 1] {
+                out.push(annexb[i + 3] & 0x1f);
+            }
+        }
+        out
+    }
+
     fn state(b: &Body) -> &pb::State {
         match b {
             Body::State(s) => s,
@@ -608,7 +621,12 @@ mod tests {
             sim.run_for(Duration::from_millis(66));
         }
         assert_eq!(sim.frames_on(0), 31);
-        assert!(sim.frames.windows(2).all(|w| w[0].1 < w[1].1), "{:?}", sim.frames);
+        assert!(sim.frames.windows(2).all(|w| w[0].1 < w[1].1), "increasing RTP time");
+        // Keyframes arrive with the parameter sets in front, in Annex B.
+        for (_, _, data) in sim.frames.iter().filter(|f| nal_types(&f.2).contains(&5)) {
+            assert_eq!(nal_types(data), [7, 8, 5]);
+        }
+        assert_eq!(nal_types(&sim.frames[1].2), [1]);
         // Two seconds of video took two seconds of RTP time (the burst's frame aside).
         let span = sim.frames[30].1 - sim.frames[1].1;
         assert_eq!(span, 29 * 6000);
@@ -631,6 +649,7 @@ mod tests {
         core.sweep(t0 + Duration::from_millis(limits::WEBRTC_CONNECT_TIMEOUT_MS + 1));
         assert_eq!(core.sessions.len(), 0);
         assert_eq!(core.stats.connect_timeouts.load(Ordering::Relaxed), 1);
+        assert_eq!((core.watched(), core.stats.sessions_open.load(Ordering::Relaxed)), (0, 0));
     }
 
     #[test]
@@ -656,7 +675,8 @@ mod tests {
         sim.run_for(Duration::from_millis(1_000));
         assert_eq!(sim.frames_on(1), paused_at);
         // A step: one frame, then still.
-        sim.send(1, C::Step(pb::Step {}));
+        let step = sim.send(1, C::Step(pb::Step {}));
+        assert!(state(sim.answer(step)).paused);
         sim.run_for(Duration::from_millis(1_000));
         assert_eq!(sim.frames_on(1), paused_at + 1);
         // 2x: two seconds of recording a second.
@@ -669,19 +689,26 @@ mod tests {
         let fast = sim.frames_on(1) - before;
         assert!((28..=32).contains(&fast), "{fast}");
         // 4x: keyframes only, one for each recorded second, four a second.
-        sim.send(1, C::SetRate(pb::SetRate { rate: 4.0 }));
-        let before = sim.frames_on(1);
+        let rate = sim.send(1, C::SetRate(pb::SetRate { rate: 4.0 }));
+        assert_eq!(state(sim.answer(rate)).rate, 4.0);
+        let before = sim.frames.len();
         sim.run_for(Duration::from_millis(1_000));
-        let keys = sim.frames_on(1) - before;
-        assert!((3..=5).contains(&keys), "{keys}");
-        // A seek goes to the keyframe there, and says so.
-        let seek = sim.send(1, C::Seek(pb::Seek { wall_us: WALL0 + 20_000_000 }));
+        let keys: Vec<_> = sim.frames[before..].iter().filter(|f| f.0 == 1).collect();
+        assert!((3..=5).contains(&keys.len()), "{}", keys.len());
+        assert!(keys.iter().all(|f| nal_types(&f.2) == [7, 8, 5]), "only keyframes");
+        assert!(keys.windows(2).all(|w| w[1].1 - w[0].1 == 90_000), "a recorded second apart");
+        // A seek goes to the keyframe at or before the time asked, and says so.
+        let seek = sim.send(1, C::Seek(pb::Seek { wall_us: WALL0 + 20_500_000 }));
         assert_eq!(state(sim.answer(seek)).rate, 4.0, "the rate holds across a seek");
         assert_eq!(sim.position(1), Some(WALL0 + 20_000_000));
+        assert_eq!(sim.core.stats.control_errors.load(Ordering::Relaxed), 0);
         // Track 0 stayed live the whole time.
         assert_eq!(sim.frames_on(0), 1);
+        sim.camera(1, false);
+        assert_eq!(sim.frames_on(0), 2);
         // Played to the end of what is recorded, the track waits there.
-        sim.send(1, C::SetRate(pb::SetRate { rate: 1.0 }));
+        let rate = sim.send(1, C::SetRate(pb::SetRate { rate: 1.0 }));
+        assert_eq!(state(sim.answer(rate)).rate, 1.0);
         sim.run_for(Duration::from_millis(15_000));
         let end = sim.position(1).unwrap();
         assert!(
@@ -702,10 +729,16 @@ mod tests {
         };
         let pause = sim.send(0, C::Pause(pb::Pause {}));
         assert_eq!(code(&sim, pause), "not_stored");
+        assert!(
+            matches!(sim.answer(pause), Body::Error(e) if e.message == "the track is not playing stored video"),
+            "{:?}",
+            sim.answer(pause)
+        );
         let seek = sim.send(0, C::Seek(pb::Seek { wall_us: WALL0 }));
         assert_eq!(code(&sim, seek), "not_stored");
         let other = sim.send(0, C::PlayLive(pb::PlayLive { stream: "cam/sub".into() }));
         assert_eq!(code(&sim, other), "not_found");
+        assert!(matches!(sim.answer(other), Body::Error(e) if e.message == "no stream cam/sub"));
         let nothing =
             sim.send(0, C::PlayStored(pb::PlayStored { stream: String::new(), wall_us: WALL0 - 86_400_000_000 * 2 }));
         assert_eq!(code(&sim, nothing), "nothing_recorded");
@@ -714,5 +747,7 @@ mod tests {
         assert_eq!(sim.frames_on(0), 2, "live video goes on");
         let sub = sim.send(0, C::SubscribeEvents(pb::SubscribeEvents { cameras: vec![] }));
         assert!(matches!(sim.answer(sub), Body::Subscribed(s) if s.cameras == ["*"]));
+        let unsub = sim.send(0, C::UnsubscribeEvents(pb::UnsubscribeEvents {}));
+        assert!(matches!(sim.answer(unsub), Body::Subscribed(s) if s.cameras.is_empty()));
     }
 }

@@ -81,6 +81,15 @@ pub fn core(dir: &Path, max_sessions: usize) -> (Core, mpsc::Receiver<LiveFrame>
     (core, frames_rx, fanout)
 }
 
+/// Collects the core's datagrams, each of which must leave from the box's one address (the
+/// shell sends nothing else).
+fn from_box(sent: &mut Vec<Transmit>) -> impl FnMut(Transmit) + '_ {
+    |t| {
+        assert_eq!(t.source, SocketAddr::from(BOX), "a datagram from an address the box was not offered on");
+        sent.push(t)
+    }
+}
+
 /// A browser (`str0m` as the offering client) and the box's core, passing datagrams to each
 /// other in memory while simulated time passes.
 pub struct Sim {
@@ -96,8 +105,8 @@ pub struct Sim {
     next_request: u32,
     /// Every control message the box sent, in order.
     pub messages: Vec<pb::ServerMessage>,
-    /// Frames the browser received: (track, RTP time in 90 kHz).
-    pub frames: Vec<(usize, u64)>,
+    /// Frames the browser received: (track, RTP time in 90 kHz, the frame's bytes).
+    pub frames: Vec<(usize, u64, Vec<u8>)>,
     mids: Vec<str0m::media::Mid>,
     pub connected: bool,
 }
@@ -170,7 +179,7 @@ impl Sim {
 
     /// Frames the browser got on `track`.
     pub fn frames_on(&self, track: usize) -> usize {
-        self.frames.iter().filter(|(t, _)| *t == track).count()
+        self.frames.iter().filter(|(t, ..)| *t == track).count()
     }
 
     /// The camera sends live frame `n`; the box's tap hands it to the core.
@@ -178,7 +187,7 @@ impl Sim {
         self.fanout.publish(&live_frame(n, is_key));
         while let Ok(lf) = self.frames_rx.try_recv() {
             let mut sent = Vec::new();
-            self.core.frame(lf, self.now, &mut |t| sent.push(t));
+            self.core.frame(lf, self.now, &mut from_box(&mut sent));
             self.to_browser.extend(sent);
         }
         self.exchange();
@@ -203,7 +212,7 @@ impl Sim {
             self.now = next;
             self.browser.handle_input(Input::Timeout(self.now)).expect("the browser takes a tick");
             let mut sent = Vec::new();
-            self.core.timeouts(self.now, &mut |t| sent.push(t));
+            self.core.timeouts(self.now, &mut from_box(&mut sent));
             self.to_browser.extend(sent);
             self.core.sweep(self.now);
         }
@@ -220,7 +229,7 @@ impl Sim {
                         moved = true;
                         let receive = Receive::new(Protocol::Udp, t.source, t.destination, &t.contents).unwrap();
                         let mut sent = Vec::new();
-                        self.core.datagram(receive, self.now, &mut |t| sent.push(t));
+                        self.core.datagram(receive, self.now, &mut from_box(&mut sent));
                         self.to_browser.extend(sent);
                     }
                     Output::Event(e) => self.browser_event(e),
@@ -232,9 +241,11 @@ impl Sim {
                 self.browser.handle_input(Input::Receive(self.now, receive)).expect("the browser takes it");
             }
             let mut sent = Vec::new();
-            self.core.timeouts(self.now, &mut |t| sent.push(t));
+            self.core.timeouts(self.now, &mut from_box(&mut sent));
             moved |= !sent.is_empty();
             self.to_browser.extend(sent);
+            // As the shell does after every input.
+            self.core.sweep(self.now);
             if !moved {
                 return;
             }
@@ -248,7 +259,7 @@ impl Sim {
             Event::ChannelData(d) => self.messages.push(pb::ServerMessage::decode(&d.data[..]).expect("a message")),
             Event::MediaData(m) => {
                 let track = self.mids.iter().position(|x| *x == m.mid).expect("a track of the offer");
-                self.frames.push((track, m.time.rebase(str0m::media::Frequency::NINETY_KHZ).numer()));
+                self.frames.push((track, m.time.numer(), m.data.to_vec()));
             }
             _ => {}
         }

@@ -301,7 +301,14 @@ fn publication(work: &Path, smoke: bool) -> Value {
         std::thread::sleep(Duration::from_millis(5));
     }
     let cameras = HashMap::from([(BOUNDARY_CAMERA.to_string(), Vec::new())]);
-    let events = Events::new(catalog, dir.clone(), cameras, Some(Arc::new(handle.clone())), u64::MAX);
+    let events = Events::new(
+        catalog,
+        dir.clone(),
+        cameras,
+        Some(Arc::new(handle.clone())),
+        u64::MAX,
+        keeppeek::clock::RealClocks::shared(),
+    );
     let (mut durable, mut fanned, mut baseline) = (Vec::new(), Vec::new(), Vec::new());
     for k in 0..events_n {
         // The baseline: the same bytes written and synced to a file of their own.

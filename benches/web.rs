@@ -186,7 +186,7 @@ fn time_n(n: usize, mut f: impl FnMut(usize)) -> Vec<f64> {
 /// KeepPeek's web face in this process, on its own thread and runtime (as in the daemon), on
 /// a free loopback port. Returns the port and an admin token.
 fn start_server(catalog: Arc<Catalog>, data_dir: PathBuf, streams: Vec<LiveStream>) -> (u16, String) {
-    let auth = Arc::new(Auth::new(catalog.clone()));
+    let auth = Arc::new(Auth::new(catalog.clone(), keeppeek::clock::RealClocks::shared()));
     for (id, name, _, _) in catalog.tokens().unwrap() {
         if name == "bench" {
             catalog.delete_token(id).unwrap();

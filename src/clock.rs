@@ -1,7 +1,8 @@
 //! Time: the monotonic clock, the wall clock, and media (90 kHz) time, and how a recording
 //! run maps one onto the other.
 //!
-//! - Frames are stamped with both clocks at receipt ([`Clocks`]).
+//! - Frames are stamped with both clocks at receipt ([`Clocks`]: the real ones on the box,
+//!   [`SimulatedClocks`] in tests that run days in seconds).
 //! - A run's wall time is anchored once, at its first frame; from there its duration follows
 //!   the camera's clock, slewed toward the local monotonic clock by at most
 //!   [`limits::CLOCK_SLEW_MAX_PPM`] ([`RunClock`]).
@@ -11,8 +12,10 @@
 //! - A wall clock earlier than the firmware's build time is not sane (a board without an RTC
 //!   before NTP): recording waits for it unless configured otherwise.
 
-use std::sync::OnceLock;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::limits;
 
@@ -27,22 +30,111 @@ pub fn is_sane(wall_us: i64) -> bool {
     wall_us >= BUILD_WALL_US
 }
 
-/// Reads the process's clocks. Monotonic time counts from the first read in the process.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Clocks;
+/// The clocks a room reads: monotonic and wall time, and waiting on either. Every room that
+/// reads time takes one, so tests run it on [`SimulatedClocks`] (days in seconds) and the box
+/// runs it on [`RealClocks`].
+pub trait Clocks: Send + Sync + 'static {
+    /// Monotonic µs since the clock's origin; never goes back.
+    fn mono_us(&self) -> i64;
+    /// Wall clock (UTC) µs since the Unix epoch; negative before 1970. It may step.
+    fn wall_us(&self) -> i64;
+    /// How long to block in real time, at most, while waiting `wanted` of this clock's time:
+    /// all of it on the real clock, a short poll on a simulated one (its time moves when the
+    /// test moves it).
+    fn real_wait(&self, wanted: Duration) -> Duration;
+}
 
-impl Clocks {
-    /// Monotonic µs since the process's monotonic origin.
-    pub fn mono_us(self) -> i64 {
+/// A handle to the clocks, shared by the threads of a room.
+pub type SharedClocks = Arc<dyn Clocks>;
+
+/// The process's clocks. Monotonic time counts from the first read in the process.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealClocks;
+
+impl RealClocks {
+    pub fn shared() -> SharedClocks {
+        Arc::new(RealClocks)
+    }
+}
+
+impl Clocks for RealClocks {
+    fn mono_us(&self) -> i64 {
         static ORIGIN: OnceLock<Instant> = OnceLock::new();
         ORIGIN.get_or_init(Instant::now).elapsed().as_micros() as i64
     }
 
-    /// Wall clock (UTC) µs since the Unix epoch; negative before 1970.
-    pub fn wall_us(self) -> i64 {
+    fn wall_us(&self) -> i64 {
         match SystemTime::now().duration_since(UNIX_EPOCH) {
             Ok(d) => d.as_micros() as i64,
             Err(e) => -(e.duration().as_micros() as i64),
+        }
+    }
+
+    fn real_wait(&self, wanted: Duration) -> Duration {
+        wanted
+    }
+}
+
+/// Clocks that move only when told to: [`SimulatedClocks::advance`] moves both,
+/// [`SimulatedClocks::step_wall`] steps the wall clock alone (NTP setting a wrong clock right).
+#[derive(Clone, Debug)]
+pub struct SimulatedClocks(Arc<SimulatedTime>);
+
+#[derive(Debug)]
+pub struct SimulatedTime {
+    mono_us: AtomicI64,
+    wall_minus_mono_us: AtomicI64,
+}
+
+impl SimulatedClocks {
+    /// Starts at monotonic zero and wall time `wall_us`.
+    pub fn new(wall_us: i64) -> SimulatedClocks {
+        SimulatedClocks(Arc::new(SimulatedTime {
+            mono_us: AtomicI64::new(0),
+            wall_minus_mono_us: AtomicI64::new(wall_us),
+        }))
+    }
+
+    pub fn shared(&self) -> SharedClocks {
+        Arc::new(self.clone())
+    }
+
+    pub fn advance(&self, by: Duration) {
+        self.0.mono_us.fetch_add(by.as_micros() as i64, Ordering::SeqCst);
+    }
+
+    pub fn step_wall(&self, by_us: i64) {
+        self.0.wall_minus_mono_us.fetch_add(by_us, Ordering::SeqCst);
+    }
+}
+
+impl Clocks for SimulatedClocks {
+    fn mono_us(&self) -> i64 {
+        self.0.mono_us.load(Ordering::SeqCst)
+    }
+
+    fn wall_us(&self) -> i64 {
+        self.mono_us() + self.0.wall_minus_mono_us.load(Ordering::SeqCst)
+    }
+
+    fn real_wait(&self, wanted: Duration) -> Duration {
+        wanted.min(Duration::from_millis(1))
+    }
+}
+
+/// Waits for a message until the monotonic `deadline_us` of `clocks`.
+pub fn recv_until<T>(clocks: &dyn Clocks, rx: &Receiver<T>, deadline_us: i64) -> Result<T, RecvTimeoutError> {
+    loop {
+        let left_us = deadline_us - clocks.mono_us();
+        if left_us <= 0 {
+            return rx.try_recv().map_err(|e| match e {
+                TryRecvError::Empty => RecvTimeoutError::Timeout,
+                TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+            });
+        }
+        match rx.recv_timeout(clocks.real_wait(Duration::from_micros(left_us as u64))) {
+            Err(RecvTimeoutError::Timeout) => continue,
+            r => return r,
         }
     }
 }
@@ -142,7 +234,7 @@ mod tests {
 
     #[test]
     fn a_clock_before_the_build_is_not_sane() {
-        assert!(is_sane(Clocks.wall_us()));
+        assert!(is_sane(RealClocks.wall_us()));
         assert!(!is_sane(0));
         assert!(!is_sane(BUILD_WALL_US - 1));
     }

@@ -93,6 +93,8 @@ pub async fn run(config: Config, system: Arc<crate::system::SystemApi>) -> Resul
         .map(|_| Arc::new(crate::live::Fanout::new(gop_pool.clone())))
         .collect();
     let catalog = Arc::new(Catalog::open(&data_dir.join(CATALOG_FILE))?);
+    // Every room reads time through this one handle.
+    let clocks = crate::clock::RealClocks::shared();
     let webrtc = match config.webrtc.port {
         0 => None,
         port => {
@@ -113,7 +115,7 @@ pub async fn run(config: Config, system: Arc<crate::system::SystemApi>) -> Resul
     if orphans > 0 {
         info!(orphans, "deleted event snapshots no event names (a crash before their commit)");
     }
-    let (recorder, recorded) = Recorder::start(&config, catalog.clone())?;
+    let (recorder, recorded) = Recorder::start(&config, catalog.clone(), clocks.clone())?;
     // Every camera, with the triggers of its streams recorded on events.
     let mut triggers: std::collections::HashMap<String, Vec<Arc<crate::preroll::Trigger>>> =
         config.cameras.iter().map(|c| (c.name.clone(), Vec::new())).collect();
@@ -127,6 +129,7 @@ pub async fn run(config: Config, system: Arc<crate::system::SystemApi>) -> Resul
         triggers,
         live_view,
         config.events_max_bytes,
+        clocks.clone(),
     ));
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -151,6 +154,7 @@ pub async fn run(config: Config, system: Arc<crate::system::SystemApi>) -> Resul
                 live: fanout.clone(),
             });
             let input = StreamInput {
+                clocks: clocks.clone(),
                 name,
                 source: source.clone(),
                 credentials: camera.username.clone().zip(camera.password.clone()),
@@ -166,7 +170,7 @@ pub async fn run(config: Config, system: Arc<crate::system::SystemApi>) -> Resul
     let status = tokio::spawn(log_status(states));
     #[cfg(target_env = "gnu")]
     let trim = tokio::spawn(return_freed_memory());
-    let auth = Arc::new(Auth::new(catalog.clone()));
+    let auth = Arc::new(Auth::new(catalog.clone(), clocks.clone()));
     if auth.setup_needed().unwrap_or(false)
         && let Some(token) = auth.setup_token()
     {

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use sha2::{Digest, Sha256};
 
 use crate::catalog::{Catalog, CatalogError};
-use crate::clock::Clocks;
+use crate::clock::SharedClocks;
 use crate::limits;
 
 /// Scope bits of a bearer token.
@@ -155,6 +155,8 @@ pub struct Auth {
     /// Logins in progress ([`limits::AUTH_LOGINS_IN_FLIGHT_MAX`]): they wait for a hash or a
     /// slowed turn here, never in the handler slots other requests need.
     logins: tokio::sync::Semaphore,
+    /// Session lifetimes (wall time) and login windows (monotonic time).
+    clocks: SharedClocks,
 }
 
 /// A successful login: the cookie, its CSRF token and role, and the sessions it ended.
@@ -216,7 +218,7 @@ pub fn check_password(pw: &str) -> Result<(), AuthError> {
 }
 
 impl Auth {
-    pub fn new(catalog: Arc<Catalog>) -> Auth {
+    pub fn new(catalog: Arc<Catalog>, clocks: SharedClocks) -> Auth {
         Auth {
             catalog,
             sessions: Mutex::new(HashMap::with_capacity(limits::AUTH_SESSIONS_MAX)),
@@ -227,6 +229,7 @@ impl Auth {
             admins: Mutex::new(()),
             serial: 0.into(),
             logins: tokio::sync::Semaphore::new(limits::AUTH_LOGINS_IN_FLIGHT_MAX),
+            clocks,
         }
     }
 
@@ -302,7 +305,7 @@ impl Auth {
         let key = check_name(name).ok().and_then(|()| limiter::Name::try_from(name).ok());
         // Monotonic time: a step of the wall clock neither lengthens nor ends a window. The
         // try counts as failed from now until it succeeds.
-        let now_us = Clocks.mono_us();
+        let now_us = self.clocks.mono_us();
         let attempt = self.limiter.lock().expect("lock").attempt(peer, key.as_ref(), now_us);
         let attempt = attempt.map_err(|r| match r {
             limiter::Refusal::Limited { retry_after_s } => AuthError::RateLimited { retry_after_s },
@@ -348,8 +351,8 @@ impl Auth {
     /// Opens a session; returns its cookie, its CSRF token and the sessions that went to make
     /// room: this user's oldest past [`limits::AUTH_SESSIONS_PER_USER_MAX`], and in a full
     /// table the oldest viewer's (the oldest of all when every one is an admin's).
-    fn open_session(&self, name: &str, role: Role) -> (String, String, Vec<SessionKey>) {
-        let now = Clocks.wall_us();
+    pub(crate) fn open_session(&self, name: &str, role: Role) -> (String, String, Vec<SessionKey>) {
+        let now = self.clocks.wall_us();
         let mut s = self.sessions.lock().expect("lock");
         let mut ended = Vec::new();
         s.retain(|_, v| v.expires_us > now);
@@ -383,11 +386,16 @@ impl Auth {
         let key = sha256(cookie);
         let mut s = self.sessions.lock().expect("lock");
         let v = s.get(&key)?;
-        if v.expires_us <= Clocks.wall_us() {
+        if v.expires_us <= self.clocks.wall_us() {
             s.remove(&key);
             return None;
         }
         Some(Principal::User { name: v.name.clone(), role: v.role, session: key, csrf: v.csrf.clone() })
+    }
+
+    /// Sessions held now, open or expired and not yet swept.
+    pub fn sessions_held(&self) -> usize {
+        self.sessions.lock().expect("lock").len()
     }
 
     /// Ends a session at once.
@@ -421,7 +429,7 @@ impl Auth {
             return Err(AuthError::Full("the token table", limits::AUTH_TOKENS_MAX));
         }
         let secret = random_hex();
-        let id = self.catalog.add_token(name, &sha256(&secret), scopes, Clocks.wall_us())?;
+        let id = self.catalog.add_token(name, &sha256(&secret), scopes, self.clocks.wall_us())?;
         Ok((id, format!("kp_{id}_{secret}")))
     }
 
@@ -437,7 +445,7 @@ mod tests {
     fn auth() -> (tempfile::TempDir, Auth) {
         let dir = tempfile::tempdir().unwrap();
         let cat = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
-        (dir, Auth::new(cat))
+        (dir, Auth::new(cat, crate::clock::RealClocks::shared()))
     }
 
     #[tokio::test]

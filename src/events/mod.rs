@@ -23,7 +23,7 @@ use tracing::warn;
 use crate::base::fs::{sync_dir, write_synced};
 use crate::catalog::events::{EventFields, EventRecord, Planned, Snapshot};
 use crate::catalog::{Catalog, CatalogError};
-use crate::clock::Clocks;
+use crate::clock::SharedClocks;
 use crate::limits;
 use crate::preroll::Trigger;
 use envelope::EnvelopeError;
@@ -89,6 +89,8 @@ pub struct Events {
     caps: (u64, u64),
     /// Live view, for subscribers' notices (none when turned off).
     live: Option<Arc<dyn NoticeSink>>,
+    /// When events arrive.
+    clocks: SharedClocks,
     pub stats: EventStats,
 }
 
@@ -99,6 +101,7 @@ impl Events {
         cameras: HashMap<String, Vec<Arc<Trigger>>>,
         live: Option<Arc<dyn NoticeSink>>,
         snapshots_max_bytes: u64,
+        clocks: SharedClocks,
     ) -> Events {
         Events {
             catalog,
@@ -108,6 +111,7 @@ impl Events {
             uploads: Semaphore::new(limits::EVENT_UPLOADS_MAX),
             caps: (limits::EVENTS_MAX, snapshots_max_bytes),
             live,
+            clocks,
             stats: EventStats::default(),
         }
     }
@@ -143,7 +147,7 @@ impl Events {
         envelope: &[u8],
         snapshot: Option<Bytes>,
     ) -> Result<Accepted, IntakeError> {
-        let clocks = Clocks;
+        let clocks = &*self.clocks;
         let (arrived_us, arrived_mono_us) = (clocks.wall_us(), clocks.mono_us());
         let e = envelope::parse(envelope, arrived_us)?;
         let triggers = self.cameras.get(&e.camera).ok_or_else(|| IntakeError::UnknownCamera(e.camera.clone()))?;
@@ -352,7 +356,8 @@ mod tests {
     async fn uploads_past_their_ceiling_are_refused_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
-        let events = Events::new(catalog, dir.path().into(), HashMap::new(), None, u64::MAX);
+        let events =
+            Events::new(catalog, dir.path().into(), HashMap::new(), None, u64::MAX, crate::clock::RealClocks::shared());
         let slots: Vec<_> = (0..limits::EVENT_UPLOADS_MAX).map(|_| events.upload_slot().unwrap()).collect();
         assert!(matches!(events.upload_slot(), Err(IntakeError::Busy)));
         drop(slots);

@@ -146,7 +146,7 @@ impl Ctx {
     fn bare(dir: &std::path::Path) -> Ctx {
         let media = Media::bare(dir);
         let catalog = media.catalog.clone();
-        Ctx::new(Arc::default(), Arc::new(Auth::new(catalog)), Arc::new(media))
+        Ctx::new(Arc::default(), Arc::new(Auth::new(catalog, crate::clock::RealClocks::shared())), Arc::new(media))
     }
 }
 
@@ -740,10 +740,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut media = Media::bare(dir.path());
         let cameras = [("front".to_string(), Vec::new())].into();
-        let events = crate::events::Events::new(media.catalog.clone(), dir.path().into(), cameras, None, 1 << 20);
+        let events = crate::events::Events::new(
+            media.catalog.clone(),
+            dir.path().into(),
+            cameras,
+            None,
+            1 << 20,
+            crate::clock::RealClocks::shared(),
+        );
         media.events = Some(Arc::new(events));
         let catalog = media.catalog.clone();
-        let ctx = Arc::new(Ctx::new(Arc::default(), Arc::new(Auth::new(catalog)), Arc::new(media)));
+        let ctx = Arc::new(Ctx::new(
+            Arc::default(),
+            Arc::new(Auth::new(catalog, crate::clock::RealClocks::shared())),
+            Arc::new(media),
+        ));
         let (_, token) = ctx.auth.create_token("detector", crate::auth::scope::EVENTS_WRITE).unwrap();
         // Every handler is busy for 40 s.
         let busy = ctx.handlers.try_acquire_many(limits::HTTP_HANDLERS_MAX as u32).unwrap();

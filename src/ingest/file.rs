@@ -11,7 +11,6 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::{IngestError, Sink};
-use crate::clock::Clocks;
 use crate::limits;
 use crate::media::{AudioFrame, AudioParams, Frame, VideoParams, avc};
 
@@ -168,8 +167,8 @@ pub async fn run(clip: &Clip, sink: &mut Sink<'_>) -> Result<(), IngestError> {
             match sample {
                 Sample::Video { is_key, data } => sink.deliver(Frame {
                     pts_90k,
-                    received_mono_us: Clocks.mono_us(),
-                    received_wall_us: Clocks.wall_us(),
+                    received_mono_us: sink.clocks.mono_us(),
+                    received_wall_us: sink.clocks.wall_us(),
                     is_key: *is_key,
                     data: data.clone(),
                     params: clip.params.clone(),

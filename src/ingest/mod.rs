@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::clock::Clocks;
+use crate::clock::{Clocks, SharedClocks};
 use crate::config::Source;
 use crate::limits;
 use crate::live::Fanout;
@@ -57,6 +57,8 @@ pub struct Sink<'a> {
     pub state: &'a StreamState,
     /// Live viewers.
     pub live: Option<&'a Fanout>,
+    /// Stamps each frame at receipt.
+    pub clocks: &'a dyn Clocks,
 }
 
 impl Sink<'_> {
@@ -113,6 +115,7 @@ fn jitter(seed: &mut u64) -> f64 {
 
 /// What the supervisor of one stream needs.
 pub struct StreamInput {
+    pub clocks: SharedClocks,
     pub name: String,
     pub source: Source,
     pub credentials: Option<(String, String)>,
@@ -130,11 +133,13 @@ pub async fn supervise(mut input: StreamInput, mut shutdown: watch::Receiver<boo
         Source::File { path } => Some(read_clip(path).await),
         Source::Rtsp { .. } => None,
     };
-    let mut seed = (Clocks.wall_us() as u64) | 1;
+    let clocks = input.clocks.clone();
+    let mut seed = (clocks.wall_us() as u64) | 1;
     let mut attempt: u32 = 0;
     while !*shutdown.borrow() {
         let started = Instant::now();
-        let mut sink = Sink { recorder: input.recorder.as_mut(), state: &input.state, live: Some(&input.live) };
+        let mut sink =
+            Sink { recorder: input.recorder.as_mut(), state: &input.state, live: Some(&input.live), clocks: &*clocks };
         let session = async {
             match (&input.source, &clip) {
                 (Source::Rtsp { url, transport }, _) => {
@@ -198,6 +203,7 @@ async fn read_clip(path: &std::path::Path) -> Result<file::Clip, IngestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::RealClocks;
 
     fn frame(len: usize) -> Frame {
         Frame::for_test(len, true)
@@ -207,7 +213,7 @@ mod tests {
     fn a_frame_over_the_ceiling_is_dropped_and_counted_never_queued() {
         let (mut tx, _rx, queue) = crate::record::queue::channel();
         let state = StreamState::default();
-        let mut sink = Sink { recorder: Some(&mut tx), state: &state, live: None };
+        let mut sink = Sink { recorder: Some(&mut tx), state: &state, live: None, clocks: &RealClocks };
         sink.deliver(frame(limits::FRAME_MAX_BYTES));
         sink.deliver(frame(limits::FRAME_MAX_BYTES + 1));
         assert_eq!(state.snapshot().frames_oversized, 1);

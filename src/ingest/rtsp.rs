@@ -18,7 +18,6 @@ use tokio::time::{Instant, timeout, timeout_at};
 use tracing::warn;
 
 use super::{IngestError, Sink};
-use crate::clock::Clocks;
 use crate::config::Transport;
 use crate::limits;
 use crate::media::{AudioFrame, AudioParams, Codec, Frame, VideoParams};
@@ -123,8 +122,8 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
         let is_key = frame.is_random_access_point();
         sink.deliver(Frame {
             pts_90k,
-            received_mono_us: Clocks.mono_us(),
-            received_wall_us: Clocks.wall_us(),
+            received_mono_us: sink.clocks.mono_us(),
+            received_wall_us: sink.clocks.wall_us(),
             is_key,
             data: frame.into_data().into(),
             params: p.clone(),

@@ -18,13 +18,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tracing::{debug, error, info, warn};
 
 use super::retention::{self, Entry, Index};
 use crate::base::fs::{disk_space, sync_dir};
 use crate::catalog::{Batch, Catalog, FragmentRow, Keyframe, RecordingRow};
+use crate::clock::SharedClocks;
 use crate::config::Retention;
 use crate::limits;
 
@@ -88,6 +89,9 @@ pub struct Flusher {
     /// Set by [`ToFlusher::Stopping`].
     stopping: bool,
     stats: Arc<FlusherStats>,
+    clocks: SharedClocks,
+    /// The monotonic µs of the next flush.
+    next_flush_us: i64,
 }
 
 impl Flusher {
@@ -96,6 +100,7 @@ impl Flusher {
         data_dir: PathBuf,
         interval: Duration,
         caps: Retention,
+        clocks: SharedClocks,
     ) -> Result<Self, crate::catalog::CatalogError> {
         let rows = catalog.recordings()?;
         let mut me = Flusher {
@@ -117,6 +122,8 @@ impl Flusher {
             poisoned: BTreeSet::new(),
             stopping: false,
             stats: Arc::default(),
+            clocks,
+            next_flush_us: 0,
         };
         for (id, r) in rows {
             me.index_insert(id, Entry { stream_id: r.stream_id, bytes: r.bytes, open: r.open });
@@ -129,25 +136,53 @@ impl Flusher {
         self.stats.clone()
     }
 
+    /// The length of each table the flusher keeps in memory, for the soak to bound.
+    #[cfg(test)]
+    pub(crate) fn table_lens(&self) -> [(&'static str, usize); 11] {
+        [
+            ("fragments", self.fragments.len()),
+            ("keyframes", self.keyframes.len()),
+            ("recordings", self.recordings.len()),
+            ("garbage_done", self.garbage_done.len()),
+            ("dirty", self.dirty.len()),
+            ("new_dirs", self.new_dirs.len()),
+            ("index", self.index.len()),
+            ("stream_bytes", self.stream_bytes.len()),
+            ("paths", self.paths.len()),
+            ("committed", self.committed.len()),
+            ("poisoned", self.poisoned.len()),
+        ]
+    }
+
     /// The thread's body: runs until every sender is gone.
     pub fn run(mut self, rx: Receiver<ToFlusher>) {
-        let mut next = Instant::now() + self.interval;
-        // Retention runs once at start too: the caps may have shrunk.
-        self.enforce_retention(false);
+        self.begin();
         loop {
-            let wait = next.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(wait) {
-                Ok(ToFlusher::Stop) => break,
+            match crate::clock::recv_until(&*self.clocks, &rx, self.next_flush_us) {
+                Ok(ToFlusher::Stop) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(msg) => self.handle(msg),
-                Err(RecvTimeoutError::Timeout) => {
-                    self.flush();
-                    self.enforce_retention(false);
-                    next = Instant::now() + self.interval;
-                }
-                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => {}
             }
+            self.flush_if_due();
         }
         self.flush();
+    }
+
+    /// Runs retention once before the first message (the caps may have shrunk) and sets the
+    /// first flush one interval from now.
+    pub(crate) fn begin(&mut self) {
+        self.enforce_retention(false);
+        self.next_flush_us = self.clocks.mono_us() + self.interval.as_micros() as i64;
+    }
+
+    /// Flushes and runs retention when the interval is up, however busy the queue is.
+    pub(crate) fn flush_if_due(&mut self) {
+        let now_us = self.clocks.mono_us();
+        if now_us >= self.next_flush_us {
+            self.flush();
+            self.enforce_retention(false);
+            self.next_flush_us = now_us + self.interval.as_micros() as i64;
+        }
     }
 
     fn track(&mut self, rec_id: u64, recording: RecordingRow) {
@@ -177,7 +212,7 @@ impl Flusher {
             || self.total_bytes > self.caps.total_max_bytes
     }
 
-    fn handle(&mut self, msg: ToFlusher) {
+    pub(crate) fn handle(&mut self, msg: ToFlusher) {
         match msg {
             ToFlusher::Fragment { rec_id, .. } | ToFlusher::Created { rec_id, .. }
                 if self.poisoned.contains(&rec_id) => {}
@@ -416,7 +451,8 @@ mod tests {
     /// A flusher whose interval never comes in a test, with a per-stream cap.
     fn flusher(catalog: &Arc<Catalog>, dir: &std::path::Path, stream_max_bytes: u64) -> Flusher {
         let caps = Retention { stream_max_bytes, total_max_bytes: u64::MAX };
-        Flusher::new(catalog.clone(), dir.into(), Duration::from_secs(3600), caps).unwrap()
+        Flusher::new(catalog.clone(), dir.into(), Duration::from_secs(3600), caps, crate::clock::RealClocks::shared())
+            .unwrap()
     }
 
     fn fragment(i: u32) -> FragmentRow {

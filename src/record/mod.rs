@@ -14,6 +14,8 @@ pub mod fragmenter;
 pub mod queue;
 pub mod recovery;
 pub mod retention;
+#[cfg(test)]
+mod soak;
 pub mod stream;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -30,6 +32,7 @@ use std::sync::atomic::Ordering;
 use tracing::{info, warn};
 
 use crate::catalog::{Catalog, CatalogError};
+use crate::clock::SharedClocks;
 use crate::config::{Camera, Config, RecordMode, StreamKind};
 use crate::limits;
 use crate::preroll::{Admission, AdmissionStats, Caps, History, HistoryPool, HistoryStats, Mode, Trigger};
@@ -103,13 +106,18 @@ pub fn segment_bounds(config: &Config, stream_count: usize, fs_bytes: Option<u64
 
 impl Recorder {
     /// Starts the flusher and one recorder thread per recorded stream of `config`.
-    pub fn start(config: &Config, catalog: Arc<Catalog>) -> Result<(Recorder, Vec<RecordedStream>), CatalogError> {
+    pub fn start(
+        config: &Config,
+        catalog: Arc<Catalog>,
+        clocks: SharedClocks,
+    ) -> Result<(Recorder, Vec<RecordedStream>), CatalogError> {
         let data_dir: PathBuf = config.data_dir.clone();
         let f = flusher::Flusher::new(
             catalog.clone(),
             data_dir.clone(),
             Duration::from_secs(config.flush_interval_s),
             config.retention,
+            clocks,
         )?;
         let flusher_stats = f.stats();
         let (flusher_tx, flusher_rx) = std::sync::mpsc::sync_channel(limits::CATALOG_QUEUE_COMMANDS);

@@ -67,6 +67,8 @@ pub struct StreamRecorder {
     params: Option<Arc<VideoParams>>,
     audio: Option<Arc<AudioParams>>,
     run_id: u64,
+    /// What the fragmenter asked for, kept between messages so none allocates.
+    events: Vec<Event>,
     header_buf: Box<[u8; limits::MOOF_MAX_BYTES]>,
 }
 
@@ -91,6 +93,7 @@ impl StreamRecorder {
             params: None,
             audio: None,
             run_id: 0,
+            events: Vec::new(),
             header_buf: fmp4::fragment_header_buffer(),
         }
     }
@@ -98,33 +101,45 @@ impl StreamRecorder {
     /// The thread's body: records what `admission` lets through until the queue closes, then
     /// closes what is open.
     pub fn run(mut self, mut rx: FrameReceiver, mut admission: Admission) {
-        let mut events = Vec::new();
         while let Some(msg) = rx.recv() {
-            match msg {
-                StreamMsg::Frame { frame, after_gap } => {
-                    let fragmenter = &mut self.fragmenter;
-                    admission.frame(frame, after_gap, &mut |out| match out {
-                        Out::Frame { frame, after_gap } => {
-                            if after_gap {
-                                fragmenter.finish(&mut events);
-                            }
-                            fragmenter.push(frame, &mut events);
-                        }
-                        Out::Finish => fragmenter.finish(&mut events),
-                    });
-                }
-                // Audio is not held in the pre-roll, so event recordings are video only:
-                // live audio would not line up with pre-roll video in one fragment.
-                StreamMsg::Audio(frame) if admission.is_continuous() => self.fragmenter.push_audio(frame),
-                StreamMsg::Audio(_) => {}
-                StreamMsg::SessionEnded => self.fragmenter.finish(&mut events),
-            }
-            for e in events.drain(..) {
-                self.apply(e);
-            }
+            self.take(msg, &mut admission);
         }
-        self.fragmenter.finish(&mut events);
+        self.finish();
+    }
+
+    /// Records one message from the stream's queue.
+    pub(crate) fn take(&mut self, msg: StreamMsg, admission: &mut Admission) {
+        let mut events = std::mem::take(&mut self.events);
+        match msg {
+            StreamMsg::Frame { frame, after_gap } => {
+                let fragmenter = &mut self.fragmenter;
+                admission.frame(frame, after_gap, &mut |out| match out {
+                    Out::Frame { frame, after_gap } => {
+                        if after_gap {
+                            fragmenter.finish(&mut events);
+                        }
+                        fragmenter.push(frame, &mut events);
+                    }
+                    Out::Finish => fragmenter.finish(&mut events),
+                });
+            }
+            // Audio is not held in the pre-roll, so event recordings are video only:
+            // live audio would not line up with pre-roll video in one fragment.
+            StreamMsg::Audio(frame) if admission.is_continuous() => self.fragmenter.push_audio(frame),
+            StreamMsg::Audio(_) => {}
+            StreamMsg::SessionEnded => self.fragmenter.finish(&mut events),
+        }
         for e in events.drain(..) {
+            self.apply(e);
+        }
+        self.events = events;
+    }
+
+    /// Closes what is open: the queue has closed.
+    pub(crate) fn finish(&mut self) {
+        let mut events = Vec::new();
+        self.fragmenter.finish(&mut events);
+        for e in events {
             self.apply(e);
         }
     }

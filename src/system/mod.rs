@@ -112,7 +112,7 @@ pub struct System {
 }
 
 pub fn now_unix_s() -> u64 {
-    (crate::clock::Clocks.wall_us() / 1_000_000).max(0) as u64
+    (crate::clock::Clocks::wall_us(&crate::clock::RealClocks) / 1_000_000).max(0) as u64
 }
 
 impl System {

@@ -81,7 +81,7 @@ impl Clocks for RealClocks {
 pub struct SimulatedClocks(Arc<SimulatedTime>);
 
 #[derive(Debug)]
-pub struct SimulatedTime {
+struct SimulatedTime {
     mono_us: AtomicI64,
     wall_minus_mono_us: AtomicI64,
 }

@@ -66,12 +66,18 @@ pub fn video_params(sps: &[u8], pps: &[u8], width: u16, height: u16) -> Result<V
     })
 }
 
-/// A valid sample entry for unit tests (Main profile, level 3.1, 640x360).
+/// Valid parameters for unit tests (Main profile, level 3.1, 640x360).
 #[cfg(test)]
-pub(crate) fn test_sample_entry() -> Vec<u8> {
+pub(crate) fn test_params() -> VideoParams {
     let sps = [0x67, 0x4d, 0x00, 0x1f, 0x9a, 0x66, 0x02, 0x80, 0x2d, 0xd8];
     let pps = [0x68, 0xee, 0x3c, 0x80];
-    video_params(&sps, &pps, 640, 360).unwrap().sample_entry.to_vec()
+    video_params(&sps, &pps, 640, 360).expect("valid parameter sets")
+}
+
+/// A valid sample entry for unit tests: that of [`test_params`].
+#[cfg(test)]
+pub(crate) fn test_sample_entry() -> Vec<u8> {
+    test_params().sample_entry.to_vec()
 }
 
 #[cfg(test)]

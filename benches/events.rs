@@ -23,7 +23,6 @@
 //! `cargo bench --bench events -- --smoke`  small sizes, short windows (CI)
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -32,6 +31,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use keeppeek::base::{StreamKey, StreamKind};
+use keeppeek::cameras::{Cameras, RunningStream};
 use keeppeek::catalog::events::EventRecord;
 use keeppeek::catalog::{Batch, Catalog, FragmentRow, Keyframe, RecordingRow};
 use keeppeek::events::Events;
@@ -40,7 +41,7 @@ use keeppeek::live::Fanout;
 use keeppeek::media::{Frame, avc, fmp4};
 use keeppeek::preroll::{Admission, Caps, History, HistoryPool, Mode, Out, Trigger};
 use keeppeek::record::fragmenter::{Event as RecordEvent, Fragmenter, SegmentBounds};
-use keeppeek::webrtc::{Engine, Owner};
+use keeppeek::webrtc::{Engine, Owner, Streams};
 use prost::Message;
 use serde_json::{Value, json};
 
@@ -268,10 +269,11 @@ fn publication(work: &Path, smoke: bool) -> Value {
     let fanout = Arc::new(Fanout::new(Arc::default()));
     fanout.publish(&frame_for_fanout());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let streams = vec![(format!("{BOUNDARY_CAMERA}/main"), fanout)];
-    let (engine, handle) = rt
-        .block_on(Engine::bind(0, &["127.0.0.1".parse().unwrap()], streams, (catalog.clone(), dir.clone()), 64))
-        .unwrap();
+    let key = StreamKey::new(BOUNDARY_CAMERA, StreamKind::Main);
+    let cameras = Arc::new(Cameras::default());
+    cameras.add([RunningStream { key: key.clone(), state: Arc::default(), recording: None, live: fanout }]);
+    let streams = Streams { cameras: cameras.clone(), catalog: catalog.clone(), data_dir: dir.clone() };
+    let (engine, handle) = rt.block_on(Engine::bind(0, &["127.0.0.1".parse().unwrap()], streams, 64)).unwrap();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let runner = std::thread::spawn(move || rt.block_on(engine.run(stop_rx)));
     let client = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
@@ -289,7 +291,7 @@ fn publication(work: &Path, smoke: bool) -> Value {
         v.on_open(subscribe.clone());
         let owner = Owner { principal: format!("token:{i}"), login: None, admin: false };
         let (_, answer) =
-            client.block_on(handle.open(0, offer, owner, "127.0.0.1".parse().unwrap())).expect("a session");
+            client.block_on(handle.open(key.clone(), offer, owner, "127.0.0.1".parse().unwrap())).expect("a session");
         v.answer(pending, &answer);
         viewers.push(v);
     }
@@ -300,7 +302,6 @@ fn publication(work: &Path, smoke: bool) -> Value {
         assert!(t.elapsed() < Duration::from_secs(20), "subscribers connect and subscribe");
         std::thread::sleep(Duration::from_millis(5));
     }
-    let cameras = HashMap::from([(BOUNDARY_CAMERA.to_string(), Vec::new())]);
     let events = Events::new(
         catalog,
         dir.clone(),
@@ -399,8 +400,7 @@ fn lookup_catalog(work: &Path, streams: u32, recordings: u32, fragments: u32) ->
         file.extend(std::iter::repeat_n((i % 251) as u8, 64));
     }
     for s in 0..streams {
-        let name = format!("cam{s}/main");
-        let stream_id = catalog.stream_id(&name).unwrap();
+        let stream_id = catalog.stream_id(&StreamKey::new(&format!("cam{s}"), StreamKind::Main)).unwrap();
         let rel = format!("recordings/cam{s}.mp4");
         std::fs::write(dir.join(&rel), &file).unwrap();
         let mut batch = Batch::default();

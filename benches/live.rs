@@ -26,11 +26,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use keeppeek::base::{StreamKey, StreamKind};
+use keeppeek::cameras::{Cameras, RunningStream};
 use keeppeek::catalog::Catalog;
 use keeppeek::ingest::file::Clip;
 use keeppeek::live::Fanout;
 use keeppeek::media::Frame;
-use keeppeek::webrtc::{Engine, Owner};
+use keeppeek::webrtc::{Engine, Owner, Streams};
 use serde_json::{Value, json};
 
 #[path = "support/viewer.rs"]
@@ -113,9 +115,11 @@ fn in_process(clip: &Path, work: &Path, n: usize, frames: usize) -> Value {
     std::fs::create_dir_all(&dir).unwrap();
     let catalog = Arc::new(Catalog::open(&dir.join("catalog.redb")).unwrap());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let streams = vec![("bench/main".to_string(), fanout.clone())];
-    let (engine, handle) =
-        rt.block_on(Engine::bind(0, &["127.0.0.1".parse().unwrap()], streams, (catalog, dir), 512)).unwrap();
+    let key = StreamKey::new("bench", StreamKind::Main);
+    let cameras = Arc::new(Cameras::default());
+    cameras.add([RunningStream { key: key.clone(), state: Arc::default(), recording: None, live: fanout.clone() }]);
+    let streams = Streams { cameras, catalog, data_dir: dir };
+    let (engine, handle) = rt.block_on(Engine::bind(0, &["127.0.0.1".parse().unwrap()], streams, 512)).unwrap();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let runner = std::thread::spawn(move || rt.block_on(engine.run(stop_rx)));
     let client = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -124,7 +128,7 @@ fn in_process(clip: &Path, work: &Path, n: usize, frames: usize) -> Value {
         let (mut v, pending, offer) = Viewer::offer();
         let owner = Owner { principal: format!("token:{}", i % 32), login: None, admin: false };
         let peer = format!("10.0.0.{}", i / 100 + 1).parse().unwrap();
-        let (_, answer) = client.block_on(handle.open(0, offer, owner, peer)).expect("a session");
+        let (_, answer) = client.block_on(handle.open(key.clone(), offer, owner, peer)).expect("a session");
         v.answer(pending, &answer);
         viewers.push(v);
     }

@@ -28,10 +28,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keeppeek::auth::{Auth, scope};
+use keeppeek::base::{StreamKey, StreamKind};
+use keeppeek::cameras::{Cameras, RunningStream};
 use keeppeek::catalog::{Batch, Bucket, Catalog, FragmentRow, Keyframe, RecordingRow, coverage};
-use keeppeek::config::StreamKind;
 use keeppeek::export::Export;
-use keeppeek::http::{self, HttpStats, LiveStream, Media};
+use keeppeek::http::{self, HttpStats, Services};
 use keeppeek::ingest::state::StreamState;
 use keeppeek::media::Codec;
 use serde_json::{Value, json};
@@ -62,8 +63,8 @@ impl Shape {
     }
 }
 
-fn stream_name(camera: u32, kind: &str) -> String {
-    format!("cam{camera:03}/{kind}")
+fn stream_key(camera: u32, kind: StreamKind) -> StreamKey {
+    StreamKey::new(&format!("cam{camera:03}"), kind)
 }
 
 /// Builds (or reopens, when a finished one is cached) the catalog: one recording per
@@ -83,8 +84,10 @@ fn generate(dir: &Path, shape: Shape) -> Catalog {
     let spacing_us = DAY_US / i64::from(shape.fragments_per_day);
     let length_us = spacing_us * 8 / 9;
     for camera in 0..shape.cameras {
-        for (kind, bytes_per_s, width, height) in [("main", 250_000u64, 1920, 1080), ("sub", 32_000, 640, 360)] {
-            let stream_id = catalog.stream_id(&stream_name(camera, kind)).unwrap();
+        for (kind, bytes_per_s, width, height) in
+            [(StreamKind::Main, 250_000u64, 1920, 1080), (StreamKind::Sub, 32_000, 640, 360)]
+        {
+            let stream_id = catalog.stream_id(&stream_key(camera, kind)).unwrap();
             let mut batch = Batch::default();
             for day in 0..shape.days {
                 let start_us = DAY0_US + day * DAY_US;
@@ -107,8 +110,9 @@ fn generate(dir: &Path, shape: Shape) -> Catalog {
                     has_audio: false,
                     path: String::new(),
                 };
-                let (id, row) =
-                    catalog.begin_recording(row, |id| format!("recordings/cam{camera:03}/{kind}/{id}.mp4")).unwrap();
+                let (id, row) = catalog
+                    .begin_recording(row, |id| format!("recordings/cam{camera:03}/{}/{id}.mp4", kind.name()))
+                    .unwrap();
                 for i in 0..n {
                     let f = FragmentRow {
                         wall_start_us: start_us + i64::from(i) * spacing_us,
@@ -185,7 +189,7 @@ fn time_n(n: usize, mut f: impl FnMut(usize)) -> Vec<f64> {
 
 /// KeepPeek's web face in this process, on its own thread and runtime (as in the daemon), on
 /// a free loopback port. Returns the port and an admin token.
-fn start_server(catalog: Arc<Catalog>, data_dir: PathBuf, streams: Vec<LiveStream>) -> (u16, String) {
+fn start_server(catalog: Arc<Catalog>, data_dir: PathBuf, streams: Vec<RunningStream>) -> (u16, String) {
     let auth = Arc::new(Auth::new(catalog.clone(), keeppeek::clock::RealClocks::shared()));
     for (id, name, _, _) in catalog.tokens().unwrap() {
         if name == "bench" {
@@ -199,19 +203,11 @@ fn start_server(catalog: Arc<Catalog>, data_dir: PathBuf, streams: Vec<LiveStrea
         rt.block_on(async move {
             let listener = http::bind(([127, 0, 0, 1], 0).into()).await.unwrap();
             port_tx.send(listener.local_addr().unwrap().port()).unwrap();
-            let media = Arc::new(Media {
-                catalog,
-                recorder: None,
-                data_dir,
-                streams,
-                flusher: None,
-                webrtc: None,
-                events: None,
-                preroll: None,
-                system: None,
-            });
+            let cameras = Arc::new(Cameras::default());
+            cameras.add(streams);
+            let services = Arc::new(Services::without_cameras(catalog, data_dir, cameras).unwrap());
             let (_keep, shutdown) = tokio::sync::watch::channel(false);
-            http::serve(listener, Arc::new(HttpStats::default()), auth, media, shutdown).await;
+            http::serve(listener, Arc::new(HttpStats::default()), auth, services, shutdown).await;
         });
     });
     (port_rx.recv().unwrap(), token)
@@ -390,13 +386,14 @@ fn export_throughput(work: &Path, target_bytes: u64) -> Value {
     let span_us = recs.iter().map(|(_, r)| r.wall_end_us).max().unwrap() - recs[0].1.wall_start_us + 1_000_000;
 
     let dir = work.join(format!("export-{copies}"));
+    let bench = StreamKey::new("bench", StreamKind::Main);
     let catalog = if dir.join("done").exists() {
         Catalog::open(&dir.join("catalog.redb")).unwrap()
     } else {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("recordings/bench/main")).unwrap();
         let catalog = Catalog::open(&dir.join("catalog.redb")).unwrap();
-        let stream_id = catalog.stream_id("bench/main").unwrap();
+        let stream_id = catalog.stream_id(&bench).unwrap();
         for k in 0..copies as i64 {
             let mut batch = Batch::default();
             for (src_id, r) in &recs {
@@ -442,10 +439,10 @@ fn export_throughput(work: &Path, target_bytes: u64) -> Value {
         file_bytes
     });
     let t = Instant::now();
-    let plan = Export::plan(&catalog, &dir, "bench/main", from, to).unwrap();
+    let plan = Export::plan(&catalog, &dir, &bench, from, to).unwrap();
     let plan_ms = t.elapsed().as_secs_f64() * 1e3;
     let (_, in_process_mbps) = best_of_3(&mut || {
-        let ex = Export::plan(&catalog, &dir, "bench/main", from, to).unwrap();
+        let ex = Export::plan(&catalog, &dir, &bench, from, to).unwrap();
         ex.write_to(&mut std::io::sink()).unwrap()
     });
     let (port, token) = start_server(catalog.clone(), dir.clone(), Vec::new());
@@ -544,19 +541,15 @@ fn main() {
     std::fs::create_dir_all(&work).unwrap();
 
     let catalog = Arc::new(generate(&work, shape));
-    let streams: Vec<LiveStream> = catalog
+    let streams: Vec<RunningStream> = catalog
         .streams()
         .unwrap()
         .into_iter()
-        .map(|(_, name)| {
-            let (camera, kind) = name.split_once('/').unwrap();
-            LiveStream {
-                camera: camera.into(),
-                kind: if kind == "main" { StreamKind::Main } else { StreamKind::Sub },
-                state: Arc::new(StreamState::default()),
-                recording: None,
-                live: Arc::new(keeppeek::live::Fanout::new(Arc::default())),
-            }
+        .map(|(_, name)| RunningStream {
+            key: StreamKey::parse(&name).unwrap(),
+            state: Arc::new(StreamState::default()),
+            recording: None,
+            live: Arc::new(keeppeek::live::Fanout::new(Arc::default())),
         })
         .collect();
     let (port, token) = start_server(catalog.clone(), work.clone(), streams);

@@ -1,22 +1,33 @@
-//! The daemon: checks the budget, opens and recovers the catalog, starts the recorder and
-//! one ingest task per stream, and on SIGTERM or SIGINT stops them in order so nothing
-//! recorded before the signal is lost.
+//! The daemon: starts the rooms as steps ([`start`]: the budget checked, the ports bound,
+//! the catalog opened and recovered, the recorder, the event intake, each camera, the web
+//! face) into a [`Running`] handle, and on SIGTERM or SIGINT stops them in order
+//! ([`Running::stop`]) so nothing recorded before the signal is lost.
+//!
+//! The daemon owns the seam where one camera starts or stops while the others run
+//! ([`Running::start_camera`], [`Running::stop_camera`]): its recorders, ingest tasks and
+//! live fanouts, and its place in [`Cameras`], which every other room reads.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tracing::{error, info};
 
 use crate::auth::Auth;
+use crate::base::StreamKey;
 use crate::budget;
+use crate::cameras::{Cameras, RunningStream};
 use crate::catalog::{Catalog, CatalogError};
-use crate::config::Config;
+use crate::clock::SharedClocks;
+use crate::config::{Camera, Config};
 use crate::http;
 use crate::ingest::{self, StreamInput, state::StreamState};
 use crate::limits;
+use crate::live::{Fanout, GopPool};
 use crate::record::{Recorder, recovery};
+use crate::system::SystemApi;
 use crate::webrtc;
 
 /// The catalog's file name in the data directory.
@@ -70,12 +81,17 @@ fn raise_open_files_limit(config: &Config) {
 }
 
 /// Runs until SIGTERM or SIGINT.
-pub async fn run(config: Config, system: Arc<crate::system::SystemApi>) -> Result<(), DaemonError> {
-    let budget = budget::compute(&config);
-    if !budget.fits() {
-        return Err(DaemonError::Budget(budget));
-    }
-    info!("memory budget {} MiB of {} MiB allowed", budget.total_bytes() >> 20, budget.allowed_bytes >> 20);
+pub async fn run(config: Config, system: Arc<SystemApi>) -> Result<(), DaemonError> {
+    let running = start(config, system).await?;
+    wait_for_signal().await;
+    running.stop().await;
+    Ok(())
+}
+
+/// Starts every room in order: the budget checked, the ports bound, the catalog opened and
+/// recovered, the recorder, the event intake, each camera, then the web face.
+pub async fn start(config: Config, system: Arc<SystemApi>) -> Result<Running, DaemonError> {
+    check_budget(&config)?;
     raise_open_files_limit(&config);
     let data_dir = config.data_dir.clone();
     std::fs::create_dir_all(&data_dir).map_err(|source| DaemonError::DataDir { path: data_dir.clone(), source })?;
@@ -84,93 +100,44 @@ pub async fn run(config: Config, system: Arc<crate::system::SystemApi>) -> Resul
         Some(addr) => Some(http::bind(addr).await?),
         None => None,
     };
-    // One fanout per stream, in config order: live view's sources.
-    let gop_pool = Arc::new(crate::live::GopPool::default());
-    let fanouts: Vec<Arc<crate::live::Fanout>> = config
-        .cameras
-        .iter()
-        .flat_map(|c| c.streams())
-        .map(|_| Arc::new(crate::live::Fanout::new(gop_pool.clone())))
-        .collect();
     let catalog = Arc::new(Catalog::open(&data_dir.join(CATALOG_FILE))?);
+    let cameras = Arc::new(Cameras::default());
+    let webrtc = bind_live_view(&config, &catalog, &cameras).await?;
+    recover(&catalog, &data_dir)?;
     // Every room reads time through this one handle.
     let clocks = crate::clock::RealClocks::shared();
-    let webrtc = match config.webrtc.port {
-        0 => None,
-        port => {
-            let addresses = webrtc::host_addresses(config.webrtc.loopback);
-            let max = webrtc::max_sessions(config.ram_class_bytes);
-            let names =
-                config.cameras.iter().flat_map(|c| c.streams().map(move |(k, _)| format!("{}/{}", c.name, k.name())));
-            let streams = names.zip(fanouts.iter().cloned()).collect();
-            let store = (catalog.clone(), data_dir.clone());
-            let bound = webrtc::Engine::bind(port, &addresses, streams, store, max).await;
-            let (engine, handle) = bound.map_err(|source| DaemonError::Webrtc { port, source })?;
-            let loopback = config.webrtc.loopback;
-            Some((engine.follow_addresses(move || webrtc::host_addresses(loopback)), handle))
-        }
-    };
-    recovery::recover(&catalog, &data_dir)?;
-    let orphans = crate::events::recover(&catalog, &data_dir)?;
-    if orphans > 0 {
-        info!(orphans, "deleted event snapshots no event names (a crash before their commit)");
-    }
-    let (recorder, recorded) = Recorder::start(&config, catalog.clone(), clocks.clone())?;
-    // Every camera, with the triggers of its streams recorded on events.
-    let mut triggers: std::collections::HashMap<String, Vec<Arc<crate::preroll::Trigger>>> =
-        config.cameras.iter().map(|c| (c.name.clone(), Vec::new())).collect();
-    for r in recorded.iter().filter(|r| r.watch.mode == crate::config::RecordMode::Events) {
-        triggers.entry(r.camera.clone()).or_default().push(r.watch.trigger.clone());
-    }
+    let recorder = Recorder::start(&config, catalog.clone(), clocks.clone())?;
     let live_view = webrtc.as_ref().map(|(_, handle)| Arc::new(handle.clone()) as Arc<dyn crate::events::NoticeSink>);
     let events = Arc::new(crate::events::Events::new(
         catalog.clone(),
         data_dir.clone(),
-        triggers,
+        cameras.clone(),
         live_view,
         config.events_max_bytes,
         clocks.clone(),
     ));
-
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let mut senders: std::collections::HashMap<(String, &'static str), _> =
-        recorded.into_iter().map(|r| ((r.camera.clone(), r.kind.name()), (r.sender, r.watch))).collect();
-    let mut tasks = Vec::new();
-    let mut states = Vec::new();
-    let mut live = Vec::new();
-    let mut fanouts = fanouts.into_iter();
+    let mut running = Running {
+        clocks: clocks.clone(),
+        catalog: catalog.clone(),
+        cameras: cameras.clone(),
+        gop_pool: Arc::default(),
+        recorder,
+        ingest: Vec::new(),
+        shutdown_tx,
+        background: Vec::new(),
+        web: None,
+        engine: None,
+    };
     for camera in &config.cameras {
-        for (kind, source) in camera.streams() {
-            let state = Arc::new(StreamState::default());
-            let fanout = fanouts.next().expect("a fanout per stream");
-            let name = format!("{}/{}", camera.name, kind.name());
-            states.push((name.clone(), state.clone()));
-            let recorder = senders.remove(&(camera.name.clone(), kind.name()));
-            live.push(http::LiveStream {
-                camera: camera.name.clone(),
-                kind,
-                state: state.clone(),
-                recording: recorder.as_ref().map(|(_, watch)| watch.clone()),
-                live: fanout.clone(),
-            });
-            let input = StreamInput {
-                clocks: clocks.clone(),
-                name,
-                source: source.clone(),
-                credentials: camera.username.clone().zip(camera.password.clone()),
-                recorder: recorder.map(|(sender, _)| sender),
-                state,
-                live: fanout,
-            };
-            tasks.push(tokio::spawn(ingest::supervise(input, shutdown_rx.clone())));
-        }
+        running.start_camera(camera)?;
     }
     info!(cameras = config.cameras.len(), data_dir = %data_dir.display(), "recording");
 
-    let status = tokio::spawn(log_status(states));
+    running.background.push(tokio::spawn(log_status(cameras.clone())));
     #[cfg(target_env = "gnu")]
-    let trim = tokio::spawn(return_freed_memory());
-    let auth = Arc::new(Auth::new(catalog.clone(), clocks.clone()));
+    running.background.push(tokio::spawn(return_freed_memory()));
+    let auth = Arc::new(Auth::new(catalog.clone(), clocks));
     if auth.setup_needed().unwrap_or(false)
         && let Some(token) = auth.setup_token()
     {
@@ -179,61 +146,195 @@ pub async fn run(config: Config, system: Arc<crate::system::SystemApi>) -> Resul
         // bundle leaves the token out of the log it ships.
         info!(setup_token = %token, "no admin yet: open the web face to set one up");
     }
-    let (engine, webrtc) = match webrtc {
-        Some((engine, handle)) => (Some(tokio::spawn(engine.run(shutdown_rx.clone()))), Some(handle)),
-        None => (None, None),
-    };
-    let web = listener.map(|l| {
-        let media = Arc::new(http::Media {
-            catalog: catalog.clone(),
-            recorder: Some(recorder.handle()),
-            data_dir: data_dir.clone(),
-            streams: live,
-            flusher: Some(recorder.flusher_stats.clone()),
-            webrtc,
-            events: Some(events),
-            preroll: Some(recorder.preroll.clone()),
-            system: Some(system),
-        });
-        tokio::spawn(http::serve(l, Arc::new(http::HttpStats::default()), auth.clone(), media, shutdown_rx.clone()))
+    let webrtc = webrtc.map(|(engine, handle)| {
+        running.engine = Some(tokio::spawn(engine.run(shutdown_rx.clone())));
+        handle
     });
-    wait_for_signal().await;
-    info!("stopping");
-    recorder.stopping();
-    status.abort();
-    #[cfg(target_env = "gnu")]
-    trim.abort();
-    let _ = shutdown_tx.send(true);
-    if let Some(web) = web {
-        let _ = web.await;
+    running.web = listener.map(|l| {
+        let services = Arc::new(http::Services {
+            catalog,
+            data_dir,
+            cameras,
+            recorder: running.recorder.handle(),
+            flusher: running.recorder.flusher_stats.clone(),
+            preroll: running.recorder.preroll.clone(),
+            events,
+            system,
+            webrtc,
+        });
+        tokio::spawn(http::serve(l, Arc::new(http::HttpStats::default()), auth, services, shutdown_rx))
+    });
+    Ok(running)
+}
+
+fn check_budget(config: &Config) -> Result<(), DaemonError> {
+    let budget = budget::compute(config);
+    if !budget.fits() {
+        return Err(DaemonError::Budget(budget));
     }
-    if let Some(engine) = engine {
-        let _ = engine.await;
+    info!("memory budget {} MiB of {} MiB allowed", budget.total_bytes() >> 20, budget.allowed_bytes >> 20);
+    Ok(())
+}
+
+/// Live view's engine, bound to its port (none when `[webrtc] port = 0`).
+async fn bind_live_view(
+    config: &Config,
+    catalog: &Arc<Catalog>,
+    cameras: &Arc<Cameras>,
+) -> Result<Option<(webrtc::Engine, webrtc::WebrtcHandle)>, DaemonError> {
+    let port = config.webrtc.port;
+    if port == 0 {
+        return Ok(None);
     }
-    // One deadline for all; a task that misses it is aborted, which drops its sender so its
-    // recorder can still close the files.
+    let loopback = config.webrtc.loopback;
+    let addresses = webrtc::host_addresses(loopback);
+    let max = webrtc::max_sessions(config.ram_class_bytes);
+    let streams =
+        webrtc::Streams { cameras: cameras.clone(), catalog: catalog.clone(), data_dir: config.data_dir.clone() };
+    let bound = webrtc::Engine::bind(port, &addresses, streams, max).await;
+    let (engine, handle) = bound.map_err(|source| DaemonError::Webrtc { port, source })?;
+    Ok(Some((engine.follow_addresses(move || webrtc::host_addresses(loopback)), handle)))
+}
+
+/// Puts the catalog and the files back in agreement after a crash or a power cut.
+fn recover(catalog: &Catalog, data_dir: &std::path::Path) -> Result<(), DaemonError> {
+    recovery::recover(catalog, data_dir)?;
+    let orphans = crate::events::recover(catalog, data_dir)?;
+    if orphans > 0 {
+        info!(orphans, "deleted event snapshots no event names (a crash before their commit)");
+    }
+    Ok(())
+}
+
+/// One camera's ingest tasks, stopped together.
+struct CameraIngest {
+    name: String,
+    tasks: Vec<JoinHandle<()>>,
+    stop: watch::Sender<bool>,
+}
+
+/// The daemon while it runs: what [`start`] started, which [`Running::stop`] stops in order.
+/// Cameras start and stop one at a time while the others record on.
+pub struct Running {
+    clocks: SharedClocks,
+    catalog: Arc<Catalog>,
+    cameras: Arc<Cameras>,
+    /// Live GOPs held for new viewers, across every stream.
+    gop_pool: Arc<GopPool>,
+    recorder: Recorder,
+    ingest: Vec<CameraIngest>,
+    /// Tells the web face and live view to stop.
+    shutdown_tx: watch::Sender<bool>,
+    /// The status log and the allocator's trim, aborted at the stop.
+    background: Vec<JoinHandle<()>>,
+    web: Option<JoinHandle<()>>,
+    engine: Option<JoinHandle<()>>,
+}
+
+impl Running {
+    /// The running cameras, as every room sees them.
+    pub fn cameras(&self) -> &Arc<Cameras> {
+        &self.cameras
+    }
+
+    /// Starts `camera`: its recorders, then one ingest task per stream; from then on the
+    /// web face, live view and the event intake see it.
+    pub fn start_camera(&mut self, camera: &Camera) -> Result<(), DaemonError> {
+        let mut recorded = self.recorder.start_camera(camera, &self.catalog)?;
+        let (stop, stopped) = watch::channel(false);
+        let mut tasks = Vec::new();
+        let mut streams = Vec::new();
+        for (kind, source) in camera.streams() {
+            let key = StreamKey::new(&camera.name, kind);
+            let state = Arc::new(StreamState::default());
+            let live = Arc::new(Fanout::new(self.gop_pool.clone()));
+            let recorder = recorded.iter().position(|r| r.key == key).map(|i| recorded.swap_remove(i));
+            streams.push(RunningStream {
+                key: key.clone(),
+                state: state.clone(),
+                recording: recorder.as_ref().map(|r| r.watch.clone()),
+                live: live.clone(),
+            });
+            let input = StreamInput {
+                clocks: self.clocks.clone(),
+                key,
+                source: source.clone(),
+                credentials: camera.username.clone().zip(camera.password.clone()),
+                recorder: recorder.map(|r| r.sender),
+                state,
+                live,
+            };
+            tasks.push(tokio::spawn(ingest::supervise(input, stopped.clone())));
+        }
+        self.cameras.add(streams);
+        self.ingest.push(CameraIngest { name: camera.name.clone(), tasks, stop });
+        Ok(())
+    }
+
+    /// Stops camera `name` while the others run: out of every room's sight first, then its
+    /// ingest (bounded by [`limits::SHUTDOWN_TIMEOUT_MS`]), then its recorders close their
+    /// files. Returns false when no such camera runs.
+    pub async fn stop_camera(&mut self, name: &str) -> bool {
+        let Some(i) = self.ingest.iter().position(|c| c.name == name) else {
+            return false;
+        };
+        let camera = self.ingest.swap_remove(i);
+        self.cameras.remove_camera(name);
+        stop_ingest(vec![camera]).await;
+        let recorders = self.recorder.stop_camera(name);
+        if !tokio::task::spawn_blocking(move || recorders.wait()).await.unwrap_or(false) {
+            error!(camera = name, "a recorder did not close its files in time");
+        }
+        info!(camera = name, "camera stopped");
+        true
+    }
+
+    /// Stops everything so that nothing recorded before is lost: the catalog writer told,
+    /// the web face and live view, every camera's ingest (its recorders' queues close), then
+    /// the recorders close their files and the flusher commits.
+    pub async fn stop(mut self) {
+        info!("stopping");
+        self.recorder.stopping();
+        for task in &self.background {
+            task.abort();
+        }
+        let _ = self.shutdown_tx.send(true);
+        for task in [self.web.take(), self.engine.take()].into_iter().flatten() {
+            let _ = task.await;
+        }
+        stop_ingest(std::mem::take(&mut self.ingest)).await;
+        let recorder = self.recorder;
+        tokio::task::spawn_blocking(move || recorder.shutdown()).await.ok();
+        info!("stopped");
+    }
+}
+
+/// Tells the cameras' ingest tasks to stop and waits for them under one deadline; a task
+/// that misses it is aborted, which drops its sender so its recorder can still close the
+/// files.
+async fn stop_ingest(cameras: Vec<CameraIngest>) {
+    for c in &cameras {
+        let _ = c.stop.send(true);
+    }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(limits::SHUTDOWN_TIMEOUT_MS);
-    for mut t in tasks {
+    for mut t in cameras.into_iter().flat_map(|c| c.tasks) {
         if tokio::time::timeout_at(deadline, &mut t).await.is_err() {
             error!("an ingest task did not stop in time");
             t.abort();
         }
     }
-    tokio::task::spawn_blocking(move || recorder.shutdown()).await.ok();
-    info!("stopped");
-    Ok(())
 }
 
 /// One line a minute per stream, so a log shows what each camera is doing.
-async fn log_status(states: Vec<(String, Arc<StreamState>)>) {
+async fn log_status(cameras: Arc<Cameras>) {
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     tick.tick().await;
     loop {
         tick.tick().await;
-        for (name, st) in &states {
-            let s = st.snapshot();
+        for stream in cameras.streams() {
+            let s = stream.state.snapshot();
             info!(
-                stream = %name,
+                stream = %stream.key,
                 connected = s.connected,
                 codec = ?s.codec,
                 fps = s.fps,
@@ -265,5 +366,68 @@ async fn wait_for_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::base::StreamKind;
+
+    /// Two cameras on the built-in clip; one is stopped while the box runs, and the other
+    /// records on: the stopped one's files are closed, every room stops seeing it, and it
+    /// can start again.
+    #[tokio::test]
+    async fn one_camera_stops_and_starts_again_while_the_other_records_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::demo(dir.path().into(), "127.0.0.1:0".parse().unwrap());
+        config.listen = None;
+        config.webrtc.port = 0;
+        let demo = config.cameras[0].clone();
+        config.cameras = ["front", "yard"].map(|name| Camera { name: name.into(), ..demo.clone() }).into();
+        let (front, yard) = (StreamKey::new("front", StreamKind::Main), StreamKey::new("yard", StreamKind::Main));
+        let mut running = start(config.clone(), Arc::new(SystemApi::new(dir.path().into(), None))).await.unwrap();
+        let catalog = running.catalog.clone();
+        let fragments = |r: &Running, key: &StreamKey| {
+            let stream = r.cameras().stream(key)?;
+            Some(stream.recording.as_ref()?.stats.fragments_written.load(Ordering::Relaxed))
+        };
+        let recorded = |r: &Running, key: &StreamKey| fragments(r, key).is_some_and(|n| n > 0);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !(recorded(&running, &front) && recorded(&running, &yard)) {
+            assert!(tokio::time::Instant::now() < deadline, "both cameras record a fragment");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        assert!(running.stop_camera("front").await);
+        assert!(!running.stop_camera("front").await, "stopped once");
+        let names: Vec<_> = running.cameras().streams().iter().map(|s| s.key.name()).collect();
+        assert_eq!(names, ["yard/main"]);
+        assert!(running.cameras().triggers("front").is_none(), "the event intake no longer knows it");
+        let before = fragments(&running, &yard).unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while fragments(&running, &yard).unwrap() < before + 2 {
+            assert!(tokio::time::Instant::now() < deadline, "the other camera records on");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        running.start_camera(&config.cameras[0]).unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !recorded(&running, &front) {
+            assert!(tokio::time::Instant::now() < deadline, "the camera records again");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        running.stop().await;
+
+        let ids = |key: &StreamKey| catalog.find_stream(key).unwrap().unwrap();
+        let rows = |key: &StreamKey| catalog.recordings_of(ids(key), i64::MIN, i64::MAX).unwrap();
+        let (front_rows, yard_rows) = (rows(&front), rows(&yard));
+        assert!(front_rows.iter().chain(&yard_rows).all(|(_, r)| !r.open), "every file closed");
+        let runs = |rows: &[(u64, crate::catalog::RecordingRow)]| {
+            rows.iter().map(|(_, r)| r.run_id).collect::<std::collections::BTreeSet<_>>().len()
+        };
+        assert_eq!((runs(&front_rows), runs(&yard_rows)), (2, 1), "front's stop ended its run; yard's went on");
     }
 }

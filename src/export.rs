@@ -16,6 +16,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use crate::base::StreamKey;
 use crate::catalog::{Catalog, CatalogError};
 use crate::limits;
 use crate::media::fmp4_read::{ReadError, SegmentReader, retime_fragment_header};
@@ -79,15 +80,15 @@ fn read_err(path: &Path) -> impl FnOnce(ReadError) -> ExportError + '_ {
 }
 
 impl Export {
-    /// Plans the export of `stream` (`camera/kind`) from `from_us` to `to_us` (wall, UTC).
+    /// Plans the export of `stream` from `from_us` to `to_us` (wall, UTC).
     pub fn plan(
         catalog: &Catalog,
         data_dir: &Path,
-        stream: &str,
+        stream: &StreamKey,
         from_us: i64,
         to_us: i64,
     ) -> Result<Export, ExportError> {
-        let stream_id = catalog.find_stream(stream)?.ok_or_else(|| ExportError::NoStream(stream.to_string()))?;
+        let stream_id = catalog.find_stream(stream)?.ok_or_else(|| ExportError::NoStream(stream.name()))?;
         let mut ex = Export {
             files: Vec::new(),
             init: Vec::new(),
@@ -169,13 +170,14 @@ impl Export {
     }
 
     /// A file name for the export: `<camera>-<stream>-<UTC start>.mp4`.
-    pub fn file_name(&self, stream: &str) -> String {
+    pub fn file_name(&self, stream: &StreamKey) -> String {
         let secs = self.wall_start_us.div_euclid(1_000_000);
         let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
         let (y, m, d) = civil_from_days(days);
         format!(
-            "{}-{y:04}{m:02}{d:02}-{:02}{:02}{:02}Z.mp4",
-            stream.replace('/', "-"),
+            "{}-{}-{y:04}{m:02}{d:02}-{:02}{:02}{:02}Z.mp4",
+            stream.camera,
+            stream.kind.name(),
             rem / 3600,
             rem % 3600 / 60,
             rem % 60
@@ -267,6 +269,7 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::StreamKind;
 
     #[test]
     fn dates_are_civil_utc() {
@@ -281,7 +284,7 @@ mod tests {
         use crate::catalog::{Batch, FragmentRow, RecordingRow};
         let dir = tempfile::tempdir().unwrap();
         let cat = Catalog::open(&dir.path().join("catalog.redb")).unwrap();
-        let s = cat.stream_id("cam/main").unwrap();
+        let s = cat.stream_id(&StreamKey::new("cam", StreamKind::Main)).unwrap();
         let n = limits::EXPORT_FRAGMENTS_MAX as i64 + 1;
         let row = RecordingRow {
             stream_id: s,
@@ -303,7 +306,8 @@ mod tests {
         };
         let fragments = (0..n).map(|i| (id, i as u32, fragment(i))).collect();
         cat.commit(&Batch { fragments, recordings: vec![(id, row)], ..Batch::default() }).unwrap();
-        let plan = |to_s: i64| Export::plan(&cat, dir.path(), "cam/main", 0, to_s * 1_000_000);
+        let plan =
+            |to_s: i64| Export::plan(&cat, dir.path(), &StreamKey::new("cam", StreamKind::Main), 0, to_s * 1_000_000);
         assert!(matches!(plan(n), Err(ExportError::TooLong)));
         // One fragment fewer is planned: it fails only at the file, which does not exist.
         assert!(matches!(plan(n - 1), Err(ExportError::Io { .. })));

@@ -2,10 +2,11 @@
 //!
 //! Its rooms, one line each (`docs/architecture.md` draws them and the flow between them):
 //!
-//! - [`base`]: what every room builds on: files made durable, disk space.
+//! - [`base`]: what every room builds on: files made durable, disk space, stream keys.
 //! - [`limits`]: every ceiling, with its unit in its name and why.
 //! - [`config`]: the TOML config, parsed and validated into types.
 //! - [`budget`]: the memory budget, computed from the limits and the config before start.
+//! - [`cameras`]: the cameras running now, by stream key: the one list every room reads.
 //! - [`clock`]: monotonic, wall and 90 kHz media time, and how a run maps one onto the other.
 //! - [`media`]: frames, codec parameters, and the fMP4 boxes they are stored in.
 //! - [`ingest`]: one supervised RTSP session per camera stream, reconnecting forever.
@@ -25,6 +26,7 @@
 pub mod auth;
 pub mod base;
 pub mod budget;
+pub mod cameras;
 pub mod catalog;
 pub mod clock;
 pub mod config;

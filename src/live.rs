@@ -16,14 +16,15 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
+use crate::base::StreamKey;
 use crate::limits;
 use crate::media::{Frame, VideoParams};
 
 /// What a tap receives.
 #[derive(Clone, Debug)]
 pub struct LiveFrame {
-    /// Which fanout it came from (the index the consumer gave at [`Fanout::tap`]).
-    pub stream: usize,
+    /// Which stream it came from (the key the consumer gave at [`Fanout::tap`]).
+    pub stream: StreamKey,
     pub frame: Frame,
     /// Frames were lost before this one on this tap (full queue or a new camera session):
     /// decode state is broken until a keyframe.
@@ -32,7 +33,7 @@ pub struct LiveFrame {
 
 struct Tap {
     id: u64,
-    stream: usize,
+    stream: StreamKey,
     tx: mpsc::Sender<LiveFrame>,
     lagged: bool,
 }
@@ -114,7 +115,7 @@ impl Fanout {
         }
         let gap = std::mem::take(&mut inner.session_gap);
         for tap in &mut inner.taps {
-            let item = LiveFrame { stream: tap.stream, frame: frame.clone(), after_gap: gap || tap.lagged };
+            let item = LiveFrame { stream: tap.stream.clone(), frame: frame.clone(), after_gap: gap || tap.lagged };
             match tap.tx.try_send(item) {
                 Ok(()) => tap.lagged = false,
                 Err(_) => {
@@ -152,7 +153,7 @@ impl Fanout {
     }
 
     /// Registers a tap sending to `tx`, its frames labelled `stream`; returns its id.
-    pub fn tap(&self, stream: usize, tx: mpsc::Sender<LiveFrame>) -> u64 {
+    pub fn tap(&self, stream: StreamKey, tx: mpsc::Sender<LiveFrame>) -> u64 {
         let id = self.next_tap.fetch_add(1, Ordering::Relaxed);
         self.inner.lock().expect("fanout lock").taps.push(Tap { id, stream, tx, lagged: false });
         id
@@ -222,13 +223,14 @@ mod tests {
     fn a_full_tap_loses_frames_and_is_told_so_and_publication_never_waits() {
         let f = Fanout::new(Arc::default());
         let (tx, mut rx) = mpsc::channel(limits::LIVE_TAP_FRAMES);
-        f.tap(7, tx);
+        let key = StreamKey::new("cam", crate::base::StreamKind::Main);
+        f.tap(key.clone(), tx);
         for i in 0..limits::LIVE_TAP_FRAMES + 5 {
             f.publish(&frame(10, i == 0));
         }
         assert_eq!(f.stats.tap_drops.load(Ordering::Relaxed), 5);
         let first = rx.try_recv().unwrap();
-        assert_eq!((first.stream, first.after_gap), (7, false));
+        assert_eq!((first.stream, first.after_gap), (key, false));
         while rx.try_recv().is_ok() {}
         f.publish(&frame(10, false));
         assert!(rx.try_recv().unwrap().after_gap, "the tap lagged");

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use keeppeek::base::StreamKey;
 use keeppeek::catalog::Catalog;
 use keeppeek::config::Config;
 use keeppeek::system::bundle::UpdateError;
@@ -257,9 +258,11 @@ fn dispatch(command: Command) -> Result<(), String> {
             let c = Config::load(&config).map_err(|e| e.to_string())?;
             let catalog = open_catalog(&c.data_dir)?;
             let (from_us, to_us) = ((from * 1e6) as i64, (to * 1e6) as i64);
-            let ex = keeppeek::export::Export::plan(&catalog, &c.data_dir, &stream, from_us, to_us)
+            let key = StreamKey::parse(&stream)
+                .ok_or_else(|| format!("{stream}: name a stream as camera/main or camera/sub"))?;
+            let ex = keeppeek::export::Export::plan(&catalog, &c.data_dir, &key, from_us, to_us)
                 .map_err(|e| e.to_string())?;
-            let out = out.unwrap_or_else(|| PathBuf::from(ex.file_name(&stream)));
+            let out = out.unwrap_or_else(|| PathBuf::from(ex.file_name(&key)));
             let mut file =
                 std::io::BufWriter::new(std::fs::File::create(&out).map_err(|e| format!("{}: {e}", out.display()))?);
             let n = ex.write_to(&mut file).map_err(|e| e.to_string())?;

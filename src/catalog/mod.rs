@@ -34,6 +34,7 @@ pub use coverage::Bucket;
 pub use rows::{FragmentRow, RecordingRow, RowError};
 pub use runs::{Run, Runs};
 
+use crate::base::StreamKey;
 use crate::limits;
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -148,8 +149,10 @@ impl Catalog {
         txn.commit().storage()
     }
 
-    /// The id of stream `name` (`camera/kind`), created if new.
-    pub fn stream_id(&self, name: &str) -> Result<u32, CatalogError> {
+    /// The id of stream `key`, created if new.
+    pub fn stream_id(&self, key: &StreamKey) -> Result<u32, CatalogError> {
+        let name = key.name();
+        let name = name.as_str();
         let txn = self.db.begin_write().storage()?;
         let id = {
             let mut streams = txn.open_table(STREAMS).storage()?;
@@ -548,6 +551,7 @@ fn add_coverage(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::StreamKind;
 
     fn row(stream_id: u32) -> RecordingRow {
         RecordingRow { stream_id, wall_start_us: 1_000, wall_end_us: 1_000, ..RecordingRow::for_test("") }
@@ -557,9 +561,9 @@ mod tests {
     fn recordings_fragments_and_deletion_go_through_the_garbage_list() {
         let dir = tempfile::tempdir().unwrap();
         let cat = Catalog::open(&dir.path().join("catalog.redb")).unwrap();
-        let s = cat.stream_id("cam/main").unwrap();
-        assert_eq!(cat.stream_id("cam/main").unwrap(), s);
-        assert_ne!(cat.stream_id("cam/sub").unwrap(), s);
+        let s = cat.stream_id(&StreamKey::new("cam", StreamKind::Main)).unwrap();
+        assert_eq!(cat.stream_id(&StreamKey::new("cam", StreamKind::Main)).unwrap(), s);
+        assert_ne!(cat.stream_id(&StreamKey::new("cam", StreamKind::Sub)).unwrap(), s);
         let (id, mut r) = cat.begin_recording(row(s), |id| format!("rec/{id}.mp4")).unwrap();
         assert_eq!(r.path, format!("rec/{id}.mp4"));
         let f = FragmentRow {

@@ -4,6 +4,8 @@
 
 use redb::{ReadableDatabase, ReadableTable};
 
+use crate::base::StreamKey;
+
 use super::{Catalog, CatalogError, OrStorage, RECORDINGS, RecordingRow, STREAMS};
 
 /// One run of a stream: recordings of one camera session, back to back.
@@ -26,9 +28,10 @@ pub struct Runs {
 }
 
 impl Catalog {
-    /// The id of stream `name` (`camera/kind`), if it was ever recorded. Never writes (the
-    /// recorder's [`Catalog::stream_id`] creates ids).
-    pub fn find_stream(&self, name: &str) -> Result<Option<u32>, CatalogError> {
+    /// The id of stream `key`, if it was ever recorded. Never writes (the recorder's
+    /// [`Catalog::stream_id`] creates ids).
+    pub fn find_stream(&self, key: &StreamKey) -> Result<Option<u32>, CatalogError> {
+        let name = key.name();
         let txn = self.db.begin_read().storage()?;
         let t = txn.open_table(STREAMS).storage()?;
         for entry in t.iter().storage()? {
@@ -116,6 +119,7 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::StreamKind;
     use crate::catalog::Batch;
 
     /// Recordings of two streams, interleaved as the recorder writes them: stream `a`'s runs
@@ -123,7 +127,10 @@ mod tests {
     /// has no fragment yet.
     fn catalog(dir: &std::path::Path, runs: u64) -> (Catalog, u32) {
         let c = Catalog::open(&dir.join("catalog.redb")).unwrap();
-        let (a, b) = (c.stream_id("cam/main").unwrap(), c.stream_id("cam/sub").unwrap());
+        let (a, b) = (
+            c.stream_id(&StreamKey::new("cam", StreamKind::Main)).unwrap(),
+            c.stream_id(&StreamKey::new("cam", StreamKind::Sub)).unwrap(),
+        );
         let mut batch = Batch::default();
         let row = |stream_id, run_id, start: i64, fragments| RecordingRow {
             stream_id,
@@ -177,8 +184,8 @@ mod tests {
         assert_eq!(rows.len(), 2);
         assert!(rows.iter().all(|(_, r)| r.fragments > 0 && r.stream_id == a));
         assert_eq!(c.runs(a, 0, i64::MAX, 10).unwrap().runs.len(), 1);
-        assert_eq!(c.find_stream("cam/sub").unwrap(), Some(a + 1));
-        assert_eq!(c.find_stream("cam/none").unwrap(), None, "and nothing is created");
+        assert_eq!(c.find_stream(&StreamKey::new("cam", StreamKind::Sub)).unwrap(), Some(a + 1));
+        assert_eq!(c.find_stream(&StreamKey::new("none", StreamKind::Main)).unwrap(), None, "and nothing is created");
         assert_eq!(c.streams().unwrap().len(), 2);
     }
 }

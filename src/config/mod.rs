@@ -59,21 +59,7 @@ pub enum Source {
     Builtin,
 }
 
-/// Which of a camera's streams.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum StreamKind {
-    Main,
-    Sub,
-}
-
-impl StreamKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            StreamKind::Main => "main",
-            StreamKind::Sub => "sub",
-        }
-    }
-}
+pub use crate::base::{StreamKey, StreamKind};
 
 /// How a stream is recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

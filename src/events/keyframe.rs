@@ -7,6 +7,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use crate::base::{StreamKey, StreamKind};
 use crate::catalog::{Catalog, CatalogError};
 use crate::limits;
 use crate::media::fmp4::{SampleEntry, TrackRun, fragment_header_buffer, write_fragment_header};
@@ -45,9 +46,9 @@ pub struct KeyframeAt {
 pub fn resolve(catalog: &Catalog, data_dir: &Path, id: u64) -> Result<KeyframeAt, KeyframeError> {
     let event = catalog.event(id)?.ok_or(KeyframeError::NoEvent)?;
     let time = event.envelope.time();
-    for kind in ["main", "sub"] {
-        let name = format!("{}/{kind}", event.envelope.camera);
-        let Some(stream_id) = catalog.find_stream(&name)? else { continue };
+    for kind in [StreamKind::Main, StreamKind::Sub] {
+        let key = StreamKey::new(&event.envelope.camera, kind);
+        let Some(stream_id) = catalog.find_stream(&key)? else { continue };
         let back_us = limits::EVENT_KEYFRAME_BACK_MS as i64 * 1000;
         let Some((rec, kf)) = catalog.keyframe_near(stream_id, time, back_us, 0)? else { continue };
         let Some(row) = catalog.recording(rec)? else { continue };
@@ -155,7 +156,7 @@ mod tests {
         assert!(matches!(resolve(&cat, dir.path(), 9), Err(KeyframeError::NoEvent)));
         // A keyframe further back than the ceiling is not the event's picture: a recording
         // whose only keyframe row is at its start, 70 s long.
-        let stream_id = cat.stream_id("side/main").unwrap();
+        let stream_id = cat.stream_id(&StreamKey::new("side", StreamKind::Main)).unwrap();
         let row = crate::catalog::RecordingRow {
             stream_id,
             wall_start_us: WALL0,

@@ -11,7 +11,6 @@ pub mod envelope;
 pub mod jpeg;
 pub mod keyframe;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,11 +20,11 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::warn;
 
 use crate::base::fs::{sync_dir, write_synced};
+use crate::cameras::Cameras;
 use crate::catalog::events::{EventFields, EventRecord, Planned, Snapshot};
 use crate::catalog::{Catalog, CatalogError};
 use crate::clock::SharedClocks;
 use crate::limits;
-use crate::preroll::Trigger;
 use envelope::EnvelopeError;
 use jpeg::JpegError;
 
@@ -80,8 +79,8 @@ pub struct EventStats {
 pub struct Events {
     catalog: Arc<Catalog>,
     data_dir: PathBuf,
-    /// Every camera, with the triggers of its streams recorded on events.
-    cameras: HashMap<String, Vec<Arc<Trigger>>>,
+    /// The running cameras, with the triggers of their streams recorded on events.
+    cameras: Arc<Cameras>,
     /// Writers take turns (see [`Events::publish`]).
     writer: Arc<std::sync::Mutex<()>>,
     uploads: Semaphore,
@@ -98,7 +97,7 @@ impl Events {
     pub fn new(
         catalog: Arc<Catalog>,
         data_dir: PathBuf,
-        cameras: HashMap<String, Vec<Arc<Trigger>>>,
+        cameras: Arc<Cameras>,
         live: Option<Arc<dyn NoticeSink>>,
         snapshots_max_bytes: u64,
         clocks: SharedClocks,
@@ -150,7 +149,7 @@ impl Events {
         let clocks = &*self.clocks;
         let (arrived_us, arrived_mono_us) = (clocks.wall_us(), clocks.mono_us());
         let e = envelope::parse(envelope, arrived_us)?;
-        let triggers = self.cameras.get(&e.camera).ok_or_else(|| IntakeError::UnknownCamera(e.camera.clone()))?;
+        let triggers = self.cameras.triggers(&e.camera).ok_or_else(|| IntakeError::UnknownCamera(e.camera.clone()))?;
         let snapshot = match snapshot {
             Some(b) if b.len() > limits::EVENT_JPEG_MAX_BYTES => return Err(IntakeError::JpegTooLarge),
             Some(b) => Some((jpeg::check(&b)?, b)),
@@ -357,7 +356,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
         let events =
-            Events::new(catalog, dir.path().into(), HashMap::new(), None, u64::MAX, crate::clock::RealClocks::shared());
+            Events::new(catalog, dir.path().into(), Arc::default(), None, u64::MAX, crate::clock::RealClocks::shared());
         let slots: Vec<_> = (0..limits::EVENT_UPLOADS_MAX).map(|_| events.upload_slot().unwrap()).collect();
         assert!(matches!(events.upload_slot(), Err(IntakeError::Busy)));
         drop(slots);

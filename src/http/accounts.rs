@@ -135,7 +135,7 @@ async fn login_reply(ctx: &Ctx, r: Result<Login, AuthError>, status: StatusCode)
 
 /// Sessions that ended: what they opened (live views) closes too.
 async fn closed_sessions(ctx: &Ctx, ended: &[crate::auth::SessionKey]) {
-    if let Some(w) = &ctx.media.webrtc {
+    if let Some(w) = &ctx.services.webrtc {
         for session in ended {
             w.close_login(*session).await;
         }
@@ -157,7 +157,7 @@ pub(super) async fn logout(ctx: &Ctx, who: &Principal) -> Reply {
     match who {
         Principal::User { session, .. } => {
             ctx.auth.end_session(session);
-            if let Some(w) = &ctx.media.webrtc {
+            if let Some(w) = &ctx.services.webrtc {
                 w.close_login(*session).await;
             }
             with_cookie(json(StatusCode::OK, json!({})), "", 0)
@@ -254,7 +254,7 @@ pub(super) async fn delete_token(ctx: &Ctx, id: &str) -> Reply {
     };
     match ctx.auth.catalog().delete_token(id) {
         Ok(true) => {
-            if let Some(w) = &ctx.media.webrtc {
+            if let Some(w) = &ctx.services.webrtc {
                 w.close_principal(Principal::Token { id, scopes: 0 }.name()).await;
             }
             json(StatusCode::OK, json!({}))

@@ -69,7 +69,7 @@ async fn handle(
 ) -> Reply {
     use Route::*;
     match route {
-        Metrics => text(metrics::render(&ctx.stats, &ctx.media), "text/plain; version=0.0.4; charset=utf-8"),
+        Metrics => text(metrics::render(&ctx.stats, &ctx.services), "text/plain; version=0.0.4; charset=utf-8"),
         Cameras => media::cameras(ctx),
         Recordings(s) => media::recordings(ctx, &parts, s).await,
         Coverage(s) => media::coverage(ctx, &parts, s).await,

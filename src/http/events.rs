@@ -12,6 +12,7 @@ use super::Ctx;
 use super::errors::fail;
 use super::reply::{Reply, RequestBody, content_type, error, json, on_pool, read_body, with_header, with_type};
 use crate::auth::Principal;
+use crate::base::{StreamKey, StreamKind};
 use crate::catalog::events::query_term;
 use crate::catalog::events::{EventQuery, EventRecord};
 use crate::events::IntakeError;
@@ -88,9 +89,7 @@ fn multipart_error(e: multer::Error) -> BodyError {
 
 /// `POST /api/events`: answers once the event is durable.
 pub(super) async fn intake(ctx: &Ctx, who: &Principal, parts: &Parts, body: RequestBody) -> Reply {
-    let Some(events) = &ctx.media.events else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "no_events", "events are not taken here");
-    };
+    let events = &ctx.services.events;
     let _slot = match events.upload_slot() {
         Ok(s) => s,
         Err(e) => return fail(&e),
@@ -132,13 +131,8 @@ pub(super) async fn intake(ctx: &Ctx, who: &Principal, parts: &Parts, body: Requ
 fn event_json(ctx: &Ctx, r: &EventRecord) -> serde_json::Value {
     let mut v = serde_json::to_value(&r.envelope).unwrap_or_default();
     let camera = &r.envelope.camera;
-    let pre_roll_us = ctx
-        .media
-        .streams
-        .iter()
-        .find(|s| s.camera == *camera && s.kind == crate::config::StreamKind::Main)
-        .and_then(|s| s.recording.as_ref())
-        .map_or(0, |w| i64::from(w.pre_roll_ms) * 1000);
+    let main = ctx.services.cameras.stream(&StreamKey::new(camera, StreamKind::Main));
+    let pre_roll_us = main.as_ref().and_then(|s| s.recording.as_ref()).map_or(0, |w| i64::from(w.pre_roll_ms) * 1000);
     if let Some(o) = v.as_object_mut() {
         o.insert("keyframe".into(), json!(format!("/api/events/{}/keyframe", r.id)));
         o.insert(
@@ -199,7 +193,7 @@ pub(super) async fn search(ctx: &Ctx, parts: &Parts) -> Reply {
         Ok(q) => q,
         Err(m) => return error(StatusCode::BAD_REQUEST, "bad_query", &m),
     };
-    let catalog = ctx.media.catalog.clone();
+    let catalog = ctx.services.catalog.clone();
     match on_pool(move || catalog.search_events(&q).map_err(|e| fail(&e))).await {
         Ok(page) => {
             let events: Vec<_> = page.events.iter().map(|e| event_json(ctx, e)).collect();
@@ -237,7 +231,7 @@ pub(super) async fn revisions(ctx: &Ctx, parts: &Parts, id: &str) -> Reply {
         Ok(after) => after.unwrap_or(0),
         Err(r) => return r,
     };
-    let catalog = ctx.media.catalog.clone();
+    let catalog = ctx.services.catalog.clone();
     let limit = limits::EVENT_REVISIONS_PAGE_MAX;
     match on_pool(move || catalog.event_revisions(id, after, limit).map_err(|e| fail(&e))).await {
         Ok(revs) if revs.is_empty() && after == 0 => error(StatusCode::NOT_FOUND, "not_found", "no such event"),
@@ -260,7 +254,7 @@ pub(super) async fn snapshot(ctx: &Ctx, parts: &Parts, id: &str) -> Reply {
         Ok(rev) => rev,
         Err(r) => return r,
     };
-    let catalog = ctx.media.catalog.clone();
+    let catalog = ctx.services.catalog.clone();
     let record = on_pool(move || {
         let found = match rev {
             Some(rev) => catalog.event_revision(id, rev),
@@ -276,7 +270,7 @@ pub(super) async fn snapshot(ctx: &Ctx, parts: &Parts, id: &str) -> Reply {
     let Some(snap) = snap else {
         return error(StatusCode::NOT_FOUND, "no_snapshot", "that revision has no snapshot");
     };
-    match tokio::fs::read(ctx.media.data_dir.join(&snap.path)).await {
+    match tokio::fs::read(ctx.services.data_dir.join(&snap.path)).await {
         Ok(bytes) => {
             let mut r = with_type(StatusCode::OK, bytes, "image/jpeg");
             // A revision's snapshot never changes.
@@ -295,7 +289,7 @@ pub(super) async fn keyframe(ctx: &Ctx, id: &str) -> Reply {
         Ok(id) => id,
         Err(r) => return r,
     };
-    let (catalog, data_dir) = (ctx.media.catalog.clone(), ctx.media.data_dir.clone());
+    let (catalog, data_dir) = (ctx.services.catalog.clone(), ctx.services.data_dir.clone());
     let found = on_pool(move || {
         let at = crate::events::keyframe::resolve(&catalog, &data_dir, id).map_err(|e| fail(&e))?;
         crate::events::keyframe::read(&at).map_err(|e| fail(&e))

@@ -34,11 +34,10 @@ pub async fn whep_open(
     if !super::parse::is_mime(content_type(headers), "application/sdp") {
         return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "not_sdp", "send the offer as content-type: application/sdp");
     }
-    let Some(webrtc) = &ctx.media.webrtc else {
+    let Some(webrtc) = &ctx.services.webrtc else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "no_live_view", "live view is turned off ([webrtc] port = 0)");
     };
-    let found = ctx.media.streams.iter().position(|s| s.camera == path.camera && s.kind.name() == path.kind);
-    let Some(stream) = found else {
+    let Some(stream) = ctx.services.cameras.stream(&path.key()) else {
         return error(StatusCode::NOT_FOUND, "not_found", "no such stream");
     };
     let offer = match read_body(body, ctx, limits::WEBRTC_OFFER_MAX_BYTES).await {
@@ -48,7 +47,7 @@ pub async fn whep_open(
     let Ok(offer) = String::from_utf8(offer.to_vec()) else {
         return error(StatusCode::BAD_REQUEST, "bad_offer", "the SDP offer is not UTF-8 text");
     };
-    match webrtc.open(stream, offer, owner(who), peer.ip()).await {
+    match webrtc.open(stream.key.clone(), offer, owner(who), peer.ip()).await {
         Ok((id, answer)) => {
             let r = with_type(StatusCode::CREATED, answer, "application/sdp");
             with_header(r, header::LOCATION, &format!("/api/whep/sessions/{id}"))
@@ -59,7 +58,7 @@ pub async fn whep_open(
 
 /// `DELETE /api/whep/sessions/{id}`: by its owner or an admin.
 pub async fn whep_close(ctx: &Ctx, who: &Principal, id: &str) -> Reply {
-    let Some(webrtc) = &ctx.media.webrtc else {
+    let Some(webrtc) = &ctx.services.webrtc else {
         return error(StatusCode::NOT_FOUND, "not_found", "no such session");
     };
     let principal = (!who.can(scope::ADMIN)).then(|| owner(who).principal);

@@ -20,6 +20,7 @@ use super::errors::fail;
 use super::reply::{self, Body, Reply, error, on_pool, with_header};
 use super::routes::StreamPath;
 use super::{Ctx, parse};
+use crate::base::StreamKey;
 use crate::catalog::Catalog;
 use crate::export::Export;
 use crate::limits;
@@ -61,10 +62,11 @@ pub fn range(parts: &Parts) -> Result<(i64, i64), Reply> {
 /// `GET /api/cameras`
 pub fn cameras(ctx: &Ctx) -> Reply {
     let mut by_camera: BTreeMap<&str, Vec<serde_json::Value>> = BTreeMap::new();
-    for s in &ctx.media.streams {
+    let streams = ctx.services.cameras.streams();
+    for s in &streams {
         let st = s.state.snapshot();
-        by_camera.entry(&s.camera).or_default().push(json!({
-            "stream": s.kind.name(),
+        by_camera.entry(&s.key.camera).or_default().push(json!({
+            "stream": s.key.kind.name(),
             "recorded": s.recording.is_some(),
             "record_mode": s.recording.as_ref().map_or("off", |r| r.mode.name()),
             "pre_roll_ms": s.recording.as_ref().map_or(0, |r| r.pre_roll_ms),
@@ -81,9 +83,9 @@ pub fn cameras(ctx: &Ctx) -> Reply {
     reply::json(StatusCode::OK, json!(list))
 }
 
-/// The catalog id of `camera/kind`, if it was ever recorded.
-fn stream_id(catalog: &Catalog, name: &str) -> Result<u32, Reply> {
-    match catalog.find_stream(name) {
+/// The catalog id of stream `key`, if it was ever recorded.
+fn stream_id(catalog: &Catalog, key: &StreamKey) -> Result<u32, Reply> {
+    match catalog.find_stream(key) {
         Ok(found) => found.ok_or_else(|| error(StatusCode::NOT_FOUND, "not_found", "no recordings of that stream")),
         Err(e) => Err(fail(&e)),
     }
@@ -95,10 +97,10 @@ pub async fn recordings(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>) -> Rep
         Ok(r) => r,
         Err(r) => return r,
     };
-    let name = stream.name();
-    let catalog = ctx.media.catalog.clone();
+    let key = stream.key();
+    let catalog = ctx.services.catalog.clone();
     let found = on_pool(move || {
-        let id = stream_id(&catalog, &name)?;
+        let id = stream_id(&catalog, &key)?;
         catalog.runs(id, from, to, limits::API_LIST_MAX).map_err(|e| fail(&e))
     });
     let found = match found.await {
@@ -122,10 +124,10 @@ pub async fn coverage(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>) -> Reply
         Ok(r) => r,
         Err(r) => return r,
     };
-    let name = stream.name();
-    let catalog = ctx.media.catalog.clone();
+    let key = stream.key();
+    let catalog = ctx.services.catalog.clone();
     let found = on_pool(move || {
-        let id = stream_id(&catalog, &name)?;
+        let id = stream_id(&catalog, &key)?;
         catalog.coverage_view(id, from, to, COVERAGE_VIEW_BUCKET_US).map_err(|e| fail(&e))
     });
     let buckets = match found.await {
@@ -171,8 +173,8 @@ pub async fn playlist(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>) -> Reply
 
 /// The export of `stream` over `[from, to)`, planned from the catalog.
 async fn plan(ctx: &Ctx, stream: StreamPath<'_>, from: i64, to: i64) -> Result<Export, Reply> {
-    let (name, catalog, data_dir) = (stream.name(), ctx.media.catalog.clone(), ctx.media.data_dir.clone());
-    on_pool(move || Export::plan(&catalog, &data_dir, &name, from, to).map_err(|e| fail(&e))).await
+    let (key, catalog, data_dir) = (stream.key(), ctx.services.catalog.clone(), ctx.services.data_dir.clone());
+    on_pool(move || Export::plan(&catalog, &data_dir, &key, from, to).map_err(|e| fail(&e))).await
 }
 
 /// `DELETE /api/streams/{camera}/{kind}/recordings?from_us&to_us` (admin): deletes the
@@ -182,15 +184,13 @@ pub async fn delete_range(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>) -> R
         Ok(r) => r,
         Err(r) => return r,
     };
-    let name = stream.name();
-    let catalog = ctx.media.catalog.clone();
-    let id = match on_pool(move || stream_id(&catalog, &name)).await {
+    let key = stream.key();
+    let catalog = ctx.services.catalog.clone();
+    let id = match on_pool(move || stream_id(&catalog, &key)).await {
         Ok(id) => id,
         Err(r) => return r,
     };
-    let Some(recorder) = ctx.media.recorder.clone() else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "no_recorder", "the recorder is not running");
-    };
+    let recorder = ctx.services.recorder.clone();
     let done = tokio::task::spawn_blocking(move || recorder.delete_range(id, from, to)).await.ok().flatten();
     match done {
         Some((deleted, bytes, kept)) => {
@@ -230,7 +230,7 @@ pub async fn export(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>, from: i64,
             return with_header(r, header::CONTENT_RANGE, &format!("bytes */{len}"));
         }
     };
-    let name = ex.file_name(&stream.name());
+    let name = ex.file_name(&stream.key());
     let mut r = Response::new(export_body(ex, start, end, permit));
     *r.status_mut() = status;
     let h = r.headers_mut();

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{HttpStats, Media};
+use super::{HttpStats, Services};
 
 /// Writes one metric family: its help, its type and one sample per label set.
 fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, u64)]) {
@@ -37,7 +37,7 @@ fn resident_bytes() -> u64 {
     pages * page.max(0) as u64
 }
 
-pub fn render(s: &HttpStats, media: &Media) -> String {
+pub fn render(s: &HttpStats, services: &Services) -> String {
     let mut out = String::new();
     let one = |v: u64| vec![(String::new(), v)];
     family(
@@ -89,8 +89,8 @@ pub fn render(s: &HttpStats, media: &Media) -> String {
         "Requests and connections refused, by reason.",
         &refused,
     );
-    streams(&mut out, media);
-    if let Some(w) = &media.webrtc {
+    streams(&mut out, services);
+    if let Some(w) = &services.webrtc {
         let st = &w.stats;
         family(
             &mut out,
@@ -150,7 +150,8 @@ pub fn render(s: &HttpStats, media: &Media) -> String {
             family(&mut out, name, "counter", help, &one(load(v)));
         }
     }
-    if let Some(p) = &media.preroll {
+    {
+        let p = &services.preroll;
         for (name, help, v) in [
             ("keeppeek_preroll_total_bytes", "Bytes of pre-roll history held across every stream.", p.held_bytes()),
             (
@@ -163,8 +164,8 @@ pub fn render(s: &HttpStats, media: &Media) -> String {
             family(&mut out, name, "gauge", help, &one(v as u64));
         }
     }
-    if let Some(e) = &media.events {
-        let st = &e.stats;
+    {
+        let st = &services.events.stats;
         for (name, help, v) in [
             ("keeppeek_events_stored_total", "Event revisions stored.", &st.stored),
             ("keeppeek_events_replayed_total", "Events whose idempotency key was seen before.", &st.replayed),
@@ -175,7 +176,8 @@ pub fn render(s: &HttpStats, media: &Media) -> String {
             family(&mut out, name, "counter", help, &one(load(v)));
         }
     }
-    if let Some(f) = &media.flusher {
+    {
+        let f = &services.flusher;
         for (name, help, v) in [
             ("keeppeek_catalog_commits_total", "Durable catalog commits.", &f.commits),
             ("keeppeek_catalog_commit_errors_total", "Catalog commits that failed.", &f.commit_errors),
@@ -194,21 +196,22 @@ pub fn render(s: &HttpStats, media: &Media) -> String {
 type PerStream<'a> = (&'static str, &'static str, &'a dyn Fn(usize) -> Option<u64>);
 
 /// Per-stream families, each sample labelled `stream="camera/kind"`.
-fn streams(out: &mut String, media: &Media) {
-    let snapshots: Vec<_> = media.streams.iter().map(|s| s.state.snapshot()).collect();
-    let name = |i: usize| format!("stream=\"{}/{}\"", label(&media.streams[i].camera), media.streams[i].kind.name());
+fn streams(out: &mut String, services: &Services) {
+    let streams = services.cameras.streams();
+    let snapshots: Vec<_> = streams.iter().map(|s| s.state.snapshot()).collect();
+    let name = |i: usize| format!("stream=\"{}/{}\"", label(&streams[i].key.camera), streams[i].key.kind.name());
     let per = |f: &dyn Fn(usize) -> Option<u64>| -> Vec<(String, u64)> {
-        (0..media.streams.len()).filter_map(|i| Some((name(i), f(i)?))).collect()
+        (0..streams.len()).filter_map(|i| Some((name(i), f(i)?))).collect()
     };
-    let history = |i: usize| media.streams[i].recording.as_ref().and_then(|r| r.history.as_ref());
-    let admission = |i: usize| media.streams[i].recording.as_ref().map(|r| &r.admission);
+    let history = |i: usize| streams[i].recording.as_ref().and_then(|r| r.history.as_ref());
+    let admission = |i: usize| streams[i].recording.as_ref().map(|r| &r.admission);
     let gauges: [PerStream; 6] = [
         ("keeppeek_stream_connected", "1 while the camera session is up.", &|i| {
             Some(u64::from(snapshots[i].connected))
         }),
         ("keeppeek_stream_bitrate_bps", "Measured bitrate of the stream.", &|i| Some(snapshots[i].bitrate_bps)),
         ("keeppeek_recorder_queue_bytes", "Frame bytes waiting for the recorder.", &|i| {
-            media.streams[i].recording.as_ref().map(|r| r.queue.bytes_in_flight.load(Ordering::Relaxed) as u64)
+            streams[i].recording.as_ref().map(|r| r.queue.bytes_in_flight.load(Ordering::Relaxed) as u64)
         }),
         ("keeppeek_preroll_bytes", "Bytes of pre-roll history held.", &|i| {
             history(i).map(|h| h.held_bytes.load(Ordering::Relaxed) as u64)
@@ -224,7 +227,7 @@ fn streams(out: &mut String, media: &Media) {
         family(out, metric, "gauge", help, &per(f));
     }
     let rec = |i: usize, f: fn(&crate::record::stream::RecorderStats) -> &AtomicU64| {
-        media.streams[i].recording.as_ref().map(|r| load(f(&r.stats)))
+        streams[i].recording.as_ref().map(|r| load(f(&r.stats)))
     };
     let counters: [PerStream; 16] = [
         ("keeppeek_stream_sessions_total", "Camera sessions started.", &|i| Some(snapshots[i].sessions_started)),
@@ -233,7 +236,7 @@ fn streams(out: &mut String, media: &Media) {
             Some(snapshots[i].frames_oversized)
         }),
         ("keeppeek_recorder_queue_dropped_total", "Frames dropped at a full recorder queue.", &|i| {
-            media.streams[i].recording.as_ref().map(|r| load(&r.queue.frames_dropped))
+            streams[i].recording.as_ref().map(|r| load(&r.queue.frames_dropped))
         }),
         ("keeppeek_recorder_fragments_total", "Fragments written.", &|i| rec(i, |r| &r.fragments_written)),
         ("keeppeek_recorder_bytes_total", "Bytes of fragments written.", &|i| rec(i, |r| &r.bytes_written)),
@@ -258,10 +261,10 @@ fn streams(out: &mut String, media: &Media) {
             admission(i).map(|a| load(&a.preroll_frames))
         }),
         ("keeppeek_live_tap_drops_total", "Frames a live tap had no room for.", &|i| {
-            Some(load(&media.streams[i].live.stats.tap_drops))
+            Some(load(&streams[i].live.stats.tap_drops))
         }),
         ("keeppeek_live_gops_dropped_total", "GOPs not held for new viewers: over a cap.", &|i| {
-            Some(load(&media.streams[i].live.stats.gops_dropped))
+            Some(load(&streams[i].live.stats.gops_dropped))
         }),
     ];
     for (metric, help, f) in counters {

@@ -88,42 +88,67 @@ pub struct HttpStats {
     pub busy: AtomicU64,
 }
 
-/// What the media routes read: the catalog, the files, and each stream's live state.
-pub struct Media {
+/// The daemon's services as the handlers reach them: the catalog and the files, the running
+/// cameras, the recorder, the event intake, the box as firmware and live view.
+pub struct Services {
     pub catalog: Arc<crate::catalog::Catalog>,
-    /// Deletions go through the recorder (none in tests of the edge alone).
-    pub recorder: Option<crate::record::RecorderHandle>,
     pub data_dir: std::path::PathBuf,
-    pub streams: Vec<LiveStream>,
-    /// The catalog writer's counters (none in tests of the edge alone).
-    pub flusher: Option<Arc<crate::record::flusher::FlusherStats>>,
-    /// Live view (none when turned off).
+    /// The running cameras' streams and their live state.
+    pub cameras: Arc<crate::cameras::Cameras>,
+    /// Deletions go through the recorder.
+    pub recorder: crate::record::RecorderHandle,
+    /// The catalog writer's counters.
+    pub flusher: Arc<crate::record::flusher::FlusherStats>,
+    /// Pre-roll history across every stream.
+    pub preroll: Arc<crate::preroll::HistoryPool>,
+    pub events: Arc<crate::events::Events>,
+    /// The box as firmware: updates, reboot, factory reset, support bundle.
+    pub system: Arc<crate::system::SystemApi>,
+    /// Live view (none when turned off: `[webrtc] port = 0`).
     pub webrtc: Option<crate::webrtc::WebrtcHandle>,
-    /// Event intake (none in tests of the edge alone).
-    pub events: Option<Arc<crate::events::Events>>,
-    /// Pre-roll history across every stream (none in tests of the edge alone).
-    pub preroll: Option<Arc<crate::preroll::HistoryPool>>,
-    /// The box as firmware: updates, reboot, factory reset, support bundle (none in tests of
-    /// the edge alone).
-    pub system: Option<Arc<crate::system::SystemApi>>,
 }
 
-/// One configured stream and its live state.
-pub struct LiveStream {
-    pub camera: String,
-    pub kind: crate::config::StreamKind,
-    pub state: Arc<crate::ingest::state::StreamState>,
-    /// Its recorder's queue, counters and trigger, when it is recorded.
-    pub recording: Option<crate::record::RecordingWatch>,
-    /// Its live frames.
-    pub live: Arc<crate::live::Fanout>,
+impl Services {
+    /// Every service on `catalog` in `data_dir` with no camera running yet, no firmware and
+    /// no live view: a flusher, an event intake that knows `cameras`. For tests, fuzzing and
+    /// benchmarks; the daemon builds its own from its config.
+    pub fn without_cameras(
+        catalog: Arc<crate::catalog::Catalog>,
+        data_dir: std::path::PathBuf,
+        cameras: Arc<crate::cameras::Cameras>,
+    ) -> Result<Services, crate::catalog::CatalogError> {
+        let mut config = crate::config::Config::demo(data_dir.clone(), ([127, 0, 0, 1], 0).into());
+        config.cameras.clear();
+        let clocks = crate::clock::RealClocks::shared();
+        // The flusher thread ends once the last handle to it (this one's) is gone.
+        let recorder = crate::record::Recorder::start(&config, catalog.clone(), clocks.clone())?;
+        let events = crate::events::Events::new(
+            catalog.clone(),
+            data_dir.clone(),
+            cameras.clone(),
+            None,
+            config.events_max_bytes,
+            clocks,
+        );
+        Ok(Services {
+            recorder: recorder.handle(),
+            flusher: recorder.flusher_stats.clone(),
+            preroll: recorder.preroll.clone(),
+            events: Arc::new(events),
+            system: Arc::new(crate::system::SystemApi::new(data_dir.clone(), None)),
+            catalog,
+            data_dir,
+            cameras,
+            webrtc: None,
+        })
+    }
 }
 
 /// What every request handler shares.
 struct Ctx {
     stats: Arc<HttpStats>,
     auth: Arc<Auth>,
-    media: Arc<Media>,
+    services: Arc<Services>,
     handlers: Semaphore,
     waiting: AtomicUsize,
     /// Exports streaming: [`limits::EXPORTS_RUNNING_MAX`].
@@ -131,41 +156,29 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn new(stats: Arc<HttpStats>, auth: Arc<Auth>, media: Arc<Media>) -> Ctx {
+    fn new(stats: Arc<HttpStats>, auth: Arc<Auth>, services: Arc<Services>) -> Ctx {
         Ctx {
             stats,
             auth,
-            media,
+            services,
             handlers: Semaphore::new(limits::HTTP_HANDLERS_MAX),
             waiting: 0.into(),
             exports: Arc::new(Semaphore::new(limits::EXPORTS_RUNNING_MAX)),
         }
     }
 
-    /// With an empty catalog in `dir`, no camera and no recorder (fuzzing and tests).
+    /// With an empty catalog in `dir` and no camera (fuzzing and tests).
     fn bare(dir: &std::path::Path) -> Ctx {
-        let media = Media::bare(dir);
-        let catalog = media.catalog.clone();
-        Ctx::new(Arc::default(), Arc::new(Auth::new(catalog, crate::clock::RealClocks::shared())), Arc::new(media))
+        Ctx::with_cameras(dir, Arc::default())
     }
-}
 
-impl Media {
-    /// An empty catalog in `dir`, and nothing else.
-    fn bare(dir: &std::path::Path) -> Media {
+    /// With an empty catalog in `dir` and the cameras `cameras` knows (none running).
+    fn with_cameras(dir: &std::path::Path, cameras: Arc<crate::cameras::Cameras>) -> Ctx {
         let catalog =
             Arc::new(crate::catalog::Catalog::open(&dir.join("catalog.redb")).expect("a catalog in a fresh dir"));
-        Media {
-            catalog: catalog.clone(),
-            recorder: None,
-            data_dir: dir.into(),
-            streams: Vec::new(),
-            flusher: None,
-            webrtc: None,
-            events: None,
-            preroll: None,
-            system: None,
-        }
+        let services =
+            Services::without_cameras(catalog.clone(), dir.into(), cameras).expect("services in a fresh dir");
+        Ctx::new(Arc::default(), Arc::new(Auth::new(catalog, crate::clock::RealClocks::shared())), Arc::new(services))
     }
 }
 
@@ -214,11 +227,11 @@ pub async fn serve(
     listener: TcpListener,
     stats: Arc<HttpStats>,
     auth: Arc<Auth>,
-    media: Arc<Media>,
+    services: Arc<Services>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let table = conns::Table::new();
-    let ctx = Arc::new(Ctx::new(stats.clone(), auth, media));
+    let ctx = Arc::new(Ctx::new(stats.clone(), auth, services));
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "web face listening");
     }
@@ -652,7 +665,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = Ctx::bare(dir.path());
         let parts = Request::get("/x?from_us=1&to_us=2").body(()).unwrap().into_parts().0;
-        let stream = routes::StreamPath { camera: "a", kind: "main" };
+        let stream = routes::StreamPath { camera: "a", kind: crate::base::StreamKind::Main };
         let running: Vec<_> =
             (0..limits::EXPORTS_RUNNING_MAX).map(|_| ctx.exports.clone().try_acquire_owned().unwrap()).collect();
         assert_eq!(media::export(&ctx, &parts, stream, 1, 2).await.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -738,23 +751,14 @@ mod tests {
     async fn a_body_that_waited_for_a_handler_is_read_on_a_fresh_clock() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let dir = tempfile::tempdir().unwrap();
-        let mut media = Media::bare(dir.path());
-        let cameras = [("front".to_string(), Vec::new())].into();
-        let events = crate::events::Events::new(
-            media.catalog.clone(),
-            dir.path().into(),
-            cameras,
-            None,
-            1 << 20,
-            crate::clock::RealClocks::shared(),
-        );
-        media.events = Some(Arc::new(events));
-        let catalog = media.catalog.clone();
-        let ctx = Arc::new(Ctx::new(
-            Arc::default(),
-            Arc::new(Auth::new(catalog, crate::clock::RealClocks::shared())),
-            Arc::new(media),
-        ));
+        let cameras = Arc::new(crate::cameras::Cameras::default());
+        cameras.add([crate::cameras::RunningStream {
+            key: crate::base::StreamKey::new("front", crate::base::StreamKind::Main),
+            state: Arc::default(),
+            recording: None,
+            live: Arc::new(crate::live::Fanout::new(Arc::default())),
+        }]);
+        let ctx = Arc::new(Ctx::with_cameras(dir.path(), cameras));
         let (_, token) = ctx.auth.create_token("detector", crate::auth::scope::EVENTS_WRITE).unwrap();
         // Every handler is busy for 40 s.
         let busy = ctx.handlers.try_acquire_many(limits::HTTP_HANDLERS_MAX as u32).unwrap();

@@ -4,18 +4,20 @@
 use http::Method;
 
 use crate::auth::scope;
+use crate::base::{StreamKey, StreamKind};
 
-/// A stream as a path names it: `{camera}/{kind}`.
+/// A stream as a path names it: `{camera}/{kind}` (a kind other than `main` or `sub` is no
+/// route).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StreamPath<'a> {
     pub camera: &'a str,
-    pub kind: &'a str,
+    pub kind: StreamKind,
 }
 
 impl StreamPath<'_> {
-    /// `camera/kind`, as the catalog and the export name it.
-    pub fn name(&self) -> String {
-        format!("{}/{}", self.camera, self.kind)
+    /// The stream's key, as the catalog, the recorder and live view know it.
+    pub fn key(&self) -> StreamKey {
+        StreamKey::new(self.camera, self.kind)
     }
 }
 
@@ -81,22 +83,22 @@ impl<'a> Route<'a> {
             }
             v
         };
-        let stream = |camera, kind| StreamPath { camera, kind };
         let m = if get { &Method::GET } else { method };
+        let stream = |camera, kind| Some(StreamPath { camera, kind: StreamKind::parse(kind)? });
         Some(match (m, segments.as_slice()) {
             (&Method::GET, ["metrics"]) => Metrics,
             (&Method::GET, ["api", "setup"]) => SetupStatus,
             (&Method::POST, ["api", "setup"]) => Setup,
             (&Method::POST, ["api", "login"]) => Login,
             (&Method::GET, ["api", "cameras"]) => Cameras,
-            (&Method::GET, ["api", "streams", c, k, "recordings"]) => Recordings(stream(c, k)),
-            (&Method::GET, ["api", "streams", c, k, "coverage"]) => Coverage(stream(c, k)),
-            (&Method::GET, ["api", "streams", c, k, "export.mp4"]) => Export(stream(c, k)),
-            (&Method::GET, ["api", "streams", c, k, "export.m3u8"]) => Playlist(stream(c, k)),
-            (&Method::GET, ["api", "streams", c, k, "exports", name]) => ExportNamed(stream(c, k), name),
-            (&Method::DELETE, ["api", "streams", c, k, "recordings"]) => DeleteRecordings(stream(c, k)),
+            (&Method::GET, ["api", "streams", c, k, "recordings"]) => Recordings(stream(c, k)?),
+            (&Method::GET, ["api", "streams", c, k, "coverage"]) => Coverage(stream(c, k)?),
+            (&Method::GET, ["api", "streams", c, k, "export.mp4"]) => Export(stream(c, k)?),
+            (&Method::GET, ["api", "streams", c, k, "export.m3u8"]) => Playlist(stream(c, k)?),
+            (&Method::GET, ["api", "streams", c, k, "exports", name]) => ExportNamed(stream(c, k)?, name),
+            (&Method::DELETE, ["api", "streams", c, k, "recordings"]) => DeleteRecordings(stream(c, k)?),
             (&Method::DELETE, ["api", "whep", "sessions", id]) => WhepClose(id),
-            (&Method::POST, ["api", "whep", c, k]) => WhepOpen(stream(c, k)),
+            (&Method::POST, ["api", "whep", c, k]) => WhepOpen(stream(c, k)?),
             (&Method::POST, ["api", "events"]) => EventIntake,
             (&Method::GET, ["api", "events"]) => EventSearch,
             (&Method::GET, ["api", "events", id]) => EventRevisions(id),
@@ -194,13 +196,14 @@ mod tests {
         }
         // The route carries what its path names.
         let export = Route::parse(&Method::GET, "/api/streams/door/sub/exports/1-2.mp4").unwrap();
-        assert_eq!(export, Route::ExportNamed(StreamPath { camera: "door", kind: "sub" }, "1-2.mp4"));
+        assert_eq!(export, Route::ExportNamed(StreamPath { camera: "door", kind: StreamKind::Sub }, "1-2.mp4"));
         // Nothing else is a route.
         for (method, path) in [
             ("GET", "/api/nothing"),
             ("POST", "/"),
             ("PUT", "/api/users"),
             ("GET", "/api/streams/a/main/other"),
+            ("GET", "/api/streams/a/third/recordings"),
             ("DELETE", "/api/whep/a/main"),
             ("GET", "/a/b/c/d/e/f/g/h/i"),
         ] {

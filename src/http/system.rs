@@ -24,10 +24,7 @@ fn query_flag(parts: &Parts, name: &str) -> bool {
 }
 
 pub(super) fn status(ctx: &Ctx) -> Reply {
-    match &ctx.media.system {
-        Some(s) => json(StatusCode::OK, s.status()),
-        None => json(StatusCode::OK, json!({ "firmware": false })),
-    }
+    json(StatusCode::OK, ctx.services.system.status())
 }
 
 /// Reads an upload as a blocking `Read` fed by the async side through a bounded channel.
@@ -71,9 +68,7 @@ mod tests {
 
 /// `POST /api/system/update[?force=1][&reboot=1]`: the bundle is the body.
 pub(super) async fn update(ctx: &Ctx, parts: &Parts, mut body: RequestBody) -> Reply {
-    let Some(api) = ctx.media.system.clone() else {
-        return fail(&UpdateError::NotFirmware);
-    };
+    let api = ctx.services.system.clone();
     if api.system.is_none() {
         return fail(&UpdateError::NotFirmware);
     }
@@ -156,10 +151,9 @@ pub(super) async fn update(ctx: &Ctx, parts: &Parts, mut body: RequestBody) -> R
 }
 
 pub(super) fn reboot(ctx: &Ctx) -> Reply {
-    match ctx.media.system.as_ref().map(|s| s.reboot_soon()) {
-        Some(Ok(())) => json(StatusCode::ACCEPTED, json!({ "rebooting": true })),
-        Some(Err(m)) => error(StatusCode::CONFLICT, "not_firmware", &m),
-        None => error(StatusCode::CONFLICT, "not_firmware", "not running from a KeepPeek image"),
+    match ctx.services.system.reboot_soon() {
+        Ok(()) => json(StatusCode::ACCEPTED, json!({ "rebooting": true })),
+        Err(m) => error(StatusCode::CONFLICT, "not_firmware", &m),
     }
 }
 
@@ -170,7 +164,7 @@ pub(super) async fn factory_reset(ctx: &Ctx, headers: &http::HeaderMap, body: Re
         Ok(r) => r,
         Err(r) => return r,
     };
-    let Some(api) = ctx.media.system.as_ref().filter(|s| s.system.is_some()) else {
+    let Some(api) = Some(&ctx.services.system).filter(|s| s.system.is_some()) else {
         return error(StatusCode::CONFLICT, "not_firmware", "a factory reset is for a KeepPeek box");
     };
     let data = api.system.as_ref().map(|s| s.data_dir()).unwrap_or_default();
@@ -183,9 +177,7 @@ pub(super) async fn factory_reset(ctx: &Ctx, headers: &http::HeaderMap, body: Re
 
 /// `GET /api/system/support-bundle`: a tar, secrets redacted.
 pub(super) async fn support_bundle(ctx: &Ctx) -> Reply {
-    let Some(api) = ctx.media.system.clone() else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "no_system", "no support bundle here");
-    };
+    let api = ctx.services.system.clone();
     let made = on_pool(move || {
         let Some(_turn) = api.begin_support_bundle() else {
             return Err(error(StatusCode::SERVICE_UNAVAILABLE, "busy", "a support bundle is being made: try again"));

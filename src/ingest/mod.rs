@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::base::StreamKey;
 use crate::clock::{Clocks, SharedClocks};
 use crate::config::Source;
 use crate::limits;
@@ -116,7 +117,7 @@ fn jitter(seed: &mut u64) -> f64 {
 /// What the supervisor of one stream needs.
 pub struct StreamInput {
     pub clocks: SharedClocks,
-    pub name: String,
+    pub key: StreamKey,
     pub source: Source,
     pub credentials: Option<(String, String)>,
     pub recorder: Option<FrameSender>,
@@ -127,7 +128,7 @@ pub struct StreamInput {
 /// Keeps one stream's session up until `shutdown` turns true. Dropping the returned future
 /// (or shutdown) drops the recorder's sender, which lets the recorder close its files.
 pub async fn supervise(mut input: StreamInput, mut shutdown: watch::Receiver<bool>) {
-    let group = Arc::new(SessionGroup::default().named(input.name.clone()));
+    let group = Arc::new(SessionGroup::default().named(input.key.name()));
     let clip = match &input.source {
         Source::Builtin => Some(file::Clip::parse(file::BUILTIN_CLIP)),
         Source::File { path } => Some(read_clip(path).await),
@@ -173,7 +174,7 @@ pub async fn supervise(mut input: StreamInput, mut shutdown: watch::Receiver<boo
             backoff_ms(attempt, jitter(&mut seed))
         };
         attempt = attempt.saturating_add(1);
-        warn!(stream = %input.name, retry_in_ms = wait_ms, "camera session ended: {err}");
+        warn!(stream = %input.key, retry_in_ms = wait_ms, "camera session ended: {err}");
         input.state.disconnected(err.to_string());
         // retina tears old sessions down in the background; do not pile new ones on a camera
         // that limits its sessions, but do not wait on it forever either.
@@ -188,7 +189,7 @@ pub async fn supervise(mut input: StreamInput, mut shutdown: watch::Receiver<boo
             _ = shutdown.changed() => break,
         }
     }
-    info!(stream = %input.name, "ingest stopped");
+    info!(stream = %input.key, "ingest stopped");
 }
 
 async fn read_clip(path: &std::path::Path) -> Result<file::Clip, IngestError> {

@@ -4,10 +4,13 @@
 //! bounded [`queue`] from ingest, and one flusher thread ([`flusher::Flusher`]) that owns the
 //! grouped catalog commits and retention. Disk I/O never runs on the async runtime.
 //!
-//! Lifecycle: [`recovery::recover`] runs first, then [`Recorder::start`]. To stop, drop every
-//! [`queue::FrameSender`] (the ingest tasks do when they end) and call
-//! [`Recorder::shutdown`]: each recorder closes its fragment and segment, the flusher syncs
-//! and commits, and the threads exit.
+//! Lifecycle: [`recovery::recover`] runs first, then [`Recorder::start`] (the flusher), then
+//! [`Recorder::start_camera`] for each camera, at start or while the box runs. To stop one
+//! camera, drop its streams' [`queue::FrameSender`]s (its ingest tasks do when they end) and
+//! call [`Recorder::stop_camera`]: each of its recorders closes its fragment and segment and
+//! its thread exits, while the other cameras record on. To stop them all, drop every sender
+//! and call [`Recorder::shutdown`]: the recorders close their files, the flusher syncs and
+//! commits, and the threads exit.
 
 pub mod flusher;
 pub mod fragmenter;
@@ -31,9 +34,10 @@ use std::sync::atomic::Ordering;
 
 use tracing::{info, warn};
 
+use crate::base::StreamKey;
 use crate::catalog::{Catalog, CatalogError};
 use crate::clock::SharedClocks;
-use crate::config::{Camera, Config, RecordMode, StreamKind};
+use crate::config::{Camera, Config, RecordMode};
 use crate::limits;
 use crate::preroll::{Admission, AdmissionStats, Caps, History, HistoryPool, HistoryStats, Mode, Trigger};
 
@@ -43,8 +47,7 @@ pub use stream::RecorderStats;
 
 /// One recorded stream's handles.
 pub struct RecordedStream {
-    pub camera: String,
-    pub kind: StreamKind,
+    pub key: StreamKey,
     pub stream_id: u32,
     pub sender: FrameSender,
     pub watch: RecordingWatch,
@@ -85,10 +88,28 @@ impl RecorderHandle {
 pub struct Recorder {
     flusher_tx: SyncSender<flusher::ToFlusher>,
     flusher: JoinHandle<()>,
-    streams: Vec<JoinHandle<()>>,
+    /// Each recorded stream's thread.
+    streams: Vec<(StreamKey, JoinHandle<()>)>,
     pub flusher_stats: Arc<FlusherStats>,
     /// Bytes of pre-roll history across every stream.
     pub preroll: Arc<HistoryPool>,
+    data_dir: PathBuf,
+    require_sane_clock: bool,
+    /// Every stream's segment bounds and pre-roll share, from the config's plan at start.
+    bounds: fragmenter::SegmentBounds,
+    history_max_bytes: usize,
+}
+
+/// One camera's recorder threads, taken out of the recorder to be waited for.
+#[must_use = "wait for the recorders to close their files"]
+pub struct CameraStop(Vec<(StreamKey, JoinHandle<()>)>);
+
+impl CameraStop {
+    /// Waits (bounded by [`limits::SHUTDOWN_TIMEOUT_MS`], blocking) for the threads to close
+    /// their files and end; returns whether every one did in time.
+    pub fn wait(self) -> bool {
+        join_by(self.0, Instant::now() + Duration::from_millis(limits::SHUTDOWN_TIMEOUT_MS))
+    }
 }
 
 /// The segment bounds for a config: a segment is at most an eighth of a stream's share of
@@ -105,15 +126,12 @@ pub fn segment_bounds(config: &Config, stream_count: usize, fs_bytes: Option<u64
 }
 
 impl Recorder {
-    /// Starts the flusher and one recorder thread per recorded stream of `config`.
-    pub fn start(
-        config: &Config,
-        catalog: Arc<Catalog>,
-        clocks: SharedClocks,
-    ) -> Result<(Recorder, Vec<RecordedStream>), CatalogError> {
+    /// Starts the flusher; the cameras' recorders start with [`Recorder::start_camera`].
+    /// Segment bounds and pre-roll shares follow every recorded stream of `config`.
+    pub fn start(config: &Config, catalog: Arc<Catalog>, clocks: SharedClocks) -> Result<Recorder, CatalogError> {
         let data_dir: PathBuf = config.data_dir.clone();
         let f = flusher::Flusher::new(
-            catalog.clone(),
+            catalog,
             data_dir.clone(),
             Duration::from_secs(config.flush_interval_s),
             config.retention,
@@ -124,29 +142,47 @@ impl Recorder {
         let flusher = spawn("kp-flusher", move || f.run(flusher_rx));
 
         let recorded: Vec<_> =
-            config.cameras.iter().flat_map(|c| c.recorded_streams().map(move |(kind, mode)| (c, kind, mode))).collect();
+            config.cameras.iter().flat_map(|c| c.recorded_streams().map(move |(_, mode)| (c, mode))).collect();
         let fs_bytes = crate::base::fs::disk_space(&data_dir).map(|d| d.total_bytes);
         let bounds = segment_bounds(config, recorded.len(), fs_bytes);
-        let pool = Arc::new(HistoryPool::new(config.preroll.total_max_bytes as usize));
         // Each history gets an equal share of the global cap (or its own cap, if smaller):
         // one busy stream cannot starve the others of pre-roll.
         let with_history =
-            recorded.iter().filter(|(c, _, m)| *m == RecordMode::Events && c.pre_roll_ms > 0).count().max(1) as u64;
+            recorded.iter().filter(|(c, m)| *m == RecordMode::Events && c.pre_roll_ms > 0).count().max(1) as u64;
         let history_max_bytes = config.preroll.stream_max_bytes.min(config.preroll.total_max_bytes / with_history);
-        let mut handles = Vec::new();
-        let mut streams = Vec::new();
-        for (camera, kind, mode) in recorded {
-            let stream_id = catalog.stream_id(&format!("{}/{}", camera.name, kind.name()))?;
+        Ok(Recorder {
+            flusher_tx,
+            flusher,
+            streams: Vec::new(),
+            flusher_stats,
+            preroll: Arc::new(HistoryPool::new(config.preroll.total_max_bytes as usize)),
+            data_dir,
+            require_sane_clock: config.require_sane_clock,
+            bounds,
+            history_max_bytes: history_max_bytes as usize,
+        })
+    }
+
+    /// Starts one recorder thread per recorded stream of `camera`.
+    pub fn start_camera(
+        &mut self,
+        camera: &Camera,
+        catalog: &Arc<Catalog>,
+    ) -> Result<Vec<RecordedStream>, CatalogError> {
+        let mut started = Vec::new();
+        for (kind, mode) in camera.recorded_streams() {
+            let key = StreamKey::new(&camera.name, kind);
+            let stream_id = catalog.stream_id(&key)?;
             let (sender, receiver, queue) = queue::channel();
             let rec = stream::StreamRecorder::new(
                 stream_id,
-                format!("{}/{}/{}", recovery::RECORDINGS_DIR, camera.name, kind.name()),
-                data_dir.clone(),
+                format!("{}/{key}", recovery::RECORDINGS_DIR),
+                self.data_dir.clone(),
                 catalog.clone(),
-                flusher_tx.clone(),
-                fragmenter::Fragmenter::new(bounds, config.require_sane_clock),
+                self.flusher_tx.clone(),
+                fragmenter::Fragmenter::new(self.bounds, self.require_sane_clock),
             );
-            let admission = admission_for(camera, mode, history_max_bytes as usize, &pool);
+            let admission = admission_for(camera, mode, self.history_max_bytes, &self.preroll);
             let watch = RecordingWatch {
                 mode,
                 pre_roll_ms: if mode == RecordMode::Events { camera.pre_roll_ms } else { 0 },
@@ -156,10 +192,20 @@ impl Recorder {
                 admission: admission.stats.clone(),
                 history: admission.history().map(|h| h.stats.clone()),
             };
-            handles.push(spawn(&format!("kp-rec-{stream_id}"), move || rec.run(receiver, admission)));
-            streams.push(RecordedStream { camera: camera.name.clone(), kind, stream_id, sender, watch });
+            let thread = spawn(&format!("kp-rec-{stream_id}"), move || rec.run(receiver, admission));
+            self.streams.push((key.clone(), thread));
+            started.push(RecordedStream { key, stream_id, sender, watch });
         }
-        Ok((Recorder { flusher_tx, flusher, streams: handles, flusher_stats, preroll: pool }, streams))
+        Ok(started)
+    }
+
+    /// Takes `camera`'s recorders out of the running ones; the others record on. Its
+    /// streams' `FrameSender`s dropped (its ingest stopped), [`CameraStop::wait`] waits for
+    /// them to close their files.
+    pub fn stop_camera(&mut self, camera: &str) -> CameraStop {
+        let (of_camera, others) = self.streams.drain(..).partition(|(key, _)| key.of(camera));
+        self.streams = others;
+        CameraStop(of_camera)
     }
 
     /// Tells the catalog writer the box is stopping (see [`flusher::ToFlusher::Stopping`]);
@@ -180,18 +226,7 @@ impl Recorder {
     pub fn shutdown(self) {
         let deadline = Instant::now() + Duration::from_millis(limits::SHUTDOWN_TIMEOUT_MS);
         // The flusher ends when every recorder's sender is gone: join it only if they are.
-        let mut all_stopped = true;
-        for h in self.streams {
-            while !h.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if !h.is_finished() {
-                warn!("a recorder thread did not stop in time");
-                all_stopped = false;
-                continue;
-            }
-            let _ = h.join();
-        }
+        let all_stopped = join_by(self.streams, deadline);
         // Never block on a flusher stuck in a sync: ask, and wait only until the deadline.
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
@@ -233,6 +268,23 @@ fn admission_for(camera: &Camera, mode: RecordMode, max_bytes: usize, pool: &Arc
         _ => None,
     };
     Admission::new(mode, history, trigger)
+}
+
+/// Joins each recorder thread that ends by `deadline`; returns whether all did.
+fn join_by(threads: Vec<(StreamKey, JoinHandle<()>)>, deadline: Instant) -> bool {
+    let mut all_stopped = true;
+    for (key, h) in threads {
+        while !h.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if !h.is_finished() {
+            warn!(stream = %key, "a recorder thread did not stop in time");
+            all_stopped = false;
+            continue;
+        }
+        let _ = h.join();
+    }
+    all_stopped
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {

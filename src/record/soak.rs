@@ -24,6 +24,7 @@ use super::recovery::RECORDINGS_DIR;
 use super::stream::StreamRecorder;
 use super::{segment_bounds, verify};
 use crate::auth::{Auth, limiter};
+use crate::base::{StreamKey, StreamKind};
 use crate::catalog::Catalog;
 use crate::clock::{BUILD_WALL_US, Clocks, SimulatedClocks};
 use crate::config::{Config, Retention};
@@ -92,7 +93,7 @@ fn thirty_simulated_days_stay_within_caps_and_check_clean() {
     let mut streams: Vec<Stream> = (0..4)
         .map(|i| {
             let camera = format!("cam{i}");
-            let stream_id = catalog.stream_id(&format!("{camera}/main")).unwrap();
+            let stream_id = catalog.stream_id(&StreamKey::new(&camera, StreamKind::Main)).unwrap();
             let recorder = StreamRecorder::new(
                 stream_id,
                 format!("{RECORDINGS_DIR}/{camera}/main"),

@@ -36,7 +36,8 @@ pub fn segment(n: u32, wall0_us: i64) -> (Vec<u8>, Vec<(u64, u64)>) {
 /// A closed recording of `stream` with `n` one-second fragments from `wall0_us`, its file
 /// under `data_dir` and its rows (fragments, keyframes, recording) in `catalog`.
 pub fn recording(catalog: &Catalog, data_dir: &Path, stream: &str, wall0_us: i64, n: u32) -> u64 {
-    let stream_id = catalog.stream_id(stream).expect("stream id");
+    let key = crate::base::StreamKey::parse(stream).expect("a camera/kind name");
+    let stream_id = catalog.stream_id(&key).expect("stream id");
     let row = RecordingRow { stream_id, ..RecordingRow::for_test("") };
     let (id, mut row) = catalog.begin_recording(row, |id| format!("recordings/{stream}/{id}.mp4")).expect("begin");
     let (bytes, bounds) = segment(n, wall0_us);

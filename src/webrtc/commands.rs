@@ -3,12 +3,15 @@
 //! tracks are checked here, streams are found through the catalog's one reader, and track
 //! state changes in one place.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::control::{self, Answer, Command, Refusal, Subscription};
 use super::core::{Core, Out};
 use super::playback::Cursor;
 use super::session::{self, Session, Source};
+use crate::base::StreamKey;
+use crate::cameras::RunningStream;
 use crate::limits;
 
 impl Core {
@@ -23,12 +26,11 @@ impl Core {
         control::answer(req.id, req.track, self.carry_out(i, req, now, out))
     }
 
-    /// The index and name of a stream named in a command (empty: the session's own).
-    fn stream_named(&self, i: usize, name: &str) -> Result<(usize, String), Refusal> {
-        let live = &self.streams.live;
-        let ix = if name.is_empty() { Some(self.sessions[i].stream) } else { live.iter().position(|(n, _)| n == name) };
-        let ix = ix.ok_or_else(|| Refusal::NoStream(name.to_string()))?;
-        Ok((ix, live[ix].0.clone()))
+    /// A running stream named in a command (empty: the session's own).
+    fn stream_named(&self, i: usize, name: &str) -> Result<Arc<RunningStream>, Refusal> {
+        let key = if name.is_empty() { Some(self.sessions[i].stream.clone()) } else { StreamKey::parse(name) };
+        let found = key.and_then(|k| self.streams.cameras.stream(&k));
+        found.ok_or_else(|| Refusal::NoStream(name.to_string()))
     }
 
     /// Carries out one request on track `req.track` of session `i`.
@@ -36,24 +38,25 @@ impl Core {
         let t = req.track;
         match &req.command {
             Command::PlayLive { stream } => {
-                let (ix, name) = self.stream_named(i, stream)?;
-                let codec = self.streams.live[ix].1.params().map(|p| p.codec);
+                let running = self.stream_named(i, stream)?;
+                let codec = running.live.params().map(|p| p.codec);
                 if codec.is_some_and(|c| c != self.sessions[i].codec) {
-                    return Err(Refusal::LiveCodec(name));
+                    return Err(Refusal::LiveCodec(running.key.name()));
                 }
-                self.watch(ix);
+                self.watch(running.key.clone(), &running.live);
                 let track = &mut self.sessions[i].tracks[t];
-                track.source = Source::Live(ix);
-                track.play = control::PlayState::live(name);
+                track.source = Source::Live(running.key.clone());
+                track.play = control::PlayState::live(running.key.name());
                 track.rebase();
                 track.last_sent_mono_us = i64::MIN;
                 self.keyframe_burst(i, t, now, out);
             }
             Command::PlayStored { stream, wall_us } => {
-                let (_, name) = self.stream_named(i, stream)?;
-                let cursor = self.open_cursor(i, t, &name, *wall_us, now)?;
+                let key = self.stream_named(i, stream)?.key.clone();
+                let cursor = self.open_cursor(i, t, &key, *wall_us, now)?;
                 let track = &mut self.sessions[i].tracks[t];
                 track.source = Source::Stored(Box::new(cursor));
+                let name = key.name();
                 track.play = control::PlayState { stored: true, stream: name, paused: false, rate: 1.0, step: false };
                 track.rebase();
             }
@@ -85,21 +88,21 @@ impl Core {
                 return Ok(Answer::Subscribed(Subscription::Nothing));
             }
             Command::Timeline { stream, from_us, to_us } => {
-                let (_, name) = self.stream_named(i, stream)?;
+                let key = self.stream_named(i, stream)?.key.clone();
                 let catalog = &self.streams.catalog;
-                let found = match catalog.find_stream(&name)? {
+                let found = match catalog.find_stream(&key)? {
                     Some(id) => catalog.runs(id, *from_us, *to_us, limits::WEBRTC_TIMELINE_RUNS_MAX)?,
                     None => Default::default(),
                 };
-                return Ok(Answer::Timeline { stream: name, runs: found.runs, truncated: found.truncated });
+                return Ok(Answer::Timeline { stream: key.name(), runs: found.runs, truncated: found.truncated });
             }
         }
         Ok(Answer::State(self.sessions[i].tracks[t].play.clone()))
     }
 
-    /// A cursor on stream `name` at `wall_us` for track `t` of session `i`, within the
+    /// A cursor on stream `key` at `wall_us` for track `t` of session `i`, within the
     /// ceilings on stored tracks (a track already playing stored video keeps its room).
-    fn open_cursor(&self, i: usize, t: usize, name: &str, wall_us: i64, now: Instant) -> Result<Cursor, Refusal> {
+    fn open_cursor(&self, i: usize, t: usize, key: &StreamKey, wall_us: i64, now: Instant) -> Result<Cursor, Refusal> {
         let is_stored = matches!(self.sessions[i].tracks[t].source, Source::Stored(_));
         if !is_stored && self.sessions[i].cursors() >= limits::WEBRTC_CURSORS_PER_SESSION_MAX {
             return Err(Refusal::SessionCursors(limits::WEBRTC_CURSORS_PER_SESSION_MAX));
@@ -109,11 +112,11 @@ impl Core {
             return Err(Refusal::BoxCursors(limits::WEBRTC_CURSORS_MAX));
         }
         let catalog = &self.streams.catalog;
-        let stream_id = catalog.find_stream(name)?.ok_or_else(|| Refusal::NotRecorded(name.to_string()))?;
+        let stream_id = catalog.find_stream(key)?.ok_or_else(|| Refusal::NotRecorded(key.name()))?;
         let cursor = Cursor::open(catalog.clone(), &self.streams.data_dir, stream_id, wall_us, now)
             .map_err(Refusal::NoFootage)?;
         if cursor.params().is_some_and(|p| p.codec != self.sessions[i].codec) {
-            return Err(Refusal::StoredCodec(name.to_string()));
+            return Err(Refusal::StoredCodec(key.name()));
         }
         Ok(cursor)
     }

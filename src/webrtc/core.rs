@@ -26,6 +26,8 @@ use tracing::{debug, warn};
 
 use super::session::{self, Owner, Session, Source, Viewer};
 use super::{OpenError, WebrtcStats, control, for_everyone, principal_max};
+use crate::base::StreamKey;
+use crate::cameras::Cameras;
 use crate::catalog::Catalog;
 use crate::events::Notice;
 use crate::limits;
@@ -39,16 +41,18 @@ pub type Out<'a> = &'a mut dyn FnMut(Transmit);
 /// How often a track playing stored video reports its position.
 const POSITION_EVERY: Duration = Duration::from_millis(250);
 
-/// One stream the engine watches: its tap and the parameter sets of its current params.
+/// One stream the engine watches: its fanout and tap, and the parameter sets of its current
+/// params.
 struct Watched {
+    live: Arc<Fanout>,
     tap: u64,
     params: Option<(Arc<VideoParams>, Vec<Bytes>)>,
 }
 
 /// The streams a core serves and where their recordings are.
 pub struct Streams {
-    /// Each stream's live fanout, by index, with its name (`camera/kind`).
-    pub live: Vec<(String, Arc<Fanout>)>,
+    /// The running cameras' streams, with their live fanouts.
+    pub cameras: Arc<Cameras>,
     pub catalog: Arc<Catalog>,
     pub data_dir: PathBuf,
 }
@@ -56,7 +60,7 @@ pub struct Streams {
 /// Every session and what they watch.
 pub struct Core {
     pub(super) streams: Streams,
-    watched: HashMap<usize, Watched>,
+    watched: HashMap<StreamKey, Watched>,
     pub(super) sessions: Vec<Session>,
     deadlines: Vec<Instant>,
     /// Live frames of watched streams come back to the shell on this queue.
@@ -99,23 +103,24 @@ impl Core {
     /// id and the answer.
     pub fn open(
         &mut self,
-        stream: usize,
+        stream: StreamKey,
         offer: &str,
         owner: Owner,
         peer: IpAddr,
         locals: impl FnOnce() -> Vec<std::net::SocketAddr>,
         now: Instant,
     ) -> Result<(u64, String), OpenError> {
-        let fanout = self.streams.live.get(stream).ok_or(OpenError::NoStream)?.1.clone();
+        let fanout = self.streams.cameras.stream(&stream).ok_or(OpenError::NoStream)?.live.clone();
         self.admit(&owner, peer)?;
         let params = fanout.params().ok_or(OpenError::NotLive)?;
         let id = self.next_id;
-        let accepted = Session::accept(Viewer { id, owner, peer, stream }, &params, offer, &locals(), now);
+        let viewer = Viewer { id, owner, peer, stream: stream.clone() };
+        let accepted = Session::accept(viewer, &params, offer, &locals(), now);
         let (session, answer) = accepted.inspect_err(|_| {
             self.stats.bad_offers.fetch_add(1, Ordering::Relaxed);
         })?;
         self.next_id += 1;
-        self.watch(stream);
+        self.watch(stream, &fanout);
         self.sessions.push(session);
         self.deadlines.push(now);
         self.stats.sessions_total.fetch_add(1, Ordering::Relaxed);
@@ -144,11 +149,11 @@ impl Core {
         Ok(())
     }
 
-    /// Taps stream `stream` if nobody watches it yet.
-    pub(super) fn watch(&mut self, stream: usize) {
+    /// Taps stream `stream` (its fanout `live`) if nobody watches it yet.
+    pub(super) fn watch(&mut self, stream: StreamKey, live: &Arc<Fanout>) {
         if !self.watched.contains_key(&stream) {
-            let tap = self.streams.live[stream].1.tap(stream, self.frames_tx.clone());
-            self.watched.insert(stream, Watched { tap, params: None });
+            let tap = live.tap(stream.clone(), self.frames_tx.clone());
+            self.watched.insert(stream, Watched { live: live.clone(), tap, params: None });
         }
     }
 
@@ -260,7 +265,7 @@ impl Core {
     /// keyframe at or before the position for stored video.
     pub(super) fn keyframe_burst(&mut self, i: usize, t: usize, now: Instant, out: Out<'_>) {
         let stream = match &mut self.sessions[i].tracks[t].source {
-            Source::Live(stream) => *stream,
+            Source::Live(stream) => stream.clone(),
             Source::Stored(cursor) => {
                 let at = cursor.position_us();
                 if cursor.seek(at, now).is_ok() {
@@ -270,13 +275,13 @@ impl Core {
             }
             Source::Idle => return,
         };
-        let gop = self.streams.live[stream].1.gop();
+        let Some(gop) = self.watched.get(&stream).map(|w| w.live.gop()) else { return };
         if gop.is_empty() {
             return; // the next keyframe will do
         }
         self.stats.keyframe_bursts.fetch_add(1, Ordering::Relaxed);
         for f in &gop {
-            let Some(data) = self.annexb(stream, f) else { return };
+            let Some(data) = self.annexb(&stream, f) else { return };
             let s = &mut self.sessions[i];
             if s.send_frame(t, &data, f.is_key, f.pts_90k, true, now).is_err() {
                 s.tracks[t].lost_frames();
@@ -324,8 +329,8 @@ impl Core {
 
     /// A frame in Annex B with the parameter sets in front of a keyframe; `None` (and a
     /// warning) when the frame or its parameters cannot be read.
-    fn annexb(&mut self, stream: usize, f: &Frame) -> Option<Arc<[u8]>> {
-        let watched = self.watched.get_mut(&stream)?;
+    fn annexb(&mut self, stream: &StreamKey, f: &Frame) -> Option<Arc<[u8]>> {
+        let watched = self.watched.get_mut(stream)?;
         let fresh = watched.params.as_ref().is_some_and(|(p, _)| Arc::ptr_eq(p, &f.params) || **p == *f.params);
         if !fresh {
             match annexb::parameter_sets(&f.params) {
@@ -345,12 +350,12 @@ impl Core {
     /// A live frame of a watched stream, sent to every track showing that stream. Returns
     /// whether a viewer wanted it (and so it was turned into Annex B and written).
     pub fn frame(&mut self, lf: LiveFrame, now: Instant, out: Out<'_>) -> bool {
-        let stream = lf.stream;
+        let stream = &lf.stream;
         let mut viewers = std::mem::take(&mut self.viewers);
         viewers.clear();
         for (i, s) in self.sessions.iter_mut().enumerate() {
             for (t, track) in s.tracks.iter_mut().enumerate() {
-                if matches!(track.source, Source::Live(x) if x == stream) {
+                if matches!(&track.source, Source::Live(x) if x == stream) {
                     if lf.after_gap {
                         track.rebase();
                     }
@@ -447,20 +452,19 @@ impl Core {
                 debug!(id = s.id, frames = s.frames_sent, "live session ended");
             }
         }
-        let in_use: Vec<usize> = self
+        let in_use: Vec<&StreamKey> = self
             .sessions
             .iter()
             .flat_map(|s| s.tracks.iter())
-            .filter_map(|t| match t.source {
+            .filter_map(|t| match &t.source {
                 Source::Live(x) => Some(x),
                 _ => None,
             })
             .collect();
-        let live = &self.streams.live;
         self.watched.retain(|stream, w| {
-            let keep = in_use.contains(stream);
+            let keep = in_use.contains(&stream);
             if !keep {
-                live[*stream].1.untap(w.tap);
+                w.live.untap(w.tap);
             }
             keep
         });
@@ -520,7 +524,7 @@ mod tests {
         let peer = IpAddr::from([127, 0, 0, 1]);
         for k in 0..=sessions {
             let who = Owner { admin: true, ..owner(&format!("user:{k}")) };
-            e.open(0, &offer, who, peer, locals, Instant::now()).expect("a session");
+            e.open(testing::key(), &offer, who, peer, locals, Instant::now()).expect("a session");
         }
         assert_eq!(e.sessions[0].tracks.len(), per_session + 1, "one live track and sixteen more");
         for i in 0..sessions {
@@ -549,9 +553,10 @@ mod tests {
     fn the_timeline_stops_at_its_ceiling_of_runs_and_says_so() {
         let dir = tempfile::tempdir().unwrap();
         let (mut e, _frames, _fanout) = testing::core(dir.path(), 1);
-        e.open(0, &offer(1), owner("user:a"), IpAddr::from([127, 0, 0, 1]), locals, Instant::now()).unwrap();
+        e.open(testing::key(), &offer(1), owner("user:a"), IpAddr::from([127, 0, 0, 1]), locals, Instant::now())
+            .unwrap();
         // Runs of one recording each, a minute apart, after the one recording made above.
-        let stream_id = e.streams.catalog.stream_id("cam/main").unwrap();
+        let stream_id = e.streams.catalog.stream_id(&testing::key()).unwrap();
         let mut batch = crate::catalog::Batch::default();
         for k in 0..limits::WEBRTC_TIMELINE_RUNS_MAX as u64 + 10 {
             let start = WALL0 + 60_000_000 * (k as i64 + 1);
@@ -643,7 +648,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut core, _frames, _fanout) = testing::core(dir.path(), 4);
         let t0 = Instant::now();
-        core.open(0, &offer(1), owner("user:a"), IpAddr::from([127, 0, 0, 1]), locals, t0).unwrap();
+        core.open(testing::key(), &offer(1), owner("user:a"), IpAddr::from([127, 0, 0, 1]), locals, t0).unwrap();
         core.sweep(t0 + Duration::from_millis(limits::WEBRTC_CONNECT_TIMEOUT_MS));
         assert_eq!(core.sessions.len(), 1, "not yet");
         core.sweep(t0 + Duration::from_millis(limits::WEBRTC_CONNECT_TIMEOUT_MS + 1));

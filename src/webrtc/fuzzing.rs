@@ -10,6 +10,7 @@ use str0m::Input;
 use str0m::net::{Protocol, Receive};
 
 use super::session::{Owner, Session, Viewer};
+use crate::base::{StreamKey, StreamKind};
 use crate::media::{VideoParams, avc};
 
 const LOCAL: ([u8; 4], u16) = ([127, 0, 0, 1], 9);
@@ -32,7 +33,7 @@ impl Harness {
     /// A session accepted from `offer`; `None` when the offer is refused.
     pub fn new(offer: &str) -> Option<Harness> {
         let owner = Owner { principal: "token:1".into(), login: None, admin: false };
-        let who = Viewer { id: 1, owner, peer: PEER.0.into(), stream: 0 };
+        let who = Viewer { id: 1, owner, peer: PEER.0.into(), stream: StreamKey::new("cam", StreamKind::Main) };
         let now = Instant::now();
         let (session, _answer) = Session::accept(who, &params(), offer, &[SocketAddr::from(LOCAL)], now).ok()?;
         Some(Harness { session, now, pts_90k: 0 })

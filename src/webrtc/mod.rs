@@ -40,9 +40,11 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+pub use core::Streams;
 pub use net::{Engine, host_addresses};
 pub use session::{OfferError, Owner};
 
+use crate::base::StreamKey;
 use crate::events::{Notice, NoticeSink};
 use crate::limits;
 
@@ -125,7 +127,7 @@ pub enum OpenError {
 
 enum Command {
     Open {
-        stream: usize,
+        stream: StreamKey,
         offer: String,
         owner: Owner,
         peer: IpAddr,
@@ -161,7 +163,7 @@ impl WebrtcHandle {
     /// Opens a session on stream `stream` for a WHEP offer; returns its id and the answer.
     pub async fn open(
         &self,
-        stream: usize,
+        stream: StreamKey,
         offer: String,
         owner: Owner,
         peer: IpAddr,
@@ -251,12 +253,12 @@ mod tests {
         for _ in 0..limits::WEBRTC_COMMANDS_MAX {
             let h = handle.clone();
             let peer = IpAddr::from([127, 0, 0, 1]);
-            waiting.push(tokio::spawn(async move { h.open(0, offer(1), owner("user:a"), peer).await }));
+            waiting.push(tokio::spawn(async move { h.open(testing::key(), offer(1), owner("user:a"), peer).await }));
         }
         while e.cmd_rx.len() < limits::WEBRTC_COMMANDS_MAX {
             tokio::task::yield_now().await;
         }
-        let refused = handle.open(0, offer(1), owner("user:a"), IpAddr::from([127, 0, 0, 1])).await;
+        let refused = handle.open(testing::key(), offer(1), owner("user:a"), IpAddr::from([127, 0, 0, 1])).await;
         assert!(matches!(refused, Err(OpenError::Busy(limits::WEBRTC_COMMANDS_MAX))), "{refused:?}");
         // Logout does not lose its request to a full queue: it waits for room.
         let logout = tokio::spawn({

@@ -22,6 +22,7 @@ use tracing::{debug, info, warn};
 
 use super::core::{Core, Streams};
 use super::{Command, WebrtcHandle, WebrtcStats};
+use crate::base::StreamKey;
 use crate::events::Notice;
 use crate::limits;
 use crate::live::LiveFrame;
@@ -152,8 +153,7 @@ impl Engine {
     pub async fn bind(
         port: u16,
         addresses: &[IpAddr],
-        streams: Vec<(String, Arc<crate::live::Fanout>)>,
-        store: (Arc<crate::catalog::Catalog>, std::path::PathBuf),
+        streams: Streams,
         max_sessions: usize,
     ) -> io::Result<(Engine, WebrtcHandle)> {
         let mut net = Sockets { sockets: Vec::new(), locals: Vec::new() };
@@ -181,7 +181,6 @@ impl Engine {
         let (frames_tx, frames_rx) = mpsc::channel(limits::LIVE_TAP_FRAMES);
         let stats = Arc::new(WebrtcStats::default());
         let handle = WebrtcHandle { tx, events_tx, stats: stats.clone(), max_sessions };
-        let streams = Streams { live: streams, catalog: store.0, data_dir: store.1 };
         let core = Core::new(streams, frames_tx, stats.clone(), max_sessions);
         let engine = Engine { net, core, cmd_rx, events_rx, frames_rx, stats, addresses: None, port };
         Ok((engine, handle))
@@ -286,7 +285,7 @@ impl Engine {
     /// Opens a session answered with the box's current addresses.
     pub(super) fn open(
         &mut self,
-        stream: usize,
+        stream: StreamKey,
         offer: &str,
         owner: super::Owner,
         peer: IpAddr,
@@ -327,8 +326,9 @@ mod tests {
             e.follow_addresses(move || now.lock().unwrap().clone())
         };
         let peer = IpAddr::from([127, 0, 0, 1]);
-        let open =
-            |e: &mut Engine, who: &str| candidates(&e.open(0, &offer(1), owner(who), peer, Instant::now()).unwrap().1);
+        let open = |e: &mut Engine, who: &str| {
+            candidates(&e.open(testing::key(), &offer(1), owner(who), peer, Instant::now()).unwrap().1)
+        };
         assert_eq!(open(&mut e, "user:a"), ["127.0.0.1"]);
         // A lease arrives: the next session is offered the new address too, bound on the
         // same port.

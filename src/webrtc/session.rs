@@ -18,6 +18,7 @@ use prost::Message;
 
 use super::control::{self, PlayState};
 use super::playback::Cursor;
+use crate::base::StreamKey;
 use crate::limits;
 use crate::media::{Codec, VideoParams};
 
@@ -37,8 +38,8 @@ pub struct Viewer {
     pub id: u64,
     pub owner: Owner,
     pub peer: IpAddr,
-    /// Index of the stream it shows.
-    pub stream: usize,
+    /// The stream it shows.
+    pub stream: StreamKey,
 }
 
 /// Why an offer was refused.
@@ -68,8 +69,8 @@ pub struct Session {
     pub id: u64,
     pub owner: Owner,
     pub peer: IpAddr,
-    /// Index of the stream it shows.
-    pub stream: usize,
+    /// The stream it shows.
+    pub stream: StreamKey,
     pub rtc: Rtc,
     /// One per video media line of the offer, in order.
     pub tracks: Vec<Track>,
@@ -127,8 +128,8 @@ pub enum Offered {
 pub enum Source {
     /// Nothing yet (tracks past the first, until told).
     Idle,
-    /// A stream's live frames (its index).
-    Live(usize),
+    /// A stream's live frames.
+    Live(StreamKey),
     /// Stored video.
     Stored(Box<Cursor>),
 }
@@ -246,7 +247,7 @@ impl Session {
             tracks.push(Track {
                 mid,
                 pt,
-                source: if i == 0 { Source::Live(stream) } else { Source::Idle },
+                source: if i == 0 { Source::Live(stream.clone()) } else { Source::Idle },
                 play: PlayState::live(String::new()),
                 need_key: true,
                 offset_90k: None,

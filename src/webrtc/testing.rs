@@ -19,6 +19,8 @@ use super::control::pb;
 use super::core::{Core, Streams};
 use super::session::Owner;
 use super::{WebrtcStats, fuzzing};
+use crate::base::{StreamKey, StreamKind};
+use crate::cameras::{Cameras, RunningStream};
 use crate::catalog::Catalog;
 use crate::live::{Fanout, GopPool, LiveFrame};
 use crate::media::Frame;
@@ -55,8 +57,14 @@ pub fn streams(dir: &Path) -> (Streams, Arc<Fanout>) {
     crate::record::testing::recording(&catalog, dir, "cam/main", WALL0, RECORDED_S);
     let fanout = Arc::new(Fanout::new(Arc::new(GopPool::default())));
     fanout.publish(&live_frame(0, true));
-    let streams = Streams { live: vec![("cam/main".to_string(), fanout.clone())], catalog, data_dir: dir.into() };
-    (streams, fanout)
+    let cameras = Arc::new(Cameras::default());
+    cameras.add([RunningStream { key: key(), state: Arc::default(), recording: None, live: fanout.clone() }]);
+    (Streams { cameras, catalog, data_dir: dir.into() }, fanout)
+}
+
+/// The test stream's key, `cam/main`.
+pub fn key() -> StreamKey {
+    StreamKey::new("cam", StreamKind::Main)
 }
 
 /// Live frame `n` of the test stream (15 a second), a keyframe or not.
@@ -142,7 +150,7 @@ impl Sim {
         let peer = IpAddr::from(BROWSER.0);
         let (id, answer) = sim
             .core
-            .open(0, &offer.to_sdp_string(), owner("user:sim"), peer, || vec![SocketAddr::from(BOX)], now)
+            .open(key(), &offer.to_sdp_string(), owner("user:sim"), peer, || vec![SocketAddr::from(BOX)], now)
             .expect("the box accepts the offer");
         sim.id = id;
         let answer = str0m::change::SdpAnswer::from_sdp_string(&answer).expect("an answer");
@@ -270,6 +278,5 @@ impl Sim {
 pub async fn engine(dir: &Path, max_sessions: usize) -> (super::Engine, super::WebrtcHandle) {
     let (streams, _fanout) = streams(dir);
     let addrs = [IpAddr::from([127, 0, 0, 1])];
-    let store = (streams.catalog, streams.data_dir);
-    super::Engine::bind(0, &addrs, streams.live, store, max_sessions).await.unwrap()
+    super::Engine::bind(0, &addrs, streams, max_sessions).await.unwrap()
 }

@@ -75,9 +75,10 @@ fn a_range_over_two_runs_exports_as_one_playable_mp4_with_byte_ranges() {
     // Any byte range reads the same as the whole file, in constant-size pieces.
     let whole = std::fs::read(&out).unwrap();
     let catalog = Catalog::open(&d.data().join("catalog.redb")).unwrap();
-    let ex = Export::plan(&catalog, &d.data(), "a/main", (from_s * 1e6) as i64, (to_s * 1e6) as i64).unwrap();
+    let key = keeppeek::base::StreamKey::parse("a/main").unwrap();
+    let ex = Export::plan(&catalog, &d.data(), &key, (from_s * 1e6) as i64, (to_s * 1e6) as i64).unwrap();
     assert_eq!(ex.len_bytes, whole.len() as u64);
-    assert!(ex.file_name("a/main").starts_with("a-main-") && ex.file_name("a/main").ends_with("Z.mp4"));
+    assert!(ex.file_name(&key).starts_with("a-main-") && ex.file_name(&key).ends_with("Z.mp4"));
     for (offset, len) in [(0usize, 10usize), (5, 7000), (whole.len() / 3, 100_000), (whole.len() - 3, 10)] {
         let mut got = Vec::new();
         let mut at = offset as u64;

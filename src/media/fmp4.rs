@@ -1,6 +1,7 @@
 //! Fragmented MP4 box writing: the init segment at a segment file's head and the header of
-//! each fragment. Sans-IO: boxes are encoded into a caller-supplied fixed buffer and an
-//! encoding that would overflow it fails with [`BufferFull`] instead of growing.
+//! each fragment. Sans-IO: boxes are encoded through `embedded_io::Write` into a
+//! caller-supplied fixed buffer, and an encoding that would overflow it fails with
+//! [`BufferFull`] instead of growing.
 //!
 //! The `mp4` crate cannot write fragmented MP4 nor carry an `hvcC` through, so KeepPeek
 //! writes the few boxes it needs itself. A segment file is:
@@ -34,6 +35,8 @@
 //! mdat                  the samples' bytes, in order
 //! ```
 
+use embedded_io::Write;
+
 use crate::limits;
 
 /// The video track of a segment file.
@@ -64,6 +67,12 @@ pub struct BufferFull {
     pub capacity_bytes: usize,
 }
 
+impl embedded_io::Error for BufferFull {
+    fn kind(&self) -> embedded_io::ErrorKind {
+        embedded_io::ErrorKind::WriteZero
+    }
+}
+
 /// One sample of a fragment, as described in its `trun`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SampleEntry {
@@ -73,10 +82,35 @@ pub struct SampleEntry {
     pub is_key: bool,
 }
 
-/// A cursor over a fixed byte buffer that writes big-endian fields and nested boxes.
+/// The box writer's cursor: `embedded_io::Write` over the caller's slice, which fails when the
+/// slice is full and never grows, plus where it is, so a box's size can be patched when the
+/// box closes.
 struct BoxBuf<'a> {
     buf: &'a mut [u8],
     pos: usize,
+}
+
+impl embedded_io::ErrorType for BoxBuf<'_> {
+    type Error = BufferFull;
+}
+
+impl Write for BoxBuf<'_> {
+    fn write(&mut self, bytes: &[u8]) -> Result<usize, BufferFull> {
+        let n = self.rest().write(bytes).map_err(|_| self.full())?;
+        self.pos += n;
+        Ok(n)
+    }
+
+    /// The slice's own `write_all`: a field that does not fit is not written in part.
+    fn write_all(&mut self, bytes: &[u8]) -> Result<(), BufferFull> {
+        self.rest().write_all(bytes).map_err(|_| self.full())?;
+        self.pos += bytes.len();
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), BufferFull> {
+        Ok(())
+    }
 }
 
 impl<'a> BoxBuf<'a> {
@@ -84,39 +118,21 @@ impl<'a> BoxBuf<'a> {
         BoxBuf { buf, pos: 0 }
     }
 
-    fn put(&mut self, bytes: &[u8]) -> Result<(), BufferFull> {
-        let end = self.pos + bytes.len();
-        let capacity_bytes = self.buf.len();
-        let dst = self.buf.get_mut(self.pos..end).ok_or(BufferFull { capacity_bytes })?;
-        dst.copy_from_slice(bytes);
-        self.pos = end;
-        Ok(())
+    /// The unwritten rest of the buffer; `pos` never passes its end.
+    fn rest(&mut self) -> &mut [u8] {
+        &mut self.buf[self.pos..]
     }
 
-    fn u8(&mut self, v: u8) -> Result<(), BufferFull> {
-        self.put(&[v])
-    }
-    fn u16(&mut self, v: u16) -> Result<(), BufferFull> {
-        self.put(&v.to_be_bytes())
-    }
-    fn u32(&mut self, v: u32) -> Result<(), BufferFull> {
-        self.put(&v.to_be_bytes())
-    }
-    fn u64(&mut self, v: u64) -> Result<(), BufferFull> {
-        self.put(&v.to_be_bytes())
-    }
-    fn zeros(&mut self, n: usize) -> Result<(), BufferFull> {
-        for _ in 0..n {
-            self.u8(0)?;
-        }
-        Ok(())
+    /// The one place the slice's "full" becomes the error callers see.
+    fn full(&self) -> BufferFull {
+        BufferFull { capacity_bytes: self.buf.len() }
     }
 
     /// Opens a box: writes a placeholder size and the type; returns where it starts.
     fn open(&mut self, fourcc: &[u8; 4]) -> Result<usize, BufferFull> {
         let start = self.pos;
         self.u32(0)?;
-        self.put(fourcc)?;
+        self.write_all(fourcc)?;
         Ok(start)
     }
 
@@ -133,8 +149,7 @@ impl<'a> BoxBuf<'a> {
 
     /// Closes the box opened at `start` by patching its size.
     fn close(&mut self, start: usize) {
-        let size = (self.pos - start) as u32;
-        self.buf[start..start + 4].copy_from_slice(&size.to_be_bytes());
+        self.patch_u32(start, (self.pos - start) as u32);
     }
 
     /// The unity transformation matrix of `mvhd` and `tkhd`.
@@ -145,6 +160,27 @@ impl<'a> BoxBuf<'a> {
         Ok(())
     }
 }
+
+/// The big-endian fields boxes are made of, on any `embedded_io` writer.
+trait WriteBe: Write {
+    fn u16(&mut self, v: u16) -> Result<(), Self::Error> {
+        self.write_all(&v.to_be_bytes())
+    }
+    fn u32(&mut self, v: u32) -> Result<(), Self::Error> {
+        self.write_all(&v.to_be_bytes())
+    }
+    fn u64(&mut self, v: u64) -> Result<(), Self::Error> {
+        self.write_all(&v.to_be_bytes())
+    }
+    fn zeros(&mut self, n: usize) -> Result<(), Self::Error> {
+        for _ in 0..n {
+            self.write_all(&[0])?;
+        }
+        Ok(())
+    }
+}
+
+impl<W: Write + ?Sized> WriteBe for W {}
 
 /// The audio track of a segment, if it has one.
 #[derive(Clone, Copy, Debug)]
@@ -166,10 +202,10 @@ pub fn write_init_segment(
 ) -> Result<usize, BufferFull> {
     let mut b = BoxBuf::new(buf);
     let ftyp = b.open(b"ftyp")?;
-    b.put(b"iso5")?;
+    b.write_all(b"iso5")?;
     b.u32(0x200)?;
     for brand in [b"iso5", b"iso6", b"mp41"] {
-        b.put(brand)?;
+        b.write_all(brand)?;
     }
     b.close(ftyp);
 
@@ -249,9 +285,9 @@ fn write_trak(b: &mut BoxBuf<'_>, t: &Track<'_>) -> Result<(), BufferFull> {
     b.close(mdhd);
     let hdlr = b.open_full(b"hdlr", 0, 0)?;
     b.u32(0)?;
-    b.put(if is_video { b"vide" } else { b"soun" })?;
+    b.write_all(if is_video { b"vide" } else { b"soun" })?;
     b.zeros(12)?;
-    b.put(if is_video { b"KeepPeek video\0".as_slice() } else { b"KeepPeek audio\0".as_slice() })?;
+    b.write_all(if is_video { b"KeepPeek video\0".as_slice() } else { b"KeepPeek audio\0".as_slice() })?;
     b.close(hdlr);
 
     let minf = b.open(b"minf")?;
@@ -274,7 +310,7 @@ fn write_trak(b: &mut BoxBuf<'_>, t: &Track<'_>) -> Result<(), BufferFull> {
     let stbl = b.open(b"stbl")?;
     let stsd = b.open_full(b"stsd", 0, 0)?;
     b.u32(1)?;
-    b.put(t.sample_entry)?;
+    b.write_all(t.sample_entry)?;
     b.close(stsd);
     for fourcc in [b"stts", b"stsc", b"stco"] {
         let empty = b.open_full(fourcc, 0, 0)?;
@@ -363,7 +399,7 @@ pub fn write_fragment_header(
         b.patch_u32(at, data_offset + video_bytes as u32);
     }
     b.u32((mdat_payload_bytes + 8) as u32)?;
-    b.put(b"mdat")?;
+    b.write_all(b"mdat")?;
     Ok(b.pos)
 }
 
@@ -435,6 +471,38 @@ mod tests {
         let video = TrackRun { base_decode: 0, samples: &samples };
         assert_eq!(write_fragment_header(&mut small, 1, 0, video, None), Err(BufferFull { capacity_bytes: 64 }));
         assert!(write_init_segment(&mut small, &[0; 100], 640, 360, None).is_err());
+    }
+
+    #[test]
+    fn a_buffer_one_byte_short_is_full_and_an_exact_one_fits() {
+        let samples = [SampleEntry { duration: 3000, size_bytes: 1, is_key: true }; 3];
+        let video = TrackRun { base_decode: 0, samples: &samples };
+        let mut buf = fragment_header_buffer();
+        let n = write_fragment_header(&mut buf[..], 1, 0, video, None).expect("fits");
+        assert_eq!(write_fragment_header(&mut buf[..n], 1, 0, video, None), Ok(n));
+        let short = write_fragment_header(&mut buf[..n - 1], 1, 0, video, None);
+        assert_eq!(short, Err(BufferFull { capacity_bytes: n - 1 }));
+
+        let entry = [0u8; 100];
+        let mut buf = vec![0u8; limits::INIT_SEGMENT_MAX_BYTES];
+        let n = write_init_segment(&mut buf, &entry, 640, 360, None).expect("fits");
+        assert_eq!(write_init_segment(&mut buf[..n], &entry, 640, 360, None), Ok(n));
+        let short = write_init_segment(&mut buf[..n - 1], &entry, 640, 360, None);
+        assert_eq!(short, Err(BufferFull { capacity_bytes: n - 1 }));
+    }
+
+    #[test]
+    fn a_full_cursor_refuses_a_byte_but_not_an_empty_write() {
+        let mut buf = [0u8; 6];
+        let mut b = BoxBuf::new(&mut buf);
+        b.u32(0x0102_0304).expect("fits");
+        assert_eq!(b.u32(5), Err(BufferFull { capacity_bytes: 6 }), "a field is not written in part");
+        b.u16(0x0506).expect("fits");
+        assert_eq!(b.write_all(&[7]), Err(BufferFull { capacity_bytes: 6 }));
+        assert_eq!(b.write(&[7]), Err(BufferFull { capacity_bytes: 6 }));
+        assert_eq!(b.write_all(&[]), Ok(()));
+        assert_eq!(b.pos, 6);
+        assert_eq!(buf, [1, 2, 3, 4, 5, 6]);
     }
 
     #[test]

@@ -91,18 +91,22 @@ fn stream_id(catalog: &Catalog, key: &StreamKey) -> Result<u32, Reply> {
     }
 }
 
+/// What `read` finds of `stream` over the query's range in the catalog, on the blocking
+/// pool; a bad range, a stream never recorded or a catalog error is the reply instead.
+async fn read_range<T: Send + 'static>(
+    ctx: &Ctx,
+    parts: &Parts,
+    stream: StreamPath<'_>,
+    read: impl FnOnce(&Catalog, u32, i64, i64) -> Result<T, crate::catalog::CatalogError> + Send + 'static,
+) -> Result<T, Reply> {
+    let (from, to) = range(parts)?;
+    let (key, catalog) = (stream.key(), ctx.services.catalog.clone());
+    on_pool(move || read(&catalog, stream_id(&catalog, &key)?, from, to).map_err(|e| fail(&e))).await
+}
+
 /// `GET /api/streams/{camera}/{kind}/recordings?from_us&to_us`: runs and the gaps between.
 pub async fn recordings(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>) -> Reply {
-    let (from, to) = match range(parts) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
-    let key = stream.key();
-    let catalog = ctx.services.catalog.clone();
-    let found = on_pool(move || {
-        let id = stream_id(&catalog, &key)?;
-        catalog.runs(id, from, to, limits::API_LIST_MAX).map_err(|e| fail(&e))
-    });
+    let found = read_range(ctx, parts, stream, |c, id, from, to| c.runs(id, from, to, limits::API_LIST_MAX));
     let found = match found.await {
         Ok(r) => r,
         Err(r) => return r,
@@ -120,16 +124,8 @@ pub async fn recordings(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>) -> Rep
 /// `GET /api/streams/{camera}/{kind}/coverage?from_us&to_us`: 6-hour buckets from the
 /// maintained hourly summaries (never a scan of fragment rows).
 pub async fn coverage(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>) -> Reply {
-    let (from, to) = match range(parts) {
-        Ok(r) => r,
-        Err(r) => return r,
-    };
-    let key = stream.key();
-    let catalog = ctx.services.catalog.clone();
-    let found = on_pool(move || {
-        let id = stream_id(&catalog, &key)?;
-        catalog.coverage_view(id, from, to, COVERAGE_VIEW_BUCKET_US).map_err(|e| fail(&e))
-    });
+    let found =
+        read_range(ctx, parts, stream, |c, id, from, to| c.coverage_view(id, from, to, COVERAGE_VIEW_BUCKET_US));
     let buckets = match found.await {
         Ok(b) => b,
         Err(r) => return r,

@@ -157,4 +157,23 @@ mod tests {
         assert_eq!(fail(&IntakeError::Busy).status(), StatusCode::SERVICE_UNAVAILABLE);
         assert!(fail(&ExportError::Empty).headers().get(http::header::RETRY_AFTER).is_none());
     }
+
+    /// The codes a refused update bundle is answered with, by the kind of refusal the
+    /// bundle's own tests see for each way a bundle can be wrong.
+    #[test]
+    fn each_refused_bundle_has_its_code() {
+        let (s, v) = (String::new, || ("1".to_string(), "2".to_string()));
+        let cases = [
+            (UpdateError::Signature(s()), "bad_signature"),
+            (UpdateError::WrongBoard { bundle: v().0, running: v().1 }, "wrong_board"),
+            (UpdateError::Downgrade { bundle: v().0, running: v().1 }, "downgrade"),
+            (UpdateError::TooLarge(2, 1), "bundle_too_large"),
+            (UpdateError::Truncated(s()), "truncated_bundle"),
+            (UpdateError::Corrupt { got: v().0, want: v().1 }, "corrupt_bundle"),
+            (UpdateError::Malformed(s()), "bad_bundle"),
+        ];
+        for (e, code) in cases {
+            assert_eq!(e.status().1, code, "{e}");
+        }
+    }
 }

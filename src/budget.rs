@@ -32,6 +32,20 @@ impl Budget {
     }
 }
 
+fn mib(b: u64) -> f64 {
+    b as f64 / f64::from(1u32 << 20)
+}
+
+/// A line of `each_bytes` for each of `count` streams (`what` they are), the ceilings it
+/// follows `named`.
+fn per_stream(component: &'static str, (count, what): (u64, &str), each_bytes: usize, named: &str) -> Line {
+    Line {
+        component,
+        bytes: count * each_bytes as u64,
+        why: format!("{count} {what} × {:.1} MiB ({named})", mib(each_bytes as u64)),
+    }
+}
+
 /// Computes the budget of `config`.
 pub fn compute(config: &Config) -> Budget {
     let streams: u64 = config.cameras.iter().map(|c| c.streams().count() as u64).sum();
@@ -45,7 +59,6 @@ pub fn compute(config: &Config) -> Budget {
         .collect();
     let preroll_bytes = (prerolls.len() as u64 * config.preroll.stream_max_bytes).min(config.preroll.total_max_bytes);
     let preroll_slots: u64 = prerolls.iter().map(|c| c.slot_bytes() as u64).sum();
-    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
     let live_sessions = crate::webrtc::max_sessions(config.ram_class_bytes) as u64;
     let mut lines = vec![
         Line {
@@ -53,30 +66,24 @@ pub fn compute(config: &Config) -> Budget {
             bytes: limits::PROCESS_BASE_BYTES as u64,
             why: "code, async runtime, allocator slack (PROCESS_BASE_BYTES)".into(),
         },
-        Line {
-            component: "rtsp sessions",
-            bytes: streams * limits::RTSP_SESSION_OVERHEAD_BYTES as u64,
-            why: format!(
-                "{streams} streams × {:.1} MiB (RTSP_SESSION_OVERHEAD_BYTES)",
-                mib(limits::RTSP_SESSION_OVERHEAD_BYTES as u64)
-            ),
-        },
-        Line {
-            component: "ingest queues",
-            bytes: recorded * limits::INGEST_QUEUE_BYTES_PER_STREAM as u64,
-            why: format!(
-                "{recorded} recorded streams × {:.1} MiB (INGEST_QUEUE_BYTES_PER_STREAM)",
-                mib(limits::INGEST_QUEUE_BYTES_PER_STREAM as u64)
-            ),
-        },
-        Line {
-            component: "fragment buffers",
-            bytes: recorded * (limits::FRAGMENT_MAX_BYTES + limits::MOOF_MAX_BYTES) as u64,
-            why: format!(
-                "{recorded} recorded streams × {:.1} MiB (FRAGMENT_MAX_BYTES + MOOF_MAX_BYTES)",
-                mib((limits::FRAGMENT_MAX_BYTES + limits::MOOF_MAX_BYTES) as u64)
-            ),
-        },
+        per_stream(
+            "rtsp sessions",
+            (streams, "streams"),
+            limits::RTSP_SESSION_OVERHEAD_BYTES,
+            "RTSP_SESSION_OVERHEAD_BYTES",
+        ),
+        per_stream(
+            "ingest queues",
+            (recorded, "recorded streams"),
+            limits::INGEST_QUEUE_BYTES_PER_STREAM,
+            "INGEST_QUEUE_BYTES_PER_STREAM",
+        ),
+        per_stream(
+            "fragment buffers",
+            (recorded, "recorded streams"),
+            limits::FRAGMENT_MAX_BYTES + limits::MOOF_MAX_BYTES,
+            "FRAGMENT_MAX_BYTES + MOOF_MAX_BYTES",
+        ),
         Line {
             component: "http connections",
             bytes: limits::HTTP_CONNECTIONS_MAX as u64

@@ -228,27 +228,34 @@ impl FragmentRow {
     }
 }
 
-#[cfg(test)]
 impl RecordingRow {
-    /// An open, empty H.264 recording of stream 1 at `path`, for tests.
-    pub(crate) fn for_test(path: &str) -> RecordingRow {
+    /// A recording as it opens: no fragment yet, its end at its start, no path until the
+    /// catalog gives it an id ([`super::Catalog::begin_recording`]).
+    pub fn opening(stream_id: u32, run_id: u64, video: (Codec, u16, u16), wall_start_us: i64, has_audio: bool) -> Self {
+        let (codec, width, height) = video;
         RecordingRow {
-            stream_id: 1,
-            run_id: 1,
-            codec: Codec::H264,
-            width: 640,
-            height: 360,
-            wall_start_us: 0,
-            wall_end_us: 0,
+            stream_id,
+            run_id,
+            codec,
+            width,
+            height,
+            wall_start_us,
+            wall_end_us: wall_start_us,
             media_duration_90k: 0,
             bytes: 0,
             init_bytes: 0,
             frames: 0,
             fragments: 0,
             open: true,
-            has_audio: false,
-            path: path.into(),
+            has_audio,
+            path: String::new(),
         }
+    }
+
+    /// An open, empty 640x360 H.264 recording of stream 1 at `path`, for tests.
+    #[cfg(test)]
+    pub(crate) fn for_test(path: &str) -> RecordingRow {
+        RecordingRow { path: path.into(), ..RecordingRow::opening(1, 1, (Codec::H264, 640, 360), 0, false) }
     }
 }
 

@@ -110,7 +110,7 @@ pub struct Services {
 
 impl Services {
     /// Every service on `catalog` in `data_dir` with no camera running yet, no firmware and
-    /// no live view: a flusher, an event intake that knows `cameras`. For tests, fuzzing and
+    /// no live view: a flusher with no retention caps, an event intake that knows `cameras`. For tests, fuzzing and
     /// benchmarks; the daemon builds its own from its config.
     pub fn without_cameras(
         catalog: Arc<crate::catalog::Catalog>,
@@ -119,6 +119,9 @@ impl Services {
     ) -> Result<Services, crate::catalog::CatalogError> {
         let mut config = crate::config::Config::demo(data_dir.clone(), ([127, 0, 0, 1], 0).into());
         config.cameras.clear();
+        // Keeps what it is given: the catalog may hold anything (a benchmark's month of
+        // rows), and only a full disk makes the flusher delete.
+        config.retention = crate::config::Retention { stream_max_bytes: u64::MAX, total_max_bytes: u64::MAX };
         let clocks = crate::clock::RealClocks::shared();
         // The flusher thread ends once the last handle to it (this one's) is gone.
         let recorder = crate::record::Recorder::start(&config, catalog.clone(), clocks.clone())?;
@@ -616,6 +619,23 @@ async fn admit(ctx: &Ctx) -> Result<tokio::sync::SemaphorePermit<'_>, Reply> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The services tests and benchmarks build keep every recording they are given: their
+    /// flusher has no retention caps (it once deleted a benchmark's month of rows to fit the
+    /// demo's 1 GiB).
+    #[test]
+    fn services_without_cameras_keep_every_recording() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Arc::new(crate::catalog::Catalog::open(&dir.path().join("catalog.redb")).unwrap());
+        let id = crate::record::testing::recording(&catalog, dir.path(), "cam/main", 1_764_500_000_000_000, 2);
+        let mut row = catalog.recording(id).unwrap().unwrap();
+        row.bytes = 4 << 30;
+        catalog.commit(&crate::catalog::Batch { recordings: vec![(id, row)], ..Default::default() }).unwrap();
+        let services = Services::without_cameras(catalog.clone(), dir.path().into(), Arc::default()).unwrap();
+        // The flusher has begun (retention runs before its first message) once it answers.
+        assert_eq!(services.recorder.delete_range(u32::MAX, 0, 1), Some((0, 0, 0)));
+        assert!(catalog.recording(id).unwrap().is_some(), "kept");
+    }
 
     #[test]
     fn the_in_memory_connection_answers_like_the_socket() {

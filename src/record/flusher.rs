@@ -500,13 +500,27 @@ mod tests {
         assert_eq!(catalog.fragments(id).unwrap().len(), limits::CATALOG_PENDING_FRAGMENTS_MAX);
     }
 
+    /// A flusher with one recording whose file `name` does not exist, its first fragment
+    /// handed over.
+    fn with_a_missing_file(dir: &std::path::Path, name: &'static str) -> (Arc<Catalog>, u64, RecordingRow, Flusher) {
+        let catalog = Arc::new(Catalog::open(&dir.join("c.redb")).unwrap());
+        let (id, row) = catalog.begin_recording(recording(""), |_| name.into()).unwrap();
+        let mut f = flusher(&catalog, dir, u64::MAX);
+        let first = ToFlusher::Fragment {
+            rec_id: id,
+            sequence: 1,
+            row: fragment(1),
+            keyframes: vec![],
+            recording: row.clone(),
+        };
+        f.handle(first);
+        (catalog, id, row, f)
+    }
+
     #[test]
     fn rows_of_a_file_that_cannot_be_synced_are_not_committed() {
         let dir = tempfile::tempdir().unwrap();
-        let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
-        let (id, row) = catalog.begin_recording(recording(""), |_| "missing.mp4".into()).unwrap();
-        let mut f = flusher(&catalog, dir.path(), u64::MAX);
-        f.handle(ToFlusher::Fragment { rec_id: id, sequence: 1, row: fragment(1), keyframes: vec![], recording: row });
+        let (catalog, id, _, mut f) = with_a_missing_file(dir.path(), "missing.mp4");
         f.flush();
         assert!(catalog.fragments(id).unwrap().is_empty());
     }
@@ -514,16 +528,7 @@ mod tests {
     #[test]
     fn a_recording_whose_file_failed_to_sync_commits_nothing_more_and_ends_at_its_last_commit() {
         let dir = tempfile::tempdir().unwrap();
-        let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
-        let (id, row) = catalog.begin_recording(recording(""), |_| "gone.mp4".into()).unwrap();
-        let mut f = flusher(&catalog, dir.path(), u64::MAX);
-        f.handle(ToFlusher::Fragment {
-            rec_id: id,
-            sequence: 1,
-            row: fragment(1),
-            keyframes: vec![],
-            recording: row.clone(),
-        });
+        let (catalog, id, row, mut f) = with_a_missing_file(dir.path(), "gone.mp4");
         f.flush(); // the file does not exist: the sync fails
         assert_eq!(f.stats().sync_errors.load(Ordering::Relaxed), 1);
         // The file appears later and would sync now, but rows after a failed sync are not trusted.

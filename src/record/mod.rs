@@ -163,16 +163,22 @@ impl Recorder {
         })
     }
 
-    /// Starts one recorder thread per recorded stream of `camera`.
+    /// Starts one recorder thread per recorded stream of `camera` (none when the catalog
+    /// cannot give every one of them its id).
     pub fn start_camera(
         &mut self,
         camera: &Camera,
         catalog: &Arc<Catalog>,
     ) -> Result<Vec<RecordedStream>, CatalogError> {
+        let recorded: Vec<_> = camera
+            .recorded_streams()
+            .map(|(kind, mode)| {
+                let key = StreamKey::new(&camera.name, kind);
+                Ok((catalog.stream_id(&key)?, key, mode))
+            })
+            .collect::<Result<_, CatalogError>>()?;
         let mut started = Vec::new();
-        for (kind, mode) in camera.recorded_streams() {
-            let key = StreamKey::new(&camera.name, kind);
-            let stream_id = catalog.stream_id(&key)?;
+        for (stream_id, key, mode) in recorded {
             let (sender, receiver, queue) = queue::channel();
             let rec = stream::StreamRecorder::new(
                 stream_id,

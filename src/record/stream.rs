@@ -166,23 +166,8 @@ impl StreamRecorder {
         let Some(params) = self.params.clone() else {
             return;
         };
-        let row = RecordingRow {
-            stream_id: self.stream_id,
-            run_id: self.run_id,
-            codec: params.codec,
-            width: params.width,
-            height: params.height,
-            wall_start_us,
-            wall_end_us: wall_start_us,
-            media_duration_90k: 0,
-            bytes: 0,
-            init_bytes: 0,
-            frames: 0,
-            fragments: 0,
-            open: true,
-            has_audio: self.audio.is_some(),
-            path: String::new(),
-        };
+        let video = (params.codec, params.width, params.height);
+        let row = RecordingRow::opening(self.stream_id, self.run_id, video, wall_start_us, self.audio.is_some());
         // File names sort by time: 20 digits of µs since the epoch, then the id.
         let dir_rel = self.dir_rel.clone();
         let name_us = wall_start_us.max(0);

@@ -48,6 +48,8 @@ pub enum DaemonError {
     Listen(#[from] http::ListenError),
     #[error("cannot open the live view port {port} (udp): {source}")]
     Webrtc { port: u16, source: std::io::Error },
+    #[error("camera {0} is running already")]
+    CameraRunning(String),
 }
 
 /// File descriptors the daemon may hold at once: connections, playback cursors, a few per
@@ -237,9 +239,12 @@ impl Running {
         &self.cameras
     }
 
-    /// Starts `camera`: its recorders, then one ingest task per stream; from then on the
-    /// web face, live view and the event intake see it.
+    /// Starts `camera` (refused while one of its name runs): its recorders, then one ingest
+    /// task per stream; from then on the web face, live view and the event intake see it.
     pub fn start_camera(&mut self, camera: &Camera) -> Result<(), DaemonError> {
+        if self.ingest.iter().any(|c| c.name == camera.name) {
+            return Err(DaemonError::CameraRunning(camera.name.clone()));
+        }
         let mut recorded = self.recorder.start_camera(camera, &self.catalog)?;
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -413,6 +418,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
 
+        assert!(matches!(running.start_camera(&config.cameras[1]), Err(DaemonError::CameraRunning(_))), "once");
         running.start_camera(&config.cameras[0]).unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while !recorded(&running, &front) {

@@ -149,12 +149,18 @@ impl Core {
         Ok(())
     }
 
-    /// Taps stream `stream` (its fanout `live`) if nobody watches it yet.
+    /// Taps stream `stream` (its fanout `live`) if nobody watches it yet, or if it is tapped
+    /// on a fanout that is no longer the stream's (its camera stopped and started again since):
+    /// every track showing the stream then gets the new fanout's frames.
     pub(super) fn watch(&mut self, stream: StreamKey, live: &Arc<Fanout>) {
-        if !self.watched.contains_key(&stream) {
-            let tap = live.tap(stream.clone(), self.frames_tx.clone());
-            self.watched.insert(stream, Watched { live: live.clone(), tap, params: None });
+        if let Some(w) = self.watched.get(&stream) {
+            if Arc::ptr_eq(&w.live, live) {
+                return;
+            }
+            w.live.untap(w.tap);
         }
+        let tap = live.tap(stream.clone(), self.frames_tx.clone());
+        self.watched.insert(stream, Watched { live: live.clone(), tap, params: None });
     }
 
     /// Closes session `id` if `principal` owns it (`None`: an admin, who may close any).
@@ -547,6 +553,30 @@ mod tests {
         // One ends: its room is free again.
         e.sessions[0].tracks[3].source = Source::Idle;
         answer_of(&mut e, sessions, &play_stored(0)).expect("room for one more");
+    }
+
+    /// A camera stopped and started again has a new fanout: the next session on it taps that
+    /// one, and the old one is let go.
+    #[test]
+    fn a_camera_started_again_is_watched_on_its_new_fanout() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut e, _frames, old) = testing::core(dir.path(), 8);
+        let peer = IpAddr::from([127, 0, 0, 1]);
+        e.open(testing::key(), &offer(1), owner("user:a"), peer, locals, Instant::now()).unwrap();
+        assert_eq!(old.taps(), 1);
+        let cameras = e.streams.cameras.clone();
+        cameras.remove_camera("cam");
+        let new = Arc::new(Fanout::new(Arc::default()));
+        new.publish(&testing::live_frame(0, true));
+        let running = crate::cameras::RunningStream {
+            key: testing::key(),
+            state: Arc::default(),
+            recording: None,
+            live: new.clone(),
+        };
+        cameras.add([running]);
+        e.open(testing::key(), &offer(1), owner("user:b"), peer, locals, Instant::now()).unwrap();
+        assert_eq!((old.taps(), new.taps(), e.watched()), (0, 1, 1));
     }
 
     #[test]

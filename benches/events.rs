@@ -142,7 +142,10 @@ fn admission_run(shape: &Shape, cameras: usize, variant: Variant, seconds: i64) 
         })
         .collect();
     let bounds = SegmentBounds { max_duration_90k: keeppeek::limits::SEGMENT_MAX_DURATION_90K, max_bytes: u64::MAX };
-    let mut fragmenters: Vec<Fragmenter> = (0..cameras).map(|_| Fragmenter::new(bounds, false)).collect();
+    let mut fragmenters: Vec<Fragmenter> = {
+        let pool = keeppeek::record::fragmenter::pool(1 << 30);
+        (0..cameras).map(|_| Fragmenter::new(bounds, false, pool.clone())).collect()
+    };
     let mut out = Vec::with_capacity(64);
     let frame = |n: i64, cam: usize| {
         // Cameras' GOPs are not in step with one another.
@@ -266,7 +269,7 @@ fn publication(work: &Path, smoke: bool) -> Value {
     std::fs::create_dir_all(&dir).unwrap();
     let catalog = Arc::new(Catalog::open(&dir.join("catalog.redb")).unwrap());
     // A stream with a picture, so WHEP sessions open.
-    let fanout = Arc::new(Fanout::new(Arc::default()));
+    let fanout = Arc::new(Fanout::new(keeppeek::live::gop_pool()));
     fanout.publish(&frame_for_fanout());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let key = StreamKey::new(BOUNDARY_CAMERA, StreamKind::Main);

@@ -104,7 +104,7 @@ impl Source {
 
 /// Part 1 for `n` viewers: (engine time per frame, copy baseline, delivery).
 fn in_process(clip: &Path, work: &Path, n: usize, frames: usize) -> Value {
-    let fanout = Arc::new(Fanout::new(Arc::default()));
+    let fanout = Arc::new(Fanout::new(keeppeek::live::gop_pool()));
     let mut source = Source::new(clip);
     // A first GOP, so the stream has parameters and new viewers a picture.
     for _ in 0..15 {

@@ -549,7 +549,7 @@ fn main() {
             key: StreamKey::parse(&name).unwrap(),
             state: Arc::new(StreamState::default()),
             recording: None,
-            live: Arc::new(keeppeek::live::Fanout::new(Arc::default())),
+            live: Arc::new(keeppeek::live::Fanout::new(keeppeek::live::gop_pool())),
         })
         .collect();
     let (port, token) = start_server(catalog.clone(), work.clone(), streams);

@@ -4,7 +4,8 @@
 
 use std::fmt;
 
-use crate::config::Config;
+use crate::base::StreamKind;
+use crate::config::{Camera, Config, RecordMode, Source, Transport};
 use crate::limits;
 
 /// One line of the budget.
@@ -36,54 +37,64 @@ fn mib(b: u64) -> f64 {
     b as f64 / f64::from(1u32 << 20)
 }
 
-/// A line of `each_bytes` for each of `count` streams (`what` they are), the ceilings it
-/// follows `named`.
-fn per_stream(component: &'static str, (count, what): (u64, &str), each_bytes: usize, named: &str) -> Line {
-    Line {
-        component,
-        bytes: count * each_bytes as u64,
-        why: format!("{count} {what} × {:.1} MiB ({named})", mib(each_bytes as u64)),
-    }
-}
-
-/// Computes the budget of `config`.
+/// Computes the budget of `config`: each line the most its component can hold with every
+/// ceiling reached at once.
 pub fn compute(config: &Config) -> Budget {
-    let streams: u64 = config.cameras.iter().map(|c| c.streams().count() as u64).sum();
+    let ram = config.ram_class_bytes;
+    let streams: Vec<StreamKind> = config.cameras.iter().flat_map(|c| c.streams().map(|(k, _)| k)).collect();
     let recorded: u64 = config.cameras.iter().map(|c| c.recorded_streams().count() as u64).sum();
     let prerolls: Vec<crate::preroll::Caps> = config
         .cameras
         .iter()
         .flat_map(|c| c.recorded_streams().map(move |(_, m)| (c, m)))
-        .filter(|(c, m)| *m == crate::config::RecordMode::Events && c.pre_roll_ms > 0)
+        .filter(|(c, m)| *m == RecordMode::Events && c.pre_roll_ms > 0)
         .map(|(c, _)| crate::preroll::Caps::for_pre_roll(c.pre_roll_ms, config.preroll.stream_max_bytes as usize))
         .collect();
     let preroll_bytes = (prerolls.len() as u64 * config.preroll.stream_max_bytes).min(config.preroll.total_max_bytes);
     let preroll_slots: u64 = prerolls.iter().map(|c| c.slot_bytes() as u64).sum();
-    let live_sessions = crate::webrtc::max_sessions(config.ram_class_bytes) as u64;
+    let live_sessions = crate::webrtc::max_sessions(ram) as u64;
+    let writers = crate::record::writers::count_for(ram) as u64;
+    let frames_received: u64 = streams.iter().map(|k| k.frame_max_bytes() as u64).sum();
+    let live_on = config.webrtc.port != 0;
     let mut lines = vec![
         Line {
             component: "process",
             bytes: limits::PROCESS_BASE_BYTES as u64,
             why: "code, async runtime, allocator slack (PROCESS_BASE_BYTES)".into(),
         },
-        per_stream(
-            "rtsp sessions",
-            (streams, "streams"),
-            limits::RTSP_SESSION_OVERHEAD_BYTES,
-            "RTSP_SESSION_OVERHEAD_BYTES",
-        ),
-        per_stream(
-            "ingest queues",
-            (recorded, "recorded streams"),
-            limits::INGEST_QUEUE_BYTES_PER_STREAM,
-            "INGEST_QUEUE_BYTES_PER_STREAM",
-        ),
-        per_stream(
-            "fragment buffers",
-            (recorded, "recorded streams"),
-            limits::FRAGMENT_MAX_BYTES + limits::MOOF_MAX_BYTES,
-            "FRAGMENT_MAX_BYTES + MOOF_MAX_BYTES",
-        ),
+        Line {
+            component: "camera sessions",
+            bytes: streams.len() as u64 * limits::RTSP_SESSION_OVERHEAD_BYTES as u64 + frames_received,
+            why: format!(
+                "{} streams × {} KiB of session buffers, and the frame each is receiving at its ceiling, {:.1} MiB in all (RTSP_SESSION_OVERHEAD_BYTES, FRAME_MAX_BYTES, SUB_FRAME_MAX_BYTES)",
+                streams.len(),
+                limits::RTSP_SESSION_OVERHEAD_BYTES >> 10,
+                mib(frames_received)
+            ),
+        },
+        Line {
+            component: "ingest queues",
+            bytes: (recorded * limits::INGEST_QUEUE_BYTES_PER_STREAM as u64)
+                .min(crate::record::queue::pool_bytes(ram) as u64),
+            why: format!(
+                "{recorded} recorded streams' queues in one pool of {:.0} MiB for this RAM class (INGEST_QUEUE_BYTES_PER_GIB, INGEST_QUEUE_BYTES_PER_STREAM)",
+                mib(crate::record::queue::pool_bytes(ram) as u64)
+            ),
+        },
+        Line {
+            component: "fragment buffers",
+            bytes: if recorded == 0 {
+                0
+            } else {
+                (recorded * limits::FRAGMENT_MAX_BYTES as u64).min(crate::record::fragmenter::pool_bytes(ram) as u64)
+                    + writers * limits::FRAME_MAX_BYTES as u64
+                    + recorded * (limits::MOOF_MAX_BYTES + limits::INIT_SEGMENT_MAX_BYTES) as u64
+            },
+            why: format!(
+                "fragments being gathered in one pool of {:.0} MiB, a frame in hand for each of {writers} writers, and {recorded} streams' header buffers (FRAGMENT_POOL_BYTES_PER_GIB, FRAME_MAX_BYTES, MOOF_MAX_BYTES, INIT_SEGMENT_MAX_BYTES)",
+                mib(crate::record::fragmenter::pool_bytes(ram) as u64)
+            ),
+        },
         Line {
             component: "http connections",
             bytes: limits::HTTP_CONNECTIONS_MAX as u64
@@ -115,15 +126,7 @@ pub fn compute(config: &Config) -> Budget {
             bytes: limits::CATALOG_PENDING_FRAGMENTS_MAX as u64 * 256,
             why: format!("{} rows × 256 B (CATALOG_PENDING_FRAGMENTS_MAX)", limits::CATALOG_PENDING_FRAGMENTS_MAX),
         },
-        Line {
-            component: "thread stacks",
-            bytes: (recorded + 1) * limits::THREAD_STACK_BYTES as u64,
-            why: format!(
-                "{} recorder and flusher threads × {} KiB (THREAD_STACK_BYTES)",
-                recorded + 1,
-                limits::THREAD_STACK_BYTES >> 10
-            ),
-        },
+        thread_stacks(writers),
         Line {
             component: "exports",
             bytes: (limits::EXPORTS_RUNNING_MAX * (limits::EXPORT_FRAGMENTS_MAX * 64 + limits::EXPORT_CHUNK_BYTES))
@@ -161,20 +164,18 @@ pub fn compute(config: &Config) -> Budget {
         },
         Line {
             component: "live GOPs",
-            bytes: (streams * limits::LIVE_GOP_MAX_BYTES as u64).min(limits::LIVE_GOP_TOTAL_MAX_BYTES as u64),
+            bytes: (streams.len() as u64 * limits::LIVE_GOP_MAX_BYTES as u64)
+                .min(limits::LIVE_GOP_TOTAL_MAX_BYTES as u64),
             why: format!(
-                "{streams} streams × {:.0} MiB, at most {:.0} MiB in all (LIVE_GOP_MAX_BYTES, LIVE_GOP_TOTAL_MAX_BYTES)",
+                "{} streams × {:.0} MiB, at most {:.0} MiB in all (LIVE_GOP_MAX_BYTES, LIVE_GOP_TOTAL_MAX_BYTES)",
+                streams.len(),
                 mib(limits::LIVE_GOP_MAX_BYTES as u64),
                 mib(limits::LIVE_GOP_TOTAL_MAX_BYTES as u64)
             ),
         },
         Line {
             component: "WHEP offers",
-            bytes: if config.webrtc.port == 0 {
-                0
-            } else {
-                (limits::HTTP_HANDLERS_MAX * limits::WEBRTC_OFFER_MAX_BYTES) as u64
-            },
+            bytes: if live_on { (limits::HTTP_HANDLERS_MAX * limits::WEBRTC_OFFER_MAX_BYTES) as u64 } else { 0 },
             why: format!(
                 "{} handlers × {} KiB offer (HTTP_HANDLERS_MAX, WEBRTC_OFFER_MAX_BYTES)",
                 limits::HTTP_HANDLERS_MAX,
@@ -183,7 +184,7 @@ pub fn compute(config: &Config) -> Budget {
         },
         Line {
             component: "live sessions",
-            bytes: if config.webrtc.port == 0 { 0 } else { live_sessions * limits::WEBRTC_SESSION_BUDGET_BYTES as u64 },
+            bytes: if live_on { live_sessions * limits::WEBRTC_SESSION_BUDGET_BYTES as u64 } else { 0 },
             why: format!(
                 "{live_sessions} WebRTC sessions for this RAM class × {} KiB (WEBRTC_SESSIONS_PER_GIB, WEBRTC_SESSION_BUDGET_BYTES)",
                 limits::WEBRTC_SESSION_BUDGET_BYTES >> 10
@@ -191,22 +192,22 @@ pub fn compute(config: &Config) -> Budget {
         },
         Line {
             component: "event uploads",
-            bytes: (limits::EVENT_UPLOADS_MAX * 2 * crate::limits::EVENT_INTAKE_BODY_MAX_BYTES) as u64,
+            bytes: limits::EVENT_UPLOADS_TOTAL_MAX_BYTES as u64,
             why: format!(
-                "{} uploads × 2 × {:.1} MiB body, its parts split out (EVENT_UPLOADS_MAX, EVENT_JPEG_MAX_BYTES)",
+                "at most {} uploads holding {:.0} MiB together, each twice its body (EVENT_UPLOADS_MAX, EVENT_UPLOADS_TOTAL_MAX_BYTES)",
                 limits::EVENT_UPLOADS_MAX,
-                mib(crate::limits::EVENT_INTAKE_BODY_MAX_BYTES as u64)
+                mib(limits::EVENT_UPLOADS_TOTAL_MAX_BYTES as u64)
             ),
         },
         Line {
             component: "event notices",
-            bytes: if config.webrtc.port == 0 {
-                0
-            } else {
+            bytes: if live_on {
                 let per_session = (limits::WEBRTC_EVENT_QUEUE_MESSAGES * limits::EVENT_NOTICE_MAX_BYTES)
                     .min(limits::WEBRTC_EVENT_QUEUE_BYTES);
                 live_sessions * per_session as u64
                     + (limits::WEBRTC_EVENTS_IN_MAX * limits::EVENT_NOTICE_MAX_BYTES) as u64
+            } else {
+                0
             },
             why: format!(
                 "{live_sessions} sessions × {} notices of at most {} KiB, and {} waiting for the engine (WEBRTC_EVENT_QUEUE_MESSAGES, EVENT_NOTICE_MAX_BYTES, WEBRTC_EVENTS_IN_MAX)",
@@ -217,7 +218,70 @@ pub fn compute(config: &Config) -> Budget {
         },
     ];
     lines.retain(|l| l.bytes > 0 || l.component == "process");
-    Budget { lines, allowed_bytes: config.ram_class_bytes * limits::RAM_SHARE_PERCENT as u64 / 100 }
+    Budget { lines, allowed_bytes: ram * limits::RAM_SHARE_PERCENT as u64 / 100 }
+}
+
+/// Every thread's stack, counted whole as if touched: the runtime's (the main thread), the
+/// writers', the flusher's and the blocking pool's at its most.
+fn thread_stacks(writers: u64) -> Line {
+    let ours = (writers + 1) * limits::THREAD_STACK_BYTES as u64;
+    let blocking = limits::BLOCKING_THREADS_MAX as u64 * limits::BLOCKING_THREAD_STACK_BYTES as u64;
+    Line {
+        component: "thread stacks",
+        bytes: limits::MAIN_THREAD_STACK_BYTES as u64 + ours + blocking,
+        why: format!(
+            "the runtime's {} MiB, {} writers and the flusher × {} KiB, {} blocking threads × {} KiB (MAIN_THREAD_STACK_BYTES, RECORD_WRITERS_PER_GIB, THREAD_STACK_BYTES, BLOCKING_THREADS_MAX, BLOCKING_THREAD_STACK_BYTES)",
+            limits::MAIN_THREAD_STACK_BYTES >> 20,
+            writers,
+            limits::THREAD_STACK_BYTES >> 10,
+            limits::BLOCKING_THREADS_MAX,
+            limits::BLOCKING_THREAD_STACK_BYTES >> 10
+        ),
+    }
+}
+
+/// The camera a box with none is measured by: an RTSP main and sub stream, both recorded
+/// continuously.
+pub fn typical_camera() -> Camera {
+    let url = |path: &str| format!("rtsp://camera.invalid/{path}").parse().expect("a valid url");
+    Camera {
+        name: "camera".into(),
+        record: RecordMode::Continuous,
+        record_sub: RecordMode::Continuous,
+        pre_roll_ms: crate::config::PRE_ROLL_DEFAULT_S * 1000,
+        post_roll_ms: crate::config::POST_ROLL_DEFAULT_S * 1000,
+        username: None,
+        password: None,
+        main: Source::Rtsp { url: url("main"), transport: Transport::Tcp },
+        sub: Some(Source::Rtsp { url: url("sub"), transport: Transport::Tcp }),
+    }
+}
+
+/// How many more cameras like the last one of `config` (its streams, how they record,
+/// its pre-roll), or like [`typical_camera`] when it has none, the board can take: none
+/// when the budget does not fit as it is.
+pub fn room_for_more(config: &Config) -> usize {
+    let typical = typical_camera();
+    let like = config.cameras.last().unwrap_or(&typical);
+    let with = |more: usize| {
+        let mut c = config.clone();
+        c.cameras.extend((0..more).map(|i| {
+            let mut cam = like.clone();
+            cam.name = format!("{}-{i}", like.name);
+            cam
+        }));
+        compute(&c).fits()
+    };
+    let (mut fits, mut over) = (0, limits::CAMERAS_MAX.saturating_sub(config.cameras.len()) + 1);
+    if !with(0) {
+        return 0;
+    }
+    // The budget grows with each camera: the most that fits is found by halving.
+    while over - fits > 1 {
+        let mid = (fits + over) / 2;
+        if with(mid) { fits = mid } else { over = mid }
+    }
+    fits
 }
 
 impl fmt::Display for Budget {
@@ -249,7 +313,6 @@ pub fn accounts_bytes() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Camera, RecordMode, Source};
 
     fn config_with(cameras: usize, ram_class_bytes: u64) -> Config {
         config_recording(cameras, ram_class_bytes, RecordMode::Continuous)
@@ -274,6 +337,85 @@ mod tests {
         c
     }
 
+    /// The board presets' camera: an RTSP main stream and a sub stream, both recorded;
+    /// one camera in four records on events with the default pre-roll.
+    fn preset(cameras: usize, ram_class_bytes: u64) -> Config {
+        let mut c = config_with(cameras, ram_class_bytes);
+        c.preroll = crate::config::Preroll::for_ram_class(ram_class_bytes);
+        for (i, cam) in c.cameras.iter_mut().enumerate() {
+            let url = format!("rtsp://10.0.0.{}/", i + 2);
+            cam.main =
+                Source::Rtsp { url: format!("{url}main").parse().unwrap(), transport: crate::config::Transport::Tcp };
+            cam.sub = Some(Source::Rtsp {
+                url: format!("{url}sub").parse().unwrap(),
+                transport: crate::config::Transport::Tcp,
+            });
+            if i % 4 == 0 {
+                (cam.record, cam.record_sub) = (RecordMode::Events, RecordMode::Events);
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn the_1_gib_class_records_32_cameras_and_the_2_gib_class_64_within_half_their_ram() {
+        for (cameras, ram) in [(32, 1u64 << 30), (64, 2 << 30)] {
+            let c = preset(cameras, ram);
+            assert!(c.webrtc.port != 0, "with live view");
+            let b = compute(&c);
+            assert!(b.fits(), "{cameras} cameras on {} GiB:\n{b}", ram >> 30);
+            assert_eq!(b.allowed_bytes, ram / 2);
+            assert!(room_for_more(&c) > 0, "{cameras} cameras on {} GiB leave room", ram >> 30);
+        }
+    }
+
+    fn config_like(c: &Config, camera: Camera) -> Config {
+        let mut c = c.clone();
+        c.cameras.push(camera);
+        c
+    }
+
+    #[test]
+    fn room_for_more_is_exactly_what_still_fits() {
+        let c = preset(24, 1 << 30);
+        let room = room_for_more(&c);
+        let like = |n: usize| {
+            let mut c = c.clone();
+            for i in 0..n {
+                let mut cam = c.cameras.last().unwrap().clone();
+                cam.name = format!("more{i}");
+                c.cameras.push(cam);
+            }
+            compute(&c)
+        };
+        assert!(room > 0);
+        assert!(like(room).fits());
+        assert!(!like(room + 1).fits());
+        assert_eq!(room_for_more(&preset(200.min(limits::CAMERAS_MAX), 512 << 20)), 0, "does not fit at all");
+        let typical = preset(0, 1 << 30);
+        assert_eq!(room_for_more(&typical), room_for_more(&config_like(&typical, typical_camera())) + 1);
+    }
+
+    #[test]
+    fn shared_pools_count_once_whatever_the_number_of_streams() {
+        let line = |c: &Config, name: &str| compute(c).lines.into_iter().find(|l| l.component == name).unwrap().bytes;
+        for pool in ["ingest queues", "live GOPs"] {
+            assert_eq!(line(&preset(16, 1 << 30), pool), line(&preset(32, 1 << 30), pool), "{pool}");
+        }
+        let header = (limits::MOOF_MAX_BYTES + limits::INIT_SEGMENT_MAX_BYTES) as u64;
+        let grows = line(&preset(32, 1 << 30), "fragment buffers") - line(&preset(16, 1 << 30), "fragment buffers");
+        assert_eq!(grows, 32 * header, "only the streams' header buffers grow");
+        let sessions = line(&preset(2, 1 << 30), "camera sessions");
+        let each = limits::RTSP_SESSION_OVERHEAD_BYTES as u64;
+        assert_eq!(
+            sessions,
+            2 * (2 * each + (limits::FRAME_MAX_BYTES + limits::SUB_FRAME_MAX_BYTES) as u64),
+            "a frame being received per stream, at its kind's ceiling"
+        );
+        let stacks = line(&preset(32, 1 << 30), "thread stacks");
+        assert_eq!(stacks, line(&preset(1, 1 << 30), "thread stacks"), "writers do not grow with streams");
+    }
+
     #[test]
     fn the_budget_grows_with_streams_and_refuses_what_does_not_fit() {
         let small = compute(&config_with(1, 1 << 30));
@@ -282,7 +424,7 @@ mod tests {
         assert!(small.fits());
         assert!(!compute(&config_with(limits::CAMERAS_MAX, 512 << 20)).fits());
         let text = small.to_string();
-        for component in ["process", "rtsp sessions", "ingest queues", "fragment buffers", "catalog cache", "total"] {
+        for component in ["process", "camera sessions", "ingest queues", "fragment buffers", "catalog cache", "total"] {
             assert!(text.contains(component), "{component} in {text}");
         }
     }
@@ -295,8 +437,9 @@ mod tests {
         assert_eq!(line(&config_with(4, 2 << 30)), 0, "continuous streams hold no history");
         let one = line(&config_recording(1, 2 << 30, RecordMode::Events));
         let slots = 2 * crate::preroll::Caps::for_pre_roll(5000, 0).slot_bytes() as u64;
-        assert_eq!(one, 2 * limits::PREROLL_STREAM_MAX_BYTES as u64 + slots);
-        let many = config_recording(64, 16 << 30, RecordMode::Events);
+        assert_eq!(one, 2 * limits::PREROLL_STREAM_DEFAULT_BYTES as u64 + slots);
+        let mut many = config_recording(64, 16 << 30, RecordMode::Events);
+        many.preroll.total_max_bytes = limits::PREROLL_TOTAL_MAX_BYTES as u64;
         assert_eq!(line(&many), limits::PREROLL_TOTAL_MAX_BYTES as u64 + 64 * slots);
     }
 }

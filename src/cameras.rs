@@ -68,14 +68,13 @@ impl Cameras {
 mod tests {
     use super::*;
     use crate::base::StreamKind;
-    use crate::live::GopPool;
 
     fn stream(camera: &str, kind: StreamKind) -> RunningStream {
         RunningStream {
             key: StreamKey::new(camera, kind),
             state: Arc::default(),
             recording: None,
-            live: Arc::new(Fanout::new(Arc::new(GopPool::default()))),
+            live: Arc::new(Fanout::new(crate::live::gop_pool())),
         }
     }
 

@@ -123,7 +123,7 @@ pub async fn start(config: Config, system: Arc<SystemApi>) -> Result<Running, Da
         clocks: clocks.clone(),
         catalog: catalog.clone(),
         cameras: cameras.clone(),
-        gop_pool: Arc::default(),
+        gop_pool: crate::live::gop_pool(),
         recorder,
         ingest: Vec::new(),
         shutdown_tx,
@@ -160,6 +160,7 @@ pub async fn start(config: Config, system: Arc<SystemApi>) -> Result<Running, Da
             recorder: running.recorder.handle(),
             flusher: running.recorder.flusher_stats.clone(),
             preroll: running.recorder.preroll.clone(),
+            pools: running.recorder.pools(&events, &running.gop_pool),
             events,
             system,
             webrtc,
@@ -351,6 +352,29 @@ async fn log_status(cameras: Arc<Cameras>) {
     }
 }
 
+/// The runtime every camera session, the web face and live view run on: one thread (ingest
+/// is light I/O, and a multi-threaded runtime spends more CPU waking its workers than the
+/// sessions spend working), and a blocking pool of at most [`limits::BLOCKING_THREADS_MAX`]
+/// threads with stacks of [`limits::BLOCKING_THREAD_STACK_BYTES`], as the budget counts.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(limits::BLOCKING_THREADS_MAX)
+        .thread_stack_size(limits::BLOCKING_THREAD_STACK_BYTES)
+        .build()
+}
+
+/// glibc gives each thread that allocates an arena of its own and keeps what it frees
+/// there; [`limits::MALLOC_ARENAS_MAX`] arenas keep that slack inside the budget's process
+/// line. Call it first, before any thread starts. The image's musl build has no arenas.
+pub fn limit_malloc_arenas() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets an allocator parameter.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, limits::MALLOC_ARENAS_MAX as libc::c_int);
+    }
+}
+
 /// glibc keeps what is freed in its arenas (one per thread that allocated), so a burst of
 /// connections would leave the process large for good; this hands it back to the kernel
 /// every [`limits::MEMORY_TRIM_INTERVAL_S`]. The image's musl build returns freed memory
@@ -380,6 +404,33 @@ mod tests {
 
     use super::*;
     use crate::base::StreamKind;
+
+    #[test]
+    fn the_blocking_pool_stops_at_its_ceiling_and_the_rest_wait_their_turn() {
+        let rt = runtime().unwrap();
+        let threads = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..limits::BLOCKING_THREADS_MAX * 2)
+            .map(|_| {
+                let (threads, running, most) = (threads.clone(), running.clone(), most.clone());
+                rt.spawn_blocking(move || {
+                    threads.lock().unwrap().insert(std::thread::current().id());
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(50));
+                    running.fetch_sub(1, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        rt.block_on(async {
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        assert_eq!(most.load(Ordering::SeqCst), limits::BLOCKING_THREADS_MAX, "the ceiling is reached, not passed");
+        assert_eq!(threads.lock().unwrap().len(), limits::BLOCKING_THREADS_MAX);
+    }
 
     /// Two cameras on the built-in clip; one is stopped while the box runs, and the other
     /// records on: the stopped one's files are closed, every room stops seeing it, and it

@@ -9,9 +9,14 @@
 
 // ---- media ----
 
-/// One encoded frame. A 4K I-frame at high quality stays under 2 MiB; anything larger is a
-/// broken or hostile camera, dropped and counted rather than buffered.
-pub const FRAME_MAX_BYTES: usize = 4 << 20;
+/// One encoded frame of a main stream. A 4K I-frame at high quality stays under 2 MiB;
+/// anything larger is a broken or hostile camera, dropped and counted rather than buffered.
+/// Each stream may be receiving one such frame, so the budget counts one per stream.
+pub const FRAME_MAX_BYTES: usize = 2 << 20;
+
+/// One encoded frame of a sub stream (at most 720p, which is what sub streams are for: a
+/// high-quality 720p I-frame is under 300 KiB). A larger one is dropped and counted.
+pub const SUB_FRAME_MAX_BYTES: usize = 512 << 10;
 
 /// Codec parameters (an `avc1`/`hvc1` sample entry with SPS/PPS/VPS). Real ones are under
 /// 200 bytes; this bounds what a camera's SDP can make us store per segment.
@@ -25,13 +30,26 @@ pub const INGEST_QUEUE_FRAMES: usize = 64;
 /// same queue: 64 frames of a 16 Mbit/s stream fit).
 pub const INGEST_QUEUE_BYTES_PER_STREAM: usize = 8 << 20;
 
+/// Bytes of frames waiting between ingest and the recorder across every stream, per GiB of
+/// the board's RAM class (one pool; never below one [`FRAME_MAX_BYTES`]): on a 1 GiB board,
+/// two seconds of 32 cameras at 4.5 Mbit/s each. Past it a stream drops until its next
+/// keyframe, as at its own ceiling.
+pub const INGEST_QUEUE_BYTES_PER_GIB: usize = 32 << 20;
+
+/// Threads that write recordings, per GiB of the board's RAM class, at least two: every
+/// recorded stream is written by whichever is free, so one slow write holds one of them.
+pub const RECORD_WRITERS_PER_GIB: usize = 2;
+
+/// Writer threads on any board.
+pub const RECORD_WRITERS_MAX: usize = 4;
+
 /// Length of a file camera's clip: its times are untrusted, and pacing a loop needs them
 /// small enough to add to a clock.
 pub const FILE_SOURCE_MAX_DURATION_90K: i64 = 24 * 3600 * 90_000;
 
-/// A recorder thread drains its queue this often instead of waking for every frame: a
-/// thread wake per frame costs more CPU than recording the frame. The queue holds 2 s at
-/// 30 fps, eight times this.
+/// A writer thread with nothing to write looks at the queues again this often instead of
+/// waking for every frame: a thread wake per frame costs more CPU than recording the frame.
+/// A queue holds 2 s at 30 fps, eight times this.
 pub const RECORDER_POLL_INTERVAL_MS: u64 = 250;
 
 /// Bytes a file camera (demo and tests) may load into memory. The built-in clip is ~0.5 MB.
@@ -53,6 +71,12 @@ pub const FRAGMENT_MAX_AUDIO_SAMPLES: usize = 256;
 
 /// Media bytes held for one fragment before it is written: 4 s of a 32 Mbit/s stream.
 pub const FRAGMENT_MAX_BYTES: usize = 16 << 20;
+
+/// Media bytes held for fragments being gathered across every stream, per GiB of the
+/// board's RAM class (one pool; never below one [`FRAGMENT_MAX_BYTES`]). A stream whose next
+/// frame would not fit writes its fragment early (a shorter fragment, counted) rather than
+/// wait or drop: on a 1 GiB board 32 cameras' 2 s GOPs fit whole, longer ones are cut.
+pub const FRAGMENT_POOL_BYTES_PER_GIB: usize = 32 << 20;
 
 /// The encoded `prft`, `moof` (video and audio `traf`s) and `mdat` header of one fragment,
 /// written into a fixed buffer.
@@ -107,8 +131,9 @@ pub const RECORDING_PATH_MAX_BYTES: usize = 255;
 
 // ---- cameras and config ----
 
-/// Cameras in one config: a 2-core board with 1 GiB records this many sub+main pairs.
-pub const CAMERAS_MAX: usize = 32;
+/// Cameras in one config on any board: a 2 GiB board records 64 main and sub pairs (a 1 GiB
+/// board 32); the memory budget says how many a given board can take.
+pub const CAMERAS_MAX: usize = 128;
 
 /// Bytes of a config file.
 pub const CONFIG_FILE_MAX_BYTES: u64 = 256 << 10;
@@ -245,8 +270,12 @@ pub const WEBRTC_SESSIONS_ADMIN_RESERVED: usize = 2;
 /// Live sessions from one client address.
 pub const WEBRTC_SESSIONS_PER_ADDRESS_MAX: usize = 128;
 
-/// Live sessions the box holds per GiB of its RAM class (so 64 on a 1 GiB board).
+/// Live sessions the box holds per GiB of its RAM class, in proportion (so 64 on a 1 GiB
+/// board, 32 on 512 MiB).
 pub const WEBRTC_SESSIONS_PER_GIB: usize = 64;
+
+/// Live sessions on the smallest board: a few viewers and the admins' reserved places.
+pub const WEBRTC_SESSIONS_MIN: usize = 8;
 
 /// Live sessions on any board, whatever its RAM.
 pub const WEBRTC_SESSIONS_SERVER_MAX: usize = 512;
@@ -379,6 +408,16 @@ pub const PREROLL_STREAM_MAX_BYTES: usize = 64 << 20;
 /// Pre-roll history of every stream together (the config may lower it).
 pub const PREROLL_TOTAL_MAX_BYTES: usize = 256 << 20;
 
+/// Pre-roll history of one stream unless the config says otherwise: 5 s of pre-roll, the
+/// detector's lag and a 10 s GOP of an 8 Mbit/s stream. Each history keeps only its time,
+/// so a stream holds what its bitrate needs, up to this.
+pub const PREROLL_STREAM_DEFAULT_BYTES: usize = 16 << 20;
+
+/// Pre-roll history of every stream together unless the config says otherwise, per GiB of
+/// the board's RAM class (at most [`PREROLL_TOTAL_MAX_BYTES`]): on 1 GiB, events with the
+/// default pre-roll on eight 4 Mbit/s cameras and their sub streams, 10 s GOPs and all.
+pub const PREROLL_BYTES_PER_GIB: usize = 64 << 20;
+
 /// The longest pre-roll a camera may ask for.
 pub const PREROLL_MAX_MS: u32 = 30_000;
 
@@ -418,6 +457,11 @@ pub const EVENT_INTAKE_BODY_MAX_BYTES: usize =
 
 /// Event uploads received at once: each may hold a whole snapshot in memory.
 pub const EVENT_UPLOADS_MAX: usize = 4;
+
+/// Bytes event uploads hold together: each takes twice its declared length (the body as
+/// read, then split into its parts), or twice the largest body when it declares none; one
+/// more is refused at once (503). One largest upload fits beside small ones.
+pub const EVENT_UPLOADS_TOTAL_MAX_BYTES: usize = 24 << 20;
 
 /// A snapshot's width or height: JPEG's own ceiling is 65,535; no camera is wider than 16K.
 pub const JPEG_SIDE_MAX_PX: u16 = 16_384;
@@ -556,11 +600,28 @@ pub const SUPPORT_BUNDLE_MAX_BYTES: usize = 2 << 20;
 
 // ---- memory budget ----
 
-/// Estimated heap of one RTSP session (retina's read buffer, depacketizer, reassembly).
-pub const RTSP_SESSION_OVERHEAD_BYTES: usize = 1 << 20;
+/// Heap of one camera session besides the frame it is receiving (retina's read buffer and
+/// depacketizer, the stream's state and fanout): 33 sessions measured 125 KiB each more
+/// than one; this is twice that.
+pub const RTSP_SESSION_OVERHEAD_BYTES: usize = 256 << 10;
 
-/// Stack reserved per OS thread we start (the recorder and catalog threads).
+/// Stack reserved per OS thread we start (the writer and catalog threads).
 pub const THREAD_STACK_BYTES: usize = 256 << 10;
+
+/// The async runtime's thread (the process's main thread): Linux's default stack limit,
+/// counted whole.
+pub const MAIN_THREAD_STACK_BYTES: usize = 8 << 20;
+
+/// Threads of the runtime's blocking pool (catalog reads, exports, hashing, event storage):
+/// work past them waits for one, bounded by the HTTP handlers that ask for it.
+pub const BLOCKING_THREADS_MAX: usize = 16;
+
+/// Stack of each blocking-pool thread.
+pub const BLOCKING_THREAD_STACK_BYTES: usize = 1 << 20;
+
+/// glibc malloc arenas (the host build): one per thread by default, each keeping what its
+/// thread freed; two keep the allocator's slack within the process line.
+pub const MALLOC_ARENAS_MAX: usize = 2;
 
 /// Fixed overhead of the process: code, runtime, allocator slack.
 pub const PROCESS_BASE_BYTES: usize = 24 << 20;

@@ -11,12 +11,12 @@
 //! never waits on. A frame that does not fit is dropped for that tap and the tap is marked
 //! lagged; its consumer skips to the next keyframe.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
-use crate::base::StreamKey;
+use crate::base::{BytePool, StreamKey};
 use crate::limits;
 use crate::media::{Frame, VideoParams};
 
@@ -59,24 +59,11 @@ pub struct FanoutStats {
 }
 
 /// Bytes of held GOPs across every fanout, against [`limits::LIVE_GOP_TOTAL_MAX_BYTES`].
-#[derive(Debug, Default)]
-pub struct GopPool {
-    held_bytes: AtomicUsize,
-}
+pub type GopPool = BytePool;
 
-impl GopPool {
-    pub fn held_bytes(&self) -> usize {
-        self.held_bytes.load(Ordering::Relaxed)
-    }
-
-    /// Takes `len` bytes of the pool if they fit under the cap.
-    fn reserve(&self, len: usize) -> bool {
-        self.held_bytes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
-                (held + len <= limits::LIVE_GOP_TOTAL_MAX_BYTES).then_some(held + len)
-            })
-            .is_ok()
-    }
+/// The pool every fanout's GOP is held against.
+pub fn gop_pool() -> Arc<GopPool> {
+    Arc::new(BytePool::new(limits::LIVE_GOP_TOTAL_MAX_BYTES))
 }
 
 /// One stream's fanout.
@@ -128,7 +115,7 @@ impl Fanout {
     }
 
     fn release(&self, inner: &mut Inner) {
-        self.pool.held_bytes.fetch_sub(inner.gop_bytes, Ordering::Relaxed);
+        self.pool.release(inner.gop_bytes);
         inner.gop.clear();
         inner.gop_bytes = 0;
     }
@@ -185,7 +172,7 @@ mod tests {
 
     #[test]
     fn the_gop_starts_at_the_newest_keyframe_and_stays_under_both_caps() {
-        let pool = Arc::new(GopPool::default());
+        let pool = crate::live::gop_pool();
         let f = Fanout::new(pool.clone());
         f.publish(&frame(10, false));
         assert!(f.gop().is_empty(), "nothing before the first keyframe");
@@ -221,7 +208,7 @@ mod tests {
 
     #[test]
     fn a_full_tap_loses_frames_and_is_told_so_and_publication_never_waits() {
-        let f = Fanout::new(Arc::default());
+        let f = Fanout::new(crate::live::gop_pool());
         let (tx, mut rx) = mpsc::channel(limits::LIVE_TAP_FRAMES);
         let key = StreamKey::new("cam", crate::base::StreamKind::Main);
         f.tap(key.clone(), tx);

@@ -238,14 +238,38 @@ fn dispatch(command: Command) -> Result<(), String> {
         }
         Command::CheckConfig { config } => {
             let c = Config::load(&config).map_err(|e| e.to_string())?;
-            println!("{}: ok, {} cameras, data in {}", config.display(), c.cameras.len(), c.data_dir.display());
+            let b = budget::compute(&c);
+            if !b.fits() {
+                return Err(format!(
+                    "{}: the memory budget does not fit this board: {} MiB of {} MiB allowed (see keeppeek budget)",
+                    config.display(),
+                    b.total_bytes() >> 20,
+                    b.allowed_bytes >> 20
+                ));
+            }
+            println!(
+                "{}: ok, {} cameras, data in {}, memory budget {} MiB of {} MiB",
+                config.display(),
+                c.cameras.len(),
+                c.data_dir.display(),
+                b.total_bytes() >> 20,
+                b.allowed_bytes >> 20
+            );
             Ok(())
         }
         Command::Budget { config } => {
             let c = Config::load(&config).map_err(|e| e.to_string())?;
             let b = budget::compute(&c);
             println!("{b}");
-            if b.fits() { Ok(()) } else { Err("the budget does not fit this board".into()) }
+            if !b.fits() {
+                return Err("the budget does not fit this board".into());
+            }
+            let room = budget::room_for_more(&c);
+            match c.cameras.last() {
+                Some(last) => println!("room for {room} more cameras like {}", last.name),
+                None => println!("room for {room} cameras with a main and a sub stream, both recorded"),
+            }
+            Ok(())
         }
         Command::Check { config } => {
             let c = Config::load(&config).map_err(|e| e.to_string())?;
@@ -281,13 +305,8 @@ fn dispatch(command: Command) -> Result<(), String> {
 }
 
 fn run_daemon(config: Config, system: SystemApi) -> Result<(), String> {
-    // One thread runs every camera session: ingest is light I/O, and a multi-threaded
-    // runtime spends more CPU waking its workers than the sessions spend working. Disk I/O
-    // has threads of its own (the recorder).
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("starting the runtime: {e}"))?;
+    daemon::limit_malloc_arenas();
+    let rt = daemon::runtime().map_err(|e| format!("starting the runtime: {e}"))?;
     rt.block_on(daemon::run(config, std::sync::Arc::new(system))).map_err(|e| e.to_string())
 }
 

@@ -126,12 +126,13 @@ pub struct Preroll {
     pub total_max_bytes: u64,
 }
 
-impl Default for Preroll {
-    fn default() -> Self {
-        Preroll {
-            stream_max_bytes: limits::PREROLL_STREAM_MAX_BYTES as u64,
-            total_max_bytes: limits::PREROLL_TOTAL_MAX_BYTES as u64,
-        }
+impl Preroll {
+    /// The caps a board of `ram_class_bytes` starts with: a stream's default, and the total
+    /// in proportion to its RAM.
+    pub fn for_ram_class(ram_class_bytes: u64) -> Preroll {
+        let total = crate::base::pool::ceiling_for(limits::PREROLL_BYTES_PER_GIB, ram_class_bytes, 0)
+            .min(limits::PREROLL_TOTAL_MAX_BYTES);
+        Preroll { stream_max_bytes: limits::PREROLL_STREAM_DEFAULT_BYTES as u64, total_max_bytes: total as u64 }
     }
 }
 
@@ -365,7 +366,7 @@ impl Config {
             retention: Retention { stream_max_bytes: 1 << 30, total_max_bytes: 1 << 30 },
             // The demo is watched from the box itself as often as from the LAN.
             webrtc: Webrtc { port: WEBRTC_PORT_DEFAULT, loopback: true },
-            preroll: Preroll::default(),
+            preroll: Preroll::for_ram_class(1 << 30),
             events_max_bytes: EVENTS_MAX_BYTES_DEFAULT,
             cameras: vec![Camera {
                 name: "demo".into(),
@@ -439,22 +440,31 @@ impl RawConfig {
                 format!("{} cameras, over the maximum of {} (CAMERAS_MAX)", self.cameras.len(), limits::CAMERAS_MAX),
             ));
         }
-        let mut preroll = Preroll::default();
+        let mut preroll = Preroll::for_ram_class(ram_class_bytes);
+        let ceilings = Preroll {
+            stream_max_bytes: limits::PREROLL_STREAM_MAX_BYTES as u64,
+            total_max_bytes: limits::PREROLL_TOTAL_MAX_BYTES as u64,
+        };
         let caps = [
             (
                 "stream_max_bytes",
                 &self.preroll.stream_max_bytes,
-                &mut preroll.stream_max_bytes,
+                (&mut preroll.stream_max_bytes, &ceilings.stream_max_bytes),
                 "PREROLL_STREAM_MAX_BYTES",
             ),
-            ("total_max_bytes", &self.preroll.total_max_bytes, &mut preroll.total_max_bytes, "PREROLL_TOTAL_MAX_BYTES"),
+            (
+                "total_max_bytes",
+                &self.preroll.total_max_bytes,
+                (&mut preroll.total_max_bytes, &ceilings.total_max_bytes),
+                "PREROLL_TOTAL_MAX_BYTES",
+            ),
         ];
-        for (key, raw, into, ceiling_name) in caps {
+        for (key, raw, (into, ceiling), ceiling_name) in caps {
             let Some(raw) = raw else { continue };
             let key = format!("preroll.{key}");
             let v = raw.resolve(&key)?;
-            if v > *into {
-                return Err((key, format!("at most {} bytes ({ceiling_name})", *into)));
+            if v > *ceiling {
+                return Err((key, format!("at most {} bytes ({ceiling_name})", *ceiling)));
             }
             *into = v;
         }
@@ -621,7 +631,8 @@ main = { url = "file:///clips/a.mp4" }
         assert_eq!(c.cameras[1].record, RecordMode::Off);
         assert_eq!((c.cameras[0].record, c.cameras[0].record_sub), (RecordMode::Continuous, RecordMode::Continuous));
         assert_eq!(c.cameras[0].pre_roll_ms, PRE_ROLL_DEFAULT_S * 1000);
-        assert_eq!(c.preroll, Preroll::default());
+        assert_eq!(c.preroll, Preroll::for_ram_class(c.ram_class_bytes));
+        assert_eq!(c.preroll.total_max_bytes, 64 << 20, "the 1 GiB class's share");
     }
 
     #[test]
@@ -639,7 +650,7 @@ main = { url = "file:///clips/a.mp4" }
         assert_eq!((front.pre_roll_ms, front.post_roll_ms), (8000, 0));
         assert_eq!(front.recorded_streams().collect::<Vec<_>>(), [(StreamKind::Main, RecordMode::Events)]);
         assert_eq!(c.preroll.total_max_bytes, 32 << 20);
-        assert_eq!(c.preroll.stream_max_bytes, limits::PREROLL_STREAM_MAX_BYTES as u64);
+        assert_eq!(c.preroll.stream_max_bytes, limits::PREROLL_STREAM_DEFAULT_BYTES as u64);
         assert_eq!(c.events_max_bytes, EVENTS_MAX_BYTES_DEFAULT);
         let c = parse(&GOOD.replace("[retention]", "[events]\nmax_bytes = \"2 GiB\"\n[retention]")).unwrap();
         assert_eq!(c.events_max_bytes, 2 << 30);
@@ -710,7 +721,7 @@ main = { url = "file:///clips/a.mp4" }
         for i in 0..=limits::CAMERAS_MAX {
             text.push_str(&format!("[[cameras]]\nname = \"c{i}\"\nmain = {{ url = \"rtsp://h/{i}\" }}\n"));
         }
-        assert!(error_of(&text).contains("over the maximum of 32 (CAMERAS_MAX)"));
+        assert!(error_of(&text).contains(&format!("over the maximum of {} (CAMERAS_MAX)", limits::CAMERAS_MAX)));
         let at_ceiling = text.rsplitn(2, "[[cameras]]").last().unwrap().to_string();
         assert_eq!(parse(&at_ceiling).unwrap().cameras.len(), limits::CAMERAS_MAX);
     }

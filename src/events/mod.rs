@@ -20,6 +20,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::warn;
 
 use crate::base::fs::{sync_dir, write_synced};
+use crate::base::{BytePool, Charge};
 use crate::cameras::Cameras;
 use crate::catalog::events::{EventFields, EventRecord, Planned, Snapshot};
 use crate::catalog::{Catalog, CatalogError};
@@ -44,7 +45,9 @@ pub enum IntakeError {
     UnknownCamera(String),
     #[error("the event already has {} revisions, the most it may (EVENT_REVISIONS_MAX)", limits::EVENT_REVISIONS_MAX)]
     TooManyRevisions,
-    #[error("{} events are being received, the most at once (EVENT_UPLOADS_MAX): try again", limits::EVENT_UPLOADS_MAX)]
+    #[error(
+        "events being received fill their places or their memory (EVENT_UPLOADS_MAX, EVENT_UPLOADS_TOTAL_MAX_BYTES): try again"
+    )]
     Busy,
     #[error("storing the event failed: {0}")]
     Storage(String),
@@ -75,6 +78,12 @@ pub struct EventStats {
     pub triggers: AtomicU64,
 }
 
+/// One upload's place and the memory set aside for it, given back when dropped.
+pub struct UploadSlot<'a> {
+    _permit: SemaphorePermit<'a>,
+    _charge: Charge,
+}
+
 /// The intake.
 pub struct Events {
     catalog: Arc<Catalog>,
@@ -84,6 +93,8 @@ pub struct Events {
     /// Writers take turns (see [`Events::publish`]).
     writer: Arc<std::sync::Mutex<()>>,
     uploads: Semaphore,
+    /// The bytes uploads hold together.
+    pub upload_pool: Arc<BytePool>,
     /// Events kept and their snapshots' bytes, at most; the oldest go first.
     caps: (u64, u64),
     /// Live view, for subscribers' notices (none when turned off).
@@ -108,6 +119,7 @@ impl Events {
             cameras,
             writer: Arc::default(),
             uploads: Semaphore::new(limits::EVENT_UPLOADS_MAX),
+            upload_pool: Arc::new(BytePool::new(limits::EVENT_UPLOADS_TOTAL_MAX_BYTES)),
             caps: (limits::EVENTS_MAX, snapshots_max_bytes),
             live,
             clocks,
@@ -115,9 +127,14 @@ impl Events {
         }
     }
 
-    /// A place for one upload's body, or [`IntakeError::Busy`] at once.
-    pub fn upload_slot(&self) -> Result<SemaphorePermit<'_>, IntakeError> {
-        self.uploads.try_acquire().map_err(|_| {
+    /// A place for one upload whose body is at most `body_bytes` (twice that, for the body
+    /// and its parts), or [`IntakeError::Busy`] at once.
+    pub fn upload_slot(&self, body_bytes: usize) -> Result<UploadSlot<'_>, IntakeError> {
+        let slot = self.uploads.try_acquire().ok().and_then(|permit| {
+            let charge = self.upload_pool.charge(body_bytes.saturating_mul(2))?;
+            Some(UploadSlot { _permit: permit, _charge: charge })
+        });
+        slot.ok_or_else(|| {
             self.stats.refused.fetch_add(1, Ordering::Relaxed);
             IntakeError::Busy
         })
@@ -357,9 +374,16 @@ mod tests {
         let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
         let events =
             Events::new(catalog, dir.path().into(), Arc::default(), None, u64::MAX, crate::clock::RealClocks::shared());
-        let slots: Vec<_> = (0..limits::EVENT_UPLOADS_MAX).map(|_| events.upload_slot().unwrap()).collect();
-        assert!(matches!(events.upload_slot(), Err(IntakeError::Busy)));
+        let slots: Vec<_> = (0..limits::EVENT_UPLOADS_MAX).map(|_| events.upload_slot(1000).unwrap()).collect();
+        assert!(matches!(events.upload_slot(1000), Err(IntakeError::Busy)), "every place taken");
         drop(slots);
-        assert!(events.upload_slot().is_ok());
+        let largest = events.upload_slot(limits::EVENT_INTAKE_BODY_MAX_BYTES).unwrap();
+        let room = limits::EVENT_UPLOADS_TOTAL_MAX_BYTES - 2 * limits::EVENT_INTAKE_BODY_MAX_BYTES;
+        let rest = events.upload_slot(room / 2).unwrap();
+        assert_eq!(events.upload_pool.held_bytes(), limits::EVENT_UPLOADS_TOTAL_MAX_BYTES - room % 2);
+        assert!(matches!(events.upload_slot(1000), Err(IntakeError::Busy)), "the memory is full");
+        drop((largest, rest));
+        assert_eq!(events.upload_pool.held_bytes(), 0);
+        assert!(events.upload_slot(1000).is_ok());
     }
 }

@@ -90,12 +90,18 @@ fn multipart_error(e: multer::Error) -> BodyError {
 /// `POST /api/events`: answers once the event is durable.
 pub(super) async fn intake(ctx: &Ctx, who: &Principal, parts: &Parts, body: RequestBody) -> Reply {
     let events = &ctx.services.events;
-    let _slot = match events.upload_slot() {
+    // A body that declares its length is held to it and takes that much of the uploads'
+    // memory; one that does not takes the most a body may be.
+    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let max = declared.map_or(limits::EVENT_INTAKE_BODY_MAX_BYTES, |n| {
+        usize::try_from(n).unwrap_or(usize::MAX).min(limits::EVENT_INTAKE_BODY_MAX_BYTES)
+    });
+    let _slot = match events.upload_slot(max) {
         Ok(s) => s,
         Err(e) => return fail(&e),
     };
     let content_type = content_type(&parts.headers).to_string();
-    let body = match read_body(body, ctx, limits::EVENT_INTAKE_BODY_MAX_BYTES).await {
+    let body = match read_body(body, ctx, max).await {
         Ok(b) => b,
         Err(r) => return r,
     };

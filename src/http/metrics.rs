@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{HttpStats, Services};
+use crate::base::BytePool;
 
 /// Writes one metric family: its help, its type and one sample per label set.
 fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, u64)]) {
@@ -164,6 +165,17 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
             family(&mut out, name, "gauge", help, &one(v as u64));
         }
     }
+    for (name, help, read) in [
+        ("keeppeek_pool_bytes", "Bytes held in a shared pool.", BytePool::held_bytes as fn(&BytePool) -> usize),
+        ("keeppeek_pool_peak_bytes", "The most a shared pool ever held at once.", BytePool::peak_bytes),
+        ("keeppeek_pool_max_bytes", "A shared pool's ceiling.", BytePool::max_bytes),
+    ] {
+        let samples: Vec<_> =
+            services.pools.iter().map(|(pool, p)| (format!("pool=\"{pool}\""), read(p) as u64)).collect();
+        family(&mut out, name, "gauge", help, &samples);
+    }
+    let refusals: Vec<_> = services.pools.iter().map(|(pool, p)| (format!("pool=\"{pool}\""), p.refusals())).collect();
+    family(&mut out, "keeppeek_pool_refusals_total", "counter", "Reservations a shared pool refused.", &refusals);
     {
         let st = &services.events.stats;
         for (name, help, v) in [
@@ -229,7 +241,7 @@ fn streams(out: &mut String, services: &Services) {
     let rec = |i: usize, f: fn(&crate::record::stream::RecorderStats) -> &AtomicU64| {
         streams[i].recording.as_ref().map(|r| load(f(&r.stats)))
     };
-    let counters: [PerStream; 16] = [
+    let counters: [PerStream; 17] = [
         ("keeppeek_stream_sessions_total", "Camera sessions started.", &|i| Some(snapshots[i].sessions_started)),
         ("keeppeek_stream_frames_total", "Video frames received.", &|i| Some(snapshots[i].frames_received)),
         ("keeppeek_stream_frames_oversized_total", "Frames over the frame ceiling, dropped.", &|i| {
@@ -242,6 +254,9 @@ fn streams(out: &mut String, services: &Services) {
         ("keeppeek_recorder_bytes_total", "Bytes of fragments written.", &|i| rec(i, |r| &r.bytes_written)),
         ("keeppeek_recorder_fragments_dropped_total", "Fragments that could not be written.", &|i| {
             rec(i, |r| &r.fragments_dropped)
+        }),
+        ("keeppeek_recorder_fragments_cut_short_total", "Fragments written early: the fragment pool was full.", &|i| {
+            rec(i, |r| &r.fragments_cut_short)
         }),
         ("keeppeek_recorder_disk_full_total", "Writes that met a full disk.", &|i| rec(i, |r| &r.disk_full)),
         ("keeppeek_recorder_write_errors_total", "Writes that failed otherwise.", &|i| rec(i, |r| &r.write_errors)),

@@ -101,6 +101,8 @@ pub struct Services {
     pub flusher: Arc<crate::record::flusher::FlusherStats>,
     /// Pre-roll history across every stream.
     pub preroll: Arc<crate::preroll::HistoryPool>,
+    /// The byte pools shared buffers hold their memory in, by name, for `/metrics`.
+    pub pools: Vec<(&'static str, Arc<crate::base::BytePool>)>,
     pub events: Arc<crate::events::Events>,
     /// The box as firmware: updates, reboot, factory reset, support bundle.
     pub system: Arc<crate::system::SystemApi>,
@@ -133,11 +135,13 @@ impl Services {
             config.events_max_bytes,
             clocks,
         );
+        let events = Arc::new(events);
         Ok(Services {
             recorder: recorder.handle(),
             flusher: recorder.flusher_stats.clone(),
             preroll: recorder.preroll.clone(),
-            events: Arc::new(events),
+            pools: recorder.pools(&events, &crate::live::gop_pool()),
+            events,
             system: Arc::new(crate::system::SystemApi::new(data_dir.clone(), None)),
             catalog,
             data_dir,
@@ -776,7 +780,7 @@ mod tests {
             key: crate::base::StreamKey::new("front", crate::base::StreamKind::Main),
             state: Arc::default(),
             recording: None,
-            live: Arc::new(crate::live::Fanout::new(Arc::default())),
+            live: Arc::new(crate::live::Fanout::new(crate::live::gop_pool())),
         }]);
         let ctx = Arc::new(Ctx::with_cameras(dir.path(), cameras));
         let (_, token) = ctx.auth.create_token("detector", crate::auth::scope::EVENTS_WRITE).unwrap();

@@ -3,8 +3,9 @@
 //!
 //! The supervisor reconnects with capped exponential backoff and jitter
 //! ([`backoff_ms`]); a session that delivered frames for a while resets it, and answers that
-//! retrying soon cannot fix (401, 404) wait the longest. A frame over
-//! [`limits::FRAME_MAX_BYTES`] is dropped and counted, never buffered.
+//! retrying soon cannot fix (401, 404) wait the longest. A frame over its stream kind's
+//! ceiling ([`limits::FRAME_MAX_BYTES`], [`limits::SUB_FRAME_MAX_BYTES`]) is dropped and
+//! counted, never buffered.
 
 pub mod file;
 pub mod rtsp;
@@ -60,6 +61,8 @@ pub struct Sink<'a> {
     pub live: Option<&'a Fanout>,
     /// Stamps each frame at receipt.
     pub clocks: &'a dyn Clocks,
+    /// The largest frame handed on (its stream kind's ceiling).
+    pub frame_max_bytes: usize,
 }
 
 impl Sink<'_> {
@@ -69,7 +72,7 @@ impl Sink<'_> {
 
     /// Hands one audio frame on, unless it is over the frame ceiling.
     fn deliver_audio(&mut self, frame: AudioFrame) {
-        if frame.data.len() > limits::FRAME_MAX_BYTES {
+        if frame.data.len() > self.frame_max_bytes {
             self.state.oversized();
             return;
         }
@@ -80,7 +83,7 @@ impl Sink<'_> {
 
     /// Hands one frame on, unless it is over the frame ceiling.
     fn deliver(&mut self, frame: Frame) {
-        if frame.data.len() > limits::FRAME_MAX_BYTES {
+        if frame.data.len() > self.frame_max_bytes {
             self.state.oversized();
             if let Some(r) = self.recorder.as_deref_mut() {
                 r.reject();
@@ -139,8 +142,13 @@ pub async fn supervise(mut input: StreamInput, mut shutdown: watch::Receiver<boo
     let mut attempt: u32 = 0;
     while !*shutdown.borrow() {
         let started = Instant::now();
-        let mut sink =
-            Sink { recorder: input.recorder.as_mut(), state: &input.state, live: Some(&input.live), clocks: &*clocks };
+        let mut sink = Sink {
+            recorder: input.recorder.as_mut(),
+            state: &input.state,
+            live: Some(&input.live),
+            clocks: &*clocks,
+            frame_max_bytes: input.key.kind.frame_max_bytes(),
+        };
         let session = async {
             match (&input.source, &clip) {
                 (Source::Rtsp { url, transport }, _) => {
@@ -212,16 +220,19 @@ mod tests {
 
     #[test]
     fn a_frame_over_the_ceiling_is_dropped_and_counted_never_queued() {
-        let (mut tx, _rx, queue) = crate::record::queue::channel();
+        let (mut tx, _rx, queue) = crate::record::queue::channel(&crate::record::queue::pool(1 << 30));
         let state = StreamState::default();
-        let mut sink = Sink { recorder: Some(&mut tx), state: &state, live: None, clocks: &RealClocks };
-        sink.deliver(frame(limits::FRAME_MAX_BYTES));
-        sink.deliver(frame(limits::FRAME_MAX_BYTES + 1));
+        let max = crate::base::StreamKind::Sub.frame_max_bytes();
+        let mut sink =
+            Sink { recorder: Some(&mut tx), state: &state, live: None, clocks: &RealClocks, frame_max_bytes: max };
+        sink.deliver(frame(limits::SUB_FRAME_MAX_BYTES));
+        sink.deliver(frame(limits::SUB_FRAME_MAX_BYTES + 1));
         assert_eq!(state.snapshot().frames_oversized, 1);
         assert_eq!(state.snapshot().frames_received, 1);
         use std::sync::atomic::Ordering;
-        assert_eq!(queue.bytes_in_flight.load(Ordering::Relaxed), limits::FRAME_MAX_BYTES);
+        assert_eq!(queue.bytes_in_flight.load(Ordering::Relaxed), limits::SUB_FRAME_MAX_BYTES);
         assert_eq!(queue.frames_dropped.load(Ordering::Relaxed), 1);
+        assert_eq!(crate::base::StreamKind::Main.frame_max_bytes(), limits::FRAME_MAX_BYTES);
     }
 
     #[test]

@@ -11,6 +11,12 @@
 //!   [`limits::FRAGMENT_MAX_SAMPLES`] or [`limits::FRAGMENT_MAX_BYTES`]. A sample's duration
 //!   is known only when the next frame arrives, so a fragment is emitted when the frame after
 //!   its last arrives; at the end of a run the last frame repeats the previous duration.
+//! - Fragments being gathered take their bytes from one pool across every stream
+//!   ([`limits::FRAGMENT_POOL_BYTES_PER_GIB`]). A frame joins the pool when the next one
+//!   arrives and its duration is known (until then its queue still counts it). When the pool
+//!   has no room for it, the fragment is emitted early, that frame its last: a shorter
+//!   fragment, counted in [`Fragmenter::cut_short`], never a dropped frame or a wait on
+//!   another stream. A fragment being written keeps its bytes counted until it is dropped.
 //! - Audio, when the session has it, rides along: the audio frames that arrive while a
 //!   fragment's video is pending go into that fragment. A segment has an audio track when its
 //!   first frame names the session's audio parameters; its audio decode time starts at the
@@ -19,6 +25,7 @@
 
 use std::sync::Arc;
 
+use crate::base::{BytePool, Charge};
 use crate::clock::{self, RunClock};
 use crate::limits;
 use crate::media::fmp4::SampleEntry;
@@ -56,6 +63,8 @@ pub struct FragmentOut {
     pub audio_base_decode: u64,
     pub audio_samples: Vec<SampleEntry>,
     pub audio_frames: Vec<AudioFrame>,
+    /// The fragment pool's bytes for its frames, given back when it is dropped (written).
+    pub charge: Charge,
 }
 
 impl FragmentOut {
@@ -66,6 +75,16 @@ impl FragmentOut {
     pub fn payload_bytes(&self) -> u64 {
         self.samples.iter().chain(&self.audio_samples).map(|s| u64::from(s.size_bytes)).sum()
     }
+}
+
+/// The ceiling of every stream's fragments together on a board of `ram_class_bytes`.
+pub fn pool_bytes(ram_class_bytes: u64) -> usize {
+    crate::base::pool::ceiling_for(limits::FRAGMENT_POOL_BYTES_PER_GIB, ram_class_bytes, limits::FRAGMENT_MAX_BYTES)
+}
+
+/// The pool every stream's fragments are gathered in.
+pub fn pool(ram_class_bytes: u64) -> Arc<BytePool> {
+    Arc::new(BytePool::new(pool_bytes(ram_class_bytes)))
 }
 
 /// Bounds on one segment.
@@ -109,13 +128,19 @@ pub struct Fragmenter {
     pending: Vec<Frame>,
     pending_bytes: usize,
     pending_audio: Vec<AudioFrame>,
+    /// Every pending frame but the newest, in the fragment pool.
+    pending_charge: Charge,
+    pool: Arc<BytePool>,
+    /// Fragments emitted early because the pool was full.
+    cut_short: u64,
     last_pts_90k: i64,
     last_duration_90k: i64,
     skipped: Skipped,
 }
 
 impl Fragmenter {
-    pub fn new(bounds: SegmentBounds, require_sane_clock: bool) -> Self {
+    /// A stream's fragmenter, its fragments gathered in `pool` (see [`pool`]).
+    pub fn new(bounds: SegmentBounds, require_sane_clock: bool, pool: Arc<BytePool>) -> Self {
         Fragmenter {
             bounds,
             require_sane_clock,
@@ -125,6 +150,9 @@ impl Fragmenter {
             pending: Vec::new(),
             pending_bytes: 0,
             pending_audio: Vec::new(),
+            pending_charge: Charge::default(),
+            pool,
+            cut_short: 0,
             last_pts_90k: 0,
             last_duration_90k: FALLBACK_FRAME_DURATION_90K,
             skipped: Skipped::default(),
@@ -133,6 +161,11 @@ impl Fragmenter {
 
     pub fn skipped(&self) -> Skipped {
         self.skipped
+    }
+
+    /// Fragments emitted early because the fragment pool had no room for their next frame.
+    pub fn cut_short(&self) -> u64 {
+        self.cut_short
     }
 
     /// True while a run is being recorded.
@@ -181,6 +214,16 @@ impl Fragmenter {
                 || self.pending_bytes + frame.data.len() > limits::FRAGMENT_MAX_BYTES;
             if full {
                 self.emit_fragment(frame.pts_90k, frame.received_mono_us, out);
+            }
+        }
+        if let Some(newest) = self.pending.last() {
+            // Its duration is known now: it joins the pool, or its fragment is written now.
+            match self.pool.charge(newest.data.len()) {
+                Some(charge) => self.pending_charge.merge(charge),
+                None => {
+                    self.cut_short += 1;
+                    self.emit_fragment(frame.pts_90k, frame.received_mono_us, out);
+                }
             }
         }
         if params_changed && !frame.is_key {
@@ -259,6 +302,7 @@ impl Fragmenter {
     fn emit_fragment(&mut self, end_pts_90k: i64, end_mono_us: i64, out: &mut Vec<Event>) {
         let frames = std::mem::take(&mut self.pending);
         let audio_frames = std::mem::take(&mut self.pending_audio);
+        let charge = std::mem::take(&mut self.pending_charge);
         self.pending_bytes = 0;
         let (Some(seg), Some(clock)) = (self.segment.as_mut(), self.clock.as_mut()) else {
             return;
@@ -306,6 +350,7 @@ impl Fragmenter {
             audio_base_decode,
             audio_samples,
             audio_frames,
+            charge,
         };
         seg.next_sequence += 1;
         seg.bytes += fragment.payload_bytes() + 64 + 12 * fragment.samples.len() as u64;
@@ -355,7 +400,7 @@ mod tests {
     #[test]
     fn one_fragment_per_gop_with_durations_that_add_up() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true);
+        let mut fr = Fragmenter::new(bounds(), true, pool(1 << 30));
         let mut out = Vec::new();
         for i in 0..46 {
             fr.push(frame(i, 15, &p), &mut out);
@@ -381,7 +426,7 @@ mod tests {
     #[test]
     fn a_run_waits_for_a_keyframe() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true);
+        let mut fr = Fragmenter::new(bounds(), true, pool(1 << 30));
         let mut out = Vec::new();
         for i in 5..20 {
             fr.push(frame(i, 15, &p), &mut out);
@@ -393,7 +438,7 @@ mod tests {
     #[test]
     fn long_gops_are_cut_at_the_fragment_time_bound() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true);
+        let mut fr = Fragmenter::new(bounds(), true, pool(1 << 30));
         let mut out = Vec::new();
         for i in 0..150 {
             fr.push(frame(i, 150, &p), &mut out);
@@ -409,7 +454,7 @@ mod tests {
     #[test]
     fn segments_close_at_a_keyframe_past_the_bound_and_on_new_parameters() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true);
+        let mut fr = Fragmenter::new(bounds(), true, pool(1 << 30));
         let mut out = Vec::new();
         for i in 0..(15 * 25) {
             fr.push(frame(i, 15, &p), &mut out);
@@ -428,7 +473,7 @@ mod tests {
     #[test]
     fn backwards_time_or_a_clock_step_ends_the_run() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true);
+        let mut fr = Fragmenter::new(bounds(), true, pool(1 << 30));
         let mut out = Vec::new();
         for i in 0..20 {
             fr.push(frame(i, 15, &p), &mut out);
@@ -451,11 +496,11 @@ mod tests {
         let mut early = frame(0, 15, &p);
         early.received_wall_us = 0;
         let mut out = Vec::new();
-        let mut strict = Fragmenter::new(bounds(), true);
+        let mut strict = Fragmenter::new(bounds(), true, pool(1 << 30));
         strict.push(early.clone(), &mut out);
         assert!(out.is_empty());
         assert_eq!(strict.skipped().clock_not_sane, 1);
-        let mut lax = Fragmenter::new(bounds(), false);
+        let mut lax = Fragmenter::new(bounds(), false, pool(1 << 30));
         lax.push(early, &mut out);
         assert_eq!(out.len(), 1);
     }
@@ -463,7 +508,7 @@ mod tests {
     #[test]
     fn fragments_stay_within_sample_and_byte_ceilings() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true);
+        let mut fr = Fragmenter::new(bounds(), true, pool(1 << 30));
         let mut out = Vec::new();
         for i in 0..(limits::FRAGMENT_MAX_SAMPLES as i64 + 10) {
             let mut f = frame(i, i64::MAX, &p);
@@ -473,7 +518,7 @@ mod tests {
         }
         assert_eq!(fragments(&out)[0].samples.len(), limits::FRAGMENT_MAX_SAMPLES);
 
-        let mut fr = Fragmenter::new(bounds(), true);
+        let mut fr = Fragmenter::new(bounds(), true, pool(1 << 30));
         out.clear();
         for i in 0..8 {
             let mut f = frame(i, i64::MAX, &p);
@@ -494,7 +539,7 @@ mod tests {
     fn audio_rides_with_the_video_fragment_and_its_decode_time_runs_on() {
         let p = params(640);
         let a = Arc::new(AudioParams { rfc6381: "mp4a.40.2".into(), sample_rate: 48_000, sample_entry: Bytes::new() });
-        let mut fr = Fragmenter::new(bounds(), true);
+        let mut fr = Fragmenter::new(bounds(), true, pool(1 << 30));
         let mut out = Vec::new();
         // Audio before any video has nowhere to go.
         fr.push_audio(aac(0, &a));
@@ -520,7 +565,7 @@ mod tests {
         assert_eq!(frags[0].payload_bytes(), 15 * 100 + first_len * 20);
 
         // A segment started without audio parameters records no audio.
-        let mut fr = Fragmenter::new(bounds(), true);
+        let mut fr = Fragmenter::new(bounds(), true, pool(1 << 30));
         let mut out = Vec::new();
         fr.push(frame(0, 15, &p), &mut out);
         fr.push_audio(aac(1000, &a));
@@ -528,10 +573,46 @@ mod tests {
     }
 
     #[test]
+    fn a_full_pool_cuts_fragments_short_without_losing_a_frame_or_passing_its_ceiling() {
+        // Two streams with 10 s GOPs share a pool that holds 3 s of one of them.
+        let p = params(640);
+        let pool = Arc::new(BytePool::new(45 * 100));
+        let mut streams: Vec<Fragmenter> = (0..2).map(|_| Fragmenter::new(bounds(), true, pool.clone())).collect();
+        let mut written = [Vec::new(), Vec::new()];
+        for i in 0..=300 {
+            for (fr, kept) in streams.iter_mut().zip(&mut written) {
+                let mut out = Vec::new();
+                if i < 300 {
+                    fr.push(frame(i, 150, &p), &mut out);
+                } else {
+                    fr.finish(&mut out);
+                }
+                assert!(pool.held_bytes() <= pool.max_bytes());
+                // The writer drops each fragment once written, giving its bytes back.
+                kept.extend(out.into_iter().filter_map(|e| match e {
+                    Event::Fragment(f) => Some((f.samples.len(), f.duration_90k())),
+                    _ => None,
+                }));
+            }
+        }
+        assert_eq!(pool.held_bytes(), 0, "every fragment gave its bytes back");
+        assert_eq!(pool.peak_bytes(), pool.max_bytes(), "the ceiling was reached");
+        let cut: u64 = streams.iter().map(Fragmenter::cut_short).sum();
+        assert!(cut > 0, "the pool cut fragments short");
+        for kept in &written {
+            let frames: usize = kept.iter().map(|(n, _)| n).sum();
+            assert_eq!(frames, 300, "every frame written");
+            let media: u64 = kept.iter().map(|(_, d)| d).sum();
+            assert_eq!(media, 300 * 6000, "durations add up across the cuts");
+            assert!(kept.iter().all(|(_, d)| *d < limits::FRAGMENT_MAX_DURATION_90K as u64));
+        }
+    }
+
+    #[test]
     fn a_camera_that_stops_sending_keyframes_cannot_grow_a_segment_without_bound() {
         let p = params(640);
         let small = SegmentBounds { max_duration_90k: i64::MAX, max_bytes: 10_000 };
-        let mut fr = Fragmenter::new(small, true);
+        let mut fr = Fragmenter::new(small, true, pool(1 << 30));
         let mut out = Vec::new();
         for i in 0..2000 {
             fr.push(frame(i, i64::MAX, &p), &mut out); // only frame 0 is a keyframe
@@ -546,7 +627,7 @@ mod tests {
     fn lost_audio_leaves_a_gap_instead_of_pulling_later_audio_early() {
         let p = params(640);
         let a = Arc::new(AudioParams { rfc6381: "mp4a.40.2".into(), sample_rate: 48_000, sample_entry: Bytes::new() });
-        let mut fr = Fragmenter::new(bounds(), true);
+        let mut fr = Fragmenter::new(bounds(), true, pool(1 << 30));
         let mut out = Vec::new();
         for i in 0..46 {
             let mut f = frame(i, 15, &p);

@@ -1,16 +1,18 @@
 //! Recording: frames in, segment files and catalog rows out, crash-safe, within retention.
 //!
-//! Threads: one recorder thread per recorded stream ([`stream::StreamRecorder`]), fed by a
-//! bounded [`queue`] from ingest, and one flusher thread ([`flusher::Flusher`]) that owns the
-//! grouped catalog commits and retention. Disk I/O never runs on the async runtime.
+//! Threads: a small fixed pool of [`writers`] that take turns at every recorded stream
+//! ([`stream::StreamRecorder`]), each fed by a bounded [`queue`] from ingest, and one flusher
+//! thread ([`flusher::Flusher`]) that owns the grouped catalog commits and retention. Disk
+//! I/O never runs on the async runtime. The queues' bytes and the fragments being gathered
+//! come from two pools shared by every stream (see [`queue`] and [`fragmenter`]).
 //!
 //! Lifecycle: [`recovery::recover`] runs first, then [`Recorder::start`] (the flusher), then
 //! [`Recorder::start_camera`] for each camera, at start or while the box runs. To stop one
 //! camera, drop its streams' [`queue::FrameSender`]s (its ingest tasks do when they end) and
 //! call [`Recorder::stop_camera`]: each of its recorders closes its fragment and segment and
-//! its thread exits, while the other cameras record on. To stop them all, drop every sender
-//! and call [`Recorder::shutdown`]: the recorders close their files, the flusher syncs and
-//! commits, and the threads exit.
+//! leaves the writers, while the other cameras record on. To stop them all, drop every
+//! sender and call [`Recorder::shutdown`]: the recorders close their files, the flusher syncs
+//! and commits, and the threads exit.
 
 pub mod flusher;
 pub mod fragmenter;
@@ -23,12 +25,15 @@ pub mod stream;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod verify;
+pub mod writers;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use crate::base::BytePool;
 
 use std::sync::atomic::Ordering;
 
@@ -88,25 +93,69 @@ impl RecorderHandle {
 pub struct Recorder {
     flusher_tx: SyncSender<flusher::ToFlusher>,
     flusher: JoinHandle<()>,
-    /// Each recorded stream's thread.
-    streams: Vec<(StreamKey, JoinHandle<()>)>,
+    writers: writers::Writers,
+    /// Each recorded stream, set done when it has closed its files.
+    streams: Vec<(StreamKey, Arc<writers::Done>)>,
     pub flusher_stats: Arc<FlusherStats>,
     /// Bytes of pre-roll history across every stream.
     pub preroll: Arc<HistoryPool>,
+    /// Bytes queued from ingest, and of fragments being gathered, across every stream.
+    pub ingest_pool: Arc<BytePool>,
+    pub fragment_pool: Arc<BytePool>,
     data_dir: PathBuf,
     require_sane_clock: bool,
     /// Every stream's segment bounds and pre-roll share, from the config's plan at start.
     bounds: fragmenter::SegmentBounds,
-    history_max_bytes: usize,
+    history_shares: HistoryShares,
 }
 
-/// One camera's recorder threads, taken out of the recorder to be waited for.
+/// How the pre-roll pool is shared: each history gets a part of it in proportion to its
+/// stream kind's frame ceiling (a main stream four times a sub stream, as their bitrates
+/// go), at most its own cap, so one busy stream cannot starve the others of pre-roll.
+#[derive(Clone, Copy, Debug)]
+struct HistoryShares {
+    stream_max_bytes: u64,
+    total_bytes: u64,
+    /// The weights of every history in the config's plan.
+    weights: u64,
+}
+
+impl HistoryShares {
+    fn plan(config: &Config) -> HistoryShares {
+        let weights = config
+            .cameras
+            .iter()
+            .filter(|c| c.pre_roll_ms > 0)
+            .flat_map(|c| c.recorded_streams())
+            .filter(|(_, mode)| *mode == RecordMode::Events)
+            .map(|(kind, _)| Self::weight(kind))
+            .sum();
+        HistoryShares {
+            stream_max_bytes: config.preroll.stream_max_bytes,
+            total_bytes: config.preroll.total_max_bytes,
+            weights,
+        }
+    }
+
+    fn weight(kind: crate::base::StreamKind) -> u64 {
+        kind.frame_max_bytes() as u64
+    }
+
+    /// The share of a history of a stream of `kind`.
+    fn of(&self, kind: crate::base::StreamKind) -> usize {
+        let w = Self::weight(kind);
+        let share = u128::from(self.total_bytes) * u128::from(w) / u128::from(self.weights.max(w));
+        (share as u64).min(self.stream_max_bytes) as usize
+    }
+}
+
+/// One camera's recorded streams, taken out of the recorder to be waited for.
 #[must_use = "wait for the recorders to close their files"]
-pub struct CameraStop(Vec<(StreamKey, JoinHandle<()>)>);
+pub struct CameraStop(Vec<(StreamKey, Arc<writers::Done>)>);
 
 impl CameraStop {
-    /// Waits (bounded by [`limits::SHUTDOWN_TIMEOUT_MS`], blocking) for the threads to close
-    /// their files and end; returns whether every one did in time.
+    /// Waits (bounded by [`limits::SHUTDOWN_TIMEOUT_MS`], blocking) for the streams to close
+    /// their files and leave the writers; returns whether every one did in time.
     pub fn wait(self) -> bool {
         join_by(self.0, Instant::now() + Duration::from_millis(limits::SHUTDOWN_TIMEOUT_MS))
     }
@@ -138,6 +187,7 @@ impl Recorder {
             clocks,
         )?;
         let flusher_stats = f.stats();
+        let writers = writers::Writers::start(writers::count_for(config.ram_class_bytes));
         let (flusher_tx, flusher_rx) = std::sync::mpsc::sync_channel(limits::CATALOG_QUEUE_COMMANDS);
         let flusher = spawn("kp-flusher", move || f.run(flusher_rx));
 
@@ -145,26 +195,24 @@ impl Recorder {
             config.cameras.iter().flat_map(|c| c.recorded_streams().map(move |(_, mode)| (c, mode))).collect();
         let fs_bytes = crate::base::fs::disk_space(&data_dir).map(|d| d.total_bytes);
         let bounds = segment_bounds(config, recorded.len(), fs_bytes);
-        // Each history gets an equal share of the global cap (or its own cap, if smaller):
-        // one busy stream cannot starve the others of pre-roll.
-        let with_history =
-            recorded.iter().filter(|(c, m)| *m == RecordMode::Events && c.pre_roll_ms > 0).count().max(1) as u64;
-        let history_max_bytes = config.preroll.stream_max_bytes.min(config.preroll.total_max_bytes / with_history);
         Ok(Recorder {
             flusher_tx,
             flusher,
+            writers,
             streams: Vec::new(),
             flusher_stats,
             preroll: Arc::new(HistoryPool::new(config.preroll.total_max_bytes as usize)),
+            ingest_pool: queue::pool(config.ram_class_bytes),
+            fragment_pool: fragmenter::pool(config.ram_class_bytes),
             data_dir,
             require_sane_clock: config.require_sane_clock,
             bounds,
-            history_max_bytes: history_max_bytes as usize,
+            history_shares: HistoryShares::plan(config),
         })
     }
 
-    /// Starts one recorder thread per recorded stream of `camera` (none when the catalog
-    /// cannot give every one of them its id).
+    /// Hands each recorded stream of `camera` to the writers (none when the catalog cannot
+    /// give every one of them its id).
     pub fn start_camera(
         &mut self,
         camera: &Camera,
@@ -179,16 +227,16 @@ impl Recorder {
             .collect::<Result<_, CatalogError>>()?;
         let mut started = Vec::new();
         for (stream_id, key, mode) in recorded {
-            let (sender, receiver, queue) = queue::channel();
+            let (sender, receiver, queue) = queue::channel(&self.ingest_pool);
             let rec = stream::StreamRecorder::new(
                 stream_id,
                 format!("{}/{key}", recovery::RECORDINGS_DIR),
                 self.data_dir.clone(),
                 catalog.clone(),
                 self.flusher_tx.clone(),
-                fragmenter::Fragmenter::new(self.bounds, self.require_sane_clock),
+                fragmenter::Fragmenter::new(self.bounds, self.require_sane_clock, self.fragment_pool.clone()),
             );
-            let admission = admission_for(camera, mode, self.history_max_bytes, &self.preroll);
+            let admission = admission_for(camera, mode, self.history_shares.of(key.kind), &self.preroll);
             let watch = RecordingWatch {
                 mode,
                 pre_roll_ms: if mode == RecordMode::Events { camera.pre_roll_ms } else { 0 },
@@ -198,8 +246,8 @@ impl Recorder {
                 admission: admission.stats.clone(),
                 history: admission.history().map(|h| h.stats.clone()),
             };
-            let thread = spawn(&format!("kp-rec-{stream_id}"), move || rec.run(receiver, admission));
-            self.streams.push((key.clone(), thread));
+            let done = self.writers.add(rec.into_work(receiver, admission));
+            self.streams.push((key.clone(), done));
             started.push(RecordedStream { key, stream_id, sender, watch });
         }
         Ok(started)
@@ -221,18 +269,29 @@ impl Recorder {
         let _ = self.flusher_tx.try_send(flusher::ToFlusher::Stopping);
     }
 
+    /// The byte pools, by name as `/metrics` shows them: the recorder's, live view's GOPs
+    /// and the event uploads'.
+    pub fn pools(&self, events: &crate::events::Events, gops: &Arc<BytePool>) -> Vec<(&'static str, Arc<BytePool>)> {
+        vec![
+            ("ingest_queues", self.ingest_pool.clone()),
+            ("fragments", self.fragment_pool.clone()),
+            ("live_gops", gops.clone()),
+            ("event_uploads", events.upload_pool.clone()),
+        ]
+    }
+
     /// A handle for the API: deletions go through the flusher, which owns retention's view of
     /// what exists.
     pub fn handle(&self) -> RecorderHandle {
         RecorderHandle { flusher_tx: self.flusher_tx.clone() }
     }
 
-    /// Waits (bounded by [`limits::SHUTDOWN_TIMEOUT_MS`]) for the recorder threads to close
-    /// their files, then has the flusher commit. Every `FrameSender` must be dropped first.
+    /// Waits (bounded by [`limits::SHUTDOWN_TIMEOUT_MS`]) for the recorders to close their
+    /// files, then has the flusher commit. Every `FrameSender` must be dropped first.
     pub fn shutdown(self) {
         let deadline = Instant::now() + Duration::from_millis(limits::SHUTDOWN_TIMEOUT_MS);
         // The flusher ends when every recorder's sender is gone: join it only if they are.
-        let all_stopped = join_by(self.streams, deadline);
+        let all_stopped = join_by(self.streams, deadline) && self.writers.stop(deadline);
         // Never block on a flusher stuck in a sync: ask, and wait only until the deadline.
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
@@ -276,19 +335,14 @@ fn admission_for(camera: &Camera, mode: RecordMode, max_bytes: usize, pool: &Arc
     Admission::new(mode, history, trigger)
 }
 
-/// Joins each recorder thread that ends by `deadline`; returns whether all did.
-fn join_by(threads: Vec<(StreamKey, JoinHandle<()>)>, deadline: Instant) -> bool {
+/// Waits for each stream to close its files by `deadline`; returns whether all did.
+fn join_by(streams: Vec<(StreamKey, Arc<writers::Done>)>, deadline: Instant) -> bool {
     let mut all_stopped = true;
-    for (key, h) in threads {
-        while !h.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        if !h.is_finished() {
-            warn!(stream = %key, "a recorder thread did not stop in time");
+    for (key, done) in streams {
+        if !done.wait_until(deadline) {
+            warn!(stream = %key, "a recorder did not close its files in time");
             all_stopped = false;
-            continue;
         }
-        let _ = h.join();
     }
     all_stopped
 }
@@ -298,12 +352,34 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
         .name(name.to_string())
         .stack_size(limits::THREAD_STACK_BYTES)
         .spawn(f)
-        .expect("spawning a recorder thread")
+        .expect("spawning the flusher thread")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pre_roll_shares_follow_the_stream_kind_and_never_pass_a_stream_cap() {
+        use crate::base::StreamKind::{Main, Sub};
+        let mut c = Config::demo("/d".into(), "127.0.0.1:8080".parse().unwrap());
+        let cam = c.cameras[0].clone();
+        c.cameras = (0..2)
+            .map(|i| Camera {
+                name: format!("c{i}"),
+                record: RecordMode::Events,
+                record_sub: RecordMode::Events,
+                sub: Some(crate::config::Source::Builtin),
+                ..cam.clone()
+            })
+            .collect();
+        c.preroll.total_max_bytes = 10 << 20;
+        c.preroll.stream_max_bytes = 64 << 20;
+        let shares = HistoryShares::plan(&c);
+        assert_eq!((shares.of(Main), shares.of(Sub)), (4 << 20, 1 << 20), "4:1, the pool's 10 MiB in all");
+        c.preroll.stream_max_bytes = 2 << 20;
+        assert_eq!(HistoryShares::plan(&c).of(Main), 2 << 20, "never past a stream's cap");
+    }
 
     #[test]
     fn segments_are_an_eighth_of_the_smallest_cap_and_never_past_the_ceiling() {

@@ -21,7 +21,8 @@ use tracing::{error, info, warn};
 
 use super::flusher::ToFlusher;
 use super::fragmenter::{Event, FragmentOut, Fragmenter};
-use super::queue::{FrameReceiver, StreamMsg};
+use super::queue::{FrameReceiver, Recv, StreamMsg};
+use super::writers::{Turn, Work};
 use crate::catalog::{Catalog, FragmentRow, Keyframe, RecordingRow};
 use crate::clock::ticks_90k_to_us;
 use crate::limits;
@@ -35,6 +36,8 @@ pub struct RecorderStats {
     pub fragments_written: AtomicU64,
     pub bytes_written: AtomicU64,
     pub fragments_dropped: AtomicU64,
+    /// Fragments written early because the fragment pool was full.
+    pub fragments_cut_short: AtomicU64,
     pub disk_full: AtomicU64,
     pub write_errors: AtomicU64,
 }
@@ -98,13 +101,10 @@ impl StreamRecorder {
         }
     }
 
-    /// The thread's body: records what `admission` lets through until the queue closes, then
-    /// closes what is open.
-    pub fn run(mut self, mut rx: FrameReceiver, mut admission: Admission) {
-        while let Some(msg) = rx.recv() {
-            self.take(msg, &mut admission);
-        }
-        self.finish();
+    /// This stream as a writer's job: records what `admission` lets through from `rx` until
+    /// the queue closes, then closes what is open.
+    pub fn into_work(self, rx: FrameReceiver, admission: Admission) -> Box<dyn Work> {
+        Box::new(Recording { recorder: self, rx, admission })
     }
 
     /// Records one message from the stream's queue.
@@ -133,6 +133,7 @@ impl StreamRecorder {
             self.apply(e);
         }
         self.events = events;
+        self.stats.fragments_cut_short.store(self.fragmenter.cut_short(), Ordering::Relaxed);
     }
 
     /// Closes what is open: the queue has closed.
@@ -339,6 +340,34 @@ impl StreamRecorder {
             return 0;
         }
         rx.recv().unwrap_or(0)
+    }
+}
+
+/// A recorded stream as the writers take turns at it.
+struct Recording {
+    recorder: StreamRecorder,
+    rx: FrameReceiver,
+    admission: Admission,
+}
+
+impl Work for Recording {
+    /// Takes what the queue holds now, no more, so the other streams get their turns.
+    fn turn(&mut self) -> Turn {
+        let mut worked = false;
+        for _ in 0..self.rx.len().max(1) {
+            match self.rx.try_recv() {
+                Recv::Msg(msg) => {
+                    self.recorder.take(msg, &mut self.admission);
+                    worked = true;
+                }
+                Recv::Empty => break,
+                Recv::Closed => {
+                    self.recorder.finish();
+                    return Turn::Ended;
+                }
+            }
+        }
+        if worked { Turn::Worked } else { Turn::Idle }
     }
 }
 

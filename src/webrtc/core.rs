@@ -566,7 +566,7 @@ mod tests {
         assert_eq!(old.taps(), 1);
         let cameras = e.streams.cameras.clone();
         cameras.remove_camera("cam");
-        let new = Arc::new(Fanout::new(Arc::default()));
+        let new = Arc::new(Fanout::new(crate::live::gop_pool()));
         new.publish(&testing::live_frame(0, true));
         let running = crate::cameras::RunningStream {
             key: testing::key(),

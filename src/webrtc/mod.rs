@@ -209,8 +209,8 @@ impl WebrtcHandle {
 
 /// Sessions the whole box may hold, by its RAM class.
 pub fn max_sessions(ram_class_bytes: u64) -> usize {
-    let gib = (ram_class_bytes >> 30).max(1) as usize;
-    (gib * limits::WEBRTC_SESSIONS_PER_GIB).min(limits::WEBRTC_SESSIONS_SERVER_MAX)
+    let by_ram = (limits::WEBRTC_SESSIONS_PER_GIB as u64 * ram_class_bytes) >> 30;
+    (by_ram as usize).clamp(limits::WEBRTC_SESSIONS_MIN, limits::WEBRTC_SESSIONS_SERVER_MAX)
 }
 
 /// Sessions one principal may hold on a box of `max_sessions`: its share, so that others
@@ -283,7 +283,8 @@ mod tests {
 
     #[test]
     fn the_box_holds_sessions_by_its_ram_class_up_to_the_server_ceiling() {
-        assert_eq!(max_sessions(512 << 20), limits::WEBRTC_SESSIONS_PER_GIB, "at least one GiB's worth");
+        assert_eq!(max_sessions(512 << 20), limits::WEBRTC_SESSIONS_PER_GIB / 2, "in proportion to the RAM");
+        assert_eq!(max_sessions(64 << 20), limits::WEBRTC_SESSIONS_MIN, "never below the least");
         assert_eq!(max_sessions(2 << 30), 2 * limits::WEBRTC_SESSIONS_PER_GIB);
         assert_eq!(max_sessions(1 << 40), limits::WEBRTC_SESSIONS_SERVER_MAX);
     }

@@ -22,7 +22,7 @@ use super::{WebrtcStats, fuzzing};
 use crate::base::{StreamKey, StreamKind};
 use crate::cameras::{Cameras, RunningStream};
 use crate::catalog::Catalog;
-use crate::live::{Fanout, GopPool, LiveFrame};
+use crate::live::{Fanout, LiveFrame};
 use crate::media::Frame;
 
 /// Wall time of the test recording's start.
@@ -55,7 +55,7 @@ pub fn owner(principal: &str) -> Owner {
 pub fn streams(dir: &Path) -> (Streams, Arc<Fanout>) {
     let catalog = Arc::new(Catalog::open(&dir.join("catalog.redb")).unwrap());
     crate::record::testing::recording(&catalog, dir, "cam/main", WALL0, RECORDED_S);
-    let fanout = Arc::new(Fanout::new(Arc::new(GopPool::default())));
+    let fanout = Arc::new(Fanout::new(crate::live::gop_pool()));
     fanout.publish(&live_frame(0, true));
     let cameras = Arc::new(Cameras::default());
     cameras.add([RunningStream { key: key(), state: Arc::default(), recording: None, live: fanout.clone() }]);

@@ -52,7 +52,7 @@ fn budget_prints_a_figure_per_component() {
     let text = String::from_utf8_lossy(&out);
     for component in [
         "process",
-        "rtsp sessions",
+        "camera sessions",
         "ingest queues",
         "fragment buffers",
         "catalog cache",
@@ -65,6 +65,9 @@ fn budget_prints_a_figure_per_component() {
             text.lines().find(|l| l.starts_with(component)).unwrap_or_else(|| panic!("no {component} in {text}"));
         assert!(line.contains(" MiB"), "{line}");
     }
+    let room = text.lines().find_map(|l| l.strip_prefix("room for ")).unwrap_or_else(|| panic!("{text}"));
+    let more: usize = room.split(' ').next().unwrap().parse().unwrap();
+    assert!(more > 0, "the example leaves room: {room}");
     // Too many cameras for a small board: refused.
     let dir = tempfile::tempdir().unwrap();
     let mut body = String::from(

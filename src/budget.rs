@@ -74,11 +74,10 @@ pub fn compute(config: &Config) -> Budget {
         },
         Line {
             component: "ingest queues",
-            bytes: (recorded * limits::INGEST_QUEUE_BYTES_PER_STREAM as u64)
-                .min(crate::record::queue::pool_bytes(ram) as u64),
+            bytes: (recorded * limits::INGEST_QUEUE_BYTES_PER_STREAM as u64).min(config.pools.ingest_queues_max_bytes),
             why: format!(
-                "{recorded} recorded streams' queues in one pool of {:.0} MiB for this RAM class (INGEST_QUEUE_BYTES_PER_GIB, INGEST_QUEUE_BYTES_PER_STREAM)",
-                mib(crate::record::queue::pool_bytes(ram) as u64)
+                "{recorded} recorded streams' queues in one pool of {:.1} MiB (INGEST_QUEUE_BYTES_PER_GIB or [pools], INGEST_QUEUE_BYTES_PER_STREAM)",
+                mib(config.pools.ingest_queues_max_bytes)
             ),
         },
         Line {
@@ -86,13 +85,13 @@ pub fn compute(config: &Config) -> Budget {
             bytes: if recorded == 0 {
                 0
             } else {
-                (recorded * limits::FRAGMENT_MAX_BYTES as u64).min(crate::record::fragmenter::pool_bytes(ram) as u64)
+                (recorded * limits::FRAGMENT_MAX_BYTES as u64).min(config.pools.fragments_max_bytes)
                     + writers * limits::FRAME_MAX_BYTES as u64
                     + recorded * (limits::MOOF_MAX_BYTES + limits::INIT_SEGMENT_MAX_BYTES) as u64
             },
             why: format!(
-                "fragments being gathered in one pool of {:.0} MiB, a frame in hand for each of {writers} writers, and {recorded} streams' header buffers (FRAGMENT_POOL_BYTES_PER_GIB, FRAME_MAX_BYTES, MOOF_MAX_BYTES, INIT_SEGMENT_MAX_BYTES)",
-                mib(crate::record::fragmenter::pool_bytes(ram) as u64)
+                "fragments being gathered in one pool of {:.1} MiB, a frame in hand for each of {writers} writers, and {recorded} streams' header buffers (FRAGMENT_POOL_BYTES_PER_GIB or [pools], FRAME_MAX_BYTES, MOOF_MAX_BYTES, INIT_SEGMENT_MAX_BYTES)",
+                mib(config.pools.fragments_max_bytes)
             ),
         },
         Line {
@@ -321,6 +320,7 @@ mod tests {
     fn config_recording(cameras: usize, ram_class_bytes: u64, record: RecordMode) -> Config {
         let mut c = Config::demo("/data".into(), "127.0.0.1:8080".parse().unwrap());
         c.ram_class_bytes = ram_class_bytes;
+        c.pools = crate::config::Pools::for_ram_class(ram_class_bytes);
         c.cameras = (0..cameras)
             .map(|i| Camera {
                 name: format!("c{i}"),

@@ -160,9 +160,35 @@ pub struct Config {
     pub cameras: Vec<Camera>,
     pub webrtc: Webrtc,
     pub preroll: Preroll,
+    /// The recorder's shared pools.
+    pub pools: Pools,
     /// Bytes of event snapshots kept; past this the oldest events go.
     pub events_max_bytes: u64,
 }
+
+/// The ceilings of the recorder's shared pools: by the RAM class unless the config lowers
+/// them (`[pools]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pools {
+    /// Frames queued between ingest and the writers, every stream together.
+    pub ingest_queues_max_bytes: u64,
+    /// Fragments being gathered, every stream together.
+    pub fragments_max_bytes: u64,
+}
+
+impl Pools {
+    pub fn for_ram_class(ram_class_bytes: u64) -> Pools {
+        let ceiling = |per_gib, floor| crate::base::pool::ceiling_for(per_gib, ram_class_bytes, floor) as u64;
+        Pools {
+            ingest_queues_max_bytes: ceiling(limits::INGEST_QUEUE_BYTES_PER_GIB, limits::FRAME_MAX_BYTES),
+            fragments_max_bytes: ceiling(limits::FRAGMENT_POOL_BYTES_PER_GIB, limits::FRAGMENT_MAX_BYTES),
+        }
+    }
+}
+
+/// The smallest fragment pool a config may ask for: a frame that does not fit is written
+/// in a fragment of its own, so any size records everything; below this, most are.
+pub const FRAGMENT_POOL_MIN_BYTES: u64 = 256 << 10;
 
 /// Default cap on event snapshots: 2,500 of 4K at ~420 KB.
 pub const EVENTS_MAX_BYTES_DEFAULT: u64 = 1 << 30;
@@ -205,7 +231,16 @@ struct RawConfig {
     #[serde(default)]
     preroll: RawPreroll,
     #[serde(default)]
+    pools: RawPools,
+    #[serde(default)]
     events: RawEvents,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawPools {
+    ingest_queues_max_bytes: Option<RawBytes>,
+    fragments_max_bytes: Option<RawBytes>,
 }
 
 #[derive(Deserialize, Default)]
@@ -367,6 +402,7 @@ impl Config {
             // The demo is watched from the box itself as often as from the LAN.
             webrtc: Webrtc { port: WEBRTC_PORT_DEFAULT, loopback: true },
             preroll: Preroll::for_ram_class(1 << 30),
+            pools: Pools::for_ram_class(1 << 30),
             events_max_bytes: EVENTS_MAX_BYTES_DEFAULT,
             cameras: vec![Camera {
                 name: "demo".into(),
@@ -468,6 +504,35 @@ impl RawConfig {
             }
             *into = v;
         }
+        let mut pools = Pools::for_ram_class(ram_class_bytes);
+        let lowered = [
+            (
+                "ingest_queues_max_bytes",
+                &self.pools.ingest_queues_max_bytes,
+                &mut pools.ingest_queues_max_bytes,
+                limits::FRAME_MAX_BYTES as u64,
+                "FRAME_MAX_BYTES",
+            ),
+            (
+                "fragments_max_bytes",
+                &self.pools.fragments_max_bytes,
+                &mut pools.fragments_max_bytes,
+                FRAGMENT_POOL_MIN_BYTES,
+                "256 KiB",
+            ),
+        ];
+        for (key, raw, into, floor, floor_name) in lowered {
+            let Some(raw) = raw else { continue };
+            let key = format!("pools.{key}");
+            let v = raw.resolve(&key)?;
+            if v > *into {
+                return Err((key, format!("at most {} bytes on this RAM class", *into)));
+            }
+            if v < floor {
+                return Err((key, format!("at least {floor} bytes ({floor_name})")));
+            }
+            *into = v;
+        }
         let mut cameras: Vec<Camera> = Vec::with_capacity(self.cameras.len());
         for (i, c) in self.cameras.into_iter().enumerate() {
             let at = format!("cameras[{i}]");
@@ -493,6 +558,7 @@ impl RawConfig {
             cameras,
             webrtc: Webrtc { port: self.webrtc.port, loopback: self.webrtc.loopback },
             preroll,
+            pools,
             events_max_bytes: match &self.events.max_bytes {
                 Some(b) => b.resolve("events.max_bytes")?,
                 None => EVENTS_MAX_BYTES_DEFAULT,
@@ -712,6 +778,21 @@ main = { url = "file:///clips/a.mp4" }
             let got = error_of(&GOOD.replacen(from, &to, 1));
             assert!(got.contains(want), "want {want:?} in {got:?}");
         }
+    }
+
+    #[test]
+    fn the_pools_follow_the_ram_class_and_a_config_may_only_lower_them() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.pools, Pools::for_ram_class(c.ram_class_bytes));
+        assert_eq!(c.pools.fragments_max_bytes, limits::FRAGMENT_POOL_BYTES_PER_GIB as u64);
+        assert_eq!(c.pools.ingest_queues_max_bytes, limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
+        let with = |body: &str| GOOD.replace("[retention]", &format!("[pools]\n{body}\n[retention]"));
+        let c = parse(&with("fragments_max_bytes = \"2 MiB\"\ningest_queues_max_bytes = \"8 MiB\"")).unwrap();
+        assert_eq!((c.pools.fragments_max_bytes, c.pools.ingest_queues_max_bytes), (2 << 20, 8 << 20));
+        assert!(error_of(&with("fragments_max_bytes = \"1 GiB\"")).contains("pools.fragments_max_bytes: at most"));
+        assert!(error_of(&with("fragments_max_bytes = \"1 KiB\"")).contains("at least 262144 bytes"));
+        assert!(error_of(&with("ingest_queues_max_bytes = \"1 MiB\"")).contains("(FRAME_MAX_BYTES)"));
+        assert!(error_of(&with("queues = 1")).contains("unknown field"));
     }
 
     #[test]

@@ -78,14 +78,9 @@ pub enum Recv {
     Closed,
 }
 
-/// The ceiling of every stream's queue together on a board of `ram_class_bytes`.
-pub fn pool_bytes(ram_class_bytes: u64) -> usize {
-    crate::base::pool::ceiling_for(limits::INGEST_QUEUE_BYTES_PER_GIB, ram_class_bytes, limits::FRAME_MAX_BYTES)
-}
-
-/// The pool every stream's queue takes its bytes from.
-pub fn pool(ram_class_bytes: u64) -> Arc<BytePool> {
-    Arc::new(BytePool::new(pool_bytes(ram_class_bytes)))
+/// The pool every stream's queue takes its bytes from (see [`crate::config::Pools`]).
+pub fn pool(max_bytes: u64) -> Arc<BytePool> {
+    Arc::new(BytePool::new(usize::try_from(max_bytes).unwrap_or(usize::MAX)))
 }
 
 /// Makes a queue for one stream, its bytes taken from `pool`.
@@ -234,7 +229,7 @@ mod tests {
 
     #[test]
     fn the_frame_ceiling_drops_until_the_next_keyframe() {
-        let (mut tx, mut rx, stats) = channel(&pool(1 << 30));
+        let (mut tx, mut rx, stats) = channel(&pool(limits::INGEST_QUEUE_BYTES_PER_GIB as u64));
         for i in 0..limits::INGEST_QUEUE_FRAMES {
             assert!(tx.send(frame(10, i == 0)), "frame {i} fits");
         }
@@ -253,7 +248,7 @@ mod tests {
 
     #[test]
     fn the_byte_ceiling_drops_frames_that_would_pass_it() {
-        let (mut tx, _rx, stats) = channel(&pool(1 << 30));
+        let (mut tx, _rx, stats) = channel(&pool(limits::INGEST_QUEUE_BYTES_PER_GIB as u64));
         let half = limits::INGEST_QUEUE_BYTES_PER_STREAM / 2;
         assert!(tx.send(frame(half, true)));
         assert!(tx.send(frame(half, false)));
@@ -263,7 +258,7 @@ mod tests {
 
     #[test]
     fn every_queue_together_stops_at_the_pool_ceiling() {
-        let pool = pool(1 << 30);
+        let pool = pool(limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
         let each = limits::INGEST_QUEUE_BYTES_PER_STREAM;
         let streams = pool.max_bytes() / each;
         let mut queues: Vec<_> = (0..streams + 1).map(|_| channel(&pool)).collect();
@@ -281,7 +276,7 @@ mod tests {
 
     #[test]
     fn a_frame_stays_charged_until_the_next_is_taken() {
-        let pool = pool(1 << 30);
+        let pool = pool(limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
         let (mut tx, mut rx, stats) = channel(&pool);
         assert!(tx.send(frame(100, true)));
         assert!(tx.send(frame(50, false)));

@@ -758,3 +758,30 @@ pub fn make_token(port: u16, admin: &(String, String), scopes: &str) -> String {
     assert_eq!(code, 201, "{body}");
     serde_json::from_str::<Value>(&body).unwrap()["token"].as_str().unwrap().to_string()
 }
+
+/// The value of one sample of `/metrics` (`name{labels}`), read with a `metrics` token.
+pub fn sample(port: u16, token: &str, name: &str) -> Option<u64> {
+    let (_, _, body) = request(port, "GET", "/metrics", &[("authorization", &format!("Bearer {token}"))], "");
+    body.lines().find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+}
+
+/// The bar-coded frame numbers of the first `max` frames of a recorded file.
+pub fn frame_numbers(path: &Path, max: usize) -> Vec<u32> {
+    let (w, h) = (640usize, 360usize);
+    let mut child = std::process::Command::new("ffmpeg")
+        .args(["-hide_banner", "-nostdin", "-loglevel", "error", "-i"])
+        .arg(path)
+        .args(["-frames:v", &max.to_string(), "-f", "rawvideo", "-pix_fmt", "gray", "-"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("ffmpeg");
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut child.stdout.take().unwrap(), &mut raw).unwrap();
+    assert!(child.wait().unwrap().success());
+    raw.chunks_exact(w * h)
+        .map(|frame| {
+            let row = &frame[348 * w..349 * w];
+            (0..16).map(|i| u32::from(row[40 * i + 20] > 128) << i).sum()
+        })
+        .collect()
+}

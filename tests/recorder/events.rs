@@ -5,7 +5,6 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -338,33 +337,6 @@ fn search_by_camera_label_words_and_time_in_pages() {
     let (code, _, body) =
         request(port, "GET", "/api/events?colour=red", &[("authorization", &format!("Bearer {viewer}"))], "");
     assert_eq!(code, 400, "{body}");
-}
-
-/// The value of one sample of `/metrics` (`name{labels}`), read with a `metrics` token.
-fn sample(port: u16, token: &str, name: &str) -> Option<u64> {
-    let (_, _, body) = request(port, "GET", "/metrics", &[("authorization", &format!("Bearer {token}"))], "");
-    body.lines().find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-}
-
-/// The bar-coded frame numbers of the first `max` frames of a recorded file.
-fn frame_numbers(path: &Path, max: usize) -> Vec<u32> {
-    let (w, h) = (640usize, 360usize);
-    let mut child = Command::new("ffmpeg")
-        .args(["-hide_banner", "-nostdin", "-loglevel", "error", "-i"])
-        .arg(path)
-        .args(["-frames:v", &max.to_string(), "-f", "rawvideo", "-pix_fmt", "gray", "-"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("ffmpeg");
-    let mut raw = Vec::new();
-    child.stdout.take().unwrap().read_to_end(&mut raw).unwrap();
-    assert!(child.wait().unwrap().success());
-    raw.chunks_exact(w * h)
-        .map(|frame| {
-            let row = &frame[348 * w..349 * w];
-            (0..16).map(|i| u32::from(row[40 * i + 20] > 128) << i).sum()
-        })
-        .collect()
 }
 
 #[test]

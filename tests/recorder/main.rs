@@ -16,3 +16,4 @@ mod media_api;
 mod power_cut;
 mod retention;
 mod rtsp_recording;
+mod scale;

@@ -42,6 +42,9 @@ fn mib(b: u64) -> f64 {
 pub fn compute(config: &Config) -> Budget {
     let ram = config.ram_class_bytes;
     let streams: Vec<StreamKind> = config.cameras.iter().flat_map(|c| c.streams().map(|(k, _)| k)).collect();
+    let frames_received: u64 =
+        config.cameras.iter().flat_map(|c| c.streams().map(|(k, _)| c.frame_max_bytes(k) as u64)).sum();
+    let frame_max = config.cameras.iter().map(|c| c.frame_max_bytes as u64).max().unwrap_or(0);
     let recorded: u64 = config.cameras.iter().map(|c| c.recorded_streams().count() as u64).sum();
     let prerolls: Vec<crate::preroll::Caps> = config
         .cameras
@@ -54,7 +57,6 @@ pub fn compute(config: &Config) -> Budget {
     let preroll_slots: u64 = prerolls.iter().map(|c| c.slot_bytes() as u64).sum();
     let live_sessions = crate::webrtc::max_sessions(ram) as u64;
     let writers = crate::record::writers::count_for(ram) as u64;
-    let frames_received: u64 = streams.iter().map(|k| k.frame_max_bytes() as u64).sum();
     let live_on = config.webrtc.port != 0;
     let mut lines = vec![
         Line {
@@ -66,7 +68,7 @@ pub fn compute(config: &Config) -> Budget {
             component: "camera sessions",
             bytes: streams.len() as u64 * limits::RTSP_SESSION_OVERHEAD_BYTES as u64 + frames_received,
             why: format!(
-                "{} streams × {} KiB of session buffers, and the frame each is receiving at its ceiling, {:.1} MiB in all (RTSP_SESSION_OVERHEAD_BYTES, FRAME_MAX_BYTES, SUB_FRAME_MAX_BYTES)",
+                "{} streams × {} KiB of session buffers, and the frame each is receiving at its ceiling, {:.1} MiB in all (RTSP_SESSION_OVERHEAD_BYTES, each camera's frame_max_bytes, SUB_FRAME_MAX_BYTES)",
                 streams.len(),
                 limits::RTSP_SESSION_OVERHEAD_BYTES >> 10,
                 mib(frames_received)
@@ -74,9 +76,9 @@ pub fn compute(config: &Config) -> Budget {
         },
         Line {
             component: "ingest queues",
-            bytes: (recorded * limits::INGEST_QUEUE_BYTES_PER_STREAM as u64).min(config.pools.ingest_queues_max_bytes),
+            bytes: if recorded == 0 { 0 } else { config.ingest_pool_bytes() },
             why: format!(
-                "{recorded} recorded streams' queues in one pool of {:.1} MiB (INGEST_QUEUE_BYTES_PER_GIB or [pools], INGEST_QUEUE_BYTES_PER_STREAM)",
+                "{recorded} recorded streams' queues in one pool: {:.1} MiB queued and each stream's newest frame at its ceiling (INGEST_QUEUE_BYTES_PER_GIB or [pools], frame_max_bytes)",
                 mib(config.pools.ingest_queues_max_bytes)
             ),
         },
@@ -86,11 +88,11 @@ pub fn compute(config: &Config) -> Budget {
                 0
             } else {
                 (recorded * limits::FRAGMENT_MAX_BYTES as u64).min(config.pools.fragments_max_bytes)
-                    + writers * limits::FRAME_MAX_BYTES as u64
+                    + writers * frame_max
                     + recorded * (limits::MOOF_MAX_BYTES + limits::INIT_SEGMENT_MAX_BYTES) as u64
             },
             why: format!(
-                "fragments being gathered in one pool of {:.1} MiB, a frame in hand for each of {writers} writers, and {recorded} streams' header buffers (FRAGMENT_POOL_BYTES_PER_GIB or [pools], FRAME_MAX_BYTES, MOOF_MAX_BYTES, INIT_SEGMENT_MAX_BYTES)",
+                "fragments being gathered in one pool of {:.1} MiB, a frame in hand for each of {writers} writers, and {recorded} streams' header buffers (FRAGMENT_POOL_BYTES_PER_GIB or [pools], frame_max_bytes, MOOF_MAX_BYTES, INIT_SEGMENT_MAX_BYTES)",
                 mib(config.pools.fragments_max_bytes)
             ),
         },
@@ -253,6 +255,7 @@ pub fn typical_camera() -> Camera {
         password: None,
         main: Source::Rtsp { url: url("main"), transport: Transport::Tcp },
         sub: Some(Source::Rtsp { url: url("sub"), transport: Transport::Tcp }),
+        frame_max_bytes: limits::FRAME_DEFAULT_MAX_BYTES,
     }
 }
 
@@ -332,6 +335,7 @@ mod tests {
                 password: None,
                 main: Source::Builtin,
                 sub: Some(Source::Builtin),
+                frame_max_bytes: limits::FRAME_DEFAULT_MAX_BYTES,
             })
             .collect();
         c
@@ -399,9 +403,10 @@ mod tests {
     #[test]
     fn shared_pools_count_once_whatever_the_number_of_streams() {
         let line = |c: &Config, name: &str| compute(c).lines.into_iter().find(|l| l.component == name).unwrap().bytes;
-        for pool in ["ingest queues", "live GOPs"] {
-            assert_eq!(line(&preset(16, 1 << 30), pool), line(&preset(32, 1 << 30), pool), "{pool}");
-        }
+        assert_eq!(line(&preset(16, 1 << 30), "live GOPs"), line(&preset(32, 1 << 30), "live GOPs"));
+        let newest = (limits::FRAME_DEFAULT_MAX_BYTES + limits::SUB_FRAME_MAX_BYTES) as u64;
+        let queues = line(&preset(32, 1 << 30), "ingest queues") - line(&preset(16, 1 << 30), "ingest queues");
+        assert_eq!(queues, 16 * newest, "the queued share once, and each stream's newest frame");
         let header = (limits::MOOF_MAX_BYTES + limits::INIT_SEGMENT_MAX_BYTES) as u64;
         let grows = line(&preset(32, 1 << 30), "fragment buffers") - line(&preset(16, 1 << 30), "fragment buffers");
         assert_eq!(grows, 32 * header, "only the streams' header buffers grow");
@@ -409,7 +414,7 @@ mod tests {
         let each = limits::RTSP_SESSION_OVERHEAD_BYTES as u64;
         assert_eq!(
             sessions,
-            2 * (2 * each + (limits::FRAME_MAX_BYTES + limits::SUB_FRAME_MAX_BYTES) as u64),
+            2 * (2 * each + (limits::FRAME_DEFAULT_MAX_BYTES + limits::SUB_FRAME_MAX_BYTES) as u64),
             "a frame being received per stream, at its kind's ceiling"
         );
         let stacks = line(&preset(32, 1 << 30), "thread stacks");

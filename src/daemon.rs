@@ -269,6 +269,7 @@ impl Running {
                 recorder: recorder.map(|r| r.sender),
                 state,
                 live,
+                frame_max_bytes: camera.frame_max_bytes(kind),
             };
             tasks.push(tokio::spawn(ingest::supervise(input, stopped.clone())));
         }

@@ -9,14 +9,20 @@
 
 // ---- media ----
 
-/// One encoded frame of a main stream. A 4K I-frame at high quality stays under 2 MiB;
-/// anything larger is a broken or hostile camera, dropped and counted rather than buffered.
-/// Each stream may be receiving one such frame, so the budget counts one per stream.
-pub const FRAME_MAX_BYTES: usize = 2 << 20;
+/// One encoded frame of a main stream, on any camera: a 4K I-frame at high quality stays
+/// under 2 MiB; anything larger is a broken or hostile camera, dropped and counted rather
+/// than buffered. A camera's config may raise its own ceiling up to this.
+pub const FRAME_MAX_BYTES: usize = 4 << 20;
+
+/// One encoded frame of a main stream unless its camera's config says otherwise: a 1080p
+/// I-frame at high quality is under 512 KiB. Each stream may be receiving one frame and
+/// holding the one before, so the budget counts two of its ceiling per stream.
+pub const FRAME_DEFAULT_MAX_BYTES: usize = 1 << 20;
 
 /// One encoded frame of a sub stream (at most 720p, which is what sub streams are for: a
-/// high-quality 720p I-frame is under 300 KiB). A larger one is dropped and counted.
-pub const SUB_FRAME_MAX_BYTES: usize = 512 << 10;
+/// 720p I-frame at a sub stream's bitrate is under 100 KiB). A larger one is dropped and
+/// counted.
+pub const SUB_FRAME_MAX_BYTES: usize = 256 << 10;
 
 /// Codec parameters (an `avc1`/`hvc1` sample entry with SPS/PPS/VPS). Real ones are under
 /// 200 bytes; this bounds what a camera's SDP can make us store per segment.
@@ -31,9 +37,10 @@ pub const INGEST_QUEUE_FRAMES: usize = 64;
 pub const INGEST_QUEUE_BYTES_PER_STREAM: usize = 8 << 20;
 
 /// Bytes of frames waiting between ingest and the recorder across every stream, per GiB of
-/// the board's RAM class (one pool; never below one [`FRAME_MAX_BYTES`]): on a 1 GiB board,
-/// two seconds of 32 cameras at 4.5 Mbit/s each. Past it a stream drops until its next
-/// keyframe, as at its own ceiling.
+/// the board's RAM class: on a 1 GiB board, two seconds of 32 cameras at 4.5 Mbit/s each.
+/// The pool holds this and each recorded stream's newest frame at its ceiling (kept until
+/// the next one gives its duration). Past it a stream drops until its next keyframe, as at
+/// its own ceiling.
 pub const INGEST_QUEUE_BYTES_PER_GIB: usize = 32 << 20;
 
 /// Threads that write recordings, per GiB of the board's RAM class, at least two: every

@@ -21,15 +21,6 @@ impl StreamKind {
         }
     }
 
-    /// The largest frame a stream of this kind may carry: a larger one is dropped and
-    /// counted, so the budget can count one frame being received per stream.
-    pub fn frame_max_bytes(self) -> usize {
-        match self {
-            StreamKind::Main => crate::limits::FRAME_MAX_BYTES,
-            StreamKind::Sub => crate::limits::SUB_FRAME_MAX_BYTES,
-        }
-    }
-
     /// The kind a path or a catalog name spells, if any.
     pub fn parse(name: &str) -> Option<StreamKind> {
         match name {

@@ -97,9 +97,20 @@ pub struct Camera {
     pub password: Option<String>,
     pub main: Source,
     pub sub: Option<Source>,
+    /// The largest frame of the main stream (sub streams': [`limits::SUB_FRAME_MAX_BYTES`]).
+    pub frame_max_bytes: usize,
 }
 
 impl Camera {
+    /// The largest frame stream `kind` may carry: a larger one is dropped and counted, so
+    /// the budget can count the frames a stream holds.
+    pub fn frame_max_bytes(&self, kind: StreamKind) -> usize {
+        match kind {
+            StreamKind::Main => self.frame_max_bytes,
+            StreamKind::Sub => limits::SUB_FRAME_MAX_BYTES,
+        }
+    }
+
     /// The camera's streams, main first.
     pub fn streams(&self) -> impl Iterator<Item = (StreamKind, &Source)> {
         std::iter::once((StreamKind::Main, &self.main)).chain(self.sub.iter().map(|s| (StreamKind::Sub, s)))
@@ -167,7 +178,8 @@ pub struct Config {
 }
 
 /// The ceilings of the recorder's shared pools: by the RAM class unless the config lowers
-/// them (`[pools]`).
+/// them (`[pools]`). The ingest queues' pool holds this much more than each recorded
+/// stream's newest frame (see [`Config::ingest_pool_bytes`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pools {
     /// Frames queued between ingest and the writers, every stream together.
@@ -180,7 +192,7 @@ impl Pools {
     pub fn for_ram_class(ram_class_bytes: u64) -> Pools {
         let ceiling = |per_gib, floor| crate::base::pool::ceiling_for(per_gib, ram_class_bytes, floor) as u64;
         Pools {
-            ingest_queues_max_bytes: ceiling(limits::INGEST_QUEUE_BYTES_PER_GIB, limits::FRAME_MAX_BYTES),
+            ingest_queues_max_bytes: ceiling(limits::INGEST_QUEUE_BYTES_PER_GIB, limits::FRAME_DEFAULT_MAX_BYTES),
             fragments_max_bytes: ceiling(limits::FRAGMENT_POOL_BYTES_PER_GIB, limits::FRAGMENT_MAX_BYTES),
         }
     }
@@ -320,6 +332,8 @@ struct RawCamera {
     password: Option<String>,
     main: RawStream,
     sub: Option<RawStream>,
+    /// The largest frame of the main stream (a 4K camera's I-frames want more than 1 MiB).
+    frame_max_bytes: Option<RawBytes>,
 }
 
 #[derive(Deserialize)]
@@ -360,6 +374,17 @@ fn default_ram_class() -> RawBytes {
 }
 
 impl Config {
+    /// The ingest queues' pool: the queued frames' share, and each recorded stream's newest
+    /// frame at its ceiling (held until the next frame gives its duration).
+    pub fn ingest_pool_bytes(&self) -> u64 {
+        let newest: u64 = self
+            .cameras
+            .iter()
+            .flat_map(|c| c.recorded_streams().map(move |(kind, _)| c.frame_max_bytes(kind) as u64))
+            .sum();
+        self.pools.ingest_queues_max_bytes + newest
+    }
+
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
@@ -414,6 +439,7 @@ impl Config {
                 password: None,
                 main: Source::Builtin,
                 sub: None,
+                frame_max_bytes: limits::FRAME_DEFAULT_MAX_BYTES,
             }],
         }
     }
@@ -510,8 +536,8 @@ impl RawConfig {
                 "ingest_queues_max_bytes",
                 &self.pools.ingest_queues_max_bytes,
                 &mut pools.ingest_queues_max_bytes,
-                limits::FRAME_MAX_BYTES as u64,
-                "FRAME_MAX_BYTES",
+                limits::FRAME_DEFAULT_MAX_BYTES as u64,
+                "FRAME_DEFAULT_MAX_BYTES",
             ),
             (
                 "fragments_max_bytes",
@@ -614,6 +640,24 @@ impl RawCamera {
         }
         let main = self.main.validate(&format!("{at}.main"), base_dir)?;
         let sub = self.sub.map(|s| s.validate(&format!("{at}.sub"), base_dir)).transpose()?;
+        let frame_max_bytes = match &self.frame_max_bytes {
+            None => limits::FRAME_DEFAULT_MAX_BYTES,
+            Some(raw) => {
+                let key = format!("{at}.frame_max_bytes");
+                let v = raw.resolve(&key)?;
+                if !(limits::SUB_FRAME_MAX_BYTES as u64..=limits::FRAME_MAX_BYTES as u64).contains(&v) {
+                    return Err((
+                        key,
+                        format!(
+                            "{} to {} bytes (SUB_FRAME_MAX_BYTES, FRAME_MAX_BYTES)",
+                            limits::SUB_FRAME_MAX_BYTES,
+                            limits::FRAME_MAX_BYTES
+                        ),
+                    ));
+                }
+                v as usize
+            }
+        };
         Ok(Camera {
             name: self.name,
             record: main_mode,
@@ -624,6 +668,7 @@ impl RawCamera {
             password: self.password,
             main,
             sub,
+            frame_max_bytes,
         })
     }
 }
@@ -791,8 +836,21 @@ main = { url = "file:///clips/a.mp4" }
         assert_eq!((c.pools.fragments_max_bytes, c.pools.ingest_queues_max_bytes), (2 << 20, 8 << 20));
         assert!(error_of(&with("fragments_max_bytes = \"1 GiB\"")).contains("pools.fragments_max_bytes: at most"));
         assert!(error_of(&with("fragments_max_bytes = \"1 KiB\"")).contains("at least 262144 bytes"));
-        assert!(error_of(&with("ingest_queues_max_bytes = \"1 MiB\"")).contains("(FRAME_MAX_BYTES)"));
+        assert!(error_of(&with("ingest_queues_max_bytes = \"512 KiB\"")).contains("(FRAME_DEFAULT_MAX_BYTES)"));
         assert!(error_of(&with("queues = 1")).contains("unknown field"));
+    }
+
+    #[test]
+    fn a_camera_may_raise_its_main_stream_frame_ceiling_up_to_the_firmware_s() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.cameras[0].frame_max_bytes(StreamKind::Main), limits::FRAME_DEFAULT_MAX_BYTES);
+        assert_eq!(c.cameras[0].frame_max_bytes(StreamKind::Sub), limits::SUB_FRAME_MAX_BYTES);
+        let with = |v: &str| GOOD.replacen("[[cameras]]\n", &format!("[[cameras]]\nframe_max_bytes = \"{v}\"\n"), 1);
+        assert_eq!(parse(&with("4 MiB")).unwrap().cameras[0].frame_max_bytes, limits::FRAME_MAX_BYTES);
+        assert!(error_of(&with("5 MiB")).contains("frame_max_bytes: 262144 to 4194304 bytes"));
+        assert!(error_of(&with("100 KiB")).contains("(SUB_FRAME_MAX_BYTES, FRAME_MAX_BYTES)"));
+        let bigger = parse(&with("4 MiB")).unwrap();
+        assert_eq!(bigger.ingest_pool_bytes() - c.ingest_pool_bytes(), (3 << 20) as u64, "its newest frame");
     }
 
     #[test]

@@ -126,6 +126,8 @@ pub struct StreamInput {
     pub recorder: Option<FrameSender>,
     pub state: Arc<StreamState>,
     pub live: Arc<Fanout>,
+    /// The largest frame handed on (the camera's ceiling for this stream).
+    pub frame_max_bytes: usize,
 }
 
 /// Keeps one stream's session up until `shutdown` turns true. Dropping the returned future
@@ -147,7 +149,7 @@ pub async fn supervise(mut input: StreamInput, mut shutdown: watch::Receiver<boo
             state: &input.state,
             live: Some(&input.live),
             clocks: &*clocks,
-            frame_max_bytes: input.key.kind.frame_max_bytes(),
+            frame_max_bytes: input.frame_max_bytes,
         };
         let session = async {
             match (&input.source, &clip) {
@@ -220,9 +222,10 @@ mod tests {
 
     #[test]
     fn a_frame_over_the_ceiling_is_dropped_and_counted_never_queued() {
-        let (mut tx, _rx, queue) = crate::record::queue::channel(&crate::record::queue::pool(1 << 30));
+        let (mut tx, _rx, queue) =
+            crate::record::queue::channel(&crate::record::queue::pool(limits::INGEST_QUEUE_BYTES_PER_GIB as u64));
         let state = StreamState::default();
-        let max = crate::base::StreamKind::Sub.frame_max_bytes();
+        let max = limits::SUB_FRAME_MAX_BYTES;
         let mut sink =
             Sink { recorder: Some(&mut tx), state: &state, live: None, clocks: &RealClocks, frame_max_bytes: max };
         sink.deliver(frame(limits::SUB_FRAME_MAX_BYTES));
@@ -232,7 +235,6 @@ mod tests {
         use std::sync::atomic::Ordering;
         assert_eq!(queue.bytes_in_flight.load(Ordering::Relaxed), limits::SUB_FRAME_MAX_BYTES);
         assert_eq!(queue.frames_dropped.load(Ordering::Relaxed), 1);
-        assert_eq!(crate::base::StreamKind::Main.frame_max_bytes(), limits::FRAME_MAX_BYTES);
     }
 
     #[test]

@@ -138,7 +138,10 @@ impl HistoryShares {
     }
 
     fn weight(kind: crate::base::StreamKind) -> u64 {
-        kind.frame_max_bytes() as u64
+        match kind {
+            crate::base::StreamKind::Main => limits::FRAME_DEFAULT_MAX_BYTES as u64,
+            crate::base::StreamKind::Sub => limits::SUB_FRAME_MAX_BYTES as u64,
+        }
     }
 
     /// The share of a history of a stream of `kind`.
@@ -202,7 +205,7 @@ impl Recorder {
             streams: Vec::new(),
             flusher_stats,
             preroll: Arc::new(HistoryPool::new(config.preroll.total_max_bytes as usize)),
-            ingest_pool: queue::pool(config.pools.ingest_queues_max_bytes),
+            ingest_pool: queue::pool(config.ingest_pool_bytes()),
             fragment_pool: fragmenter::pool(config.pools.fragments_max_bytes),
             data_dir,
             require_sane_clock: config.require_sane_clock,

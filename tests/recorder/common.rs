@@ -117,10 +117,20 @@ pub fn write_config(dir: &Path, body: &str) -> PathBuf {
 }
 
 /// The binary under test: this build's, or the one `KEEPPEEK_BIN` names (to run the suite
-/// against another build, say the one before a fix, and see which tests it fails).
+/// against another build, say the one before a fix, and see which tests it fails), under
+/// the emulator `KEEPPEEK_RUNNER` names if there is one (an aarch64 build under qemu-user).
 pub fn keeppeek() -> Command {
     let other = std::env::var_os("KEEPPEEK_BIN").filter(|b| !b.is_empty());
-    Command::new(other.unwrap_or_else(|| env!("CARGO_BIN_EXE_keeppeek").into()))
+    let bin: PathBuf = other.unwrap_or_else(|| env!("CARGO_BIN_EXE_keeppeek").into()).into();
+    // Another architecture's build runs under its emulator (qemu-user), named here.
+    match std::env::var_os("KEEPPEEK_RUNNER").filter(|r| !r.is_empty()) {
+        Some(runner) => {
+            let mut c = Command::new(runner);
+            c.arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    }
 }
 
 /// Runs a command that must succeed; returns its stdout.
@@ -784,4 +794,13 @@ pub fn frame_numbers(path: &Path, max: usize) -> Vec<u32> {
             (0..16).map(|i| u32::from(row[40 * i + 20] > 128) << i).sum()
         })
         .collect()
+}
+
+/// The sum of a per-stream family of `/metrics` over every stream.
+pub fn sample_sum(port: u16, token: &str, family: &str) -> u64 {
+    let (_, _, body) = request(port, "GET", "/metrics", &[("authorization", &format!("Bearer {token}"))], "");
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
 }

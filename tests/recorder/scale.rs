@@ -40,15 +40,6 @@ fn budget_total_kib(config: &Path) -> u64 {
     (mib * 1024.0) as u64
 }
 
-/// The sum over every stream of a per-stream family of `/metrics`.
-fn sum(port: u16, token: &str, family: &str) -> u64 {
-    let (_, _, body) = request(port, "GET", "/metrics", &[("authorization", &format!("Bearer {token}"))], "");
-    body.lines()
-        .filter(|l| l.starts_with(&format!("{family}{{")))
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
-        .sum()
-}
-
 /// Starts the daemon on `body` in `dir` and waits until every stream is connected; returns
 /// it with a `metrics` token.
 fn start(dir: &Path, body: &str, port: u16) -> (Daemon, String) {
@@ -60,7 +51,7 @@ fn start(dir: &Path, body: &str, port: u16) -> (Daemon, String) {
     d.wait_log("web face listening", 1, Duration::from_secs(30));
     let admin = setup_admin(port);
     let metrics = make_token(port, &admin, r#""metrics""#);
-    let all = wait_until(Duration::from_secs(60), || sum(port, &metrics, "keeppeek_stream_connected") == 64);
+    let all = wait_until(Duration::from_secs(60), || sample_sum(port, &metrics, "keeppeek_stream_connected") == 64);
     assert!(all, "64 camera sessions up: {}", d.log_text());
     (d, metrics)
 }
@@ -94,8 +85,8 @@ fn thirty_two_cameras_fit_the_1_gib_class_and_long_gops_in_a_small_pool_lose_not
     let peak_kib = peak.stop();
     let threads = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).unwrap();
     let threads: usize = threads.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap();
-    assert_eq!(sum(port, &metrics, "keeppeek_recorder_queue_dropped_total"), 0, "no frame dropped");
-    assert_eq!(sum(port, &metrics, "keeppeek_recorder_fragments_dropped_total"), 0);
+    assert_eq!(sample_sum(port, &metrics, "keeppeek_recorder_queue_dropped_total"), 0, "no frame dropped");
+    assert_eq!(sample_sum(port, &metrics, "keeppeek_recorder_fragments_dropped_total"), 0);
     d.stop();
     eprintln!("32 cameras: peak RSS {peak_kib} KiB against a budget of {budget_kib} KiB, {threads} threads");
     assert!(peak_kib < budget_kib, "peak RSS {peak_kib} KiB within the budget's {budget_kib} KiB");
@@ -121,11 +112,11 @@ fn thirty_two_cameras_fit_the_1_gib_class_and_long_gops_in_a_small_pool_lose_not
     let pools = "[pools]\nfragments_max_bytes = \"1 MiB\"\n";
     let (mut d, metrics) = start(dir.path(), &preset(&cam, "/h264-long-gop", port, pools), port);
     std::thread::sleep(Duration::from_secs(30));
-    let cut = sum(port, &metrics, "keeppeek_recorder_fragments_cut_short_total");
-    let fragments = sum(port, &metrics, "keeppeek_recorder_fragments_total");
-    let frames_in = sum(port, &metrics, "keeppeek_stream_frames_total");
-    assert_eq!(sum(port, &metrics, "keeppeek_recorder_queue_dropped_total"), 0, "no frame dropped");
-    assert_eq!(sum(port, &metrics, "keeppeek_recorder_fragments_dropped_total"), 0);
+    let cut = sample_sum(port, &metrics, "keeppeek_recorder_fragments_cut_short_total");
+    let fragments = sample_sum(port, &metrics, "keeppeek_recorder_fragments_total");
+    let frames_in = sample_sum(port, &metrics, "keeppeek_stream_frames_total");
+    assert_eq!(sample_sum(port, &metrics, "keeppeek_recorder_queue_dropped_total"), 0, "no frame dropped");
+    assert_eq!(sample_sum(port, &metrics, "keeppeek_recorder_fragments_dropped_total"), 0);
     let (_, _, body) = request(port, "GET", "/metrics", &[("authorization", &format!("Bearer {metrics}"))], "");
     let pool = |name: &str| -> u64 {
         let sample = format!("{name}{{pool=\"fragments\"}} ");

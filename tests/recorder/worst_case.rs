@@ -1,0 +1,186 @@
+//! The memory budget against the real binary with its ceilings driven at once: 32 cameras
+//! (main and sub) on the 1 GiB class sending frames at their kind's ceiling in step (every
+//! session holding a frame being received while a quarter of them arrive at once, so the
+//! fragment pool, the live GOPs and the pre-roll fill; then all at once, so the ingest
+//! queues do), 1,000 logins, every event upload
+//! place full with a body of the largest size, every export running to a client that does
+//! not read, and every other HTTP connection open with a head at its ceiling. The peak RSS
+//! and PSS stay under `keeppeek budget`'s total.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use crate::common::*;
+use crate::firehose::{Firehose, GROUPS};
+
+const CAMERAS: usize = 32;
+/// Frames at their ceilings, less their length prefix and some room.
+const MAIN_FRAME_BYTES: usize = (1 << 20) - 64;
+const SUB_FRAME_BYTES: usize = (256 << 10) - 64;
+
+/// Samples RSS, PSS and anonymous memory of a process every 100 ms; the peaks in KiB.
+struct Peaks {
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sampler: std::thread::JoinHandle<(u64, u64, u64)>,
+}
+
+impl Peaks {
+    fn watch(pid: u32) -> Peaks {
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d = done.clone();
+        let sampler = std::thread::spawn(move || {
+            let field = |file: &str, key: &str| -> u64 {
+                let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default();
+                text.lines().find_map(|l| l.strip_prefix(key)?.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+            };
+            let mut peaks = (0, 0, 0);
+            while !d.load(std::sync::atomic::Ordering::Relaxed) {
+                peaks.0 = peaks.0.max(field("status", "VmRSS:"));
+                peaks.1 = peaks.1.max(field("smaps_rollup", "Pss:"));
+                peaks.2 = peaks.2.max(field("status", "RssAnon:"));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            peaks
+        });
+        Peaks { done, sampler }
+    }
+
+    fn stop(self) -> (u64, u64, u64) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.sampler.join().unwrap()
+    }
+}
+
+/// A pool's figure from `/metrics`.
+fn pool(port: u16, token: &str, family: &str, pool: &str) -> u64 {
+    sample(port, token, &format!("{family}{{pool=\"{pool}\"}}")).unwrap_or_else(|| panic!("{family} {pool}"))
+}
+
+/// Sends all of a request but its last byte; the connection stays open, its handler waiting.
+fn all_but_the_last_byte(port: u16, head: &str, body: &[u8]) -> TcpStream {
+    let mut s = connect(port);
+    let mut all = head.as_bytes().to_vec();
+    all.extend_from_slice(body);
+    s.write_all(&all[..all.len() - 1]).unwrap();
+    s
+}
+
+#[test]
+fn every_ceiling_at_once_stays_under_the_budget() {
+    let cameras = Firehose::start(MAIN_FRAME_BYTES, SUB_FRAME_BYTES, 10);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut body = format!(
+        "listen = \"127.0.0.1:{port}\"\nram_class = \"1 GiB\"\nflush_interval_s = 2\n\
+         [retention]\nstream_max_bytes = \"2 GiB\"\ntotal_max_bytes = \"60 GiB\"\n[webrtc]\nport = {}\n",
+        free_port()
+    );
+    for i in 0..CAMERAS {
+        let record = if i % 4 == 0 { "events" } else { "continuous" };
+        body.push_str(&format!(
+            "[[cameras]]\nname = \"c{i}\"\nrecord = \"{record}\"\nmain = {{ url = \"{}\" }}\nsub = {{ url = \"{}\" }}\n",
+            cameras.url("/main"),
+            cameras.url("/sub")
+        ));
+    }
+    let config = write_config(dir.path(), &body);
+    let budget = String::from_utf8(succeed(keeppeek().arg("budget").arg(&config))).unwrap();
+    let total_kib = budget
+        .lines()
+        .find_map(|l| l.strip_prefix("total")?.split_whitespace().next()?.parse::<f64>().ok())
+        .map(|mib| (mib * 1024.0) as u64)
+        .unwrap();
+    let mut d = Daemon::start(dir.path());
+    d.wait_log("web face listening", 1, Duration::from_secs(30));
+    let admin = setup_admin(port);
+    let metrics = make_token(port, &admin, r#""metrics""#);
+    let viewer = make_token(port, &admin, r#""view""#);
+    let writer = make_token(port, &admin, r#""events:write""#);
+    let peaks = Peaks::watch(d.pid());
+    // A second at a time, each group of sessions in turn: their frames arrive a quarter of
+    // the streams at once, which the queues take, while every other session holds a frame
+    // being received and the fragments and histories fill.
+    let cycle = |n: usize| {
+        for _ in 0..n {
+            for group in 0..GROUPS {
+                cameras.release_group(group);
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+    };
+    cycle(3);
+    let connected = sample_sum(port, &metrics, "keeppeek_stream_connected");
+    assert_eq!(connected, 64, "every session up: {}", d.log_text());
+
+    // 1,000 logins while the cameras send.
+    let logins = std::thread::spawn(move || login_flood(port));
+    cycle(6);
+    let (ok, refused, limited) = logins.join().unwrap();
+    assert_eq!(ok + refused + limited, 1000);
+
+    // Every export running to a client that does not read, every upload place holding a
+    // body of the largest size, and the rest of the connections with a head at its ceiling.
+    let from = wall_us() - 8_000_000;
+    let export = |i: usize| {
+        let path = format!("/api/streams/c{}/main/export.mp4?from_us={from}&to_us={}", i * 4 + 1, wall_us());
+        let head = format!("GET {path} HTTP/1.1\r\nhost: kp\r\nauthorization: Bearer {viewer}\r\n\r\n");
+        let mut s = connect(port);
+        s.write_all(head.as_bytes()).unwrap();
+        s
+    };
+    let mut held: Vec<TcpStream> = (0..4).map(export).collect();
+    // The uploads' memory holds one body of the largest size (twice: read, then split)
+    // and the rest in three smaller ones.
+    let largest = (8 << 20) + (24 << 10);
+    let rest = ((24 << 20) - 2 * largest) / 6 - 1024;
+    for len in [largest, rest, rest, rest] {
+        let head = format!(
+            "POST /api/events HTTP/1.1\r\nhost: kp\r\nauthorization: Bearer {writer}\r\n\
+             content-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+        );
+        held.push(all_but_the_last_byte(port, &head, &vec![b'x'; len]));
+    }
+    let line = format!("x-fill: {}\r\n", "f".repeat(8000));
+    while held.len() < 250 {
+        let mut s = connect(port);
+        let mut head = String::from("GET /api/cameras HTTP/1.1\r\n");
+        while head.len() + line.len() < (64 << 10) - 64 {
+            head.push_str(&line);
+        }
+        s.write_all(head.as_bytes()).unwrap();
+        held.push(s);
+    }
+    cycle(3);
+    // And then every frame at once: the queues' pool fills, and streams drop until their
+    // next keyframe.
+    for _ in 0..2 {
+        cameras.release();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    cycle(1);
+    let figures: Vec<(&str, u64, u64)> = ["ingest_queues", "fragments", "live_gops", "event_uploads"]
+        .into_iter()
+        .map(|p| {
+            (p, pool(port, &metrics, "keeppeek_pool_peak_bytes", p), pool(port, &metrics, "keeppeek_pool_max_bytes", p))
+        })
+        .collect();
+    drop(held);
+    let preroll_high = sample(port, &metrics, "keeppeek_preroll_total_high_water_bytes").unwrap();
+    let preroll_max = sample(port, &metrics, "keeppeek_preroll_total_max_bytes").unwrap();
+    let (rss, pss, anon) = peaks.stop();
+    d.stop();
+    eprintln!("worst case: peak RSS {rss} KiB, PSS {pss} KiB, anonymous {anon} KiB; budget {total_kib} KiB");
+    for (name, peak, max) in &figures {
+        eprintln!("  pool {name}: peak {peak} of {max} bytes");
+    }
+    eprintln!("  pre-roll: high water {preroll_high} of {preroll_max} bytes");
+    for (name, peak, max) in &figures {
+        assert!(*peak * 10 >= *max * 9, "the {name} pool reached its ceiling: {peak} of {max}");
+        assert!(peak <= max);
+    }
+    assert!(preroll_high * 10 >= preroll_max * 9, "the pre-roll reached its ceiling");
+    assert!(rss < total_kib, "peak RSS {rss} KiB under the budget's {total_kib} KiB");
+    assert!(pss < total_kib, "peak PSS {pss} KiB under the budget's {total_kib} KiB");
+}

@@ -75,6 +75,10 @@ step "firmware image: build it, boot it under QEMU, update it A/B"
 bash tools/image.sh --board qemu-virt
 cargo test --test image -- --nocapture --test-threads 1
 
+step "the worst-case memory test on the image's aarch64 build, under qemu-user"
+KEEPPEEK_BIN=target/aarch64-unknown-linux-musl/image/keeppeek KEEPPEEK_RUNNER=qemu-aarch64-static \
+    cargo test --test recorder worst_case -- --nocapture
+
 step "benchmarks (smoke mode)"
 # Performance is a benchmark, not a test: this only proves the benchmark runs end to end.
 # Full figures: `cargo bench --bench record`, `--bench web`, `--bench live`, `--bench events`

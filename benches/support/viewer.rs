@@ -23,6 +23,8 @@ pub struct Viewer {
     next: Instant,
     /// Video frames received.
     pub frames: u64,
+    /// Bytes of datagrams received (media and everything else).
+    pub received_bytes: u64,
     /// Control-channel messages received.
     pub messages: u64,
     /// Sent on the control channel once it opens.
@@ -44,8 +46,17 @@ impl Viewer {
         api.add_channel("control".into());
         let (offer, pending) = api.apply().unwrap();
         let sdp = offer.to_sdp_string();
-        let v =
-            Viewer { rtc, socket, local, next: Instant::now(), frames: 0, messages: 0, on_open: None, channel: None };
+        let v = Viewer {
+            rtc,
+            socket,
+            local,
+            next: Instant::now(),
+            frames: 0,
+            received_bytes: 0,
+            messages: 0,
+            on_open: None,
+            channel: None,
+        };
         (v, pending, sdp)
     }
 
@@ -64,6 +75,7 @@ impl Viewer {
         let mut worked = false;
         while let Ok((n, from)) = self.socket.recv_from(buf) {
             worked = true;
+            self.received_bytes += n as u64;
             if let Ok(r) = Receive::new(Protocol::Udp, from, self.local, &buf[..n]) {
                 let _ = self.rtc.handle_input(Input::Receive(Instant::now(), r));
             }
@@ -102,16 +114,17 @@ impl Viewer {
 }
 
 /// Viewers driven on a thread of their own until stopped; `counts` mirrors each one's
-/// (frames, control messages).
+/// (frames, control messages, bytes received).
 pub struct Farm {
-    counts: Arc<Mutex<Vec<(u64, u64)>>>,
+    counts: Arc<Mutex<Vec<(u64, u64, u64)>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<Vec<Viewer>>>,
 }
 
 impl Farm {
     pub fn start(mut viewers: Vec<Viewer>) -> Farm {
-        let counts = Arc::new(Mutex::new(viewers.iter().map(|v| (v.frames, v.messages)).collect::<Vec<_>>()));
+        let counts =
+            Arc::new(Mutex::new(viewers.iter().map(|v| (v.frames, v.messages, v.received_bytes)).collect::<Vec<_>>()));
         let stop = Arc::new(AtomicBool::new(false));
         let (f, s) = (counts.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
@@ -124,7 +137,7 @@ impl Farm {
                 if worked {
                     let mut counts = f.lock().unwrap();
                     for (c, v) in counts.iter_mut().zip(&viewers) {
-                        *c = (v.frames, v.messages);
+                        *c = (v.frames, v.messages, v.received_bytes);
                     }
                 } else {
                     std::thread::sleep(Duration::from_micros(200));
@@ -138,6 +151,11 @@ impl Farm {
     /// The fewest frames any viewer has received.
     pub fn min_frames(&self) -> u64 {
         self.counts.lock().unwrap().iter().map(|c| c.0).min().unwrap_or(0)
+    }
+
+    /// The fewest bytes any viewer has received.
+    pub fn min_received_bytes(&self) -> u64 {
+        self.counts.lock().unwrap().iter().map(|c| c.2).min().unwrap_or(0)
     }
 
     /// The fewest control messages any viewer has received.

@@ -18,4 +18,6 @@ mod power_cut;
 mod retention;
 mod rtsp_recording;
 mod scale;
+#[path = "../../benches/support/viewer.rs"]
+mod viewer;
 mod worst_case;

@@ -215,7 +215,9 @@ fn every_ceiling_at_once_stays_under_the_budget() {
         assert!(*peak * 10 >= *max * 9, "the {name} pool reached its ceiling: {peak} of {max}");
         assert!(peak <= max);
     }
-    assert!(preroll_high * 10 >= preroll_max * 9, "the pre-roll reached its ceiling");
+    // Histories hold whole frames: each may stop short of its share by less than a frame.
+    let short = (CAMERAS as u64 / 4) * (MAIN_FRAME_BYTES + SUB_FRAME_BYTES) as u64;
+    assert!(preroll_high + short >= preroll_max, "the pre-roll reached its ceiling: {preroll_high} of {preroll_max}");
     // Under this load a late session's handshake can miss its connect timeout; nearly all
     // stream.
     assert!(streamed >= 60, "live sessions streamed: {streamed} of 64 got a frame's worth: {got:?}");

@@ -66,6 +66,9 @@ step "integration tests against real peers"
 # side rather than two at a time.
 cargo test --test recorder -- --test-threads 8
 
+step "the worst-case memory test, alone (it loads both cores)"
+cargo test --test recorder worst_case -- --ignored --nocapture
+
 step "browser tests (Chromium + playwright-core; screenshots in target/ui/)"
 cargo build --bin keeppeek
 node --test tests/ui/
@@ -77,7 +80,7 @@ cargo test --test image -- --nocapture --test-threads 1
 
 step "the worst-case memory test on the image's aarch64 build, under qemu-user"
 KEEPPEEK_BIN=target/aarch64-unknown-linux-musl/image/keeppeek KEEPPEEK_RUNNER=qemu-aarch64-static \
-    cargo test --test recorder worst_case -- --nocapture
+    cargo test --test recorder worst_case -- --ignored --nocapture
 
 step "benchmarks (smoke mode)"
 # Performance is a benchmark, not a test: this only proves the benchmark runs end to end.

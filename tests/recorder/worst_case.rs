@@ -67,7 +67,11 @@ fn all_but_the_last_byte(port: u16, head: &str, body: &[u8]) -> TcpStream {
     s
 }
 
+/// It loads both cores to their limit, so it runs alone, in a step of its own in
+/// `tools/test.sh` (beside other tests, drops from CPU starvation keep the pre-roll from
+/// filling).
 #[test]
+#[ignore = "runs alone: tools/test.sh runs it with --ignored in a step of its own"]
 fn every_ceiling_at_once_stays_under_the_budget() {
     let cameras = Firehose::start(MAIN_FRAME_BYTES, SUB_FRAME_BYTES, 5);
     let dir = tempfile::tempdir().unwrap();

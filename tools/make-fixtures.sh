@@ -26,11 +26,12 @@
 # and a TrueType font (fonts-dejavu-core; override with FIXTURE_FONT).
 set -euo pipefail
 
-if [[ $# -ne 1 ]]; then
-    echo "usage: $0 OUT_DIR" >&2
+if [[ $# -lt 1 || $# -gt 2 || ( $# -eq 2 && $2 != --bench ) ]]; then
+    echo "usage: $0 OUT_DIR [--bench]" >&2
     exit 2
 fi
 out_dir=$1
+bench=${2:-}
 mkdir -p "$out_dir"
 
 font=${FIXTURE_FONT:-/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf}
@@ -145,3 +146,19 @@ generate h265.265 gen_h265_annexb
 generate h264-long-gop.264 gen_h264_long_gop
 generate aac.adts gen_aac_adts
 generate snapshot-4k.jpg gen_snapshot_4k
+
+gen_bench_clip() {
+    # A camera-like stream for the recording benchmark: moving noise keeps the encoder at
+    # its bitrate (a plain test pattern compresses far below it), 2 s GOPs, 15 fps, 20 s.
+    local size=$1 rate=$2
+    ff -f lavfi -i "testsrc2=size=${size}:rate=${FPS}:duration=20,noise=alls=24:allf=t" \
+        -c:v libx264 -preset veryfast -profile:v main -pix_fmt yuv420p -bf 0 \
+        -g $((2 * FPS)) -keyint_min $((2 * FPS)) -sc_threshold 0 \
+        -b:v "$rate" -maxrate "$rate" -bufsize "$rate" -t 20 -f h264 "$3"
+}
+
+# The benchmark's clips are large: made only when asked for (`--bench`).
+if [[ $bench == --bench ]]; then
+    generate h264-720p.264 gen_bench_clip 1280x720 2M
+    generate h264-1080p.264 gen_bench_clip 1920x1080 4M
+fi

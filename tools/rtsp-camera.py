@@ -48,6 +48,13 @@ PATHS = {
     "/h264-aac": ("h264.264", "h264", "aac.adts"),
 }
 
+# Served only when their fixtures were made (`tools/make-fixtures.sh DIR --bench`): the
+# recording benchmark's camera-like streams.
+BENCH_PATHS = {
+    "/h264-720p": ("h264-720p.264", "h264", None),
+    "/h264-1080p": ("h264-1080p.264", "h264", None),
+}
+
 # AAC-LC: every frame (ADTS or RTP access unit) holds 1024 samples per channel.
 AAC_FRAME_SAMPLES = 1024
 
@@ -219,7 +226,9 @@ def build_server(args):
         server.set_auth(auth)
 
     mounts = server.get_mount_points()
-    for path, (filename, codec, audio_filename) in PATHS.items():
+    paths = dict(PATHS)
+    paths.update({p: v for p, v in BENCH_PATHS.items() if os.path.isfile(os.path.join(args.fixtures, v[0]))})
+    for path, (filename, codec, audio_filename) in paths.items():
         location = fixture_path(args.fixtures, filename)
         audio_location = fixture_path(args.fixtures, audio_filename) if audio_filename else None
         factory = LoopingClipFactory(location, codec, audio_location)

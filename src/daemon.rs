@@ -368,12 +368,14 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 /// glibc gives each thread that allocates an arena of its own and keeps what it frees
 /// there; [`limits::MALLOC_ARENAS_MAX`] arenas keep that slack inside the budget's process
 /// line. Call it first, before any thread starts. The image's musl build has no arenas.
-pub fn limit_malloc_arenas() {
+/// Returns whether the allocator took the ceiling.
+pub fn limit_malloc_arenas() -> bool {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only sets an allocator parameter.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, limits::MALLOC_ARENAS_MAX as libc::c_int);
-    }
+    let taken = unsafe { libc::mallopt(libc::M_ARENA_MAX, limits::MALLOC_ARENAS_MAX as libc::c_int) } == 1;
+    #[cfg(not(target_env = "gnu"))]
+    let taken = true;
+    taken
 }
 
 /// glibc keeps what is freed in its arenas (one per thread that allocated), so a burst of
@@ -405,6 +407,11 @@ mod tests {
 
     use super::*;
     use crate::base::StreamKind;
+
+    #[test]
+    fn the_allocator_takes_the_arena_ceiling() {
+        assert!(limit_malloc_arenas());
+    }
 
     #[test]
     fn the_blocking_pool_stops_at_its_ceiling_and_the_rest_wait_their_turn() {

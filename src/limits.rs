@@ -79,6 +79,11 @@ pub const FRAGMENT_MAX_AUDIO_SAMPLES: usize = 256;
 /// Media bytes held for one fragment before it is written: 4 s of a 32 Mbit/s stream.
 pub const FRAGMENT_MAX_BYTES: usize = 16 << 20;
 
+/// The smallest fragment pool a config may ask for: a frame that does not fit is written
+/// in a fragment of its own, so any size records everything; below this, most fragments
+/// would hold one frame.
+pub const FRAGMENT_POOL_MIN_BYTES: usize = 256 << 10;
+
 /// Media bytes held for fragments being gathered across every stream, per GiB of the
 /// board's RAM class (one pool; never below one [`FRAGMENT_MAX_BYTES`]). A stream whose next
 /// frame would not fit writes its fragment early (a shorter fragment, counted) rather than

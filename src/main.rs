@@ -305,7 +305,9 @@ fn dispatch(command: Command) -> Result<(), String> {
 }
 
 fn run_daemon(config: Config, system: SystemApi) -> Result<(), String> {
-    daemon::limit_malloc_arenas();
+    if !daemon::limit_malloc_arenas() {
+        tracing::warn!("the allocator did not take its arena ceiling (MALLOC_ARENAS_MAX)");
+    }
     let rt = daemon::runtime().map_err(|e| format!("starting the runtime: {e}"))?;
     rt.block_on(daemon::run(config, std::sync::Arc::new(system))).map_err(|e| e.to_string())
 }

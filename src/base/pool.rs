@@ -39,6 +39,11 @@ impl BytePool {
         }
     }
 
+    /// A pool of `max_bytes` (a config's figure) to share between holders.
+    pub fn shared(max_bytes: u64) -> Arc<BytePool> {
+        Arc::new(BytePool::new(usize::try_from(max_bytes).unwrap_or(usize::MAX)))
+    }
+
     pub fn max_bytes(&self) -> usize {
         self.max_bytes
     }

@@ -198,10 +198,6 @@ impl Pools {
     }
 }
 
-/// The smallest fragment pool a config may ask for: a frame that does not fit is written
-/// in a fragment of its own, so any size records everything; below this, most are.
-pub const FRAGMENT_POOL_MIN_BYTES: u64 = 256 << 10;
-
 /// Default cap on event snapshots: 2,500 of 4K at ~420 KB.
 pub const EVENTS_MAX_BYTES_DEFAULT: u64 = 1 << 30;
 
@@ -543,8 +539,8 @@ impl RawConfig {
                 "fragments_max_bytes",
                 &self.pools.fragments_max_bytes,
                 &mut pools.fragments_max_bytes,
-                FRAGMENT_POOL_MIN_BYTES,
-                "256 KiB",
+                limits::FRAGMENT_POOL_MIN_BYTES as u64,
+                "FRAGMENT_POOL_MIN_BYTES",
             ),
         ];
         for (key, raw, into, floor, floor_name) in lowered {
@@ -835,7 +831,16 @@ main = { url = "file:///clips/a.mp4" }
         let c = parse(&with("fragments_max_bytes = \"2 MiB\"\ningest_queues_max_bytes = \"8 MiB\"")).unwrap();
         assert_eq!((c.pools.fragments_max_bytes, c.pools.ingest_queues_max_bytes), (2 << 20, 8 << 20));
         assert!(error_of(&with("fragments_max_bytes = \"1 GiB\"")).contains("pools.fragments_max_bytes: at most"));
-        assert!(error_of(&with("fragments_max_bytes = \"1 KiB\"")).contains("at least 262144 bytes"));
+        assert!(
+            error_of(&with("fragments_max_bytes = \"1 KiB\""))
+                .contains("at least 262144 bytes (FRAGMENT_POOL_MIN_BYTES)")
+        );
+        let least = parse(&with("fragments_max_bytes = \"256 KiB\"")).unwrap();
+        assert_eq!(
+            least.pools.fragments_max_bytes,
+            limits::FRAGMENT_POOL_MIN_BYTES as u64,
+            "the floor itself is taken"
+        );
         assert!(error_of(&with("ingest_queues_max_bytes = \"512 KiB\"")).contains("(FRAME_DEFAULT_MAX_BYTES)"));
         assert!(error_of(&with("queues = 1")).contains("unknown field"));
     }

@@ -10,7 +10,9 @@ use serde_json::json;
 
 use super::Ctx;
 use super::errors::fail;
-use super::reply::{Reply, RequestBody, content_type, error, json, on_pool, read_body, with_header, with_type};
+use super::reply::{
+    Reply, RequestBody, content_type, declared_length, error, json, on_pool, read_body, with_header, with_type,
+};
 use crate::auth::Principal;
 use crate::base::{StreamKey, StreamKind};
 use crate::catalog::events::query_term;
@@ -92,7 +94,7 @@ pub(super) async fn intake(ctx: &Ctx, who: &Principal, parts: &Parts, body: Requ
     let events = &ctx.services.events;
     // A body that declares its length is held to it and takes that much of the uploads'
     // memory; one that does not takes the most a body may be.
-    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let declared = declared_length(&parts.headers);
     let max = declared.map_or(limits::EVENT_INTAKE_BODY_MAX_BYTES, |n| {
         usize::try_from(n).unwrap_or(usize::MAX).min(limits::EVENT_INTAKE_BODY_MAX_BYTES)
     });

@@ -503,7 +503,7 @@ fn check_head(req: &Request<Incoming>, stats: &HttpStats) -> Option<Reply> {
             "a header line is over 8 KiB",
         ));
     }
-    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let declared = reply::declared_length(req.headers());
     let max = body_max_bytes(req.method(), req.uri().path());
     if declared.is_some_and(|n| n > max) {
         stats.body_too_large.fetch_add(1, Ordering::Relaxed);
@@ -586,8 +586,7 @@ async fn answer(req: Request<Incoming>, ctx: &Ctx, peer: SocketAddr, conn: &conn
 
 /// True when the head announces a body.
 fn has_body(headers: &http::HeaderMap) -> bool {
-    headers.contains_key(header::TRANSFER_ENCODING)
-        || headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).is_some_and(|n| n > 0)
+    headers.contains_key(header::TRANSFER_ENCODING) || reply::declared_length(headers).is_some_and(|n| n > 0)
 }
 
 /// The answer to a request whose connection the table took for a newcomer before the

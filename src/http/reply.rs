@@ -108,6 +108,11 @@ pub(crate) fn request_timeout() -> Reply {
 }
 
 /// The request's `content-type`, or nothing.
+/// The body length the head declares, if it declares a readable one.
+pub(crate) fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+}
+
 pub(crate) fn content_type(headers: &HeaderMap) -> &str {
     headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("")
 }

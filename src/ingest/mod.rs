@@ -223,7 +223,7 @@ mod tests {
     #[test]
     fn a_frame_over_the_ceiling_is_dropped_and_counted_never_queued() {
         let (mut tx, _rx, queue) =
-            crate::record::queue::channel(&crate::record::queue::pool(limits::INGEST_QUEUE_BYTES_PER_GIB as u64));
+            crate::record::queue::channel(&crate::base::BytePool::shared(limits::INGEST_QUEUE_BYTES_PER_GIB as u64));
         let state = StreamState::default();
         let max = limits::SUB_FRAME_MAX_BYTES;
         let mut sink =

@@ -77,11 +77,6 @@ impl FragmentOut {
     }
 }
 
-/// The pool every stream's fragments are gathered in (see [`crate::config::Pools`]).
-pub fn pool(max_bytes: u64) -> Arc<BytePool> {
-    Arc::new(BytePool::new(usize::try_from(max_bytes).unwrap_or(usize::MAX)))
-}
-
 /// Bounds on one segment.
 #[derive(Clone, Copy, Debug)]
 pub struct SegmentBounds {
@@ -134,7 +129,8 @@ pub struct Fragmenter {
 }
 
 impl Fragmenter {
-    /// A stream's fragmenter, its fragments gathered in `pool` (see [`pool`]).
+    /// A stream's fragmenter, its fragments gathered in `pool` (every stream's, sized by
+    /// [`crate::config::Pools`]).
     pub fn new(bounds: SegmentBounds, require_sane_clock: bool, pool: Arc<BytePool>) -> Self {
         Fragmenter {
             bounds,
@@ -395,7 +391,7 @@ mod tests {
     #[test]
     fn one_fragment_per_gop_with_durations_that_add_up() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true, pool(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
         let mut out = Vec::new();
         for i in 0..46 {
             fr.push(frame(i, 15, &p), &mut out);
@@ -421,7 +417,7 @@ mod tests {
     #[test]
     fn a_run_waits_for_a_keyframe() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true, pool(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
         let mut out = Vec::new();
         for i in 5..20 {
             fr.push(frame(i, 15, &p), &mut out);
@@ -433,7 +429,7 @@ mod tests {
     #[test]
     fn long_gops_are_cut_at_the_fragment_time_bound() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true, pool(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
         let mut out = Vec::new();
         for i in 0..150 {
             fr.push(frame(i, 150, &p), &mut out);
@@ -449,7 +445,7 @@ mod tests {
     #[test]
     fn segments_close_at_a_keyframe_past_the_bound_and_on_new_parameters() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true, pool(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
         let mut out = Vec::new();
         for i in 0..(15 * 25) {
             fr.push(frame(i, 15, &p), &mut out);
@@ -468,7 +464,7 @@ mod tests {
     #[test]
     fn backwards_time_or_a_clock_step_ends_the_run() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true, pool(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
         let mut out = Vec::new();
         for i in 0..20 {
             fr.push(frame(i, 15, &p), &mut out);
@@ -491,11 +487,11 @@ mod tests {
         let mut early = frame(0, 15, &p);
         early.received_wall_us = 0;
         let mut out = Vec::new();
-        let mut strict = Fragmenter::new(bounds(), true, pool(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut strict = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
         strict.push(early.clone(), &mut out);
         assert!(out.is_empty());
         assert_eq!(strict.skipped().clock_not_sane, 1);
-        let mut lax = Fragmenter::new(bounds(), false, pool(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut lax = Fragmenter::new(bounds(), false, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
         lax.push(early, &mut out);
         assert_eq!(out.len(), 1);
     }
@@ -503,7 +499,7 @@ mod tests {
     #[test]
     fn fragments_stay_within_sample_and_byte_ceilings() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true, pool(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
         let mut out = Vec::new();
         for i in 0..(limits::FRAGMENT_MAX_SAMPLES as i64 + 10) {
             let mut f = frame(i, i64::MAX, &p);
@@ -513,7 +509,7 @@ mod tests {
         }
         assert_eq!(fragments(&out)[0].samples.len(), limits::FRAGMENT_MAX_SAMPLES);
 
-        let mut fr = Fragmenter::new(bounds(), true, pool(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
         out.clear();
         for i in 0..8 {
             let mut f = frame(i, i64::MAX, &p);
@@ -534,7 +530,7 @@ mod tests {
     fn audio_rides_with_the_video_fragment_and_its_decode_time_runs_on() {
         let p = params(640);
         let a = Arc::new(AudioParams { rfc6381: "mp4a.40.2".into(), sample_rate: 48_000, sample_entry: Bytes::new() });
-        let mut fr = Fragmenter::new(bounds(), true, pool(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
         let mut out = Vec::new();
         // Audio before any video has nowhere to go.
         fr.push_audio(aac(0, &a));
@@ -560,7 +556,7 @@ mod tests {
         assert_eq!(frags[0].payload_bytes(), 15 * 100 + first_len * 20);
 
         // A segment started without audio parameters records no audio.
-        let mut fr = Fragmenter::new(bounds(), true, pool(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
         let mut out = Vec::new();
         fr.push(frame(0, 15, &p), &mut out);
         fr.push_audio(aac(1000, &a));
@@ -607,7 +603,7 @@ mod tests {
     fn a_camera_that_stops_sending_keyframes_cannot_grow_a_segment_without_bound() {
         let p = params(640);
         let small = SegmentBounds { max_duration_90k: i64::MAX, max_bytes: 10_000 };
-        let mut fr = Fragmenter::new(small, true, pool(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(small, true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
         let mut out = Vec::new();
         for i in 0..2000 {
             fr.push(frame(i, i64::MAX, &p), &mut out); // only frame 0 is a keyframe
@@ -622,7 +618,7 @@ mod tests {
     fn lost_audio_leaves_a_gap_instead_of_pulling_later_audio_early() {
         let p = params(640);
         let a = Arc::new(AudioParams { rfc6381: "mp4a.40.2".into(), sample_rate: 48_000, sample_entry: Bytes::new() });
-        let mut fr = Fragmenter::new(bounds(), true, pool(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
         let mut out = Vec::new();
         for i in 0..46 {
             let mut f = frame(i, 15, &p);

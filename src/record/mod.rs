@@ -110,8 +110,8 @@ pub struct Recorder {
 }
 
 /// How the pre-roll pool is shared: each history gets a part of it in proportion to its
-/// stream kind's frame ceiling (a main stream four times a sub stream, as their bitrates
-/// go), at most its own cap, so one busy stream cannot starve the others of pre-roll.
+/// stream's frame ceiling (by default a main stream four times a sub stream, as their
+/// bitrates go), at most its own cap, so one busy stream cannot starve the others.
 #[derive(Clone, Copy, Debug)]
 struct HistoryShares {
     stream_max_bytes: u64,
@@ -126,9 +126,9 @@ impl HistoryShares {
             .cameras
             .iter()
             .filter(|c| c.pre_roll_ms > 0)
-            .flat_map(|c| c.recorded_streams())
-            .filter(|(_, mode)| *mode == RecordMode::Events)
-            .map(|(kind, _)| Self::weight(kind))
+            .flat_map(|c| c.recorded_streams().map(move |s| (c, s)))
+            .filter(|(_, (_, mode))| *mode == RecordMode::Events)
+            .map(|(c, (kind, _))| c.frame_max_bytes(kind) as u64)
             .sum();
         HistoryShares {
             stream_max_bytes: config.preroll.stream_max_bytes,
@@ -137,16 +137,9 @@ impl HistoryShares {
         }
     }
 
-    fn weight(kind: crate::base::StreamKind) -> u64 {
-        match kind {
-            crate::base::StreamKind::Main => limits::FRAME_DEFAULT_MAX_BYTES as u64,
-            crate::base::StreamKind::Sub => limits::SUB_FRAME_MAX_BYTES as u64,
-        }
-    }
-
-    /// The share of a history of a stream of `kind`.
-    fn of(&self, kind: crate::base::StreamKind) -> usize {
-        let w = Self::weight(kind);
+    /// The share of the history of `camera`'s stream `kind`.
+    fn of(&self, camera: &Camera, kind: crate::base::StreamKind) -> usize {
+        let w = camera.frame_max_bytes(kind) as u64;
         let share = u128::from(self.total_bytes) * u128::from(w) / u128::from(self.weights.max(w));
         (share as u64).min(self.stream_max_bytes) as usize
     }
@@ -205,8 +198,8 @@ impl Recorder {
             streams: Vec::new(),
             flusher_stats,
             preroll: Arc::new(HistoryPool::new(config.preroll.total_max_bytes as usize)),
-            ingest_pool: queue::pool(config.ingest_pool_bytes()),
-            fragment_pool: fragmenter::pool(config.pools.fragments_max_bytes),
+            ingest_pool: BytePool::shared(config.ingest_pool_bytes()),
+            fragment_pool: BytePool::shared(config.pools.fragments_max_bytes),
             data_dir,
             require_sane_clock: config.require_sane_clock,
             bounds,
@@ -239,7 +232,7 @@ impl Recorder {
                 self.flusher_tx.clone(),
                 fragmenter::Fragmenter::new(self.bounds, self.require_sane_clock, self.fragment_pool.clone()),
             );
-            let admission = admission_for(camera, mode, self.history_shares.of(key.kind), &self.preroll);
+            let admission = admission_for(camera, mode, self.history_shares.of(camera, key.kind), &self.preroll);
             let watch = RecordingWatch {
                 mode,
                 pre_roll_ms: if mode == RecordMode::Events { camera.pre_roll_ms } else { 0 },
@@ -379,9 +372,10 @@ mod tests {
         c.preroll.total_max_bytes = 10 << 20;
         c.preroll.stream_max_bytes = 64 << 20;
         let shares = HistoryShares::plan(&c);
-        assert_eq!((shares.of(Main), shares.of(Sub)), (4 << 20, 1 << 20), "4:1, the pool's 10 MiB in all");
+        let cam = &c.cameras[0];
+        assert_eq!((shares.of(cam, Main), shares.of(cam, Sub)), (4 << 20, 1 << 20), "4:1, the pool's 10 MiB in all");
         c.preroll.stream_max_bytes = 2 << 20;
-        assert_eq!(HistoryShares::plan(&c).of(Main), 2 << 20, "never past a stream's cap");
+        assert_eq!(HistoryShares::plan(&c).of(&c.cameras[0], Main), 2 << 20, "never past a stream's cap");
     }
 
     #[test]

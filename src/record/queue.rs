@@ -78,11 +78,6 @@ pub enum Recv {
     Closed,
 }
 
-/// The pool every stream's queue takes its bytes from (see [`crate::config::Pools`]).
-pub fn pool(max_bytes: u64) -> Arc<BytePool> {
-    Arc::new(BytePool::new(usize::try_from(max_bytes).unwrap_or(usize::MAX)))
-}
-
 /// Makes a queue for one stream, its bytes taken from `pool`.
 pub fn channel(pool: &Arc<BytePool>) -> (FrameSender, FrameReceiver, Arc<QueueStats>) {
     let (tx, rx) = mpsc::channel(limits::INGEST_QUEUE_FRAMES);
@@ -229,7 +224,7 @@ mod tests {
 
     #[test]
     fn the_frame_ceiling_drops_until_the_next_keyframe() {
-        let (mut tx, mut rx, stats) = channel(&pool(limits::INGEST_QUEUE_BYTES_PER_GIB as u64));
+        let (mut tx, mut rx, stats) = channel(&BytePool::shared(limits::INGEST_QUEUE_BYTES_PER_GIB as u64));
         for i in 0..limits::INGEST_QUEUE_FRAMES {
             assert!(tx.send(frame(10, i == 0)), "frame {i} fits");
         }
@@ -248,7 +243,7 @@ mod tests {
 
     #[test]
     fn the_byte_ceiling_drops_frames_that_would_pass_it() {
-        let (mut tx, _rx, stats) = channel(&pool(limits::INGEST_QUEUE_BYTES_PER_GIB as u64));
+        let (mut tx, _rx, stats) = channel(&BytePool::shared(limits::INGEST_QUEUE_BYTES_PER_GIB as u64));
         let half = limits::INGEST_QUEUE_BYTES_PER_STREAM / 2;
         assert!(tx.send(frame(half, true)));
         assert!(tx.send(frame(half, false)));
@@ -258,7 +253,7 @@ mod tests {
 
     #[test]
     fn every_queue_together_stops_at_the_pool_ceiling() {
-        let pool = pool(limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
+        let pool = BytePool::shared(limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
         let each = limits::INGEST_QUEUE_BYTES_PER_STREAM;
         let streams = pool.max_bytes() / each;
         let mut queues: Vec<_> = (0..streams + 1).map(|_| channel(&pool)).collect();
@@ -276,7 +271,7 @@ mod tests {
 
     #[test]
     fn a_frame_stays_charged_until_the_next_is_taken() {
-        let pool = pool(limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
+        let pool = BytePool::shared(limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
         let (mut tx, mut rx, stats) = channel(&pool);
         assert!(tx.send(frame(100, true)));
         assert!(tx.send(frame(50, false)));

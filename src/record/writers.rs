@@ -228,6 +228,14 @@ mod tests {
         (Box::new(Fake { turns_left: turns, done_turns: done_turns.clone(), block: None, panic_at: None }), done_turns)
     }
 
+    /// A one-turn job that blocks in its turn until the returned flag is cleared.
+    fn stuck() -> (Box<Fake>, Arc<AtomicBool>) {
+        let flag = Arc::new(AtomicBool::new(true));
+        let (mut slow, _) = fake(1);
+        slow.block = Some(flag.clone());
+        (slow, flag)
+    }
+
     fn soon() -> Instant {
         Instant::now() + Duration::from_secs(10)
     }
@@ -261,9 +269,7 @@ mod tests {
     #[test]
     fn a_stream_stuck_in_a_write_holds_one_writer_while_the_others_record_on() {
         let writers = Writers::with_poll(2, Duration::from_millis(5));
-        let stuck = Arc::new(AtomicBool::new(true));
-        let (mut slow, _) = fake(1);
-        slow.block = Some(stuck.clone());
+        let (slow, stuck) = stuck();
         let slow_done = writers.add(slow);
         let (work, turns) = fake(1000);
         let done = writers.add(work);
@@ -292,9 +298,7 @@ mod tests {
     #[test]
     fn stopping_waits_for_jobs_to_end_and_gives_up_on_a_stuck_writer_at_the_deadline() {
         let writers = Writers::with_poll(2, Duration::from_millis(5));
-        let stuck = Arc::new(AtomicBool::new(true));
-        let (mut slow, _) = fake(1);
-        slow.block = Some(stuck.clone());
+        let (slow, stuck) = stuck();
         let _done = writers.add(slow);
         std::thread::sleep(Duration::from_millis(50));
         assert!(!writers.stop(Instant::now() + Duration::from_millis(100)), "one writer is stuck");

@@ -692,45 +692,65 @@ pub fn login_flood(port: u16) -> (usize, usize, usize) {
 
 /// The `accounts` line of `keeppeek budget` for the config in `dir`, in KiB.
 pub fn accounts_budget_kib(dir: &Path) -> u64 {
-    let out = succeed(keeppeek().arg("budget").arg(dir.join("keeppeek.toml")));
+    budget_line_kib(&dir.join("keeppeek.toml"), "accounts")
+}
+
+/// One line of `keeppeek budget` for `config` (`total` for the total), in KiB.
+pub fn budget_line_kib(config: &Path, component: &str) -> u64 {
+    let out = succeed(keeppeek().arg("budget").arg(config));
     let text = String::from_utf8_lossy(&out).into_owned();
-    let line = text.lines().find(|l| l.starts_with("accounts")).unwrap_or_else(|| panic!("{text}"));
+    let line = text.lines().find(|l| l.starts_with(component)).unwrap_or_else(|| panic!("{text}"));
     let mib: f64 =
         line.split_whitespace().find_map(|w| w.parse::<f64>().ok()).unwrap_or_else(|| panic!("a MiB figure in {line}"));
     (mib * 1024.0) as u64
 }
 
-/// Samples a process's resident set every 50 ms until dropped; the peak in KiB.
+/// Samples a process's resident set, proportional set and anonymous memory every 50 ms
+/// until stopped; the peaks in KiB.
 pub struct RssPeak {
-    peak: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    peaks: std::sync::Arc<[std::sync::atomic::AtomicU64; 3]>,
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,
     sampler: Option<std::thread::JoinHandle<()>>,
 }
 
 impl RssPeak {
     pub fn watch(pid: u32) -> RssPeak {
-        use std::sync::atomic::Ordering;
-        let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(rss_kib(pid)));
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let field = move |file: &str, key: &str| -> u64 {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default();
+            text.lines().find_map(|l| l.strip_prefix(key)?.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+        };
+        let peaks = std::sync::Arc::new([AtomicU64::new(rss_kib(pid)), AtomicU64::new(0), AtomicU64::new(0)]);
         let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sampler = std::thread::spawn({
-            let (peak, done) = (peak.clone(), done.clone());
+            let (peaks, done) = (peaks.clone(), done.clone());
             move || {
                 while !done.load(Ordering::Relaxed) {
-                    peak.fetch_max(rss_kib(pid), Ordering::Relaxed);
+                    let now = [field("status", "VmRSS:"), field("smaps_rollup", "Pss:"), field("status", "RssAnon:")];
+                    for (peak, v) in peaks.iter().zip(now) {
+                        peak.fetch_max(v, Ordering::Relaxed);
+                    }
                     std::thread::sleep(Duration::from_millis(50));
                 }
             }
         });
-        RssPeak { peak, done, sampler: Some(sampler) }
+        RssPeak { peaks, done, sampler: Some(sampler) }
     }
 
-    /// The peak so far, sampling stopped.
-    pub fn stop(mut self) -> u64 {
-        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+    /// The peak resident set so far, sampling stopped.
+    pub fn stop(self) -> u64 {
+        self.stop_all().0
+    }
+
+    /// The peaks (resident, proportional, anonymous) so far, sampling stopped.
+    pub fn stop_all(mut self) -> (u64, u64, u64) {
+        use std::sync::atomic::Ordering;
+        self.done.store(true, Ordering::Relaxed);
         if let Some(s) = self.sampler.take() {
             s.join().unwrap();
         }
-        self.peak.load(std::sync::atomic::Ordering::Relaxed)
+        let [rss, pss, anon] = &*self.peaks;
+        (rss.load(Ordering::Relaxed), pss.load(Ordering::Relaxed), anon.load(Ordering::Relaxed))
     }
 }
 

@@ -31,15 +31,6 @@ fn preset(cam: &Camera, path: &str, port: u16, extra: &str) -> String {
     body
 }
 
-/// The budget's total for the config in `dir`, in KiB, from `keeppeek budget`.
-fn budget_total_kib(config: &Path) -> u64 {
-    let out = succeed(keeppeek().arg("budget").arg(config));
-    let text = String::from_utf8_lossy(&out);
-    let line = text.lines().find(|l| l.starts_with("total")).unwrap_or_else(|| panic!("{text}"));
-    let mib: f64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (mib * 1024.0) as u64
-}
-
 /// Starts the daemon on `body` in `dir` and waits until every stream is connected; returns
 /// it with a `metrics` token.
 fn start(dir: &Path, body: &str, port: u16) -> (Daemon, String) {
@@ -79,7 +70,7 @@ fn thirty_two_cameras_fit_the_1_gib_class_and_long_gops_in_a_small_pool_lose_not
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let (mut d, metrics) = start(dir.path(), &preset(&cam, "/h264", port, ""), port);
-    let budget_kib = budget_total_kib(&d.config);
+    let budget_kib = budget_line_kib(&d.config, "total");
     let peak = RssPeak::watch(d.pid());
     std::thread::sleep(Duration::from_secs(120));
     let peak_kib = peak.stop();

@@ -20,39 +20,6 @@ const CAMERAS: usize = 32;
 const MAIN_FRAME_BYTES: usize = (1 << 20) - 64;
 const SUB_FRAME_BYTES: usize = (256 << 10) - 64;
 
-/// Samples RSS, PSS and anonymous memory of a process every 100 ms; the peaks in KiB.
-struct Peaks {
-    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    sampler: std::thread::JoinHandle<(u64, u64, u64)>,
-}
-
-impl Peaks {
-    fn watch(pid: u32) -> Peaks {
-        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let d = done.clone();
-        let sampler = std::thread::spawn(move || {
-            let field = |file: &str, key: &str| -> u64 {
-                let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default();
-                text.lines().find_map(|l| l.strip_prefix(key)?.split_whitespace().next()?.parse().ok()).unwrap_or(0)
-            };
-            let mut peaks = (0, 0, 0);
-            while !d.load(std::sync::atomic::Ordering::Relaxed) {
-                peaks.0 = peaks.0.max(field("status", "VmRSS:"));
-                peaks.1 = peaks.1.max(field("smaps_rollup", "Pss:"));
-                peaks.2 = peaks.2.max(field("status", "RssAnon:"));
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            peaks
-        });
-        Peaks { done, sampler }
-    }
-
-    fn stop(self) -> (u64, u64, u64) {
-        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.sampler.join().unwrap()
-    }
-}
-
 /// A pool's figure from `/metrics`.
 fn pool(port: u16, token: &str, family: &str, pool: &str) -> u64 {
     sample(port, token, &format!("{family}{{pool=\"{pool}\"}}")).unwrap_or_else(|| panic!("{family} {pool}"))
@@ -91,19 +58,14 @@ fn every_ceiling_at_once_stays_under_the_budget() {
         ));
     }
     let config = write_config(dir.path(), &body);
-    let budget = String::from_utf8(succeed(keeppeek().arg("budget").arg(&config))).unwrap();
-    let total_kib = budget
-        .lines()
-        .find_map(|l| l.strip_prefix("total")?.split_whitespace().next()?.parse::<f64>().ok())
-        .map(|mib| (mib * 1024.0) as u64)
-        .unwrap();
+    let total_kib = budget_line_kib(&config, "total");
     let mut d = Daemon::start(dir.path());
     d.wait_log("web face listening", 1, Duration::from_secs(30));
     let admin = setup_admin(port);
     let metrics = make_token(port, &admin, r#""metrics""#);
     let viewer = make_token(port, &admin, r#""view""#);
     let writer = make_token(port, &admin, r#""events:write""#);
-    let peaks = Peaks::watch(d.pid());
+    let peaks = RssPeak::watch(d.pid());
     // A second at a time, each group of sessions in turn: their frames arrive a quarter of
     // the streams at once, which the queues take, while every other session holds a frame
     // being received and the fragments and histories fill.
@@ -211,7 +173,7 @@ fn every_ceiling_at_once_stays_under_the_budget() {
     let streamed = got.iter().filter(|&&b| b > 256 << 10).count();
     let preroll_high = sample(port, &metrics, "keeppeek_preroll_total_high_water_bytes").unwrap();
     let preroll_max = sample(port, &metrics, "keeppeek_preroll_total_max_bytes").unwrap();
-    let (rss, pss, anon) = peaks.stop();
+    let (rss, pss, anon) = peaks.stop_all();
     d.stop();
     eprintln!("worst case: peak RSS {rss} KiB, PSS {pss} KiB, anonymous {anon} KiB; budget {total_kib} KiB");
     for (name, peak, max) in &figures {

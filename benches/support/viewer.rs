@@ -39,7 +39,10 @@ impl Viewer {
         let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
         socket.set_nonblocking(true).unwrap();
         let local = socket.local_addr().unwrap();
-        let mut rtc = Rtc::builder().clear_codecs().enable_h264(true).build(Instant::now());
+        // A browser reassembles a frame of up to 2,048 packets (libwebrtc's packet buffer);
+        // str0m's default of 30 would drop every frame over ~36 KB.
+        let mut rtc =
+            Rtc::builder().clear_codecs().enable_h264(true).set_reordering_size_video(2048).build(Instant::now());
         rtc.add_local_candidate(Candidate::host(local, "udp").unwrap());
         let mut api = rtc.sdp_api();
         api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None);

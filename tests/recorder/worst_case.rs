@@ -85,10 +85,20 @@ fn every_ceiling_at_once_stays_under_the_budget() {
     assert_eq!(connected, 64, "every session up: {}", d.log_text());
 
     // Every live session the class holds (64 on 1 GiB: half for a viewer's token, half for
-    // the admin), two on each sub stream, streaming while the rest goes on.
-    let login = request(port, "POST", "/api/login", &[], r#"{"username":"root","password":"correct horse battery"}"#);
-    let cookie = login.1.lines().find_map(|l| l.strip_prefix("set-cookie: ")).unwrap().split(';').next().unwrap();
-    let csrf = serde_json::from_str::<serde_json::Value>(&login.2).unwrap()["csrf"].as_str().unwrap().to_string();
+    // an admin), two on each sub stream, streaming while the rest goes on. The admin is not
+    // root: the login flood logs root in 200 times, and past its 16 login sessions the oldest
+    // ends, with every live view it opened.
+    let (code, _, body) = request(
+        port,
+        "POST",
+        "/api/users",
+        &[("cookie", &admin.0), ("x-csrf-token", &admin.1)],
+        r#"{"username":"keeper","password":"another horse battery","role":"admin"}"#,
+    );
+    assert!(code == 200 || code == 201, "a second admin: {code} {body}");
+    let login = request(port, "POST", "/api/login", &[], r#"{"username":"keeper","password":"another horse battery"}"#);
+    let (cookie, csrf) = session_of(&login.1, &login.2);
+    let cookie = cookie.as_str();
     let bearer = format!("Bearer {viewer}");
     let viewers: Vec<Viewer> = (0..64)
         .map(|i| {
@@ -169,8 +179,9 @@ fn every_ceiling_at_once_stays_under_the_budget() {
     while least() <= 256 << 10 && std::time::Instant::now() < deadline {
         cycle(1);
     }
-    let got: Vec<u64> = farms.into_iter().flat_map(Farm::stop).map(|v| v.received_bytes).collect();
-    let streamed = got.iter().filter(|&&b| b > 256 << 10).count();
+    let got: Vec<(u64, u64)> = farms.into_iter().flat_map(Farm::stop).map(|v| (v.frames, v.received_bytes)).collect();
+    // A session streamed when it received a frame's worth.
+    let streamed = got.iter().filter(|&&(_, bytes)| bytes > 256 << 10).count();
     let preroll_high = sample(port, &metrics, "keeppeek_preroll_total_high_water_bytes").unwrap();
     let preroll_max = sample(port, &metrics, "keeppeek_preroll_total_max_bytes").unwrap();
     let (rss, pss, anon) = peaks.stop_all();
@@ -187,9 +198,7 @@ fn every_ceiling_at_once_stays_under_the_budget() {
     // Histories hold whole frames: each may stop short of its share by less than a frame.
     let short = (CAMERAS as u64 / 4) * (MAIN_FRAME_BYTES + SUB_FRAME_BYTES) as u64;
     assert!(preroll_high + short >= preroll_max, "the pre-roll reached its ceiling: {preroll_high} of {preroll_max}");
-    // Under this load a late session's handshake can miss its connect timeout; nearly all
-    // stream.
-    assert!(streamed >= 60, "live sessions streamed: {streamed} of 64 got a frame's worth: {got:?}");
+    assert_eq!(streamed, 64, "live sessions that got a frame's worth (frames, bytes): {got:?}");
     assert!(rss < total_kib, "peak RSS {rss} KiB under the budget's {total_kib} KiB");
     assert!(pss < total_kib, "peak PSS {pss} KiB under the budget's {total_kib} KiB");
 }

@@ -185,10 +185,16 @@ pub fn compute(config: &Config) -> Budget {
         },
         Line {
             component: "live sessions",
-            bytes: if live_on { live_sessions * limits::WEBRTC_SESSION_BUDGET_BYTES as u64 } else { 0 },
+            bytes: if live_on {
+                live_sessions * limits::WEBRTC_SESSION_BUDGET_BYTES as u64
+                    + packetized(crate::webrtc::send_pool_bytes(live_sessions as usize) as u64)
+            } else {
+                0
+            },
             why: format!(
-                "{live_sessions} WebRTC sessions for this RAM class × {} KiB (WEBRTC_SESSIONS_PER_GIB, WEBRTC_SESSION_BUDGET_BYTES)",
-                limits::WEBRTC_SESSION_BUDGET_BYTES >> 10
+                "{live_sessions} WebRTC sessions for this RAM class × {} KiB, and {:.0} MiB of frames waiting for their pacers, as RTP packets (WEBRTC_SESSIONS_PER_GIB, WEBRTC_SESSION_BUDGET_BYTES, WEBRTC_SEND_POOL_BYTES_PER_SESSION)",
+                limits::WEBRTC_SESSION_BUDGET_BYTES >> 10,
+                mib(crate::webrtc::send_pool_bytes(live_sessions as usize) as u64)
             ),
         },
         Line {
@@ -302,6 +308,12 @@ impl fmt::Display for Budget {
             if self.fits() { "fits" } else { "DOES NOT FIT" }
         )
     }
+}
+
+/// What `bytes` of frames take once str0m has cut them into RTP packets: each packet of
+/// ~1,150 payload bytes is its own allocation with a header and a struct beside it.
+fn packetized(bytes: u64) -> u64 {
+    bytes * 5 / 4
 }
 
 /// What accounts hold at most: the hashing buffers, the login-limit table and the session

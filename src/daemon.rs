@@ -160,7 +160,7 @@ pub async fn start(config: Config, system: Arc<SystemApi>) -> Result<Running, Da
             recorder: running.recorder.handle(),
             flusher: running.recorder.flusher_stats.clone(),
             preroll: running.recorder.preroll.clone(),
-            pools: running.recorder.pools(&events, &running.gop_pool),
+            pools: running.recorder.pools(&events, &running.gop_pool, webrtc.as_ref().map(|w| &w.send_pool)),
             events,
             system,
             webrtc,

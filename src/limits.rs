@@ -301,9 +301,26 @@ pub const WEBRTC_HOST_ADDRESSES_MAX: usize = 8;
 /// viewer.
 pub const WEBRTC_SESSION_BUDGET_BYTES: usize = 512 << 10;
 
-/// RTP packets a session keeps for resends (~1.2 KB each): a LAN's round trip of a 1080p
-/// stream with room to spare; the largest share of a viewer's memory.
+/// RTP packets a session keeps for resends (~1.2 KB each): with paced sending, the packets
+/// of a LAN's round trip at the pacing rate, with room to spare; the largest share of a
+/// viewer's memory.
 pub const WEBRTC_SEND_BUFFER_PACKETS: usize = 128;
+
+/// The send rate a session assumes before its bandwidth estimate learns the path: its
+/// pacer sends at twice this, so a frame goes out spread over time instead of in one burst
+/// that a Wi-Fi access point or the viewer's socket would drop (a 256 KiB frame in ~50 ms).
+pub const WEBRTC_PACING_START_BITS_PER_S: u64 = 20_000_000;
+
+/// Frame bytes waiting for the pacer across every session, per session the RAM class
+/// holds: one pool, so a viewer catching up (a keyframe burst, a slow link) borrows what the
+/// others do not use. A frame the pool cannot take is skipped for that viewer, who waits for
+/// the next keyframe.
+pub const WEBRTC_SEND_POOL_BYTES_PER_SESSION: usize = 256 << 10;
+
+/// Frame bytes one session may have waiting for the pacer: its held GOP goes whole to a new
+/// viewer, and a viewer whose link cannot keep up skips frames past it (a frame alone always
+/// goes, whatever its size).
+pub const WEBRTC_SEND_SESSION_MAX_BYTES: usize = LIVE_GOP_MAX_BYTES;
 
 /// An SDP offer (a WHEP body): a browser's offer is ~4.5 KiB per video track, and a session
 /// has at most 17 (16 cursors and one more to be refused).

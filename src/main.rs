@@ -266,8 +266,8 @@ fn dispatch(command: Command) -> Result<(), String> {
             }
             let room = budget::room_for_more(&c);
             match c.cameras.last() {
-                Some(last) => println!("room for {room} more cameras like {}", last.name),
-                None => println!("room for {room} cameras with a main and a sub stream, both recorded"),
+                Some(last) => println!("room for {room} more {} like {}", cameras(room), last.name),
+                None => println!("room for {room} {} with a main and a sub stream, both recorded", cameras(room)),
             }
             Ok(())
         }
@@ -352,4 +352,9 @@ fn make_temp_dir() -> Result<PathBuf, String> {
     let base = std::env::temp_dir().join(format!("keeppeek-demo-{}", std::process::id()));
     std::fs::create_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))?;
     Ok(base)
+}
+
+/// "camera" or "cameras", for `n` of them.
+fn cameras(n: usize) -> &'static str {
+    if n == 1 { "camera" } else { "cameras" }
 }

@@ -135,6 +135,11 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
             ("keeppeek_webrtc_datagrams_unmatched_total", "Datagrams no session claims.", &st.datagrams_unmatched),
             ("keeppeek_webrtc_send_errors_total", "Datagrams the socket would not take.", &st.send_errors),
             ("keeppeek_webrtc_frames_total", "Frames sent to viewers.", &st.frames_sent),
+            (
+                "keeppeek_webrtc_frames_skipped_total",
+                "Frames skipped for a viewer: no room to wait for its pacer.",
+                &st.frames_skipped,
+            ),
             ("keeppeek_webrtc_event_notices_total", "Event notices written to subscribers.", &st.event_notices_sent),
             (
                 "keeppeek_webrtc_event_notices_dropped_total",

@@ -140,7 +140,7 @@ impl Services {
             recorder: recorder.handle(),
             flusher: recorder.flusher_stats.clone(),
             preroll: recorder.preroll.clone(),
-            pools: recorder.pools(&events, &crate::live::gop_pool()),
+            pools: recorder.pools(&events, &crate::live::gop_pool(), None),
             events,
             system: Arc::new(crate::system::SystemApi::new(data_dir.clone(), None)),
             catalog,

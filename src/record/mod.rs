@@ -265,15 +265,22 @@ impl Recorder {
         let _ = self.flusher_tx.try_send(flusher::ToFlusher::Stopping);
     }
 
-    /// The byte pools, by name as `/metrics` shows them: the recorder's, live view's GOPs
-    /// and the event uploads'.
-    pub fn pools(&self, events: &crate::events::Events, gops: &Arc<BytePool>) -> Vec<(&'static str, Arc<BytePool>)> {
-        vec![
+    /// The byte pools, by name as `/metrics` shows them: the recorder's, live view's GOPs,
+    /// the event uploads' and, with live view on, the frames waiting for its pacers.
+    pub fn pools(
+        &self,
+        events: &crate::events::Events,
+        gops: &Arc<BytePool>,
+        live_sending: Option<&Arc<BytePool>>,
+    ) -> Vec<(&'static str, Arc<BytePool>)> {
+        let mut pools = vec![
             ("ingest_queues", self.ingest_pool.clone()),
             ("fragments", self.fragment_pool.clone()),
             ("live_gops", gops.clone()),
             ("event_uploads", events.upload_pool.clone()),
-        ]
+        ];
+        pools.extend(live_sending.map(|p| ("live_sending", p.clone())));
+        pools
     }
 
     /// A handle for the API: deletions go through the flusher, which owns retention's view of

@@ -26,7 +26,7 @@ use tracing::{debug, warn};
 
 use super::session::{self, Owner, Session, Source, Viewer};
 use super::{OpenError, WebrtcStats, control, for_everyone, principal_max};
-use crate::base::StreamKey;
+use crate::base::{BytePool, StreamKey};
 use crate::cameras::Cameras;
 use crate::catalog::Catalog;
 use crate::events::Notice;
@@ -67,6 +67,8 @@ pub struct Core {
     frames_tx: mpsc::Sender<LiveFrame>,
     stats: Arc<WebrtcStats>,
     max_sessions: usize,
+    /// Bytes of frames waiting for the sessions' pacers ([`super::send_pool_bytes`]).
+    send_pool: Arc<BytePool>,
     next_id: u64,
     /// (session, track) pairs showing the stream of the frame being sent: kept between
     /// frames so the per-frame path does not allocate it.
@@ -88,9 +90,15 @@ impl Core {
             frames_tx,
             stats,
             max_sessions,
+            send_pool: BytePool::shared(super::send_pool_bytes(max_sessions) as u64),
             next_id: 1,
             viewers: Vec::new(),
         }
+    }
+
+    /// The pool frames waiting for the sessions' pacers are charged to.
+    pub fn send_pool(&self) -> Arc<BytePool> {
+        self.send_pool.clone()
     }
 
     /// The earliest time a session wants to be driven again.
@@ -115,7 +123,7 @@ impl Core {
         let params = fanout.params().ok_or(OpenError::NotLive)?;
         let id = self.next_id;
         let viewer = Viewer { id, owner, peer, stream: stream.clone() };
-        let accepted = Session::accept(viewer, &params, offer, &locals(), now);
+        let accepted = Session::accept(viewer, &params, offer, &locals(), self.send_pool.clone(), now);
         let (session, answer) = accepted.inspect_err(|_| {
             self.stats.bad_offers.fetch_add(1, Ordering::Relaxed);
         })?;
@@ -258,6 +266,7 @@ impl Core {
         let (next, wants) = s.drive(out);
         stats.control_dropped.fetch_add(std::mem::take(&mut s.control_dropped), Ordering::Relaxed);
         stats.replies_dropped.fetch_add(std::mem::take(&mut s.replies_dropped), Ordering::Relaxed);
+        stats.frames_skipped.fetch_add(std::mem::take(&mut s.frames_skipped), Ordering::Relaxed);
         stats.event_notices_sent.fetch_add(std::mem::take(&mut s.events_sent), Ordering::Relaxed);
         let cursors = s.tracks.iter().filter_map(|t| match &t.source {
             Source::Stored(c) if s.is_connected() => c.due(),
@@ -671,6 +680,52 @@ mod tests {
         sim.run_for(Duration::from_millis(100));
         assert_eq!(sim.core.sessions.len(), 0);
         assert_eq!((sim.core.watched(), sim.fanout.taps()), (0, 0));
+    }
+
+    #[test]
+    fn a_large_frame_is_paced_out_and_a_viewer_that_cannot_keep_up_skips_to_a_keyframe() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sim = Sim::connected(dir.path(), 1);
+        let pool = sim.core.send_pool();
+        let start = sim.frames_on(0);
+        // A 512 KiB keyframe (~450 packets) does not leave in one burst: at first part of it
+        // waits for the pacer, charged to the pool; within a second it has all arrived.
+        let len = 512 << 10;
+        sim.camera_frame(testing::large_live_frame(1, true, len));
+        assert_eq!(sim.frames_on(0), start, "not sent at once");
+        assert!(sim.core.sessions[0].waiting_bytes() >= len);
+        assert!(pool.held_bytes() >= len);
+        sim.run_for(Duration::from_millis(1000));
+        assert_eq!(sim.frames_on(0), start + 1);
+        assert!(sim.frames.last().unwrap().2.len() > len, "the whole frame, parameter sets in front");
+        assert_eq!((sim.core.sessions[0].waiting_bytes(), pool.held_bytes()), (0, 0), "all given back");
+        // Frames faster than the pacer sends them: past the session's share the viewer
+        // skips the rest, and its picture waits for the next keyframe.
+        for n in 2..12 {
+            sim.camera_frame(testing::large_live_frame(n, false, len));
+        }
+        let fit = limits::WEBRTC_SEND_SESSION_MAX_BYTES / (len + 4);
+        assert_eq!(sim.core.stats.frames_skipped.load(Ordering::Relaxed), 1);
+        assert!(pool.peak_bytes() <= limits::WEBRTC_SEND_SESSION_MAX_BYTES);
+        sim.run_for(Duration::from_millis(2000));
+        assert_eq!(sim.frames_on(0), start + 1 + fit, "the frames that fit, then none");
+        sim.camera(12, false);
+        sim.run_for(Duration::from_millis(100));
+        assert_eq!(sim.frames_on(0), start + 1 + fit, "not until a keyframe");
+        sim.camera(13, true);
+        sim.run_for(Duration::from_millis(100));
+        assert_eq!(sim.frames_on(0), start + 2 + fit);
+        assert_eq!(pool.held_bytes(), 0);
+        // The pool is the box's: with other sessions' frames filling it, a frame is skipped
+        // however little this session has waiting.
+        let others = pool.charge(pool.max_bytes() - 1024).expect("room");
+        sim.camera_frame(testing::large_live_frame(14, true, 4096));
+        assert_eq!(sim.core.stats.frames_skipped.load(Ordering::Relaxed), 2);
+        assert_eq!(pool.refusals(), 1);
+        drop(others);
+        sim.camera(15, true);
+        sim.run_for(Duration::from_millis(100));
+        assert_eq!(sim.frames_on(0), start + 3 + fit);
     }
 
     #[test]

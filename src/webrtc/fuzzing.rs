@@ -35,7 +35,8 @@ impl Harness {
         let owner = Owner { principal: "token:1".into(), login: None, admin: false };
         let who = Viewer { id: 1, owner, peer: PEER.0.into(), stream: StreamKey::new("cam", StreamKind::Main) };
         let now = Instant::now();
-        let (session, _answer) = Session::accept(who, &params(), offer, &[SocketAddr::from(LOCAL)], now).ok()?;
+        let pool = crate::base::BytePool::shared(super::send_pool_bytes(1) as u64);
+        let (session, _answer) = Session::accept(who, &params(), offer, &[SocketAddr::from(LOCAL)], pool, now).ok()?;
         Some(Harness { session, now, pts_90k: 0 })
     }
 

@@ -44,7 +44,7 @@ pub use core::Streams;
 pub use net::{Engine, host_addresses};
 pub use session::{OfferError, Owner};
 
-use crate::base::StreamKey;
+use crate::base::{BytePool, StreamKey};
 use crate::events::{Notice, NoticeSink};
 use crate::limits;
 
@@ -70,6 +70,8 @@ pub struct WebrtcStats {
     pub control_errors: AtomicU64,
     /// Control messages dropped because too many waited.
     pub control_dropped: AtomicU64,
+    /// Frames skipped for a viewer: no room to wait for its pacer.
+    pub frames_skipped: AtomicU64,
     /// Messages to browsers their channel would not take (full, or closed).
     pub replies_dropped: AtomicU64,
     /// Sessions that never connected within [`limits::WEBRTC_CONNECT_TIMEOUT_MS`].
@@ -150,6 +152,8 @@ pub struct WebrtcHandle {
     events_tx: mpsc::Sender<Notice>,
     pub stats: Arc<WebrtcStats>,
     pub max_sessions: usize,
+    /// Frames waiting for the sessions' pacers.
+    pub send_pool: Arc<BytePool>,
 }
 
 /// Stored events reach the subscribed sessions through the engine's queue.
@@ -211,6 +215,12 @@ impl WebrtcHandle {
 pub fn max_sessions(ram_class_bytes: u64) -> usize {
     let by_ram = (limits::WEBRTC_SESSIONS_PER_GIB as u64 * ram_class_bytes) >> 30;
     (by_ram as usize).clamp(limits::WEBRTC_SESSIONS_MIN, limits::WEBRTC_SESSIONS_SERVER_MAX)
+}
+
+/// The bytes of frames that may wait for the pacers of `max_sessions` sessions: a share
+/// per session, and never less than one frame at the largest ceiling.
+pub fn send_pool_bytes(max_sessions: usize) -> usize {
+    (max_sessions * limits::WEBRTC_SEND_POOL_BYTES_PER_SESSION).max(limits::FRAME_MAX_BYTES)
 }
 
 /// Sessions one principal may hold on a box of `max_sessions`: its share, so that others

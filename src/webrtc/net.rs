@@ -180,8 +180,8 @@ impl Engine {
         let (events_tx, events_rx) = mpsc::channel(limits::WEBRTC_EVENTS_IN_MAX);
         let (frames_tx, frames_rx) = mpsc::channel(limits::LIVE_TAP_FRAMES);
         let stats = Arc::new(WebrtcStats::default());
-        let handle = WebrtcHandle { tx, events_tx, stats: stats.clone(), max_sessions };
         let core = Core::new(streams, frames_tx, stats.clone(), max_sessions);
+        let handle = WebrtcHandle { tx, events_tx, stats: stats.clone(), max_sessions, send_pool: core.send_pool() };
         let engine = Engine { net, core, cmd_rx, events_rx, frames_rx, stats, addresses: None, port };
         Ok((engine, handle))
     }

@@ -7,6 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
+use str0m::bwe::Bitrate;
 use str0m::change::SdpOffer;
 use str0m::channel::ChannelId;
 use str0m::format::Codec as RtcCodec;
@@ -18,7 +19,7 @@ use prost::Message;
 
 use super::control::{self, PlayState};
 use super::playback::Cursor;
-use crate::base::StreamKey;
+use crate::base::{BytePool, Charge, StreamKey};
 use crate::limits;
 use crate::media::{Codec, VideoParams};
 
@@ -92,6 +93,12 @@ pub struct Session {
     pub events_sent: u64,
     /// The subscription was cut off and the browser not told yet.
     cut_off_pending: bool,
+    /// Where frames waiting for the pacer take their bytes from (shared by every session).
+    send_pool: Arc<BytePool>,
+    /// Bytes of this session's frames waiting for the pacer, by the newest count str0m gave.
+    waiting_bytes: usize,
+    /// Frames skipped (no room to wait for the pacer) since the engine last counted.
+    pub frames_skipped: u64,
 }
 
 /// A session's subscription to event notices, with the notices its channel has not taken
@@ -149,6 +156,9 @@ pub struct Track {
     pub last_sent_mono_us: i64,
     /// When the last position report went out.
     pub reported: Option<Instant>,
+    /// Frames written and not yet all sent by the pacer, oldest first, with when they were
+    /// written and their charge to the send pool.
+    sending: VecDeque<(Instant, Charge)>,
 }
 
 impl Track {
@@ -213,6 +223,7 @@ impl Session {
         params: &VideoParams,
         offer: &str,
         candidates: &[SocketAddr],
+        send_pool: Arc<BytePool>,
         now: Instant,
     ) -> Result<(Session, String), OfferError> {
         let offer_text = offer;
@@ -223,6 +234,8 @@ impl Session {
             .enable_h264(params.codec == Codec::H264)
             .enable_h265(params.codec == Codec::H265)
             .set_send_buffer_video(limits::WEBRTC_SEND_BUFFER_PACKETS)
+            // The estimate drives str0m's pacer: without it every frame leaves in one burst.
+            .enable_bwe(Some(Bitrate::bps(limits::WEBRTC_PACING_START_BITS_PER_S)))
             .set_stats_interval(None)
             .build(now);
         for addr in candidates {
@@ -254,6 +267,7 @@ impl Session {
                 last_rtp_90k: 0,
                 last_sent_mono_us: i64::MIN,
                 reported: None,
+                sending: VecDeque::new(),
             });
         }
         let session = Session {
@@ -274,6 +288,9 @@ impl Session {
             events: None,
             events_sent: 0,
             cut_off_pending: false,
+            send_pool,
+            waiting_bytes: 0,
+            frames_skipped: 0,
         };
         Ok((session, answer.to_sdp_string()))
     }
@@ -290,6 +307,7 @@ impl Session {
     /// the session next wants a timeout, and what it asks of the engine.
     pub fn drive(&mut self, send: &mut dyn FnMut(Transmit)) -> (Option<Instant>, Wants) {
         let mut wants = Wants::default();
+        self.release_sent();
         self.flush_events();
         loop {
             match self.rtc.poll_output() {
@@ -347,10 +365,21 @@ impl Session {
         squeeze: bool,
         now: Instant,
     ) -> Result<bool, RtcError> {
+        let waiting = self.waiting_bytes;
         let Some(track) = self.tracks.get_mut(t) else { return Ok(false) };
         if !self.connected || (track.need_key && !is_key) {
             return Ok(false);
         }
+        // Room to wait for the pacer: within the session's share (a frame alone always
+        // fits it) and in the pool. Without it the frame is skipped and the picture waits
+        // for a keyframe.
+        let len = annexb.len();
+        let room = waiting == 0 || waiting + len <= limits::WEBRTC_SEND_SESSION_MAX_BYTES;
+        let Some(charge) = room.then(|| self.send_pool.charge(len)).flatten() else {
+            track.need_key = true;
+            self.frames_skipped += 1;
+            return Ok(false);
+        };
         // Camera timestamps are outside input: saturate rather than overflow.
         let offset = *track.offset_90k.get_or_insert(track.last_rtp_90k.saturating_sub(pts_90k));
         let mut rtp = pts_90k.saturating_add(offset);
@@ -364,8 +393,37 @@ impl Session {
         let track = &mut self.tracks[t];
         track.last_rtp_90k = rtp;
         track.need_key = false;
+        track.sending.push_back((now, charge));
+        self.waiting_bytes += len;
         self.frames_sent += 1;
         Ok(true)
+    }
+
+    /// Gives back the send pool's bytes of frames the pacer has sent. str0m tells how many
+    /// bytes each track's queue held when its pacer last looked: of the frames written before
+    /// then, all but the newest that many bytes have left. (A frame written at that very
+    /// instant may have come after the look, so it waits for the next one.)
+    fn release_sent(&mut self) {
+        for t in &mut self.tracks {
+            if t.sending.is_empty() {
+                continue;
+            }
+            let mut api = self.rtc.direct_api();
+            let info = api.stream_tx_by_mid(t.mid, None).and_then(|tx| tx.queue_info());
+            let Some((at, queued)) = info.map(|q| (q.created_at(), q.byte_size())) else { continue };
+            let mut before: usize = t.sending.iter().take_while(|(w, _)| *w < at).map(|(_, c)| c.bytes()).sum();
+            while before > queued {
+                let Some((_, charge)) = t.sending.pop_front() else { break };
+                before -= charge.bytes();
+                self.waiting_bytes -= charge.bytes();
+            }
+        }
+    }
+
+    /// Bytes of this session's frames waiting for the pacer.
+    #[cfg(test)]
+    pub fn waiting_bytes(&self) -> usize {
+        self.waiting_bytes
     }
 
     /// Queues a control message for the engine; past [`limits::WEBRTC_CONTROL_QUEUE_MESSAGES`]

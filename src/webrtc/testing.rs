@@ -70,6 +70,18 @@ pub fn key() -> StreamKey {
 /// Live frame `n` of the test stream (15 a second), a keyframe or not.
 pub fn live_frame(n: i64, is_key: bool) -> Frame {
     let nal: &[u8] = if is_key { &[0x65, 0x88, 0x84, 0x00, 0x33] } else { &[0x41, 0x9a, 0x02, 0x04] };
+    live_frame_of(n, nal)
+}
+
+/// [`live_frame`] `n` of `len` bytes (its one NAL padded with `0x55`).
+pub fn large_live_frame(n: i64, is_key: bool, len: usize) -> Frame {
+    let mut nal = vec![0x55; len];
+    nal[0] = if is_key { 0x65 } else { 0x41 };
+    live_frame_of(n, &nal)
+}
+
+fn live_frame_of(n: i64, nal: &[u8]) -> Frame {
+    let is_key = nal[0] & 0x1f == 5;
     let mut data = (nal.len() as u32).to_be_bytes().to_vec();
     data.extend_from_slice(nal);
     Frame {
@@ -124,7 +136,8 @@ impl Sim {
     pub fn connected(dir: &Path, videos: usize) -> Sim {
         let (core, frames_rx, fanout) = core(dir, 8);
         let now = Instant::now();
-        let mut browser = Rtc::builder().build(now);
+        // A browser's packet buffer holds a frame of up to 2,048 packets.
+        let mut browser = Rtc::builder().set_reordering_size_video(2048).build(now);
         browser.add_local_candidate(Candidate::host(BROWSER.into(), "udp").unwrap());
         let mut api = browser.sdp_api();
         let mids: Vec<_> =
@@ -192,7 +205,12 @@ impl Sim {
 
     /// The camera sends live frame `n`; the box's tap hands it to the core.
     pub fn camera(&mut self, n: i64, is_key: bool) {
-        self.fanout.publish(&live_frame(n, is_key));
+        self.camera_frame(live_frame(n, is_key));
+    }
+
+    /// The camera sends `frame`.
+    pub fn camera_frame(&mut self, frame: Frame) {
+        self.fanout.publish(&frame);
         while let Ok(lf) = self.frames_rx.try_recv() {
             let mut sent = Vec::new();
             self.core.frame(lf, self.now, &mut from_box(&mut sent));

@@ -188,13 +188,15 @@ pub fn compute(config: &Config) -> Budget {
             bytes: if live_on {
                 live_sessions * limits::WEBRTC_SESSION_BUDGET_BYTES as u64
                     + packetized(crate::webrtc::send_pool_bytes(live_sessions as usize) as u64)
+                    + limits::LIVE_TAP_QUEUE_MAX_BYTES as u64
             } else {
                 0
             },
             why: format!(
-                "{live_sessions} WebRTC sessions for this RAM class × {} KiB, and {:.0} MiB of frames waiting for their pacers, as RTP packets (WEBRTC_SESSIONS_PER_GIB, WEBRTC_SESSION_BUDGET_BYTES, WEBRTC_SEND_POOL_BYTES_PER_SESSION)",
+                "{live_sessions} WebRTC sessions for this RAM class × {} KiB, {:.0} MiB of frames waiting for their pacers (as RTP packets) and {:.0} MiB waiting for the engine (WEBRTC_SESSIONS_PER_GIB, WEBRTC_SESSION_BUDGET_BYTES, WEBRTC_SEND_POOL_BYTES_PER_SESSION, LIVE_TAP_QUEUE_MAX_BYTES)",
                 limits::WEBRTC_SESSION_BUDGET_BYTES >> 10,
-                mib(crate::webrtc::send_pool_bytes(live_sessions as usize) as u64)
+                mib(crate::webrtc::send_pool_bytes(live_sessions as usize) as u64),
+                mib(limits::LIVE_TAP_QUEUE_MAX_BYTES as u64)
             ),
         },
         Line {

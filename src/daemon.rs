@@ -278,6 +278,13 @@ impl Running {
         Ok(())
     }
 
+    /// Follows a new plan while the box runs: `config` is the set of cameras that will run
+    /// (call it before starting an added camera, or after stopping a removed one, once the
+    /// budget has said the plan fits). The pools sized by the cameras follow it.
+    pub fn replan(&mut self, config: &Config) {
+        self.recorder.replan(config);
+    }
+
     /// Stops camera `name` while the others run: out of every room's sight first, then its
     /// ingest (bounded by [`limits::SHUTDOWN_TIMEOUT_MS`]), then its recorders close their
     /// files. Returns false when no such camera runs.
@@ -467,6 +474,13 @@ mod tests {
 
         assert!(running.stop_camera("front").await);
         assert!(!running.stop_camera("front").await, "stopped once");
+        // The ingest pool follows the plan: less the stopped camera's newest frame, and back.
+        let only_yard = Config { cameras: vec![config.cameras[1].clone()], ..config.clone() };
+        let ingest_max = |r: &Running| r.recorder.ingest_pool.max_bytes() as u64;
+        assert_eq!(ingest_max(&running), config.ingest_pool_bytes());
+        running.replan(&only_yard);
+        assert_eq!(ingest_max(&running), only_yard.ingest_pool_bytes());
+        assert!(only_yard.ingest_pool_bytes() < config.ingest_pool_bytes());
         let names: Vec<_> = running.cameras().streams().iter().map(|s| s.key.name()).collect();
         assert_eq!(names, ["yard/main"]);
         assert!(running.cameras().triggers("front").is_none(), "the event intake no longer knows it");
@@ -478,6 +492,8 @@ mod tests {
         }
 
         assert!(matches!(running.start_camera(&config.cameras[1]), Err(DaemonError::CameraRunning(_))), "once");
+        running.replan(&config);
+        assert_eq!(ingest_max(&running), config.ingest_pool_bytes());
         running.start_camera(&config.cameras[0]).unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while !recorded(&running, &front) {

@@ -266,6 +266,12 @@ pub const LIVE_GOP_TOTAL_MAX_BYTES: usize = 32 << 20;
 /// dropped for that tap, which then skips to the next keyframe.
 pub const LIVE_TAP_FRAMES: usize = 256;
 
+/// Bytes of the frames waiting in live view's tap queue, every watched stream together: a
+/// frame there may be the only thing keeping it alive, so a lagging engine holds no more than
+/// this (8 frames at a main stream's default ceiling, 32 at a sub stream's) before frames
+/// are dropped for it.
+pub const LIVE_TAP_QUEUE_MAX_BYTES: usize = 8 << 20;
+
 // ---- WebRTC ----
 
 /// Live sessions one principal (a user or a token) may hold at most: the 65th is refused (on
@@ -311,16 +317,27 @@ pub const WEBRTC_SEND_BUFFER_PACKETS: usize = 128;
 /// that a Wi-Fi access point or the viewer's socket would drop (a 256 KiB frame in ~50 ms).
 pub const WEBRTC_PACING_START_BITS_PER_S: u64 = 20_000_000;
 
+/// The rate a session's bandwidth estimate probes toward, so a keyframe burst that made it
+/// back off does not leave the pacer slow: room for a 4K camera's keyframe in a fraction of
+/// a second on a LAN.
+pub const WEBRTC_SEND_DESIRED_BITS_PER_S: u64 = 50_000_000;
+
 /// Frame bytes waiting for the pacer across every session, per session the RAM class
 /// holds: one pool, so a viewer catching up (a keyframe burst, a slow link) borrows what the
 /// others do not use. A frame the pool cannot take is skipped for that viewer, who waits for
 /// the next keyframe.
-pub const WEBRTC_SEND_POOL_BYTES_PER_SESSION: usize = 256 << 10;
+pub const WEBRTC_SEND_POOL_BYTES_PER_SESSION: usize = 128 << 10;
 
 /// Frame bytes one session may have waiting for the pacer: its held GOP goes whole to a new
-/// viewer, and a viewer whose link cannot keep up skips frames past it (a frame alone always
-/// goes, whatever its size).
-pub const WEBRTC_SEND_SESSION_MAX_BYTES: usize = LIVE_GOP_MAX_BYTES;
+/// viewer with as much again behind it (the parameter sets, the frames that arrive while it
+/// is sent), and a viewer whose link cannot keep up skips frames past it (a frame alone
+/// always goes, whatever its size).
+pub const WEBRTC_SEND_SESSION_MAX_BYTES: usize = 2 * LIVE_GOP_MAX_BYTES;
+
+/// Ticks one session's pacer is given in one turn of the engine (it asks for one after each
+/// packet): a turn sends at most this many of a session's packets, ~300 KB, so one session
+/// catching up cannot hold the others' turn for long.
+pub const WEBRTC_PACER_TICKS_PER_TURN_MAX: usize = 256;
 
 /// An SDP offer (a WHEP body): a browser's offer is ~4.5 KiB per video track, and a session
 /// has at most 17 (16 cursors and one more to be refused).

@@ -7,21 +7,24 @@
 //! a GOP that would pass either cap is dropped, and the stream holds nothing until its next
 //! keyframe (a new viewer then waits for it).
 //!
-//! Consumers register a tap: a bounded queue ([`limits::LIVE_TAP_FRAMES`]) that publication
-//! never waits on. A frame that does not fit is dropped for that tap and the tap is marked
-//! lagged; its consumer skips to the next keyframe.
+//! Consumers register a tap: a bounded queue ([`limits::LIVE_TAP_FRAMES`], and the bytes of
+//! the frames in it against the consumer's pool, [`limits::LIVE_TAP_QUEUE_MAX_BYTES`]) that
+//! publication never waits on. A frame in the queue may be the only thing keeping it alive
+//! (a consumer that lags holds frames the recorder has written), so its bytes count until
+//! the consumer drops it. A frame that does not fit is dropped for that tap and the tap is
+//! marked lagged; its consumer skips to the next keyframe.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
-use crate::base::{BytePool, StreamKey};
+use crate::base::{BytePool, Charge, StreamKey};
 use crate::limits;
 use crate::media::{Frame, VideoParams};
 
 /// What a tap receives.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct LiveFrame {
     /// Which stream it came from (the key the consumer gave at [`Fanout::tap`]).
     pub stream: StreamKey,
@@ -29,12 +32,16 @@ pub struct LiveFrame {
     /// Frames were lost before this one on this tap (full queue or a new camera session):
     /// decode state is broken until a keyframe.
     pub after_gap: bool,
+    /// The frame's bytes in the consumer's queue pool, given back when it is dropped.
+    pub charge: Charge,
 }
 
 struct Tap {
     id: u64,
     stream: StreamKey,
     tx: mpsc::Sender<LiveFrame>,
+    /// The bytes of the frames in the consumer's queue.
+    queue: Arc<BytePool>,
     lagged: bool,
 }
 
@@ -102,13 +109,16 @@ impl Fanout {
         }
         let gap = std::mem::take(&mut inner.session_gap);
         for tap in &mut inner.taps {
-            let item = LiveFrame { stream: tap.stream.clone(), frame: frame.clone(), after_gap: gap || tap.lagged };
-            match tap.tx.try_send(item) {
-                Ok(()) => tap.lagged = false,
-                Err(_) => {
-                    tap.lagged = true;
-                    self.stats.tap_drops.fetch_add(1, Ordering::Relaxed);
-                }
+            let sent = tap.queue.charge(len).is_some_and(|charge| {
+                let after_gap = gap || tap.lagged;
+                let item = LiveFrame { stream: tap.stream.clone(), frame: frame.clone(), after_gap, charge };
+                tap.tx.try_send(item).is_ok()
+            });
+            if sent {
+                tap.lagged = false;
+            } else {
+                tap.lagged = true;
+                self.stats.tap_drops.fetch_add(1, Ordering::Relaxed);
             }
         }
         inner.taps.retain(|t| !t.tx.is_closed());
@@ -139,10 +149,11 @@ impl Fanout {
         self.inner.lock().expect("fanout lock").gop.clone()
     }
 
-    /// Registers a tap sending to `tx`, its frames labelled `stream`; returns its id.
-    pub fn tap(&self, stream: StreamKey, tx: mpsc::Sender<LiveFrame>) -> u64 {
+    /// Registers a tap sending to `tx`, its frames labelled `stream` and their bytes charged
+    /// to `queue` while they wait; returns its id.
+    pub fn tap(&self, stream: StreamKey, tx: mpsc::Sender<LiveFrame>, queue: Arc<BytePool>) -> u64 {
         let id = self.next_tap.fetch_add(1, Ordering::Relaxed);
-        self.inner.lock().expect("fanout lock").taps.push(Tap { id, stream, tx, lagged: false });
+        self.inner.lock().expect("fanout lock").taps.push(Tap { id, stream, tx, queue, lagged: false });
         id
     }
 
@@ -211,16 +222,26 @@ mod tests {
         let f = Fanout::new(crate::live::gop_pool());
         let (tx, mut rx) = mpsc::channel(limits::LIVE_TAP_FRAMES);
         let key = StreamKey::new("cam", crate::base::StreamKind::Main);
-        f.tap(key.clone(), tx);
+        let queue = BytePool::shared(limits::LIVE_TAP_QUEUE_MAX_BYTES as u64);
+        f.tap(key.clone(), tx, queue.clone());
         for i in 0..limits::LIVE_TAP_FRAMES + 5 {
             f.publish(&frame(10, i == 0));
         }
         assert_eq!(f.stats.tap_drops.load(Ordering::Relaxed), 5);
+        assert_eq!(queue.held_bytes(), 10 * limits::LIVE_TAP_FRAMES, "the queued frames' bytes");
         let first = rx.try_recv().unwrap();
-        assert_eq!((first.stream, first.after_gap), (key, false));
+        assert_eq!((&first.stream, first.after_gap), (&key, false));
+        drop(first);
         while rx.try_recv().is_ok() {}
+        assert_eq!(queue.held_bytes(), 0, "given back as the consumer drops them");
         f.publish(&frame(10, false));
         assert!(rx.try_recv().unwrap().after_gap, "the tap lagged");
+        // Past the queue's bytes, frames are dropped however few wait.
+        let big = limits::LIVE_TAP_QUEUE_MAX_BYTES / 2 + 1;
+        f.publish(&frame(big, true));
+        f.publish(&frame(big, false));
+        assert_eq!(f.stats.tap_drops.load(Ordering::Relaxed), 6);
+        assert_eq!((rx.try_recv().unwrap().frame.data.len(), queue.refusals()), (big, 1));
         f.session_ended();
         f.publish(&frame(10, true));
         assert!(rx.try_recv().unwrap().after_gap, "a new camera session");

@@ -156,6 +156,11 @@ impl Farm {
         self.counts.lock().unwrap().iter().map(|c| c.0).min().unwrap_or(0)
     }
 
+    /// Each viewer's frames so far.
+    pub fn frames(&self) -> Vec<u64> {
+        self.counts.lock().unwrap().iter().map(|c| c.0).collect()
+    }
+
     /// The fewest bytes any viewer has received.
     pub fn min_received_bytes(&self) -> u64 {
         self.counts.lock().unwrap().iter().map(|c| c.2).min().unwrap_or(0)

@@ -21,7 +21,9 @@ pub fn ceiling_for(per_gib: usize, ram_class_bytes: u64, floor_bytes: usize) -> 
 /// Bytes held against one ceiling.
 #[derive(Debug)]
 pub struct BytePool {
-    max_bytes: usize,
+    /// The ceiling: set at the start, and again when the plan changes (a camera added or
+    /// removed while the box runs).
+    max_bytes: AtomicUsize,
     held_bytes: AtomicUsize,
     /// The most ever held at once.
     peak_bytes: AtomicUsize,
@@ -32,7 +34,7 @@ pub struct BytePool {
 impl BytePool {
     pub fn new(max_bytes: usize) -> BytePool {
         BytePool {
-            max_bytes,
+            max_bytes: AtomicUsize::new(max_bytes),
             held_bytes: AtomicUsize::new(0),
             peak_bytes: AtomicUsize::new(0),
             refusals: AtomicU64::new(0),
@@ -45,7 +47,13 @@ impl BytePool {
     }
 
     pub fn max_bytes(&self) -> usize {
-        self.max_bytes
+        self.max_bytes.load(Ordering::Relaxed)
+    }
+
+    /// A new ceiling. Lowered below what is held, it refuses until enough is given back;
+    /// nothing held is taken away.
+    pub fn set_max_bytes(&self, max_bytes: usize) {
+        self.max_bytes.store(max_bytes, Ordering::Relaxed);
     }
 
     pub fn held_bytes(&self) -> usize {
@@ -62,8 +70,9 @@ impl BytePool {
 
     /// Takes `len` bytes if they fit under the ceiling; counts a refusal when they do not.
     pub fn reserve(&self, len: usize) -> bool {
+        let max_bytes = self.max_bytes();
         let taken = self.held_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
-            held.checked_add(len).filter(|&after| after <= self.max_bytes)
+            held.checked_add(len).filter(|&after| after <= max_bytes)
         });
         match taken {
             Ok(before) => {
@@ -143,6 +152,19 @@ mod tests {
         drop(b);
         assert_eq!(pool.held_bytes(), 0);
         assert!(!pool.reserve(usize::MAX), "no overflow");
+    }
+
+    #[test]
+    fn a_new_ceiling_takes_nothing_back_and_refuses_until_there_is_room() {
+        let pool = Arc::new(BytePool::new(100));
+        let a = pool.charge(80).unwrap();
+        pool.set_max_bytes(50);
+        assert_eq!(pool.held_bytes(), 80, "what is held stays held");
+        assert!(pool.charge(1).is_none());
+        drop(a);
+        assert!(pool.charge(50).is_some());
+        pool.set_max_bytes(200);
+        assert!(pool.charge(200).is_some());
     }
 
     #[test]

@@ -207,6 +207,18 @@ impl Recorder {
         })
     }
 
+    /// Follows a new plan while the box runs (`config` with a camera added or removed): the
+    /// ingest pool's ceiling follows the recorded streams' frame ceilings, and the segment
+    /// bounds and pre-roll shares of streams started from now on follow the new set. The
+    /// streams already recording keep theirs; the pools' ceilings hold the sum.
+    pub fn replan(&mut self, config: &Config) {
+        let recorded = config.cameras.iter().flat_map(Camera::recorded_streams).count();
+        let fs_bytes = crate::base::fs::disk_space(&self.data_dir).map(|d| d.total_bytes);
+        self.bounds = segment_bounds(config, recorded, fs_bytes);
+        self.history_shares = HistoryShares::plan(config);
+        self.ingest_pool.set_max_bytes(usize::try_from(config.ingest_pool_bytes()).unwrap_or(usize::MAX));
+    }
+
     /// Hands each recorded stream of `camera` to the writers (none when the catalog cannot
     /// give every one of them its id).
     pub fn start_camera(

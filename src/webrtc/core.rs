@@ -69,6 +69,8 @@ pub struct Core {
     max_sessions: usize,
     /// Bytes of frames waiting for the sessions' pacers ([`super::send_pool_bytes`]).
     send_pool: Arc<BytePool>,
+    /// Bytes of the live frames waiting on `frames_tx` ([`limits::LIVE_TAP_QUEUE_MAX_BYTES`]).
+    tap_queue: Arc<BytePool>,
     next_id: u64,
     /// (session, track) pairs showing the stream of the frame being sent: kept between
     /// frames so the per-frame path does not allocate it.
@@ -91,6 +93,7 @@ impl Core {
             stats,
             max_sessions,
             send_pool: BytePool::shared(super::send_pool_bytes(max_sessions) as u64),
+            tap_queue: BytePool::shared(limits::LIVE_TAP_QUEUE_MAX_BYTES as u64),
             next_id: 1,
             viewers: Vec::new(),
         }
@@ -167,7 +170,7 @@ impl Core {
             }
             w.live.untap(w.tap);
         }
-        let tap = live.tap(stream.clone(), self.frames_tx.clone());
+        let tap = live.tap(stream.clone(), self.frames_tx.clone(), self.tap_queue.clone());
         self.watched.insert(stream, Watched { live: live.clone(), tap, params: None });
     }
 
@@ -227,22 +230,34 @@ impl Core {
             self.stats.datagrams_unmatched.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        if self.sessions[i].rtc.handle_input(input).is_err() {
+        if self.sessions[i].input(input).is_err() {
             self.sessions[i].rtc.disconnect();
         }
         self.drive(i, now, out);
     }
 
-    /// Drives every session whose deadline has come.
+    /// Drives every session whose deadline has come. str0m's pacer asks for a tick a
+    /// microsecond after each packet it sends: those ticks are given here, each at the time
+    /// it asked for, up to [`limits::WEBRTC_PACER_TICKS_PER_TURN_MAX`] a turn, so a session
+    /// sends at its pacer's rate and not at one packet per turn of the engine's timer.
     pub fn timeouts(&mut self, now: Instant, out: Out<'_>) {
         for i in 0..self.sessions.len() {
-            if self.deadlines[i] <= now {
-                if self.sessions[i].rtc.handle_input(Input::Timeout(now)).is_err() {
+            let mut ticks = 0;
+            while self.deadlines[i] <= now && ticks < limits::WEBRTC_PACER_TICKS_PER_TURN_MAX {
+                ticks += 1;
+                // Never before what str0m has taken (it would ignore the tick).
+                let last = self.sessions[i].last_input();
+                let at = last.map_or(now, |l| self.deadlines[i].max(l));
+                if self.sessions[i].input(Input::Timeout(at)).is_err() {
                     self.sessions[i].rtc.disconnect();
                 }
-                self.pump_cursors(i, now);
-                self.drive(i, now, out);
+                self.pump_cursors(i, at);
+                self.drive(i, at, out);
+                if self.deadlines[i] <= at {
+                    break; // it wants nothing later: the next turn drives it
+                }
             }
+            self.stats.pacer_ticks.fetch_add(ticks as u64, Ordering::Relaxed);
         }
     }
 
@@ -726,6 +741,21 @@ mod tests {
         sim.camera(15, true);
         sim.run_for(Duration::from_millis(100));
         assert_eq!(sim.frames_on(0), start + 3 + fit);
+    }
+
+    #[test]
+    fn a_session_catching_up_gets_at_most_its_ticks_in_one_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sim = Sim::connected(dir.path(), 1);
+        // A 1 MiB keyframe (~900 packets), then a second without a turn: the pacer would
+        // send it all, one packet a tick; the turn gives it its ceiling of ticks.
+        sim.camera_frame(testing::large_live_frame(1, true, 1 << 20));
+        let before = sim.core.stats.pacer_ticks.load(Ordering::Relaxed);
+        let mut sent = 0;
+        sim.core.timeouts(sim.now + Duration::from_secs(1), &mut |_| sent += 1);
+        let ticks = sim.core.stats.pacer_ticks.load(Ordering::Relaxed) - before;
+        assert_eq!(ticks, limits::WEBRTC_PACER_TICKS_PER_TURN_MAX as u64);
+        assert!(sent >= limits::WEBRTC_PACER_TICKS_PER_TURN_MAX / 2, "a packet or so a tick: {sent}");
     }
 
     #[test]

@@ -54,7 +54,7 @@ impl Harness {
     pub fn datagram(&mut self, bytes: &[u8]) {
         if let Ok(r) = Receive::new(Protocol::Udp, PEER.into(), LOCAL.into(), bytes) {
             let input = Input::Receive(self.now, r);
-            if self.session.rtc.accepts(&input) && self.session.rtc.handle_input(input).is_err() {
+            if self.session.rtc.accepts(&input) && self.session.input(input).is_err() {
                 self.session.rtc.disconnect();
             }
         }
@@ -72,7 +72,7 @@ impl Harness {
     /// Time passes.
     pub fn tick(&mut self, ms: u64) {
         self.now += Duration::from_millis(ms);
-        if self.session.rtc.handle_input(Input::Timeout(self.now)).is_err() {
+        if self.session.input(Input::Timeout(self.now)).is_err() {
             self.session.rtc.disconnect();
         }
         self.drive();

@@ -72,6 +72,8 @@ pub struct WebrtcStats {
     pub control_dropped: AtomicU64,
     /// Frames skipped for a viewer: no room to wait for its pacer.
     pub frames_skipped: AtomicU64,
+    /// Ticks given to sessions (their pacers ask for one after each packet).
+    pub pacer_ticks: AtomicU64,
     /// Messages to browsers their channel would not take (full, or closed).
     pub replies_dropped: AtomicU64,
     /// Sessions that never connected within [`limits::WEBRTC_CONNECT_TIMEOUT_MS`].

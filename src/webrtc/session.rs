@@ -13,7 +13,7 @@ use str0m::channel::ChannelId;
 use str0m::format::Codec as RtcCodec;
 use str0m::media::{MediaKind, MediaTime, Mid, Pt};
 use str0m::net::Transmit;
-use str0m::{Candidate, Event, IceConnectionState, Output, Rtc, RtcError};
+use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc, RtcError};
 
 use prost::Message;
 
@@ -99,6 +99,8 @@ pub struct Session {
     waiting_bytes: usize,
     /// Frames skipped (no room to wait for the pacer) since the engine last counted.
     pub frames_skipped: u64,
+    /// The time of the newest input str0m took (it ignores one older than that).
+    last_input: Option<Instant>,
 }
 
 /// A session's subscription to event notices, with the notices its channel has not taken
@@ -156,9 +158,26 @@ pub struct Track {
     pub last_sent_mono_us: i64,
     /// When the last position report went out.
     pub reported: Option<Instant>,
-    /// Frames written and not yet all sent by the pacer, oldest first, with when they were
-    /// written and their charge to the send pool.
-    sending: VecDeque<(Instant, Charge)>,
+    /// Frames written and not yet all sent by the pacer, oldest first.
+    sending: VecDeque<Sending>,
+}
+
+/// A frame handed to str0m and not yet all sent, with its charge to the send pool.
+struct Sending {
+    /// Its Annex B bytes.
+    charge: Charge,
+    /// When str0m cut it into packets (its send queue's counts include it from then on).
+    packetized: Option<Instant>,
+}
+
+impl Sending {
+    /// The least its payloads in str0m's queue can be: each NAL loses its 4-byte start code
+    /// (and its header byte when cut into fragments, each of which adds two back). An eighth
+    /// covers NALs of 40 bytes and more, and parameter sets below that, with room to spare.
+    fn least_payload(&self) -> usize {
+        let bytes = self.charge.bytes();
+        bytes.saturating_sub(bytes / 8 + 64)
+    }
 }
 
 impl Track {
@@ -238,6 +257,10 @@ impl Session {
             .enable_bwe(Some(Bitrate::bps(limits::WEBRTC_PACING_START_BITS_PER_S)))
             .set_stats_interval(None)
             .build(now);
+        // Probing toward a LAN's rate lets the estimate (and the pacer with it) come back up
+        // after a keyframe burst made it back off; no minimum, so no padding beyond str0m's
+        // own floor.
+        rtc.bwe().set_bitrate(Bitrate::ZERO, Bitrate::bps(limits::WEBRTC_SEND_DESIRED_BITS_PER_S));
         for addr in candidates {
             if let Ok(c) = Candidate::host(*addr, "udp") {
                 rtc.add_local_candidate(c);
@@ -291,12 +314,38 @@ impl Session {
             send_pool,
             waiting_bytes: 0,
             frames_skipped: 0,
+            last_input: None,
         };
         Ok((session, answer.to_sdp_string()))
     }
 
     pub fn is_connected(&self) -> bool {
         self.connected
+    }
+
+    /// Hands str0m a datagram or a tick. Each input str0m takes cuts the oldest frame
+    /// written to each track and not yet cut into packets (str0m 0.25 cuts one per track per
+    /// input, in `Session::handle_timeout`); the send pool's accounting follows that.
+    pub fn input(&mut self, input: Input<'_>) -> Result<(), RtcError> {
+        let at = match &input {
+            Input::Timeout(t) | Input::Receive(t, _) => *t,
+        };
+        let taken = self.last_input.is_none_or(|last| at >= last);
+        let result = self.rtc.handle_input(input);
+        if taken {
+            self.last_input = Some(at);
+            for t in &mut self.tracks {
+                if let Some(next) = t.sending.iter_mut().find(|s| s.packetized.is_none()) {
+                    next.packetized = Some(at);
+                }
+            }
+        }
+        result
+    }
+
+    /// The time of the newest input str0m took.
+    pub fn last_input(&self) -> Option<Instant> {
+        self.last_input
     }
 
     pub fn is_alive(&self) -> bool {
@@ -393,29 +442,36 @@ impl Session {
         let track = &mut self.tracks[t];
         track.last_rtp_90k = rtp;
         track.need_key = false;
-        track.sending.push_back((now, charge));
+        track.sending.push_back(Sending { charge, packetized: None });
         self.waiting_bytes += len;
         self.frames_sent += 1;
         Ok(true)
     }
 
     /// Gives back the send pool's bytes of frames the pacer has sent. str0m tells how many
-    /// bytes each track's queue held when its pacer last looked: of the frames written before
-    /// then, all but the newest that many bytes have left. (A frame written at that very
-    /// instant may have come after the look, so it waits for the next one.)
+    /// payload bytes each track's send queue held when it last looked (after cutting a frame
+    /// into packets, in the same input); frames not yet cut are in none of its counts, so
+    /// they stay charged. Of the frames cut by then, the oldest has all left once the ones
+    /// after it could hold what is queued, each counted at the least its payloads can be
+    /// (resends and padding in the count only keep charges longer).
     fn release_sent(&mut self) {
         for t in &mut self.tracks {
-            if t.sending.is_empty() {
+            if !t.sending.front().is_some_and(|s| s.packetized.is_some()) {
                 continue;
             }
             let mut api = self.rtc.direct_api();
             let info = api.stream_tx_by_mid(t.mid, None).and_then(|tx| tx.queue_info());
             let Some((at, queued)) = info.map(|q| (q.created_at(), q.byte_size())) else { continue };
-            let mut before: usize = t.sending.iter().take_while(|(w, _)| *w < at).map(|(_, c)| c.bytes()).sum();
-            while before > queued {
-                let Some((_, charge)) = t.sending.pop_front() else { break };
-                before -= charge.bytes();
-                self.waiting_bytes -= charge.bytes();
+            let counted = |s: &&Sending| s.packetized.is_some_and(|p| p <= at);
+            let mut could_hold: usize = t.sending.iter().take_while(counted).map(Sending::least_payload).sum();
+            while let Some(front) = t.sending.front().filter(counted) {
+                let rest = could_hold - front.least_payload();
+                if queued > rest {
+                    break;
+                }
+                could_hold = rest;
+                self.waiting_bytes -= front.charge.bytes();
+                t.sending.pop_front();
             }
         }
     }

@@ -118,6 +118,21 @@ fn every_ceiling_at_once_stays_under_the_budget() {
     // Four threads drive them, so the viewers keep up with what is sent.
     let mut viewers = viewers.into_iter();
     let farms: Vec<Farm> = (0..4).map(|_| Farm::start(viewers.by_ref().take(16).collect())).collect();
+    // Every viewer streams (a whole frame at the ceiling) before the logins start: what this
+    // measures is memory, not a handshake racing the password hashing for the CPU (under
+    // the emulator that race is lost past the connect timeout).
+    let fewest_frames = |farms: &[Farm]| farms.iter().map(Farm::min_frames).min().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_millis(60 * turn_ms);
+    while fewest_frames(&farms) == 0 && std::time::Instant::now() < deadline {
+        cycle(1);
+    }
+    assert!(
+        fewest_frames(&farms) > 0,
+        "every live session streams before the logins: frames {:?}, skipped {:?}",
+        farms.iter().flat_map(Farm::frames).collect::<Vec<_>>(),
+        sample(port, &metrics, "keeppeek_webrtc_frames_skipped_total")
+    );
+    let frames_before: Vec<u64> = farms.iter().flat_map(Farm::frames).collect();
 
     // 1,000 logins while the cameras send.
     let logins = std::thread::spawn(move || login_flood(port));
@@ -177,17 +192,19 @@ fn every_ceiling_at_once_stays_under_the_budget() {
         pool(port, &metrics, "keeppeek_pool_max_bytes", "live_sending"),
     );
     drop(held);
-    // The viewers stream (one that joined as the box was busiest waits for a keyframe).
-    let least = || farms.iter().map(Farm::min_received_bytes).min().unwrap();
+    // The viewers stream on (one that lost frames while the box was busiest waits for a
+    // keyframe).
+    let behind = || farms.iter().flat_map(Farm::frames).zip(&frames_before).any(|(now, before)| now <= *before);
     let deadline = std::time::Instant::now() + Duration::from_millis(60 * turn_ms);
-    while least() <= 256 << 10 && std::time::Instant::now() < deadline {
+    while behind() && std::time::Instant::now() < deadline {
         cycle(1);
     }
     let got: Vec<(u64, u64)> = farms.into_iter().flat_map(Farm::stop).map(|v| (v.frames, v.received_bytes)).collect();
-    // A session streamed when it received whole frames at their ceiling, a frame's worth
-    // or more.
-    let streamed = got.iter().filter(|&&(frames, bytes)| frames > 0 && bytes > 256 << 10).count();
+    // A session streamed when it went on receiving whole frames at their ceiling while
+    // every other ceiling was reached.
+    let streamed = got.iter().zip(&frames_before).filter(|&(&(frames, _), before)| frames > *before).count();
     let skipped = sample(port, &metrics, "keeppeek_webrtc_frames_skipped_total").unwrap();
+    let tap_drops = sample_sum(port, &metrics, "keeppeek_live_tap_drops_total");
     let preroll_high = sample(port, &metrics, "keeppeek_preroll_total_high_water_bytes").unwrap();
     let preroll_max = sample(port, &metrics, "keeppeek_preroll_total_max_bytes").unwrap();
     let (rss, pss, anon) = peaks.stop_all();
@@ -197,7 +214,10 @@ fn every_ceiling_at_once_stays_under_the_budget() {
         eprintln!("  pool {name}: peak {peak} of {max} bytes");
     }
     eprintln!("  pre-roll: high water {preroll_high} of {preroll_max} bytes; live: {streamed} of 64 sessions streamed");
-    eprintln!("  live frames waiting for the pacers: peak {} of {} bytes, {skipped} skipped", sending.0, sending.1);
+    eprintln!(
+        "  live frames waiting for the pacers: peak {} of {} bytes, {skipped} skipped; {tap_drops} dropped at the engine's queue",
+        sending.0, sending.1
+    );
     for (name, peak, max) in &figures {
         assert!(*peak * 10 >= *max * 9, "the {name} pool reached its ceiling: {peak} of {max}");
         assert!(peak <= max);
@@ -205,7 +225,10 @@ fn every_ceiling_at_once_stays_under_the_budget() {
     // Histories hold whole frames: each may stop short of its share by less than a frame.
     let short = (CAMERAS as u64 / 4) * (MAIN_FRAME_BYTES + SUB_FRAME_BYTES) as u64;
     assert!(preroll_high + short >= preroll_max, "the pre-roll reached its ceiling: {preroll_high} of {preroll_max}");
-    assert_eq!(streamed, 64, "live sessions that got whole frames (frames, bytes): {got:?}");
+    assert_eq!(
+        streamed, 64,
+        "live sessions that went on getting whole frames (frames before the logins, then (frames, bytes) at the end): {frames_before:?} {got:?}"
+    );
     assert!(rss < total_kib, "peak RSS {rss} KiB under the budget's {total_kib} KiB");
     assert!(pss < total_kib, "peak PSS {pss} KiB under the budget's {total_kib} KiB");
 }

@@ -312,21 +312,23 @@ pub const WEBRTC_SESSION_BUDGET_BYTES: usize = 512 << 10;
 /// viewer's memory.
 pub const WEBRTC_SEND_BUFFER_PACKETS: usize = 128;
 
-/// The send rate a session assumes before its bandwidth estimate learns the path: its
-/// pacer sends at twice this, so a frame goes out spread over time instead of in one burst
-/// that a Wi-Fi access point or the viewer's socket would drop (a 256 KiB frame in ~50 ms).
-pub const WEBRTC_PACING_START_BITS_PER_S: u64 = 20_000_000;
-
-/// The rate a session's bandwidth estimate probes toward, so a keyframe burst that made it
-/// back off does not leave the pacer slow: room for a 4K camera's keyframe in a fraction of
-/// a second on a LAN.
-pub const WEBRTC_SEND_DESIRED_BITS_PER_S: u64 = 50_000_000;
+/// The rate each session's pacer sends at: a frame goes out spread over time in bursts of at
+/// most 63 KB instead of in one burst that a Wi-Fi access point or the viewer's socket would
+/// drop (a 256 KiB frame in ~50 ms, a 4K keyframe in a fraction of a second). A camera's
+/// stream is sent at the camera's bitrate whatever the link, so the rate is fixed rather
+/// than estimated: no padding or probes to learn the link, nothing sent to an idle viewer.
+pub const WEBRTC_PACING_BITS_PER_S: u64 = 40_000_000;
 
 /// Frame bytes waiting for the pacer across every session, per session the RAM class
 /// holds: one pool, so a viewer catching up (a keyframe burst, a slow link) borrows what the
 /// others do not use. A frame the pool cannot take is skipped for that viewer, who waits for
 /// the next keyframe.
 pub const WEBRTC_SEND_POOL_BYTES_PER_SESSION: usize = 128 << 10;
+
+/// The part of the send pool only keyframes may take: a viewer waiting for a keyframe gets
+/// one even while the others' frames keep the rest full, so when the box cannot keep up
+/// every viewer still sees pictures, not the same few.
+pub const WEBRTC_SEND_POOL_KEYFRAME_RESERVE_PERCENT: usize = 25;
 
 /// Frame bytes one session may have waiting for the pacer: its held GOP goes whole to a new
 /// viewer with as much again behind it (the parameter sets, the frames that arrive while it

@@ -27,6 +27,8 @@ pub struct Viewer {
     pub received_bytes: u64,
     /// Control-channel messages received.
     pub messages: u64,
+    /// ICE and DTLS are done: media can flow.
+    pub connected: bool,
     /// Sent on the control channel once it opens.
     on_open: Option<Vec<u8>>,
     channel: Option<ChannelId>,
@@ -57,10 +59,15 @@ impl Viewer {
             frames: 0,
             received_bytes: 0,
             messages: 0,
+            connected: false,
             on_open: None,
             channel: None,
         };
         (v, pending, sdp)
+    }
+
+    fn counts(&self) -> (u64, u64, u64, bool) {
+        (self.frames, self.messages, self.received_bytes, self.connected)
     }
 
     /// Sends `message` on the control channel as soon as it opens.
@@ -102,6 +109,7 @@ impl Viewer {
                     let _ = self.socket.send_to(&t.contents, t.destination);
                 }
                 Ok(Output::Event(Event::MediaData(_))) => self.frames += 1,
+                Ok(Output::Event(Event::Connected)) => self.connected = true,
                 Ok(Output::Event(Event::ChannelOpen(id, _))) => {
                     self.channel = Some(id);
                     if let (Some(m), Some(mut ch)) = (self.on_open.take(), self.rtc.channel(id)) {
@@ -117,17 +125,16 @@ impl Viewer {
 }
 
 /// Viewers driven on a thread of their own until stopped; `counts` mirrors each one's
-/// (frames, control messages, bytes received).
+/// (frames, control messages, bytes received, connected).
 pub struct Farm {
-    counts: Arc<Mutex<Vec<(u64, u64, u64)>>>,
+    counts: Arc<Mutex<Vec<(u64, u64, u64, bool)>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<Vec<Viewer>>>,
 }
 
 impl Farm {
     pub fn start(mut viewers: Vec<Viewer>) -> Farm {
-        let counts =
-            Arc::new(Mutex::new(viewers.iter().map(|v| (v.frames, v.messages, v.received_bytes)).collect::<Vec<_>>()));
+        let counts = Arc::new(Mutex::new(viewers.iter().map(Viewer::counts).collect::<Vec<_>>()));
         let stop = Arc::new(AtomicBool::new(false));
         let (f, s) = (counts.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
@@ -140,7 +147,7 @@ impl Farm {
                 if worked {
                     let mut counts = f.lock().unwrap();
                     for (c, v) in counts.iter_mut().zip(&viewers) {
-                        *c = (v.frames, v.messages, v.received_bytes);
+                        *c = v.counts();
                     }
                 } else {
                     std::thread::sleep(Duration::from_micros(200));
@@ -154,6 +161,11 @@ impl Farm {
     /// The fewest frames any viewer has received.
     pub fn min_frames(&self) -> u64 {
         self.counts.lock().unwrap().iter().map(|c| c.0).min().unwrap_or(0)
+    }
+
+    /// How many viewers have connected.
+    pub fn connected(&self) -> usize {
+        self.counts.lock().unwrap().iter().filter(|c| c.3).count()
     }
 
     /// Each viewer's frames so far.

@@ -719,7 +719,9 @@ mod tests {
         for n in 2..12 {
             sim.camera_frame(testing::large_live_frame(n, false, len));
         }
-        let fit = limits::WEBRTC_SEND_SESSION_MAX_BYTES / (len + 4);
+        // Within the session's share, and (not being keyframes) short of the pool's reserve.
+        let reserve = pool.max_bytes() / 100 * limits::WEBRTC_SEND_POOL_KEYFRAME_RESERVE_PERCENT;
+        let fit = limits::WEBRTC_SEND_SESSION_MAX_BYTES.min(pool.max_bytes() - reserve) / (len + 4);
         assert_eq!(sim.core.stats.frames_skipped.load(Ordering::Relaxed), 1);
         assert!(pool.peak_bytes() <= limits::WEBRTC_SEND_SESSION_MAX_BYTES);
         sim.run_for(Duration::from_millis(2000));
@@ -741,6 +743,15 @@ mod tests {
         sim.camera(15, true);
         sim.run_for(Duration::from_millis(100));
         assert_eq!(sim.frames_on(0), start + 3 + fit);
+        // The pool's last quarter is for keyframes: with the rest taken, a frame is skipped
+        // and the next keyframe still goes.
+        let others = pool.charge(pool.max_bytes() - reserve).expect("room");
+        sim.camera_frame(testing::large_live_frame(16, false, 4096));
+        assert_eq!(sim.core.stats.frames_skipped.load(Ordering::Relaxed), 3);
+        sim.camera_frame(testing::large_live_frame(17, true, 4096));
+        sim.run_for(Duration::from_millis(100));
+        assert_eq!(sim.frames_on(0), start + 4 + fit);
+        drop(others);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use str0m::channel::ChannelId;
 use str0m::format::Codec as RtcCodec;
 use str0m::media::{MediaKind, MediaTime, Mid, Pt};
 use str0m::net::Transmit;
+use str0m::rtp::Extension;
 use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc, RtcError};
 
 use prost::Message;
@@ -22,6 +23,10 @@ use super::playback::Cursor;
 use crate::base::{BytePool, Charge, StreamKey};
 use crate::limits;
 use crate::media::{Codec, VideoParams};
+
+/// The RTP header extension a session sends: the MID (browsers demultiplex the tracks of a
+/// bundle by it), at str0m's usual id.
+const MID_EXTENSION_ID: u8 = 4;
 
 /// Who opened a session: counted per principal, closed with its login.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -253,14 +258,16 @@ impl Session {
             .enable_h264(params.codec == Codec::H264)
             .enable_h265(params.codec == Codec::H265)
             .set_send_buffer_video(limits::WEBRTC_SEND_BUFFER_PACKETS)
-            // The estimate drives str0m's pacer: without it every frame leaves in one burst.
-            .enable_bwe(Some(Bitrate::bps(limits::WEBRTC_PACING_START_BITS_PER_S)))
+            // str0m paces only with its bandwidth estimator on; without it every frame leaves
+            // in one burst. With no transport-wide congestion feedback negotiated (the map
+            // below has only the MID), the estimate never moves from its start, so the pacer
+            // keeps one rate, twice the start: no padding to probe the link, no probes, and
+            // nothing to do for an idle viewer.
+            .enable_bwe(Some(Bitrate::bps(limits::WEBRTC_PACING_BITS_PER_S / 2)))
+            .clear_extension_map()
+            .set_extension(MID_EXTENSION_ID, Extension::RtpMid)
             .set_stats_interval(None)
             .build(now);
-        // Probing toward a LAN's rate lets the estimate (and the pacer with it) come back up
-        // after a keyframe burst made it back off; no minimum, so no padding beyond str0m's
-        // own floor.
-        rtc.bwe().set_bitrate(Bitrate::ZERO, Bitrate::bps(limits::WEBRTC_SEND_DESIRED_BITS_PER_S));
         for addr in candidates {
             if let Ok(c) = Candidate::host(*addr, "udp") {
                 rtc.add_local_candidate(c);
@@ -420,11 +427,15 @@ impl Session {
             return Ok(false);
         }
         // Room to wait for the pacer: within the session's share (a frame alone always
-        // fits it) and in the pool. Without it the frame is skipped and the picture waits
-        // for a keyframe.
+        // fits it) and in the pool, of which only keyframes may take the last part, so a
+        // viewer waiting for one gets it even while the others keep the rest full. Without
+        // room the frame is skipped and the picture waits for a keyframe.
         let len = annexb.len();
-        let room = waiting == 0 || waiting + len <= limits::WEBRTC_SEND_SESSION_MAX_BYTES;
-        let Some(charge) = room.then(|| self.send_pool.charge(len)).flatten() else {
+        let pool = &self.send_pool;
+        let reserve = pool.max_bytes() / 100 * limits::WEBRTC_SEND_POOL_KEYFRAME_RESERVE_PERCENT;
+        let in_share = waiting == 0 || waiting + len <= limits::WEBRTC_SEND_SESSION_MAX_BYTES;
+        let room = in_share && (is_key || pool.held_bytes() + len + reserve <= pool.max_bytes());
+        let Some(charge) = room.then(|| pool.charge(len)).flatten() else {
             track.need_key = true;
             self.frames_skipped += 1;
             return Ok(false);

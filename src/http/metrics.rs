@@ -140,6 +140,11 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
                 "Frames skipped for a viewer: no room to wait for its pacer.",
                 &st.frames_skipped,
             ),
+            (
+                "keeppeek_webrtc_pacer_ticks_total",
+                "Ticks given to the sessions' pacers (about one per packet sent).",
+                &st.pacer_ticks,
+            ),
             ("keeppeek_webrtc_event_notices_total", "Event notices written to subscribers.", &st.event_notices_sent),
             (
                 "keeppeek_webrtc_event_notices_dropped_total",

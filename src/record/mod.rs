@@ -170,6 +170,13 @@ pub fn segment_bounds(config: &Config, stream_count: usize, fs_bytes: Option<u64
     fragmenter::SegmentBounds { max_duration_90k: limits::SEGMENT_MAX_DURATION_90K, max_bytes }
 }
 
+/// The segment bounds for every recorded stream of `config`, on `data_dir`'s filesystem.
+fn planned_bounds(config: &Config, data_dir: &std::path::Path) -> fragmenter::SegmentBounds {
+    let recorded = config.cameras.iter().flat_map(Camera::recorded_streams).count();
+    let fs_bytes = crate::base::fs::disk_space(data_dir).map(|d| d.total_bytes);
+    segment_bounds(config, recorded, fs_bytes)
+}
+
 impl Recorder {
     /// Starts the flusher; the cameras' recorders start with [`Recorder::start_camera`].
     /// Segment bounds and pre-roll shares follow every recorded stream of `config`.
@@ -187,10 +194,7 @@ impl Recorder {
         let (flusher_tx, flusher_rx) = std::sync::mpsc::sync_channel(limits::CATALOG_QUEUE_COMMANDS);
         let flusher = spawn("kp-flusher", move || f.run(flusher_rx));
 
-        let recorded: Vec<_> =
-            config.cameras.iter().flat_map(|c| c.recorded_streams().map(move |(_, mode)| (c, mode))).collect();
-        let fs_bytes = crate::base::fs::disk_space(&data_dir).map(|d| d.total_bytes);
-        let bounds = segment_bounds(config, recorded.len(), fs_bytes);
+        let bounds = planned_bounds(config, &data_dir);
         Ok(Recorder {
             flusher_tx,
             flusher,
@@ -212,9 +216,7 @@ impl Recorder {
     /// bounds and pre-roll shares of streams started from now on follow the new set. The
     /// streams already recording keep theirs; the pools' ceilings hold the sum.
     pub fn replan(&mut self, config: &Config) {
-        let recorded = config.cameras.iter().flat_map(Camera::recorded_streams).count();
-        let fs_bytes = crate::base::fs::disk_space(&self.data_dir).map(|d| d.total_bytes);
-        self.bounds = segment_bounds(config, recorded, fs_bytes);
+        self.bounds = planned_bounds(config, &self.data_dir);
         self.history_shares = HistoryShares::plan(config);
         self.ingest_pool.set_max_bytes(usize::try_from(config.ingest_pool_bytes()).unwrap_or(usize::MAX));
     }

@@ -100,7 +100,8 @@ pub struct Session {
     cut_off_pending: bool,
     /// Where frames waiting for the pacer take their bytes from (shared by every session).
     send_pool: Arc<BytePool>,
-    /// Bytes of this session's frames waiting for the pacer, by the newest count str0m gave.
+    /// Bytes charged for this session's frames not yet all sent (the sum of its tracks'
+    /// `sending`, kept so the per-frame check does not add them up).
     waiting_bytes: usize,
     /// Frames skipped (no room to wait for the pacer) since the engine last counted.
     pub frames_skipped: u64,

@@ -75,6 +75,9 @@ pub struct Core {
     /// (session, track) pairs showing the stream of the frame being sent: kept between
     /// frames so the per-frame path does not allocate it.
     viewers: Vec<(usize, usize)>,
+    /// Where the next frame's viewers start: each frame one further on, so when the send
+    /// pool has room for only some of a stream's viewers the same ones do not always miss.
+    first_viewer: usize,
 }
 
 impl Core {
@@ -96,6 +99,7 @@ impl Core {
             tap_queue: BytePool::shared(limits::LIVE_TAP_QUEUE_MAX_BYTES as u64),
             next_id: 1,
             viewers: Vec::new(),
+            first_viewer: 0,
         }
     }
 
@@ -404,6 +408,11 @@ impl Core {
             self.viewers = viewers;
             return false;
         };
+        // Taken in turn: the first a frame goes to is the next one along each time.
+        if !viewers.is_empty() {
+            self.first_viewer = (self.first_viewer + 1) % viewers.len();
+            viewers.rotate_left(self.first_viewer);
+        }
         let mut last_touched = None;
         for &(i, t) in &viewers {
             let s = &mut self.sessions[i];
@@ -751,6 +760,30 @@ mod tests {
         sim.camera_frame(testing::large_live_frame(17, true, 4096));
         sim.run_for(Duration::from_millis(100));
         assert_eq!(sim.frames_on(0), start + 4 + fit);
+        drop(others);
+    }
+
+    #[test]
+    fn viewers_of_a_stream_take_turns_at_a_full_send_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sim = Sim::connected(dir.path(), 2);
+        let live = sim.send(1, C::PlayLive(pb::PlayLive { stream: "cam/main".into() }));
+        assert_eq!(state(sim.answer(live)).mode, pb::Mode::Live as i32);
+        sim.camera(0, true);
+        sim.run_for(Duration::from_millis(100));
+        let pool = sim.core.send_pool();
+        // Room for one frame at a time: whichever viewer the engine came to first would
+        // otherwise take every frame, and the other none.
+        let len = 4096;
+        let others = pool.charge(pool.max_bytes() - len - 200).expect("room");
+        let start = (sim.frames_on(0), sim.frames_on(1));
+        for n in 1..=10 {
+            sim.camera_frame(testing::large_live_frame(n, true, len));
+            sim.run_for(Duration::from_millis(100));
+        }
+        let got = (sim.frames_on(0) - start.0, sim.frames_on(1) - start.1);
+        assert_eq!(got, (5, 5), "each viewer every other frame");
+        assert_eq!(sim.core.stats.frames_skipped.load(Ordering::Relaxed), 10);
         drop(others);
     }
 

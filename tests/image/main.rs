@@ -472,8 +472,7 @@ fn logins_on_the_image_binary_stay_within_the_accounts_budget() {
             "listen = \"127.0.0.1:{port}\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n"
         ),
     );
-    let mut qemu = Command::new("qemu-aarch64-static");
-    qemu.arg(&binary);
+    let qemu = common::emulated("qemu-aarch64-static".as_ref(), &binary);
     let d = common::Daemon::start_program(qemu, dir.path(), &[]);
     d.wait_log("web face listening", 1, Duration::from_secs(60));
     common::setup_admin(port);

@@ -124,13 +124,25 @@ pub fn keeppeek() -> Command {
     let bin: PathBuf = other.unwrap_or_else(|| env!("CARGO_BIN_EXE_keeppeek").into()).into();
     // Another architecture's build runs under its emulator (qemu-user), named here.
     match std::env::var_os("KEEPPEEK_RUNNER").filter(|r| !r.is_empty()) {
-        Some(runner) => {
-            let mut c = Command::new(runner);
-            c.arg(bin);
-            c
-        }
+        Some(runner) => emulated(runner.as_ref(), &bin),
         None => Command::new(bin),
     }
+}
+
+/// Where qemu-user places the program's memory in its own address space: the guest's whole
+/// address space is kept at [`GUEST_BASE`] for [`GUEST_SPAN_BYTES`], so what is resident
+/// there is the program's and the rest is the emulator's (its translation cache, its own
+/// heap), which a board does not have.
+const GUEST_BASE: u64 = 0x10_0000_0000;
+const GUEST_SPAN_BYTES: u64 = 0x10_0000_0000;
+
+/// `binary` under qemu-user (`emulator`), its memory at [`GUEST_BASE`].
+pub fn emulated(emulator: &std::ffi::OsStr, binary: &Path) -> Command {
+    let mut c = Command::new(emulator);
+    c.arg(binary)
+        .env("QEMU_GUEST_BASE", format!("{GUEST_BASE:#x}"))
+        .env("QEMU_RESERVED_VA", format!("{GUEST_SPAN_BYTES:#x}"));
+    c
 }
 
 /// Runs a command that must succeed; returns its stdout.
@@ -643,10 +655,64 @@ pub fn connect_from(src: std::net::Ipv4Addr, port: u16) -> TcpStream {
     }
 }
 
-/// The resident set of a process, in KiB.
+/// The resident set of a program, in KiB (under qemu-user, of the program, not the emulator).
 pub fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")?.trim().split_whitespace().next()?.parse().ok()).unwrap()
+    Memory::of(pid).expect("the process is running").rss_kib
+}
+
+/// A program's memory now, in KiB. Under qemu-user (see [`emulated`]) the program's figures
+/// are those of the pages the emulator holds for it; `process_rss_kib` counts the emulator too.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Memory {
+    pub rss_kib: u64,
+    pub pss_kib: u64,
+    pub anon_kib: u64,
+    pub process_rss_kib: u64,
+}
+
+impl Memory {
+    /// `None` once the process is gone.
+    pub fn of(pid: u32) -> Option<Memory> {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let field = |text: &str, key: &str| -> u64 {
+            text.lines().find_map(|l| l.strip_prefix(key)?.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+        };
+        let process_rss_kib = field(&status, "VmRSS:");
+        let is_emulator = exe.file_name().is_some_and(|n| n.to_string_lossy().starts_with("qemu-"));
+        if !is_emulator {
+            let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+            return Some(Memory {
+                rss_kib: process_rss_kib,
+                pss_kib: field(&rollup, "Pss:"),
+                anon_kib: field(&status, "RssAnon:"),
+                process_rss_kib,
+            });
+        }
+        // The mappings inside the guest's span, summed.
+        let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+        let mut m = Memory { process_rss_kib, ..Memory::default() };
+        let mut inside = false;
+        for line in smaps.lines() {
+            let mut words = line.split_whitespace();
+            let first = words.next().unwrap_or_default();
+            if let Some((start, end)) = first.split_once('-') {
+                if let (Ok(start), Ok(end)) = (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16)) {
+                    inside = start >= GUEST_BASE && end <= GUEST_BASE + GUEST_SPAN_BYTES;
+                    continue;
+                }
+            }
+            let kib = words.next().and_then(|w| w.parse::<u64>().ok()).unwrap_or(0);
+            match first {
+                "Rss:" if inside => m.rss_kib += kib,
+                "Pss:" if inside => m.pss_kib += kib,
+                "Anonymous:" if inside => m.anon_kib += kib,
+                _ => {}
+            }
+        }
+        assert!(m.rss_kib > 0, "qemu-user holds the program's memory at {GUEST_BASE:#x} (QEMU_GUEST_BASE)");
+        Some(m)
+    }
 }
 
 /// 1,000 logins from 100 addresses (`127.8.0.1` on), ten each from four threads: the admin's
@@ -705,52 +771,48 @@ pub fn budget_line_kib(config: &Path, component: &str) -> u64 {
     (mib * 1024.0) as u64
 }
 
-/// Samples a process's resident set, proportional set and anonymous memory every 50 ms
-/// until stopped; the peaks in KiB.
+/// Samples a program's memory (see [`Memory`]) every 50 ms until stopped; the peaks.
 pub struct RssPeak {
-    peaks: std::sync::Arc<[std::sync::atomic::AtomicU64; 3]>,
+    peak: std::sync::Arc<std::sync::Mutex<Memory>>,
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,
     sampler: Option<std::thread::JoinHandle<()>>,
 }
 
 impl RssPeak {
     pub fn watch(pid: u32) -> RssPeak {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        let field = move |file: &str, key: &str| -> u64 {
-            let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default();
-            text.lines().find_map(|l| l.strip_prefix(key)?.split_whitespace().next()?.parse().ok()).unwrap_or(0)
-        };
-        let peaks = std::sync::Arc::new([AtomicU64::new(rss_kib(pid)), AtomicU64::new(0), AtomicU64::new(0)]);
+        use std::sync::atomic::Ordering;
+        let peak = std::sync::Arc::new(std::sync::Mutex::new(Memory::of(pid).expect("the process is running")));
         let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sampler = std::thread::spawn({
-            let (peaks, done) = (peaks.clone(), done.clone());
+            let (peak, done) = (peak.clone(), done.clone());
             move || {
                 while !done.load(Ordering::Relaxed) {
-                    let now = [field("status", "VmRSS:"), field("smaps_rollup", "Pss:"), field("status", "RssAnon:")];
-                    for (peak, v) in peaks.iter().zip(now) {
-                        peak.fetch_max(v, Ordering::Relaxed);
+                    if let Some(now) = Memory::of(pid) {
+                        let mut p = peak.lock().unwrap();
+                        p.rss_kib = p.rss_kib.max(now.rss_kib);
+                        p.pss_kib = p.pss_kib.max(now.pss_kib);
+                        p.anon_kib = p.anon_kib.max(now.anon_kib);
+                        p.process_rss_kib = p.process_rss_kib.max(now.process_rss_kib);
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 }
             }
         });
-        RssPeak { peaks, done, sampler: Some(sampler) }
+        RssPeak { peak, done, sampler: Some(sampler) }
     }
 
     /// The peak resident set so far, sampling stopped.
     pub fn stop(self) -> u64 {
-        self.stop_all().0
+        self.stop_all().rss_kib
     }
 
-    /// The peaks (resident, proportional, anonymous) so far, sampling stopped.
-    pub fn stop_all(mut self) -> (u64, u64, u64) {
-        use std::sync::atomic::Ordering;
-        self.done.store(true, Ordering::Relaxed);
+    /// The peaks so far (each its own peak), sampling stopped.
+    pub fn stop_all(mut self) -> Memory {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(s) = self.sampler.take() {
             s.join().unwrap();
         }
-        let [rss, pss, anon] = &*self.peaks;
-        (rss.load(Ordering::Relaxed), pss.load(Ordering::Relaxed), anon.load(Ordering::Relaxed))
+        *self.peak.lock().unwrap()
     }
 }
 

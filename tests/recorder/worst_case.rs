@@ -218,9 +218,11 @@ fn every_ceiling_at_once_stays_under_the_budget() {
     let tap_drops = sample_sum(port, &metrics, "keeppeek_live_tap_drops_total");
     let preroll_high = sample(port, &metrics, "keeppeek_preroll_total_high_water_bytes").unwrap();
     let preroll_max = sample(port, &metrics, "keeppeek_preroll_total_max_bytes").unwrap();
-    let (rss, pss, anon) = peaks.stop_all();
+    let Memory { rss_kib: rss, pss_kib: pss, anon_kib: anon, process_rss_kib } = peaks.stop_all();
     d.stop();
-    eprintln!("worst case: peak RSS {rss} KiB, PSS {pss} KiB, anonymous {anon} KiB; budget {total_kib} KiB");
+    eprintln!(
+        "worst case: peak RSS {rss} KiB, PSS {pss} KiB, anonymous {anon} KiB; budget {total_kib} KiB (the process, an emulator's memory included: {process_rss_kib} KiB)"
+    );
     for (name, peak, max) in &figures {
         eprintln!("  pool {name}: peak {peak} of {max} bytes");
     }

@@ -146,6 +146,20 @@ impl<R: Read + Seek> SegmentReader<R> {
         let Some(mut h) = self.header()? else {
             return Ok(None);
         };
+        if matches!(&h.fourcc, b"free" | b"skip") {
+            // Room kept in front of a fragment (a writer that reserves its header's space
+            // before the samples are known pads what the header did not need): one such box,
+            // no larger than a header.
+            if h.size_bytes > limits::MOOF_MAX_BYTES as u64 {
+                return Err(ReadError::TooLarge {
+                    at_byte: h.start_byte,
+                    what: "free box before a fragment",
+                    max: limits::MOOF_MAX_BYTES,
+                });
+            }
+            self.skip(&h)?;
+            h = self.header()?.ok_or(ReadError::Truncated { at_byte: self.pos_byte })?;
+        }
         let mut wall_us = None;
         if &h.fourcc == b"prft" {
             let body = self.body(&h, 64, "prft")?;
@@ -693,6 +707,41 @@ mod tests {
         assert!(frags[0].samples[0].is_key && !frags[0].samples[1].is_key);
         assert_eq!(frags[2].end_byte, bytes.len() as u64);
         assert_eq!(frags[1].end_byte, frags[2].start_byte);
+    }
+
+    #[test]
+    fn a_free_box_in_front_of_a_fragment_is_passed_over() {
+        let bytes = segment(2);
+        let (_, frags) = read_all(&bytes).unwrap();
+        let at = frags[1].start_byte as usize;
+        let mut padded = bytes[..at].to_vec();
+        padded.extend_from_slice(&[0, 0, 0, 40, b'f', b'r', b'e', b'e']);
+        padded.extend_from_slice(&[0; 32]);
+        padded.extend_from_slice(&bytes[at..]);
+        let (_, read) = read_all(&padded).unwrap();
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[1].start_byte, frags[1].start_byte, "the fragment starts at its padding");
+        assert_eq!(
+            (read[1].data_start_byte, read[1].end_byte),
+            (frags[1].data_start_byte + 40, frags[1].end_byte + 40)
+        );
+        assert_eq!(read[1].samples, frags[1].samples);
+        // An export retimes the header with its padding in front.
+        let (from, to) = (read[1].start_byte as usize, read[1].data_start_byte as usize);
+        let mut head = padded[from..to].to_vec();
+        retime_fragment_header(&mut head, 7, (crate::media::fmp4::VIDEO_TRACK_ID, 90_000), None).unwrap();
+        let mut retimed = padded.clone();
+        retimed[from..to].copy_from_slice(&head);
+        let (_, read) = read_all(&retimed).unwrap();
+        assert_eq!((read[1].sequence, read[1].base_decode_90k), (7, frags[1].base_decode_90k + 90_000));
+        // Padding alone at the end is a torn fragment; padding past a header's size is not ours.
+        assert!(matches!(read_all(&padded[..at + 40]), Err(ReadError::Truncated { .. })));
+        let mut huge = bytes[..at].to_vec();
+        huge.extend_from_slice(&((limits::MOOF_MAX_BYTES + 8) as u32).to_be_bytes());
+        huge.extend_from_slice(b"free");
+        huge.extend(std::iter::repeat_n(0, limits::MOOF_MAX_BYTES));
+        huge.extend_from_slice(&bytes[at..]);
+        assert!(matches!(read_all(&huge), Err(ReadError::TooLarge { .. })));
     }
 
     #[test]

@@ -246,14 +246,19 @@ impl Running {
         if self.ingest.iter().any(|c| c.name == camera.name) {
             return Err(DaemonError::CameraRunning(camera.name.clone()));
         }
-        let mut recorded = self.recorder.start_camera(camera, &self.catalog)?;
+        let lives: Vec<(StreamKey, Arc<Fanout>)> = camera
+            .streams()
+            .map(|(kind, _)| (StreamKey::new(&camera.name, kind), Arc::new(Fanout::new(self.gop_pool.clone()))))
+            .collect();
+        let live_of = |key: &StreamKey| lives.iter().find(|(k, _)| k == key).map(|(_, l)| l.clone());
+        let mut recorded = self.recorder.start_camera(camera, &self.catalog, live_of)?;
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();
         let mut streams = Vec::new();
         for (kind, source) in camera.streams() {
             let key = StreamKey::new(&camera.name, kind);
             let state = Arc::new(StreamState::default());
-            let live = Arc::new(Fanout::new(self.gop_pool.clone()));
+            let live = live_of(&key).expect("made above");
             let recorder = recorded.iter().position(|r| r.key == key).map(|i| recorded.swap_remove(i));
             streams.push(RunningStream {
                 key: key.clone(),

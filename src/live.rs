@@ -3,9 +3,11 @@
 //! Frames are shared, never copied: a [`Frame`]'s data is reference-counted, so a tap and
 //! the held GOP cost a pointer each. A stream keeps its current GOP (from the newest
 //! keyframe on) so a new viewer starts at once; the GOP is capped per stream
-//! ([`limits::LIVE_GOP_MAX_BYTES`]) and across streams ([`limits::LIVE_GOP_TOTAL_MAX_BYTES`]):
-//! a GOP that would pass either cap is dropped, and the stream holds nothing until its next
-//! keyframe (a new viewer then waits for it).
+//! ([`limits::LIVE_GOP_MAX_BYTES`]) and what of it is in RAM across streams
+//! ([`limits::LIVE_GOP_TOTAL_MAX_BYTES`]): a GOP that would pass either cap is dropped, and
+//! the stream holds nothing until its next keyframe (a new viewer then waits for it).
+//! Once the recorder has written a frame ([`Fanout::written`]) the GOP keeps only where it
+//! is, and reads it back for a new viewer: a recorded stream's GOP costs no RAM.
 //!
 //! Consumers register a tap: a bounded queue ([`limits::LIVE_TAP_FRAMES`], and the bytes of
 //! the frames in it against the consumer's pool, [`limits::LIVE_TAP_QUEUE_MAX_BYTES`]) that
@@ -14,8 +16,12 @@
 //! the consumer drops it. A frame that does not fit is dropped for that tap and the tap is
 //! marked lagged; its consumer skips to the next keyframe.
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
 
 use tokio::sync::mpsc;
 
@@ -45,10 +51,23 @@ struct Tap {
     lagged: bool,
 }
 
+/// A frame of the held GOP: in RAM until the recorder has written it, then in its segment
+/// file, read back when a viewer starts from it.
+#[derive(Clone)]
+struct Held {
+    /// Its bytes emptied once it is on disk.
+    frame: Frame,
+    len: usize,
+    on_disk: Option<(Arc<File>, u64)>,
+}
+
 #[derive(Default)]
 struct Inner {
-    gop: Vec<Frame>,
+    gop: Vec<Held>,
+    /// Bytes of the GOP's frames, against [`limits::LIVE_GOP_MAX_BYTES`].
     gop_bytes: usize,
+    /// Bytes of them still in RAM, held in the pool.
+    ram_bytes: usize,
     taps: Vec<Tap>,
     /// The codec parameters of the newest frame.
     params: Option<Arc<VideoParams>>,
@@ -99,8 +118,9 @@ impl Fanout {
         if frame.is_key || !inner.gop.is_empty() {
             let fits = inner.gop_bytes + len <= limits::LIVE_GOP_MAX_BYTES && self.pool.reserve(len);
             if fits {
-                inner.gop.push(frame.clone());
+                inner.gop.push(Held { frame: frame.clone(), len, on_disk: None });
                 inner.gop_bytes += len;
+                inner.ram_bytes += len;
             } else {
                 // A partial GOP cannot start a decoder: hold nothing until the next keyframe.
                 self.stats.gops_dropped.fetch_add(1, Ordering::Relaxed);
@@ -125,9 +145,36 @@ impl Fanout {
     }
 
     fn release(&self, inner: &mut Inner) {
-        self.pool.release(inner.gop_bytes);
+        self.pool.release(inner.ram_bytes);
         inner.gop.clear();
         inner.gop_bytes = 0;
+        inner.ram_bytes = 0;
+    }
+
+    /// The recorder wrote a frame (`data`) at `offset` of `file`: if the GOP holds it, it
+    /// holds where it is instead, and its RAM goes back to the pool.
+    pub fn written(&self, data: &Bytes, file: &Arc<File>, offset: u64) {
+        if data.is_empty() {
+            return;
+        }
+        let mut guard = self.inner.lock().expect("fanout lock");
+        let inner = &mut *guard;
+        // The GOP's own reference keeps its frames' bytes alive, so no other frame can have
+        // the same address while it is held.
+        let held = inner.gop.iter_mut().rev().find(|h| h.on_disk.is_none() && h.frame.data.as_ptr() == data.as_ptr());
+        if let Some(h) = held.filter(|h| h.len == data.len()) {
+            h.frame.data = Bytes::new();
+            h.on_disk = Some((file.clone(), offset));
+            inner.ram_bytes -= h.len;
+            self.pool.release(h.len);
+        }
+    }
+
+    /// What the recorder wrote may be cut off its file (a failed write): the GOP is let go,
+    /// and the next keyframe starts another.
+    pub fn forget_gop(&self) {
+        let mut inner = self.inner.lock().expect("fanout lock");
+        self.release(&mut inner);
     }
 
     /// The camera session ended: the GOP is of no use to a new viewer, and every tap's next
@@ -144,9 +191,25 @@ impl Fanout {
         self.inner.lock().expect("fanout lock").params.clone()
     }
 
-    /// The held GOP (empty when none is held), oldest first.
+    /// The held GOP (empty when none is held, or when what was written of it cannot be read
+    /// back), oldest first. Frames on disk are read from the page cache where the recorder
+    /// just wrote them; at most [`limits::LIVE_GOP_MAX_BYTES`].
     pub fn gop(&self) -> Vec<Frame> {
-        self.inner.lock().expect("fanout lock").gop.clone()
+        let held = self.inner.lock().expect("fanout lock").gop.clone();
+        let mut gop = Vec::with_capacity(held.len());
+        for h in held {
+            let mut frame = h.frame;
+            if let Some((file, offset)) = h.on_disk {
+                let mut data = vec![0u8; h.len];
+                if let Err(e) = file.read_exact_at(&mut data, offset) {
+                    tracing::debug!("cannot read the held GOP back: {e}");
+                    return Vec::new();
+                }
+                frame.data = Bytes::from(data);
+            }
+            gop.push(frame);
+        }
+        gop
     }
 
     /// Registers a tap sending to `tx`, its frames labelled `stream` and their bytes charged
@@ -159,6 +222,12 @@ impl Fanout {
 
     pub fn untap(&self, id: u64) {
         self.inner.lock().expect("fanout lock").taps.retain(|t| t.id != id);
+    }
+
+    /// Bytes of the held GOP: all of them, and those in RAM.
+    pub fn gop_bytes(&self) -> (usize, usize) {
+        let inner = self.inner.lock().expect("fanout lock");
+        (inner.gop_bytes, inner.ram_bytes)
     }
 
     pub fn taps(&self) -> usize {
@@ -215,6 +284,43 @@ mod tests {
         drop(others);
         drop(f);
         assert_eq!(pool.held_bytes(), 0, "every byte given back");
+    }
+
+    #[test]
+    fn a_written_frame_leaves_ram_and_is_read_back_for_a_new_viewer() {
+        let pool = crate::live::gop_pool();
+        let f = Fanout::new(pool.clone());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("segment");
+        let file = Arc::new(File::options().read(true).write(true).create(true).open(&path).unwrap());
+        let mut key = frame(300, true);
+        key.data = Bytes::from(vec![7u8; 300]);
+        let mut next = frame(100, false);
+        next.data = Bytes::from(vec![9u8; 100]);
+        f.publish(&key);
+        f.publish(&next);
+        assert_eq!(pool.held_bytes(), 400);
+        // The recorder writes the keyframe at 1000; a copy of the same bytes is not it.
+        file.write_all_at(&key.data, 1000).unwrap();
+        f.written(&Bytes::from(vec![7u8; 300]), &file, 1000);
+        assert_eq!(pool.held_bytes(), 400, "only the frame the GOP holds");
+        f.written(&key.data, &file, 1000);
+        assert_eq!(pool.held_bytes(), 100, "its RAM given back");
+        assert_eq!(f.gop_bytes(), (400, 100));
+        let gop = f.gop();
+        assert_eq!(
+            (gop[0].data.clone(), gop[1].data.clone()),
+            (key.data.clone(), next.data.clone()),
+            "read back whole"
+        );
+        assert!(gop[0].is_key && !gop[1].is_key);
+        // Cut off its file: no GOP rather than a broken one.
+        file.set_len(1100).unwrap();
+        assert!(f.gop().is_empty());
+        f.forget_gop();
+        assert_eq!(pool.held_bytes(), 0);
+        f.publish(&frame(50, true));
+        assert_eq!(f.gop().len(), 1, "the next keyframe starts another");
     }
 
     #[test]

@@ -227,7 +227,7 @@ fn streams(out: &mut String, services: &Services) {
     };
     let history = |i: usize| streams[i].recording.as_ref().and_then(|r| r.history.as_ref());
     let admission = |i: usize| streams[i].recording.as_ref().map(|r| &r.admission);
-    let gauges: [PerStream; 6] = [
+    let gauges: [PerStream; 8] = [
         ("keeppeek_stream_connected", "1 while the camera session is up.", &|i| {
             Some(u64::from(snapshots[i].connected))
         }),
@@ -243,6 +243,12 @@ fn streams(out: &mut String, services: &Services) {
         }),
         ("keeppeek_preroll_frames", "Frames of pre-roll history held.", &|i| {
             history(i).map(|h| h.held_frames.load(Ordering::Relaxed) as u64)
+        }),
+        ("keeppeek_live_gop_bytes", "Bytes of the GOP held for new viewers, in RAM or on disk.", &|i| {
+            Some(streams[i].live.gop_bytes().0 as u64)
+        }),
+        ("keeppeek_live_gop_ram_bytes", "Bytes of the held GOP in RAM (not yet written by the recorder).", &|i| {
+            Some(streams[i].live.gop_bytes().1 as u64)
         }),
     ];
     for (metric, help, f) in gauges {

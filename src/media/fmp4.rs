@@ -24,6 +24,8 @@
 //!   mvex
 //!     trex
 //! then, once per fragment (one GOP, or a time-bounded part of a long one):
+//! free                  what the room kept for the header (written after the samples,
+//!                       which go to disk as they arrive) did not need
 //! prft                  wall time (NTP) of the fragment's first sample: crash recovery
 //!                       reads it back to place a fragment the catalog never saw
 //! moof
@@ -403,6 +405,20 @@ pub fn write_fragment_header(
     Ok(b.pos)
 }
 
+/// Bytes of a fragment header ([`write_fragment_header`]) with `video` samples and, when the
+/// segment has an audio track, `audio` samples: what a writer keeps in front of samples it
+/// writes before their header.
+pub const fn fragment_header_bytes(video: usize, audio: Option<usize>) -> usize {
+    // traf: its header, tfhd (track id), tfdt (v1), trun (count, data offset), 12 B a sample.
+    const TRAF_BYTES: usize = 8 + 16 + 20 + 20;
+    let audio_bytes = match audio {
+        Some(n) => TRAF_BYTES + 12 * n,
+        None => 0,
+    };
+    // prft (v1), the moof's header, mfhd, the video traf, the audio traf, the mdat's header.
+    32 + 8 + 16 + TRAF_BYTES + 12 * video + audio_bytes + 8
+}
+
 /// Writes one `traf`; returns where its `trun` data offset is, to be patched.
 fn write_traf(b: &mut BoxBuf<'_>, track_id: u32, run: &TrackRun<'_>) -> Result<usize, BufferFull> {
     let traf = b.open(b"traf")?;
@@ -462,6 +478,28 @@ mod tests {
         let pos = head.windows(4).position(|w| w == b"trun").unwrap();
         let data_offset = u32::from_be_bytes(head[pos + 12..pos + 16].try_into().unwrap());
         assert_eq!(data_offset as usize, n - prft_len);
+    }
+
+    #[test]
+    fn the_header_length_is_known_before_the_samples() {
+        let mut buf = fragment_header_buffer();
+        for (v, a) in [
+            (1, None),
+            (30, None),
+            (7, Some(0)),
+            (60, Some(94)),
+            (limits::FRAGMENT_MAX_SAMPLES, Some(limits::FRAGMENT_MAX_AUDIO_SAMPLES)),
+        ] {
+            let video = [SampleEntry { duration: 6000, size_bytes: 100, is_key: false }; limits::FRAGMENT_MAX_SAMPLES];
+            let audio =
+                [SampleEntry { duration: 1024, size_bytes: 9, is_key: true }; limits::FRAGMENT_MAX_AUDIO_SAMPLES];
+            let video_run = TrackRun { base_decode: 0, samples: &video[..v] };
+            let audio_run = a.map(|a| TrackRun { base_decode: 0, samples: &audio[..a] });
+            let n = write_fragment_header(&mut buf[..], 1, 0, video_run, audio_run).expect("fits");
+            assert_eq!(n, fragment_header_bytes(v, a), "{v} video and {a:?} audio samples");
+        }
+        let most = fragment_header_bytes(limits::FRAGMENT_MAX_SAMPLES, Some(limits::FRAGMENT_MAX_AUDIO_SAMPLES));
+        assert!(most + 8 <= limits::MOOF_MAX_BYTES, "the largest header and a free box fit the buffer");
     }
 
     #[test]

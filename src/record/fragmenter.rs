@@ -11,7 +11,11 @@
 //!   [`limits::FRAGMENT_MAX_SAMPLES`] or [`limits::FRAGMENT_MAX_BYTES`]. A sample's duration
 //!   is known only when the next frame arrives, so a fragment is emitted when the frame after
 //!   its last arrives; at the end of a run the last frame repeats the previous duration.
-//! - Fragments being gathered take their bytes from one pool across every stream
+//! - A fragment's video frames go out as they come ([`Event::FrameData`], after
+//!   [`Event::BeginFragment`] says how much room to keep for its header); what the header
+//!   needs of each is kept. The room follows the last fragment's sample count, and a
+//!   fragment that fills it is emitted early, the next one with more room.
+//! - Fragments being gathered count their frames' bytes in one pool across every stream
 //!   ([`limits::FRAGMENT_POOL_BYTES_PER_GIB`]). A frame joins the pool when the next one
 //!   arrives and its duration is known (until then its queue still counts it). When the pool
 //!   has no room for it, the fragment is emitted early, that frame its last: a shorter
@@ -28,7 +32,7 @@ use std::sync::Arc;
 use crate::base::{BytePool, Charge};
 use crate::clock::{self, RunClock};
 use crate::limits;
-use crate::media::fmp4::SampleEntry;
+use crate::media::fmp4::{self, SampleEntry};
 use crate::media::{AudioFrame, AudioParams, Frame, VideoParams};
 
 /// A gap in camera time larger than this between consecutive frames is a discontinuity.
@@ -42,7 +46,13 @@ const FALLBACK_FRAME_DURATION_90K: i64 = 3_000;
 pub enum Event {
     /// Open a new segment file for these parameters. `new_run` when it starts a run.
     StartSegment { params: Arc<VideoParams>, audio: Option<Arc<AudioParams>>, new_run: bool, wall_start_us: i64 },
-    /// Append one fragment to the open segment.
+    /// A fragment starts in the open segment: keep `header_bytes` for its header in front
+    /// of the samples that follow. `first_is_key`, `sequence`, `base_decode_90k` and
+    /// `wall_start_us` are its first frame's, for a segment that must be opened afresh.
+    BeginFragment { header_bytes: usize, first_is_key: bool, sequence: u32, base_decode_90k: u64, wall_start_us: i64 },
+    /// A video frame of the fragment begun: write its bytes now.
+    FrameData(Frame),
+    /// The fragment is whole: write its audio and its header.
     Fragment(FragmentOut),
     /// Close the open segment.
     EndSegment,
@@ -58,7 +68,8 @@ pub struct FragmentOut {
     pub wall_start_us: i64,
     pub wall_end_us: i64,
     pub samples: Vec<SampleEntry>,
-    pub frames: Vec<Frame>,
+    /// Bytes kept for the header in front of the samples (as begun).
+    pub header_bytes: usize,
     /// Decode time of the first audio sample since the segment's start, in samples.
     pub audio_base_decode: u64,
     pub audio_samples: Vec<SampleEntry>,
@@ -106,6 +117,34 @@ struct Segment {
     audio_next_decode: Option<u64>,
 }
 
+/// What a fragment's header needs of one of its video frames.
+#[derive(Clone, Copy, Debug)]
+struct PendingFrame {
+    pts_90k: i64,
+    received_mono_us: i64,
+    size_bytes: u32,
+    is_key: bool,
+}
+
+/// Room in a new fragment's header: for as many samples as the last fragment had and a
+/// quarter more (at least [`FRAGMENT_ROOM_MIN_SAMPLES`]), at most the ceiling. A fragment
+/// that fills its room closes early, and the next has more. (Room for the ceiling always
+/// would cost 6 KiB a fragment: a sixth of a sub stream's second.)
+fn header_room(last: usize, max: usize) -> usize {
+    if last == 0 {
+        // Nothing to go by (a stream's first fragment): room for the most.
+        return max;
+    }
+    (last + last / 4 + 8).clamp(FRAGMENT_ROOM_MIN_SAMPLES, max)
+}
+
+/// The least room a fragment's header keeps for samples of each track.
+const FRAGMENT_ROOM_MIN_SAMPLES: usize = 32;
+
+/// Audio frames that may arrive after a fragment's audio room is full and before the video
+/// frame that closes it (about 70 ms at 15 fps; 47 AAC frames a second).
+const AUDIO_ROOM_SPARE_SAMPLES: usize = 16;
+
 /// The per-stream state machine. Lifecycle: [`Fragmenter::push`] each frame;
 /// [`Fragmenter::finish`] at a discontinuity or shutdown (the next frame may start again).
 pub struct Fragmenter {
@@ -115,8 +154,14 @@ pub struct Fragmenter {
     /// The run has started and its first segment is not yet open.
     run_starting: bool,
     segment: Option<Segment>,
-    pending: Vec<Frame>,
+    /// The video frames of the fragment being gathered: written as they come, so only what
+    /// its header needs of them is kept.
+    pending: Vec<PendingFrame>,
     pending_bytes: usize,
+    /// Samples the fragment being gathered has room for in its header (video, audio).
+    capacity: (usize, usize),
+    /// Samples in the last fragment (video, audio): the next one's room follows them.
+    last_counts: (usize, usize),
     pending_audio: Vec<AudioFrame>,
     /// Every pending frame but the newest, in the fragment pool.
     pending_charge: Charge,
@@ -140,6 +185,8 @@ impl Fragmenter {
             segment: None,
             pending: Vec::new(),
             pending_bytes: 0,
+            capacity: (0, 0),
+            last_counts: (0, 0),
             pending_audio: Vec::new(),
             pending_charge: Charge::default(),
             pool,
@@ -201,7 +248,8 @@ impl Fragmenter {
             let full = frame.is_key
                 || params_changed
                 || frame.pts_90k - first.pts_90k >= limits::FRAGMENT_MAX_DURATION_90K
-                || self.pending.len() >= limits::FRAGMENT_MAX_SAMPLES
+                || self.pending.len() >= self.capacity.0
+                || self.pending_audio.len() + AUDIO_ROOM_SPARE_SAMPLES >= self.capacity.1
                 || self.pending_bytes + frame.data.len() > limits::FRAGMENT_MAX_BYTES;
             if full {
                 self.emit_fragment(frame.pts_90k, frame.received_mono_us, out);
@@ -209,7 +257,7 @@ impl Fragmenter {
         }
         if let Some(newest) = self.pending.last() {
             // Its duration is known now: it joins the pool, or its fragment is written now.
-            match self.pool.charge(newest.data.len()) {
+            match self.pool.charge(newest.size_bytes as usize) {
                 Some(charge) => self.pending_charge.merge(charge),
                 None => {
                     self.cut_short += 1;
@@ -255,8 +303,39 @@ impl Fragmenter {
             self.last_duration_90k = frame.pts_90k - prev.pts_90k;
         }
         self.last_pts_90k = frame.pts_90k;
+        if self.pending.is_empty() {
+            self.begin_fragment(&frame, out);
+        }
         self.pending_bytes += frame.data.len();
-        self.pending.push(frame);
+        self.pending.push(PendingFrame {
+            pts_90k: frame.pts_90k,
+            received_mono_us: frame.received_mono_us,
+            size_bytes: frame.data.len() as u32,
+            is_key: frame.is_key,
+        });
+        out.push(Event::FrameData(frame));
+    }
+
+    /// Starts a fragment at `first`, with room in its header for about as many samples as
+    /// the last one had.
+    fn begin_fragment(&mut self, first: &Frame, out: &mut Vec<Event>) {
+        let (Some(seg), Some(clock)) = (self.segment.as_ref(), self.clock.as_mut()) else {
+            return;
+        };
+        let video = header_room(self.last_counts.0, limits::FRAGMENT_MAX_SAMPLES);
+        let audio = seg.audio.as_ref().map(|_| match self.last_counts.1 {
+            0 => limits::FRAGMENT_MAX_AUDIO_SAMPLES,
+            last => header_room(last + AUDIO_ROOM_SPARE_SAMPLES, limits::FRAGMENT_MAX_AUDIO_SAMPLES),
+        });
+        self.capacity = (video, audio.unwrap_or(usize::MAX));
+        out.push(Event::BeginFragment {
+            // And a free box's header, so what the header leaves is always a box.
+            header_bytes: fmp4::fragment_header_bytes(video, audio) + 8,
+            first_is_key: first.is_key,
+            sequence: seg.next_sequence,
+            base_decode_90k: (first.pts_90k - seg.start_pts_90k) as u64,
+            wall_start_us: clock.wall_us_at(first.pts_90k, first.received_mono_us),
+        });
     }
 
     /// Takes one audio frame: it joins the fragment being gathered, if that fragment's
@@ -266,7 +345,7 @@ impl Fragmenter {
             |s: &Segment| s.audio.as_ref().is_some_and(|a| Arc::ptr_eq(a, &frame.params) || **a == *frame.params);
         let fits = self.segment.as_ref().is_some_and(same_params)
             && !self.pending.is_empty()
-            && self.pending_audio.len() < limits::FRAGMENT_MAX_AUDIO_SAMPLES;
+            && self.pending_audio.len() < self.capacity.1;
         if fits {
             self.pending_audio.push(frame);
         } else {
@@ -324,10 +403,13 @@ impl Fragmenter {
             let next_pts = frames.get(i + 1).map_or(end_pts_90k, |n| n.pts_90k);
             samples.push(SampleEntry {
                 duration: (next_pts - f.pts_90k) as u32,
-                size_bytes: f.data.len() as u32,
+                size_bytes: f.size_bytes,
                 is_key: f.is_key,
             });
         }
+        self.last_counts = (samples.len(), audio_samples.len());
+        let header_bytes =
+            fmp4::fragment_header_bytes(self.capacity.0, seg.audio.as_ref().map(|_| self.capacity.1)) + 8;
         let first = &frames[0];
         let wall_start_us = clock.wall_us_at(first.pts_90k, first.received_mono_us);
         let wall_end_us = clock.wall_us_at(end_pts_90k, end_mono_us);
@@ -337,14 +419,14 @@ impl Fragmenter {
             wall_start_us,
             wall_end_us,
             samples,
-            frames,
+            header_bytes,
             audio_base_decode,
             audio_samples,
             audio_frames,
             charge,
         };
         seg.next_sequence += 1;
-        seg.bytes += fragment.payload_bytes() + 64 + 12 * fragment.samples.len() as u64;
+        seg.bytes += fragment.payload_bytes() + header_bytes as u64;
         out.push(Event::Fragment(fragment));
     }
 }
@@ -386,6 +468,11 @@ mod tests {
 
     fn fragments(events: &[Event]) -> Vec<&FragmentOut> {
         events.iter().filter_map(|e| if let Event::Fragment(f) = e { Some(f) } else { None }).collect()
+    }
+
+    /// The events that shape files (segments and whole fragments), without the frames'.
+    fn structure(events: &[Event]) -> Vec<&Event> {
+        events.iter().filter(|e| !matches!(e, Event::BeginFragment { .. } | Event::FrameData(_))).collect()
     }
 
     #[test]
@@ -458,7 +545,10 @@ mod tests {
         out.clear();
         let q = params(1280);
         fr.push(frame(15 * 25, 15, &q), &mut out);
-        assert!(matches!(out[..], [Event::Fragment(_), Event::EndSegment, Event::StartSegment { new_run: false, .. }]));
+        assert!(matches!(
+            structure(&out)[..],
+            [Event::Fragment(_), Event::EndSegment, Event::StartSegment { new_run: false, .. }]
+        ));
     }
 
     #[test]
@@ -473,11 +563,14 @@ mod tests {
         let mut stepped = frame(30, 15, &p);
         stepped.received_wall_us += limits::CLOCK_STEP_MAX_US + 1;
         fr.push(stepped, &mut out);
-        assert!(matches!(out[..], [Event::Fragment(_), Event::EndSegment, Event::StartSegment { new_run: true, .. }]));
+        assert!(matches!(
+            structure(&out)[..],
+            [Event::Fragment(_), Event::EndSegment, Event::StartSegment { new_run: true, .. }]
+        ));
 
         out.clear();
         fr.push(frame(2, 15, &p), &mut out); // goes backwards, not a keyframe
-        assert!(matches!(out[..], [Event::Fragment(_), Event::EndSegment]));
+        assert!(matches!(structure(&out)[..], [Event::Fragment(_), Event::EndSegment]));
         assert!(!fr.in_run());
     }
 
@@ -493,7 +586,7 @@ mod tests {
         assert_eq!(strict.skipped().clock_not_sane, 1);
         let mut lax = Fragmenter::new(bounds(), false, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
         lax.push(early, &mut out);
-        assert_eq!(out.len(), 1);
+        assert!(matches!(structure(&out)[..], [Event::StartSegment { .. }]));
     }
 
     #[test]
@@ -519,6 +612,53 @@ mod tests {
         }
         for f in fragments(&out) {
             assert!(f.payload_bytes() <= limits::FRAGMENT_MAX_BYTES as u64);
+        }
+    }
+
+    #[test]
+    fn frames_go_out_as_they_come_after_room_for_their_header_that_follows_the_last_fragment() {
+        let p = params(640);
+        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut out = Vec::new();
+        // A GOP of 5, then one that never ends, its frames 10 ticks apart (only room cuts).
+        for i in 0..106 {
+            let mut f = frame(i, i64::MAX, &p);
+            f.is_key = i == 0 || i == 5;
+            f.pts_90k = 1000 + i * 10;
+            fr.push(f, &mut out);
+            assert!(
+                matches!(out.last(), Some(Event::FrameData(d)) if d.pts_90k == 1000 + i * 10),
+                "frame {i} out at once"
+            );
+        }
+        fr.finish(&mut out);
+        let frags = fragments(&out);
+        assert_eq!(frags.iter().map(|f| f.samples.len()).collect::<Vec<_>>(), [5, 32, 48, 21]);
+        let begun: Vec<usize> = out
+            .iter()
+            .filter_map(|e| if let Event::BeginFragment { header_bytes, .. } = e { Some(*header_bytes) } else { None })
+            .collect();
+        let room = |n| fmp4::fragment_header_bytes(n, None) + 8;
+        assert_eq!(begun, [room(limits::FRAGMENT_MAX_SAMPLES), room(32), room(48), room(68)]);
+        for (f, kept) in frags.iter().zip(&begun) {
+            assert_eq!(f.header_bytes, *kept);
+            assert!(fmp4::fragment_header_bytes(f.samples.len(), None) + 8 <= *kept);
+        }
+        // Each fragment's frames came between its beginning and its end.
+        let mut open = false;
+        for e in &out {
+            match e {
+                Event::BeginFragment { .. } => {
+                    assert!(!open, "begun twice");
+                    open = true;
+                }
+                Event::FrameData(_) => assert!(open),
+                Event::Fragment(_) => {
+                    assert!(open);
+                    open = false;
+                }
+                _ => assert!(!open),
+            }
         }
     }
 

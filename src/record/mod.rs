@@ -223,10 +223,12 @@ impl Recorder {
 
     /// Hands each recorded stream of `camera` to the writers (none when the catalog cannot
     /// give every one of them its id).
+    /// `live` gives each stream's live fanout, told where the recorder writes its frames.
     pub fn start_camera(
         &mut self,
         camera: &Camera,
         catalog: &Arc<Catalog>,
+        live: impl Fn(&StreamKey) -> Option<Arc<crate::live::Fanout>>,
     ) -> Result<Vec<RecordedStream>, CatalogError> {
         let recorded: Vec<_> = camera
             .recorded_streams()
@@ -245,7 +247,8 @@ impl Recorder {
                 catalog.clone(),
                 self.flusher_tx.clone(),
                 fragmenter::Fragmenter::new(self.bounds, self.require_sane_clock, self.fragment_pool.clone()),
-            );
+            )
+            .with_live(live(&key));
             let admission = admission_for(camera, mode, self.history_shares.of(camera, key.kind), &self.preroll);
             let watch = RecordingWatch {
                 mode,

@@ -1,17 +1,25 @@
 //! One stream's recorder thread: takes frames from the queue, cuts them with the
 //! [`Fragmenter`], writes segment files, and reports each fragment to the flusher.
 //!
-//! Crash order kept here: the recording row is committed (durably) before its file is
-//! created; fragments are appended and reported, and the flusher syncs the file before it
-//! commits their rows. A failed write is cut back off the file, so the file on disk is always
-//! init segment + whole fragments + at most one torn tail (which recovery cuts).
+//! A fragment's frames are written as they are taken (none waits in RAM for its fragment to
+//! be whole), after room kept for its header; when it is whole its audio follows and its
+//! header goes into that room, a `free` box filling what the header did not need. The
+//! stream's live fanout is told where each frame went, so the GOP it holds for new viewers
+//! need not keep the frame.
 //!
-//! A full disk: the write is cut back, the flusher frees the oldest recording, and the write
-//! is retried once. If nothing could be freed the segment is closed (so it can be freed in
-//! turn) and the fragment is dropped and counted; recording goes on.
+//! Crash order kept here: the recording row is committed (durably) before its file is
+//! created; fragments are written and reported, and the flusher syncs the file before it
+//! commits their rows. A failed write is cut back off the file, so the file on disk is always
+//! init segment + whole fragments + at most one torn tail (the fragment being written: room
+//! of zeros and frames, which recovery cuts).
+//!
+//! A full disk: the flusher frees the oldest recording, and the write is retried once. If
+//! nothing could be freed the fragment is cut off, its segment closed (so it can be freed in
+//! turn) and the fragment dropped and counted; the next keyframe opens a new segment.
 
 use std::fs::File;
 use std::io::{self, IoSlice, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +34,8 @@ use super::writers::{Turn, Work};
 use crate::catalog::{Catalog, FragmentRow, Keyframe, RecordingRow};
 use crate::clock::ticks_90k_to_us;
 use crate::limits;
+use crate::live::Fanout;
+use crate::media::Frame;
 use crate::media::fmp4::{self, AudioTrack, TrackRun, write_fragment_header, write_init_segment};
 use crate::media::{AudioParams, VideoParams};
 use crate::preroll::{Admission, Out};
@@ -46,7 +56,8 @@ pub struct RecorderStats {
 struct Segment {
     rec_id: u64,
     row: RecordingRow,
-    file: File,
+    /// Shared with the stream's live fanout, which reads back the frames of its GOP.
+    file: Arc<File>,
     /// Bytes of whole fragments written (the file's valid length).
     len_bytes: u64,
     /// Fragmenter decode time and sequence at this file's start: a segment reopened mid-run
@@ -55,6 +66,20 @@ struct Segment {
     sequence_offset: u32,
     /// Audio decode time (in the fragmenter's count) at this file's start.
     audio_decode_offset: Option<u64>,
+    /// The fragment whose frames are being written, if one is.
+    fragment: Option<OpenFragment>,
+}
+
+/// A fragment being written: its frames go to the file as they come, after room kept for
+/// its header, which is written when it is whole.
+struct OpenFragment {
+    /// Where it starts: the end of the file's whole fragments.
+    start_byte: u64,
+    header_bytes: usize,
+    /// Bytes of its video frames written so far.
+    video_bytes: u64,
+    /// A write failed: the rest of it is not written, and it is dropped when whole.
+    failed: bool,
 }
 
 pub struct StreamRecorder {
@@ -73,6 +98,9 @@ pub struct StreamRecorder {
     /// What the fragmenter asked for, kept between messages so none allocates.
     events: Vec<Event>,
     header_buf: Box<[u8; limits::MOOF_MAX_BYTES]>,
+    /// The stream's live fanout: told where each written frame is, so its held GOP need
+    /// not keep the frame in RAM.
+    live: Option<Arc<Fanout>>,
 }
 
 impl StreamRecorder {
@@ -98,7 +126,14 @@ impl StreamRecorder {
             run_id: 0,
             events: Vec::new(),
             header_buf: fmp4::fragment_header_buffer(),
+            live: None,
         }
+    }
+
+    /// Tells `live` (the stream's fanout) where each frame is once written.
+    pub fn with_live(mut self, live: Option<Arc<Fanout>>) -> Self {
+        self.live = live;
+        self
     }
 
     /// This stream as a writer's job: records what `admission` lets through from `rx` until
@@ -158,6 +193,22 @@ impl StreamRecorder {
                 self.audio = audio;
                 self.open_segment(wall_start_us, 0, 0);
             }
+            Event::BeginFragment { header_bytes, first_is_key, sequence, base_decode_90k, wall_start_us } => {
+                if self.segment.is_none() && first_is_key {
+                    // The segment was lost to a write error; a keyframe lets a new file start here.
+                    self.open_segment(wall_start_us, base_decode_90k, sequence - 1);
+                }
+                if let Some(seg) = self.segment.as_mut() {
+                    if seg.fragment.is_some() {
+                        // Never whole (the fragmenter always ends what it begins): cut it off.
+                        cut_back(seg, self.live.as_deref());
+                    }
+                    let start_byte = seg.len_bytes;
+                    let at = (&*seg.file).seek(SeekFrom::Start(start_byte + header_bytes as u64));
+                    seg.fragment = Some(OpenFragment { start_byte, header_bytes, video_bytes: 0, failed: at.is_err() });
+                }
+            }
+            Event::FrameData(frame) => self.write_frame(&frame),
             Event::Fragment(f) => self.write_fragment(f),
             Event::EndSegment => self.close_segment(),
         }
@@ -189,9 +240,9 @@ impl StreamRecorder {
             .and_then(|n| {
                 init.truncate(n);
                 std::fs::create_dir_all(path.parent().expect("has a parent"))?;
-                let mut file = File::options().write(true).create_new(true).open(&path)?;
+                let mut file = File::options().read(true).write(true).create_new(true).open(&path)?;
                 file.write_all(&init)?;
-                Ok(file)
+                Ok(Arc::new(file))
             });
         match created {
             Ok(file) => {
@@ -211,6 +262,7 @@ impl StreamRecorder {
                         .audio
                         .as_ref()
                         .map(|a| decode_offset_90k * u64::from(a.sample_rate) / 90_000),
+                    fragment: None,
                 });
             }
             Err(e) => {
@@ -228,47 +280,100 @@ impl StreamRecorder {
 
     fn close_segment(&mut self) {
         if let Some(mut seg) = self.segment.take() {
+            if seg.fragment.is_some() {
+                cut_back(&mut seg, self.live.as_deref());
+            }
             seg.row.open = false;
             let _ = self.flusher.send(ToFlusher::Closed { rec_id: seg.rec_id, recording: seg.row });
         }
     }
 
-    fn write_fragment(&mut self, f: FragmentOut) {
-        if self.segment.is_none() && f.samples.first().is_some_and(|s| s.is_key) {
-            // The segment was lost to a write error; a keyframe lets a new file start here.
-            self.open_segment(f.wall_start_us, f.base_decode_90k, f.sequence - 1);
-        }
-        if self.segment.is_none() {
-            self.stats.fragments_dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        let mut result = self.append(&f);
+    /// Writes one video frame of the open fragment where the file stands. A full disk
+    /// frees the oldest recording and tries again once; a frame that cannot be written fails
+    /// its fragment, which is dropped when whole.
+    fn write_frame(&mut self, frame: &Frame) {
+        let data = &frame.data[..];
+        let Some(seg) = self.segment.as_mut() else { return };
+        let Some(fragment) = seg.fragment.as_mut().filter(|f| !f.failed) else { return };
+        let at = fragment.start_byte + fragment.header_bytes as u64 + fragment.video_bytes;
+        let mut result = (&*seg.file).write_all(data);
         if let Err(e) = &result
             && is_disk_full(e)
         {
             self.stats.disk_full.fetch_add(1, Ordering::Relaxed);
             let freed = self.request_space();
             warn!(stream = self.stream_id, freed_bytes = freed, "disk full while writing");
-            result = if freed > 0 { self.append(&f) } else { Err(io::Error::from(io::ErrorKind::StorageFull)) };
+            let seg = self.segment.as_mut().expect("still open");
+            result = if freed > 0 {
+                let mut file = &*seg.file;
+                file.seek(SeekFrom::Start(at)).and_then(|_| file.write_all(data))
+            } else {
+                Err(io::Error::from(io::ErrorKind::StorageFull))
+            };
         }
+        let seg = self.segment.as_mut().expect("still open");
+        let fragment = seg.fragment.as_mut().expect("still open");
+        match result {
+            Ok(()) => {
+                fragment.video_bytes += data.len() as u64;
+                if let Some(live) = &self.live {
+                    live.written(&frame.data, &seg.file, at);
+                }
+            }
+            Err(e) => {
+                if !is_disk_full(&e) {
+                    self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                }
+                error!(stream = self.stream_id, "cannot write a frame, its fragment is dropped: {e}");
+                fragment.failed = true;
+                // Its bytes go now, not when it is whole: they may be what the disk lacks
+                // (and the held GOP may point at them).
+                let _ = seg.file.set_len(seg.len_bytes);
+                if let Some(live) = &self.live {
+                    live.forget_gop();
+                }
+            }
+        }
+    }
+
+    /// Completes the open fragment: its audio after its video, then its header in the room
+    /// kept for it; reports it to the flusher. A fragment that failed is cut off the file,
+    /// counted, and its segment closed (so its whole fragments can be played and, if the
+    /// disk is full, deleted); the next keyframe opens a new one.
+    fn write_fragment(&mut self, f: FragmentOut) {
+        let result = match self.segment.as_mut() {
+            None => Err(None),
+            Some(seg) => match seg.fragment.take() {
+                Some(fragment) if !fragment.failed => self.complete(&f, fragment).map_err(Some),
+                Some(_) => Err(None),
+                None => Err(None),
+            },
+        };
         match result {
             Ok(row) => self.report(f, row),
             Err(e) => {
                 self.stats.fragments_dropped.fetch_add(1, Ordering::Relaxed);
-                if !is_disk_full(&e) {
-                    self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                if let Some(e) = e {
+                    if !is_disk_full(&e) {
+                        self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    error!(stream = self.stream_id, "fragment dropped: {e}");
                 }
-                error!(stream = self.stream_id, "fragment dropped: {e}");
-                // Close the segment so its whole fragments can be played and, if the disk is
-                // full, deleted; the next keyframe opens a new one.
+                if let Some(seg) = self.segment.as_mut() {
+                    cut_back(seg, self.live.as_deref());
+                }
                 self.close_segment();
             }
         }
     }
 
-    /// Appends one fragment; on failure cuts the file back to its last whole fragment.
-    fn append(&mut self, f: &FragmentOut) -> io::Result<FragmentRow> {
+    /// Writes a fragment's audio and header; on failure the caller cuts the file back.
+    fn complete(&mut self, f: &FragmentOut, fragment: OpenFragment) -> io::Result<FragmentRow> {
         let seg = self.segment.as_mut().expect("checked by caller");
+        let video_bytes: u64 = f.samples.iter().map(|s| u64::from(s.size_bytes)).sum();
+        if video_bytes != fragment.video_bytes || f.header_bytes != fragment.header_bytes {
+            return Err(io::Error::other("a fragment's frames and its header disagree"));
+        }
         let sequence = f.sequence - seg.sequence_offset;
         let base_decode_90k = f.base_decode_90k - seg.decode_offset_90k;
         let video = TrackRun { base_decode: base_decode_90k, samples: &f.samples };
@@ -278,22 +383,23 @@ impl StreamRecorder {
             base_decode: f.audio_base_decode.saturating_sub(audio_offset),
             samples: &f.audio_samples,
         });
+        if seg.row.has_audio {
+            let mut slices: Vec<IoSlice<'_>> = f.audio_frames.iter().map(|a| IoSlice::new(&a.data)).collect();
+            write_all_vectored(&seg.file, &mut slices)?;
+        }
+        // The header goes at the end of the room kept for it; a free box fills the rest.
         let head_len = write_fragment_header(&mut self.header_buf[..], sequence, f.wall_start_us, video, audio)
             .map_err(io::Error::other)?;
-        let mut slices = Vec::with_capacity(f.frames.len() + f.audio_frames.len() + 1);
-        slices.push(IoSlice::new(&self.header_buf[..head_len]));
-        slices.extend(f.frames.iter().map(|fr| IoSlice::new(&fr.data)));
-        if seg.row.has_audio {
-            slices.extend(f.audio_frames.iter().map(|a| IoSlice::new(&a.data)));
-        }
-        if let Err(e) = write_all_vectored(&mut seg.file, &mut slices) {
-            // Best effort: if even this fails, recovery cuts the torn tail at next start.
-            let _ = seg.file.set_len(seg.len_bytes);
-            let _ = seg.file.seek(SeekFrom::Start(seg.len_bytes));
-            return Err(e);
-        }
-        let start_byte = seg.len_bytes;
-        seg.len_bytes += head_len as u64 + f.payload_bytes();
+        let free_bytes = fragment.header_bytes.checked_sub(head_len).filter(|n| *n >= 8);
+        let free_bytes =
+            free_bytes.ok_or_else(|| io::Error::other("a fragment's header outgrew the room kept for it"))?;
+        let mut free = [0u8; 8];
+        free[..4].copy_from_slice(&(free_bytes as u32).to_be_bytes());
+        free[4..].copy_from_slice(b"free");
+        seg.file.write_all_at(&free, fragment.start_byte)?;
+        seg.file.write_all_at(&self.header_buf[..head_len], fragment.start_byte + free_bytes as u64)?;
+        let start_byte = fragment.start_byte;
+        seg.len_bytes = start_byte + fragment.header_bytes as u64 + f.payload_bytes();
         Ok(FragmentRow {
             wall_start_us: f.wall_start_us,
             wall_end_us: f.wall_end_us,
@@ -371,12 +477,24 @@ impl Work for Recording {
     }
 }
 
+/// Cuts the file back to its whole fragments (the one being written, if any, goes). Best
+/// effort: if even this fails, recovery cuts the torn tail at the next start.
+fn cut_back(seg: &mut Segment, live: Option<&Fanout>) {
+    seg.fragment = None;
+    let _ = seg.file.set_len(seg.len_bytes);
+    let _ = (&*seg.file).seek(SeekFrom::Start(seg.len_bytes));
+    // The held GOP may point at what was cut.
+    if let Some(live) = live {
+        live.forget_gop();
+    }
+}
+
 fn is_disk_full(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::StorageFull || e.raw_os_error() == Some(libc::ENOSPC)
 }
 
 /// `Write::write_all_vectored` is not stable; this is it.
-fn write_all_vectored(file: &mut File, mut slices: &mut [IoSlice<'_>]) -> io::Result<()> {
+fn write_all_vectored(mut file: &File, mut slices: &mut [IoSlice<'_>]) -> io::Result<()> {
     IoSlice::advance_slices(&mut slices, 0);
     while !slices.is_empty() {
         match file.write_vectored(slices) {

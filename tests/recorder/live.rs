@@ -263,9 +263,9 @@ fn offer_with_h265() -> String {
     )
 }
 
-#[test]
-fn h265_is_sent_only_to_a_browser_that_offers_it() {
-    let cam = Camera::start();
+/// A daemon recording camera `a` from the RTSP test camera's `path`, live view on; returns
+/// it with its port, an admin's login and a viewer's token, the camera connected.
+fn camera_daemon(cam: &Camera, path: &str) -> (tempfile::TempDir, Daemon, u16, (String, String), String) {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let udp = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -274,7 +274,7 @@ fn h265_is_sent_only_to_a_browser_that_offers_it() {
         &format!(
             "listen = \"127.0.0.1:{port}\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n\
              [webrtc]\nport = {udp}\nloopback = true\n[[cameras]]\nname = \"a\"\nmain = {{ url = \"{}\" }}\n",
-            cam.url("/h265")
+            cam.url(path)
         ),
     );
     let d = Daemon::start(dir.path());
@@ -282,10 +282,51 @@ fn h265_is_sent_only_to_a_browser_that_offers_it() {
     let admin = setup_admin(port);
     let view = make_token(port, &admin, "\"view\"");
     wait_connected(port, &view);
+    (dir, d, port, admin, view)
+}
+
+#[test]
+fn h265_is_sent_only_to_a_browser_that_offers_it() {
+    let cam = Camera::start();
+    let (_dir, _d, port, _, view) = camera_daemon(&cam, "/h265");
     let (code, body, _) = whep(port, &view, OFFER);
     assert_eq!(code, 406, "{body}");
     assert!(body.contains("\"code\":\"no_codec\"") && body.contains("H.265"), "{body}");
     let (code, body, _) = whep(port, &view, &offer_with_h265());
     assert_eq!(code, 201, "{body}");
     assert!(body.contains("H265/90000"), "the answer carries H.265: {body}");
+}
+
+#[test]
+fn a_recorded_streams_gop_waits_on_disk_and_a_new_viewer_still_starts_from_it() {
+    // GOPs of 10 s: a viewer that had to wait for a keyframe would wait seconds.
+    let cam = Camera::start();
+    let (_dir, _d, port, admin, view) = camera_daemon(&cam, "/h264-long-gop");
+    let metrics = make_token(port, &admin, "\"metrics\"");
+    // The GOP grows past 100 KB while the recorder writes it: what it holds in RAM is what
+    // the recorder has not written yet (a writer's turn, 250 ms), not the GOP.
+    let gop = |name: &str| sample(port, &metrics, &format!("{name}{{stream=\"a/main\"}}")).unwrap_or(0);
+    let mut on_disk = false;
+    let grown = wait_until(Duration::from_secs(30), || {
+        let (all, ram) = (gop("keeppeek_live_gop_bytes"), gop("keeppeek_live_gop_ram_bytes"));
+        on_disk |= all > 0 && ram * 4 < all;
+        all > 100_000 && on_disk
+    });
+    assert!(
+        grown,
+        "the held GOP is on disk: {} bytes, {} in RAM",
+        gop("keeppeek_live_gop_bytes"),
+        gop("keeppeek_live_gop_ram_bytes")
+    );
+    // A new viewer gets it at once, read back whole: dozens of frames within two seconds.
+    let (mut v, pending, offer) = crate::viewer::Viewer::offer();
+    let (code, answer, _) = whep(port, &view, &offer);
+    assert_eq!(code, 201, "{answer}");
+    v.answer(pending, &answer);
+    let farm = crate::viewer::Farm::start(vec![v]);
+    assert!(wait_until(Duration::from_secs(10), || farm.connected() == 1), "the viewer connects");
+    std::thread::sleep(Duration::from_secs(2));
+    let frames = farm.frames()[0];
+    assert!(frames >= 30, "the GOP's frames at once, not the next keyframe's: {frames}");
+    drop(farm.stop());
 }

@@ -79,6 +79,11 @@ pub const FRAGMENT_MAX_AUDIO_SAMPLES: usize = 256;
 /// Media bytes held for one fragment before it is written: 4 s of a 32 Mbit/s stream.
 pub const FRAGMENT_MAX_BYTES: usize = 16 << 20;
 
+/// Frames a recorder writes in one call at most: a writer's turn takes what the stream's
+/// queue holds and writes it together (one `writev` of up to this many frames, well under
+/// the kernel's 1,024 slices).
+pub const RECORD_WRITE_FRAMES_MAX: usize = 64;
+
 /// The smallest fragment pool a config may ask for: a frame that does not fit is written
 /// in a fragment of its own, so any size records everything; below this, most fragments
 /// would hold one frame.

@@ -163,6 +163,8 @@ fn thirty_simulated_days_stay_within_caps_and_check_clean() {
             s.pts_90k += FRAME_EVERY_S * 90_000;
             let after_gap = std::mem::take(&mut s.after_gap);
             s.recorder.take(StreamMsg::Frame { frame, after_gap }, &mut s.admission);
+            // As a writer's turn ends.
+            s.recorder.write_frames();
             drain(&rx, &mut flusher);
         }
         flusher.flush_if_due();

@@ -195,8 +195,8 @@ fn admission_run(shape: &Shape, cameras: usize, variant: Variant, seconds: i64) 
             }
             // What the recorder thread would write, let go (the disk is not measured here).
             for e in out.drain(..) {
-                if let RecordEvent::Fragment(f) = e {
-                    handed = handed.wrapping_add(f.frames.len() as u64);
+                if let RecordEvent::FrameData(_) = e {
+                    handed = handed.wrapping_add(1);
                 }
             }
         }

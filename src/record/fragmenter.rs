@@ -131,18 +131,15 @@ struct PendingFrame {
 /// that fills its room closes early, and the next has more. (Room for the ceiling always
 /// would cost 6 KiB a fragment: a sixth of a sub stream's second.)
 fn header_room(last: usize, max: usize) -> usize {
-    if last == 0 {
-        // Nothing to go by (a stream's first fragment): room for the most.
-        return max;
-    }
     (last + last / 4 + 8).clamp(FRAGMENT_ROOM_MIN_SAMPLES, max)
 }
 
 /// The least room a fragment's header keeps for samples of each track.
 const FRAGMENT_ROOM_MIN_SAMPLES: usize = 32;
 
-/// Audio frames that may arrive after a fragment's audio room is full and before the video
-/// frame that closes it (about 70 ms at 15 fps; 47 AAC frames a second).
+/// The least room for audio frames that may arrive after a fragment's audio room is full
+/// and before the video frame that closes it (about 70 ms at 15 fps is 3 or 4 AAC frames;
+/// slower video gets more, see `Fragmenter::audio_spare`).
 const AUDIO_ROOM_SPARE_SAMPLES: usize = 16;
 
 /// The per-stream state machine. Lifecycle: [`Fragmenter::push`] each frame;
@@ -161,7 +158,10 @@ pub struct Fragmenter {
     /// Samples the fragment being gathered has room for in its header (video, audio).
     capacity: (usize, usize),
     /// Samples in the last fragment (video, audio): the next one's room follows them.
-    last_counts: (usize, usize),
+    last_counts: Option<(usize, usize)>,
+    /// Audio frames the fragment being gathered leaves room for after its audio room is
+    /// full: twice as many as came between two video frames in the last fragment.
+    audio_spare: usize,
     pending_audio: Vec<AudioFrame>,
     /// Every pending frame but the newest, in the fragment pool.
     pending_charge: Charge,
@@ -186,7 +186,8 @@ impl Fragmenter {
             pending: Vec::new(),
             pending_bytes: 0,
             capacity: (0, 0),
-            last_counts: (0, 0),
+            last_counts: None,
+            audio_spare: AUDIO_ROOM_SPARE_SAMPLES,
             pending_audio: Vec::new(),
             pending_charge: Charge::default(),
             pool,
@@ -249,7 +250,7 @@ impl Fragmenter {
                 || params_changed
                 || frame.pts_90k - first.pts_90k >= limits::FRAGMENT_MAX_DURATION_90K
                 || self.pending.len() >= self.capacity.0
-                || self.pending_audio.len() + AUDIO_ROOM_SPARE_SAMPLES >= self.capacity.1
+                || self.pending_audio.len() + self.audio_spare >= self.capacity.1
                 || self.pending_bytes + frame.data.len() > limits::FRAGMENT_MAX_BYTES;
             if full {
                 self.emit_fragment(frame.pts_90k, frame.received_mono_us, out);
@@ -322,11 +323,16 @@ impl Fragmenter {
         let (Some(seg), Some(clock)) = (self.segment.as_ref(), self.clock.as_mut()) else {
             return;
         };
-        let video = header_room(self.last_counts.0, limits::FRAGMENT_MAX_SAMPLES);
-        let audio = seg.audio.as_ref().map(|_| match self.last_counts.1 {
-            0 => limits::FRAGMENT_MAX_AUDIO_SAMPLES,
-            last => header_room(last + AUDIO_ROOM_SPARE_SAMPLES, limits::FRAGMENT_MAX_AUDIO_SAMPLES),
-        });
+        // Nothing to go by (a stream's first fragment): room for the most.
+        let (video, audio) = match self.last_counts {
+            None => (limits::FRAGMENT_MAX_SAMPLES, limits::FRAGMENT_MAX_AUDIO_SAMPLES),
+            Some((v, a)) => {
+                self.audio_spare = (2 * a.div_ceil(v.max(1))).max(AUDIO_ROOM_SPARE_SAMPLES);
+                let audio = header_room(a + self.audio_spare, limits::FRAGMENT_MAX_AUDIO_SAMPLES);
+                (header_room(v, limits::FRAGMENT_MAX_SAMPLES), audio)
+            }
+        };
+        let audio = seg.audio.as_ref().map(|_| audio);
         self.capacity = (video, audio.unwrap_or(usize::MAX));
         out.push(Event::BeginFragment {
             // And a free box's header, so what the header leaves is always a box.
@@ -407,7 +413,7 @@ impl Fragmenter {
                 is_key: f.is_key,
             });
         }
-        self.last_counts = (samples.len(), audio_samples.len());
+        self.last_counts = Some((samples.len(), audio_samples.len()));
         let header_bytes =
             fmp4::fragment_header_bytes(self.capacity.0, seg.audio.as_ref().map(|_| self.capacity.1)) + 8;
         let first = &frames[0];

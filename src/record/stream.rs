@@ -78,6 +78,9 @@ struct OpenFragment {
     header_bytes: usize,
     /// Bytes of its video frames written so far.
     video_bytes: u64,
+    /// The room for its header is on disk (as zeros, written with its first frames, so
+    /// the header later overwrites blocks the file already has).
+    room_written: bool,
     /// A write failed: the rest of it is not written, and it is dropped when whole.
     failed: bool,
 }
@@ -213,8 +216,9 @@ impl StreamRecorder {
                         cut_back(seg, self.live.as_deref());
                     }
                     let start_byte = seg.len_bytes;
-                    let at = (&*seg.file).seek(SeekFrom::Start(start_byte + header_bytes as u64));
-                    seg.fragment = Some(OpenFragment { start_byte, header_bytes, video_bytes: 0, failed: at.is_err() });
+                    let failed = header_bytes > ROOM_ZEROS.len();
+                    seg.fragment =
+                        Some(OpenFragment { start_byte, header_bytes, video_bytes: 0, room_written: false, failed });
                 }
             }
             Event::FrameData(frame) => {
@@ -314,28 +318,18 @@ impl StreamRecorder {
         let Some(seg) = self.segment.as_mut() else { return self.keep(frames) };
         let Some(fragment) = seg.fragment.as_mut().filter(|f| !f.failed) else { return self.keep(frames) };
         let at = fragment.start_byte + fragment.header_bytes as u64 + fragment.video_bytes;
-        let write = |file: &File| {
-            let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(&f.data)).collect();
+        // The fragment's first frames bring the room for its header before them.
+        let room = (!fragment.room_written).then_some(&ROOM_ZEROS[..fragment.header_bytes]);
+        let from = if room.is_some() { fragment.start_byte } else { at };
+        let result = write_making_room(&seg.file, &self.flusher, &self.stats, self.stream_id, |mut file| {
+            file.seek(SeekFrom::Start(from))?;
+            let mut slices: Vec<IoSlice<'_>> = room.map(IoSlice::new).into_iter().collect();
+            slices.extend(frames.iter().map(|f| IoSlice::new(&f.data)));
             write_all_vectored(file, &mut slices)
-        };
-        let mut result = write(&seg.file);
-        if let Err(e) = &result
-            && is_disk_full(e)
-        {
-            self.stats.disk_full.fetch_add(1, Ordering::Relaxed);
-            let freed = self.request_space();
-            warn!(stream = self.stream_id, freed_bytes = freed, "disk full while writing");
-            let seg = self.segment.as_mut().expect("still open");
-            result = if freed > 0 {
-                (&*seg.file).seek(SeekFrom::Start(at)).and_then(|_| write(&seg.file))
-            } else {
-                Err(io::Error::from(io::ErrorKind::StorageFull))
-            };
-        }
-        let seg = self.segment.as_mut().expect("still open");
-        let fragment = seg.fragment.as_mut().expect("still open");
+        });
         match result {
             Ok(()) => {
+                fragment.room_written = true;
                 let mut offset = at;
                 for f in &frames {
                     if let Some(live) = &self.live {
@@ -403,7 +397,7 @@ impl StreamRecorder {
     fn complete(&mut self, f: &FragmentOut, fragment: OpenFragment) -> io::Result<FragmentRow> {
         let seg = self.segment.as_mut().expect("checked by caller");
         let video_bytes: u64 = f.samples.iter().map(|s| u64::from(s.size_bytes)).sum();
-        if video_bytes != fragment.video_bytes || f.header_bytes != fragment.header_bytes {
+        if video_bytes != fragment.video_bytes || f.header_bytes != fragment.header_bytes || !fragment.room_written {
             return Err(io::Error::other("a fragment's frames and its header disagree"));
         }
         let sequence = f.sequence - seg.sequence_offset;
@@ -415,9 +409,14 @@ impl StreamRecorder {
             base_decode: f.audio_base_decode.saturating_sub(audio_offset),
             samples: &f.audio_samples,
         });
-        if seg.row.has_audio {
-            let mut slices: Vec<IoSlice<'_>> = f.audio_frames.iter().map(|a| IoSlice::new(&a.data)).collect();
-            write_all_vectored(&seg.file, &mut slices)?;
+        let (flusher, stats, stream) = (&self.flusher, &*self.stats, self.stream_id);
+        if seg.row.has_audio && !f.audio_frames.is_empty() {
+            let audio_at = fragment.start_byte + fragment.header_bytes as u64 + fragment.video_bytes;
+            write_making_room(&seg.file, flusher, stats, stream, |mut file| {
+                file.seek(SeekFrom::Start(audio_at))?;
+                let mut slices: Vec<IoSlice<'_>> = f.audio_frames.iter().map(|a| IoSlice::new(&a.data)).collect();
+                write_all_vectored(file, &mut slices)
+            })?;
         }
         // The header goes at the end of the room kept for it; a free box fills the rest.
         let head_len = write_fragment_header(&mut self.header_buf[..], sequence, f.wall_start_us, video, audio)
@@ -428,8 +427,11 @@ impl StreamRecorder {
         let mut free = [0u8; 8];
         free[..4].copy_from_slice(&(free_bytes as u32).to_be_bytes());
         free[4..].copy_from_slice(b"free");
-        seg.file.write_all_at(&free, fragment.start_byte)?;
-        seg.file.write_all_at(&self.header_buf[..head_len], fragment.start_byte + free_bytes as u64)?;
+        let head = &self.header_buf[..head_len];
+        write_making_room(&seg.file, flusher, stats, stream, |file| {
+            file.write_all_at(&free, fragment.start_byte)?;
+            file.write_all_at(head, fragment.start_byte + free_bytes as u64)
+        })?;
         let start_byte = fragment.start_byte;
         seg.len_bytes = start_byte + fragment.header_bytes as u64 + f.payload_bytes();
         Ok(FragmentRow {
@@ -471,14 +473,6 @@ impl StreamRecorder {
             error!(stream = self.stream_id, "catalog writer is gone");
         }
     }
-
-    fn request_space(&mut self) -> u64 {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        if self.flusher.send(ToFlusher::NeedSpace { reply: tx }).is_err() {
-            return 0;
-        }
-        rx.recv().unwrap_or(0)
-    }
 }
 
 /// A recorded stream as the writers take turns at it.
@@ -507,6 +501,31 @@ impl Work for Recording {
         }
         self.recorder.write_frames();
         if worked { Turn::Worked } else { Turn::Idle }
+    }
+}
+
+/// Zeros for the room kept for a fragment's header.
+static ROOM_ZEROS: [u8; limits::MOOF_MAX_BYTES] = [0; limits::MOOF_MAX_BYTES];
+
+/// Runs `write` (which says where it writes, so running it again writes the same); on a
+/// full disk asks the flusher to free the oldest recording and runs it once more.
+fn write_making_room(
+    file: &File,
+    flusher: &SyncSender<ToFlusher>,
+    stats: &RecorderStats,
+    stream: u32,
+    mut write: impl FnMut(&File) -> io::Result<()>,
+) -> io::Result<()> {
+    match write(file) {
+        Err(e) if is_disk_full(&e) => {
+            stats.disk_full.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let freed =
+                if flusher.send(ToFlusher::NeedSpace { reply: tx }).is_ok() { rx.recv().unwrap_or(0) } else { 0 };
+            warn!(stream, freed_bytes = freed, "disk full while writing");
+            if freed > 0 { write(file) } else { Err(e) }
+        }
+        other => other,
     }
 }
 

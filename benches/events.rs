@@ -142,10 +142,7 @@ fn admission_run(shape: &Shape, cameras: usize, variant: Variant, seconds: i64) 
         })
         .collect();
     let bounds = SegmentBounds { max_duration_90k: keeppeek::limits::SEGMENT_MAX_DURATION_90K, max_bytes: u64::MAX };
-    let mut fragmenters: Vec<Fragmenter> = {
-        let pool = keeppeek::base::BytePool::shared(1 << 30);
-        (0..cameras).map(|_| Fragmenter::new(bounds, false, pool.clone())).collect()
-    };
+    let mut fragmenters: Vec<Fragmenter> = (0..cameras).map(|_| Fragmenter::new(bounds, false)).collect();
     let mut out = Vec::with_capacity(64);
     let frame = |n: i64, cam: usize| {
         // Cameras' GOPs are not in step with one another.

@@ -83,17 +83,15 @@ pub fn compute(config: &Config) -> Budget {
             ),
         },
         Line {
-            component: "fragment buffers",
+            component: "write buffers",
             bytes: if recorded == 0 {
                 0
             } else {
-                (recorded * limits::FRAGMENT_MAX_BYTES as u64).min(config.pools.fragments_max_bytes)
-                    + writers * frame_max
-                    + recorded * (limits::MOOF_MAX_BYTES + limits::INIT_SEGMENT_MAX_BYTES) as u64
+                writers * frame_max.max(limits::RECORD_WRITE_BATCH_MAX_BYTES as u64)
+                    + recorded * crate::record::stream_buffers_bytes() as u64
             },
             why: format!(
-                "fragments being gathered in one pool of {:.1} MiB, a frame in hand for each of {writers} writers, and {recorded} streams' header buffers (FRAGMENT_POOL_BYTES_PER_GIB or [pools], frame_max_bytes, MOOF_MAX_BYTES, INIT_SEGMENT_MAX_BYTES)",
-                mib(config.pools.fragments_max_bytes)
+                "frames in hand for one write for each of {writers} writers, and {recorded} streams' fragment headers, init segments, samples' sizes and audio until their fragment is whole (RECORD_WRITE_BATCH_MAX_BYTES or frame_max_bytes, MOOF_MAX_BYTES, INIT_SEGMENT_MAX_BYTES, FRAGMENT_MAX_SAMPLES, FRAGMENT_AUDIO_MAX_BYTES)"
             ),
         },
         Line {
@@ -166,9 +164,10 @@ pub fn compute(config: &Config) -> Budget {
         Line {
             component: "live GOPs",
             bytes: (streams.len() as u64 * limits::LIVE_GOP_MAX_BYTES as u64)
-                .min(limits::LIVE_GOP_TOTAL_MAX_BYTES as u64),
+                .min(limits::LIVE_GOP_TOTAL_MAX_BYTES as u64)
+                + if live_on { limits::LIVE_GOP_MAX_BYTES as u64 } else { 0 },
             why: format!(
-                "{} streams × {:.0} MiB, at most {:.0} MiB in all (LIVE_GOP_MAX_BYTES, LIVE_GOP_TOTAL_MAX_BYTES)",
+                "{} streams × {:.0} MiB in RAM until written, at most {:.0} MiB in all, and one GOP read back for a new viewer (LIVE_GOP_MAX_BYTES, LIVE_GOP_TOTAL_MAX_BYTES)",
                 streams.len(),
                 mib(limits::LIVE_GOP_MAX_BYTES as u64),
                 mib(limits::LIVE_GOP_TOTAL_MAX_BYTES as u64)
@@ -421,9 +420,9 @@ mod tests {
         let newest = (limits::FRAME_DEFAULT_MAX_BYTES + limits::SUB_FRAME_MAX_BYTES) as u64;
         let queues = line(&preset(32, 1 << 30), "ingest queues") - line(&preset(16, 1 << 30), "ingest queues");
         assert_eq!(queues, 16 * newest, "the queued share once, and each stream's newest frame");
-        let header = (limits::MOOF_MAX_BYTES + limits::INIT_SEGMENT_MAX_BYTES) as u64;
-        let grows = line(&preset(32, 1 << 30), "fragment buffers") - line(&preset(16, 1 << 30), "fragment buffers");
-        assert_eq!(grows, 32 * header, "only the streams' header buffers grow");
+        let each = crate::record::stream_buffers_bytes() as u64;
+        let grows = line(&preset(32, 1 << 30), "write buffers") - line(&preset(16, 1 << 30), "write buffers");
+        assert_eq!(grows, 32 * each, "only the streams' own buffers grow, not the frames in hand");
         let sessions = line(&preset(2, 1 << 30), "camera sessions");
         let each = limits::RTSP_SESSION_OVERHEAD_BYTES as u64;
         assert_eq!(
@@ -443,7 +442,7 @@ mod tests {
         assert!(small.fits());
         assert!(!compute(&config_with(limits::CAMERAS_MAX, 512 << 20)).fits());
         let text = small.to_string();
-        for component in ["process", "camera sessions", "ingest queues", "fragment buffers", "catalog cache", "total"] {
+        for component in ["process", "camera sessions", "ingest queues", "write buffers", "catalog cache", "total"] {
             assert!(text.contains(component), "{component} in {text}");
         }
     }

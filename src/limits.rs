@@ -76,7 +76,14 @@ pub const FRAGMENT_MAX_SAMPLES: usize = 512;
 /// 4 s of video, and audio beyond this is dropped and counted.
 pub const FRAGMENT_MAX_AUDIO_SAMPLES: usize = 256;
 
-/// Media bytes held for one fragment before it is written: 4 s of a 32 Mbit/s stream.
+/// Audio bytes one fragment holds until it is whole (its audio is written after its video):
+/// 8 s of 128 kbit/s AAC. A fragment ends once it holds half of this, so the audio that
+/// comes before its next video frame still fits; audio past it is dropped and counted.
+pub const FRAGMENT_AUDIO_MAX_BYTES: usize = 128 << 10;
+
+/// Media bytes in one fragment: 4 s of a 32 Mbit/s stream. Its frames are written as they
+/// come, so this bounds a fragment's shape (its boxes' 32-bit sizes), not what recording
+/// holds in RAM.
 pub const FRAGMENT_MAX_BYTES: usize = 16 << 20;
 
 /// Frames a recorder writes in one call at most: a writer's turn takes what the stream's
@@ -84,16 +91,11 @@ pub const FRAGMENT_MAX_BYTES: usize = 16 << 20;
 /// the kernel's 1,024 slices).
 pub const RECORD_WRITE_FRAMES_MAX: usize = 64;
 
-/// The smallest fragment pool a config may ask for: a frame that does not fit is written
-/// in a fragment of its own, so any size records everything; below this, most fragments
-/// would hold one frame.
-pub const FRAGMENT_POOL_MIN_BYTES: usize = 256 << 10;
-
-/// Media bytes held for fragments being gathered across every stream, per GiB of the
-/// board's RAM class (one pool; never below one [`FRAGMENT_MAX_BYTES`]). A stream whose next
-/// frame would not fit writes its fragment early (a shorter fragment, counted) rather than
-/// wait or drop: on a 1 GiB board 32 cameras' 2 s GOPs fit whole, longer ones are cut.
-pub const FRAGMENT_POOL_BYTES_PER_GIB: usize = 32 << 20;
+/// Bytes of frames a writer holds for one call at most (a frame larger than this is
+/// written alone): with [`RECORD_WRITE_FRAMES_MAX`], what recording holds between a
+/// stream's queue and its file, per writer. A turn at 4 Mbit/s brings about 130 KiB; a
+/// pre-roll handed over at an event's start brings seconds at once.
+pub const RECORD_WRITE_BATCH_MAX_BYTES: usize = 1 << 20;
 
 /// The encoded `prft`, `moof` (video and audio `traf`s) and `mdat` header of one fragment,
 /// written into a fixed buffer.

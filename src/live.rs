@@ -73,6 +73,9 @@ struct Inner {
     params: Option<Arc<VideoParams>>,
     /// A camera session ended: every tap's next frame is after a gap.
     session_gap: bool,
+    /// Counts [`Fanout::forget_gop`]s: a GOP read back across one may hold what the
+    /// recorder wrote where its frames were cut off.
+    forgotten: u64,
 }
 
 /// Counters of one fanout.
@@ -175,6 +178,7 @@ impl Fanout {
     pub fn forget_gop(&self) {
         let mut inner = self.inner.lock().expect("fanout lock");
         self.release(&mut inner);
+        inner.forgotten += 1;
     }
 
     /// The camera session ended: the GOP is of no use to a new viewer, and every tap's next
@@ -193,9 +197,20 @@ impl Fanout {
 
     /// The held GOP (empty when none is held, or when what was written of it cannot be read
     /// back), oldest first. Frames on disk are read from the page cache where the recorder
-    /// just wrote them; at most [`limits::LIVE_GOP_MAX_BYTES`].
+    /// just wrote them, on the caller's thread; at most [`limits::LIVE_GOP_MAX_BYTES`] (the
+    /// budget counts one GOP read back at a time: live view's engine is one task).
     pub fn gop(&self) -> Vec<Frame> {
-        let held = self.inner.lock().expect("fanout lock").gop.clone();
+        let (held, forgotten) = {
+            let inner = self.inner.lock().expect("fanout lock");
+            (inner.gop.clone(), inner.forgotten)
+        };
+        self.read_back(held, forgotten)
+    }
+
+    /// Reads `held` (taken when [`Fanout::forget_gop`] had run `forgotten` times) back from
+    /// disk, without the lock so the recorder never waits on it; empty if the GOP was
+    /// forgotten meanwhile, as the recorder may have written other frames where its were.
+    fn read_back(&self, held: Vec<Held>, forgotten: u64) -> Vec<Frame> {
         let mut gop = Vec::with_capacity(held.len());
         for h in held {
             let mut frame = h.frame;
@@ -208,6 +223,9 @@ impl Fanout {
                 frame.data = Bytes::from(data);
             }
             gop.push(frame);
+        }
+        if self.inner.lock().expect("fanout lock").forgotten != forgotten {
+            return Vec::new();
         }
         gop
     }
@@ -321,6 +339,29 @@ mod tests {
         assert_eq!(pool.held_bytes(), 0);
         f.publish(&frame(50, true));
         assert_eq!(f.gop().len(), 1, "the next keyframe starts another");
+    }
+
+    #[test]
+    fn a_gop_read_back_while_the_recorder_cuts_its_file_is_not_used() {
+        let f = Fanout::new(crate::live::gop_pool());
+        let dir = tempfile::tempdir().unwrap();
+        let file = Arc::new(File::options().read(true).write(true).create(true).open(dir.path().join("s")).unwrap());
+        let mut key = frame(300, true);
+        key.data = Bytes::from(vec![7u8; 300]);
+        f.publish(&key);
+        file.write_all_at(&key.data, 0).unwrap();
+        f.written(&key.data, &file, 0);
+        // A viewer takes the GOP's places; before it reads them, a write fails: the recorder
+        // cuts the file back, forgets the GOP and writes the next frames where it was.
+        let (held, forgotten) = {
+            let inner = f.inner.lock().unwrap();
+            (inner.gop.clone(), inner.forgotten)
+        };
+        file.set_len(0).unwrap();
+        f.forget_gop();
+        file.write_all_at(&[1u8; 300], 0).unwrap();
+        assert!(f.read_back(held.clone(), forgotten).is_empty(), "not another frame's bytes");
+        assert_eq!(f.read_back(held, forgotten + 1).len(), 1, "read whole when nothing was forgotten");
     }
 
     #[test]

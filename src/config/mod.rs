@@ -184,17 +184,12 @@ pub struct Config {
 pub struct Pools {
     /// Frames queued between ingest and the writers, every stream together.
     pub ingest_queues_max_bytes: u64,
-    /// Fragments being gathered, every stream together.
-    pub fragments_max_bytes: u64,
 }
 
 impl Pools {
     pub fn for_ram_class(ram_class_bytes: u64) -> Pools {
         let ceiling = |per_gib, floor| crate::base::pool::ceiling_for(per_gib, ram_class_bytes, floor) as u64;
-        Pools {
-            ingest_queues_max_bytes: ceiling(limits::INGEST_QUEUE_BYTES_PER_GIB, limits::FRAME_DEFAULT_MAX_BYTES),
-            fragments_max_bytes: ceiling(limits::FRAGMENT_POOL_BYTES_PER_GIB, limits::FRAGMENT_MAX_BYTES),
-        }
+        Pools { ingest_queues_max_bytes: ceiling(limits::INGEST_QUEUE_BYTES_PER_GIB, limits::FRAME_DEFAULT_MAX_BYTES) }
     }
 }
 
@@ -248,6 +243,8 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawPools {
     ingest_queues_max_bytes: Option<RawBytes>,
+    /// Read and ignored: a fragment's frames are written as they come, so there is no pool
+    /// of fragments being gathered to size any more (configs that lowered it still load).
     fragments_max_bytes: Option<RawBytes>,
 }
 
@@ -527,22 +524,17 @@ impl RawConfig {
             *into = v;
         }
         let mut pools = Pools::for_ram_class(ram_class_bytes);
-        let lowered = [
-            (
-                "ingest_queues_max_bytes",
-                &self.pools.ingest_queues_max_bytes,
-                &mut pools.ingest_queues_max_bytes,
-                limits::FRAME_DEFAULT_MAX_BYTES as u64,
-                "FRAME_DEFAULT_MAX_BYTES",
-            ),
-            (
-                "fragments_max_bytes",
-                &self.pools.fragments_max_bytes,
-                &mut pools.fragments_max_bytes,
-                limits::FRAGMENT_POOL_MIN_BYTES as u64,
-                "FRAGMENT_POOL_MIN_BYTES",
-            ),
-        ];
+        let lowered = [(
+            "ingest_queues_max_bytes",
+            &self.pools.ingest_queues_max_bytes,
+            &mut pools.ingest_queues_max_bytes,
+            limits::FRAME_DEFAULT_MAX_BYTES as u64,
+            "FRAME_DEFAULT_MAX_BYTES",
+        )];
+        if let Some(raw) = &self.pools.fragments_max_bytes {
+            raw.resolve("pools.fragments_max_bytes")?;
+            tracing::warn!("pools.fragments_max_bytes is ignored: fragments are written as their frames come");
+        }
         for (key, raw, into, floor, floor_name) in lowered {
             let Some(raw) = raw else { continue };
             let key = format!("pools.{key}");
@@ -825,22 +817,14 @@ main = { url = "file:///clips/a.mp4" }
     fn the_pools_follow_the_ram_class_and_a_config_may_only_lower_them() {
         let c = parse(GOOD).unwrap();
         assert_eq!(c.pools, Pools::for_ram_class(c.ram_class_bytes));
-        assert_eq!(c.pools.fragments_max_bytes, limits::FRAGMENT_POOL_BYTES_PER_GIB as u64);
         assert_eq!(c.pools.ingest_queues_max_bytes, limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
         let with = |body: &str| GOOD.replace("[retention]", &format!("[pools]\n{body}\n[retention]"));
-        let c = parse(&with("fragments_max_bytes = \"2 MiB\"\ningest_queues_max_bytes = \"8 MiB\"")).unwrap();
-        assert_eq!((c.pools.fragments_max_bytes, c.pools.ingest_queues_max_bytes), (2 << 20, 8 << 20));
-        assert!(error_of(&with("fragments_max_bytes = \"1 GiB\"")).contains("pools.fragments_max_bytes: at most"));
-        assert!(
-            error_of(&with("fragments_max_bytes = \"1 KiB\""))
-                .contains("at least 262144 bytes (FRAGMENT_POOL_MIN_BYTES)")
-        );
-        let least = parse(&with("fragments_max_bytes = \"256 KiB\"")).unwrap();
-        assert_eq!(
-            least.pools.fragments_max_bytes,
-            limits::FRAGMENT_POOL_MIN_BYTES as u64,
-            "the floor itself is taken"
-        );
+        let c = parse(&with("ingest_queues_max_bytes = \"8 MiB\"")).unwrap();
+        assert_eq!(c.pools.ingest_queues_max_bytes, 8 << 20);
+        // The fragment pool is gone: a config that lowered it still loads (a warning says so).
+        let c = parse(&with("fragments_max_bytes = \"1 MiB\"")).unwrap();
+        assert_eq!(c.pools, Pools::for_ram_class(c.ram_class_bytes));
+        assert!(error_of(&with("fragments_max_bytes = \"lots\"")).contains("pools.fragments_max_bytes"));
         assert!(error_of(&with("ingest_queues_max_bytes = \"512 KiB\"")).contains("(FRAME_DEFAULT_MAX_BYTES)"));
         assert!(error_of(&with("queues = 1")).contains("unknown field"));
     }

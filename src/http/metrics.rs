@@ -271,9 +271,11 @@ fn streams(out: &mut String, services: &Services) {
         ("keeppeek_recorder_fragments_dropped_total", "Fragments that could not be written.", &|i| {
             rec(i, |r| &r.fragments_dropped)
         }),
-        ("keeppeek_recorder_fragments_cut_short_total", "Fragments written early: the fragment pool was full.", &|i| {
-            rec(i, |r| &r.fragments_cut_short)
-        }),
+        (
+            "keeppeek_recorder_fragments_cut_short_total",
+            "Fragments ended before their GOP did: at the room kept for their header or a fragment ceiling.",
+            &|i| rec(i, |r| &r.fragments_cut_short),
+        ),
         ("keeppeek_recorder_disk_full_total", "Writes that met a full disk.", &|i| rec(i, |r| &r.disk_full)),
         ("keeppeek_recorder_write_errors_total", "Writes that failed otherwise.", &|i| rec(i, |r| &r.write_errors)),
         ("keeppeek_preroll_gops_capped_total", "Pre-roll GOPs let go early to stay under a cap.", &|i| {

@@ -15,12 +15,11 @@
 //!   [`Event::BeginFragment`] says how much room to keep for its header); what the header
 //!   needs of each is kept. The room follows the last fragment's sample count, and a
 //!   fragment that fills it is emitted early, the next one with more room.
-//! - Fragments being gathered count their frames' bytes in one pool across every stream
-//!   ([`limits::FRAGMENT_POOL_BYTES_PER_GIB`]). A frame joins the pool when the next one
-//!   arrives and its duration is known (until then its queue still counts it). When the pool
-//!   has no room for it, the fragment is emitted early, that frame its last: a shorter
-//!   fragment, counted in [`Fragmenter::cut_short`], never a dropped frame or a wait on
-//!   another stream. A fragment being written keeps its bytes counted until it is dropped.
+//! - A fragment being gathered holds no frame, so a long GOP costs no RAM: what it keeps is
+//!   a few words per frame for its header (at most [`limits::FRAGMENT_MAX_SAMPLES`]) and its
+//!   audio frames, written when it is whole. A fragment that ends before its GOP does (its
+//!   header room full, or a ceiling on its duration, samples or bytes) is counted in
+//!   [`Fragmenter::cut_short`]; no frame is ever dropped or waits on another stream.
 //! - Audio, when the session has it, rides along: the audio frames that arrive while a
 //!   fragment's video is pending go into that fragment. A segment has an audio track when its
 //!   first frame names the session's audio parameters; its audio decode time starts at the
@@ -29,7 +28,6 @@
 
 use std::sync::Arc;
 
-use crate::base::{BytePool, Charge};
 use crate::clock::{self, RunClock};
 use crate::limits;
 use crate::media::fmp4::{self, SampleEntry};
@@ -74,8 +72,6 @@ pub struct FragmentOut {
     pub audio_base_decode: u64,
     pub audio_samples: Vec<SampleEntry>,
     pub audio_frames: Vec<AudioFrame>,
-    /// The fragment pool's bytes for its frames, given back when it is dropped (written).
-    pub charge: Charge,
 }
 
 impl FragmentOut {
@@ -103,7 +99,7 @@ pub struct Skipped {
     /// Waiting for a sane wall clock.
     pub clock_not_sane: u64,
     /// Audio frames with no segment (or no audio track in it) to go into, or over
-    /// [`limits::FRAGMENT_MAX_AUDIO_SAMPLES`].
+    /// [`limits::FRAGMENT_MAX_AUDIO_SAMPLES`] or [`limits::FRAGMENT_AUDIO_MAX_BYTES`].
     pub audio: u64,
 }
 
@@ -163,10 +159,8 @@ pub struct Fragmenter {
     /// full: twice as many as came between two video frames in the last fragment.
     audio_spare: usize,
     pending_audio: Vec<AudioFrame>,
-    /// Every pending frame but the newest, in the fragment pool.
-    pending_charge: Charge,
-    pool: Arc<BytePool>,
-    /// Fragments emitted early because the pool was full.
+    pending_audio_bytes: usize,
+    /// Fragments ended before their GOP did.
     cut_short: u64,
     last_pts_90k: i64,
     last_duration_90k: i64,
@@ -174,9 +168,9 @@ pub struct Fragmenter {
 }
 
 impl Fragmenter {
-    /// A stream's fragmenter, its fragments gathered in `pool` (every stream's, sized by
-    /// [`crate::config::Pools`]).
-    pub fn new(bounds: SegmentBounds, require_sane_clock: bool, pool: Arc<BytePool>) -> Self {
+    /// A stream's fragmenter. `require_sane_clock`: start no run before the wall clock is
+    /// set (see [`clock::is_sane`]).
+    pub fn new(bounds: SegmentBounds, require_sane_clock: bool) -> Self {
         Fragmenter {
             bounds,
             require_sane_clock,
@@ -189,8 +183,7 @@ impl Fragmenter {
             last_counts: None,
             audio_spare: AUDIO_ROOM_SPARE_SAMPLES,
             pending_audio: Vec::new(),
-            pending_charge: Charge::default(),
-            pool,
+            pending_audio_bytes: 0,
             cut_short: 0,
             last_pts_90k: 0,
             last_duration_90k: FALLBACK_FRAME_DURATION_90K,
@@ -198,11 +191,21 @@ impl Fragmenter {
         }
     }
 
+    /// The most a fragmenter holds: what the open fragment keeps of its frames, and its
+    /// audio.
+    pub fn held_bytes_max() -> usize {
+        limits::FRAGMENT_MAX_SAMPLES * size_of::<PendingFrame>()
+            + limits::FRAGMENT_MAX_AUDIO_SAMPLES * size_of::<AudioFrame>()
+            + limits::FRAGMENT_AUDIO_MAX_BYTES
+    }
+
     pub fn skipped(&self) -> Skipped {
         self.skipped
     }
 
-    /// Fragments emitted early because the fragment pool had no room for their next frame.
+    /// Fragments ended before their GOP did: at their header room, or at
+    /// [`limits::FRAGMENT_MAX_DURATION_90K`], [`limits::FRAGMENT_MAX_SAMPLES`] or
+    /// [`limits::FRAGMENT_MAX_BYTES`].
     pub fn cut_short(&self) -> u64 {
         self.cut_short
     }
@@ -246,24 +249,15 @@ impl Fragmenter {
         let params_changed =
             self.segment.as_ref().is_some_and(|s| !Arc::ptr_eq(&s.params, &frame.params) && *s.params != *frame.params);
         if let Some(first) = self.pending.first() {
-            let full = frame.is_key
-                || params_changed
-                || frame.pts_90k - first.pts_90k >= limits::FRAGMENT_MAX_DURATION_90K
+            let gop_ends = frame.is_key || params_changed;
+            let full = frame.pts_90k - first.pts_90k >= limits::FRAGMENT_MAX_DURATION_90K
                 || self.pending.len() >= self.capacity.0
                 || self.pending_audio.len() + self.audio_spare >= self.capacity.1
+                || self.pending_audio_bytes >= limits::FRAGMENT_AUDIO_MAX_BYTES / 2
                 || self.pending_bytes + frame.data.len() > limits::FRAGMENT_MAX_BYTES;
-            if full {
+            if gop_ends || full {
+                self.cut_short += u64::from(!gop_ends);
                 self.emit_fragment(frame.pts_90k, frame.received_mono_us, out);
-            }
-        }
-        if let Some(newest) = self.pending.last() {
-            // Its duration is known now: it joins the pool, or its fragment is written now.
-            match self.pool.charge(newest.size_bytes as usize) {
-                Some(charge) => self.pending_charge.merge(charge),
-                None => {
-                    self.cut_short += 1;
-                    self.emit_fragment(frame.pts_90k, frame.received_mono_us, out);
-                }
             }
         }
         if params_changed && !frame.is_key {
@@ -351,8 +345,10 @@ impl Fragmenter {
             |s: &Segment| s.audio.as_ref().is_some_and(|a| Arc::ptr_eq(a, &frame.params) || **a == *frame.params);
         let fits = self.segment.as_ref().is_some_and(same_params)
             && !self.pending.is_empty()
-            && self.pending_audio.len() < self.capacity.1;
+            && self.pending_audio.len() < self.capacity.1
+            && self.pending_audio_bytes + frame.data.len() <= limits::FRAGMENT_AUDIO_MAX_BYTES;
         if fits {
+            self.pending_audio_bytes += frame.data.len();
             self.pending_audio.push(frame);
         } else {
             self.skipped.audio += 1;
@@ -378,8 +374,8 @@ impl Fragmenter {
     fn emit_fragment(&mut self, end_pts_90k: i64, end_mono_us: i64, out: &mut Vec<Event>) {
         let frames = std::mem::take(&mut self.pending);
         let audio_frames = std::mem::take(&mut self.pending_audio);
-        let charge = std::mem::take(&mut self.pending_charge);
         self.pending_bytes = 0;
+        self.pending_audio_bytes = 0;
         let (Some(seg), Some(clock)) = (self.segment.as_mut(), self.clock.as_mut()) else {
             return;
         };
@@ -429,7 +425,6 @@ impl Fragmenter {
             audio_base_decode,
             audio_samples,
             audio_frames,
-            charge,
         };
         seg.next_sequence += 1;
         seg.bytes += fragment.payload_bytes() + header_bytes as u64;
@@ -484,7 +479,7 @@ mod tests {
     #[test]
     fn one_fragment_per_gop_with_durations_that_add_up() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true);
         let mut out = Vec::new();
         for i in 0..46 {
             fr.push(frame(i, 15, &p), &mut out);
@@ -510,7 +505,7 @@ mod tests {
     #[test]
     fn a_run_waits_for_a_keyframe() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true);
         let mut out = Vec::new();
         for i in 5..20 {
             fr.push(frame(i, 15, &p), &mut out);
@@ -522,7 +517,7 @@ mod tests {
     #[test]
     fn long_gops_are_cut_at_the_fragment_time_bound() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true);
         let mut out = Vec::new();
         for i in 0..150 {
             fr.push(frame(i, 150, &p), &mut out);
@@ -538,7 +533,7 @@ mod tests {
     #[test]
     fn segments_close_at_a_keyframe_past_the_bound_and_on_new_parameters() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true);
         let mut out = Vec::new();
         for i in 0..(15 * 25) {
             fr.push(frame(i, 15, &p), &mut out);
@@ -560,7 +555,7 @@ mod tests {
     #[test]
     fn backwards_time_or_a_clock_step_ends_the_run() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true);
         let mut out = Vec::new();
         for i in 0..20 {
             fr.push(frame(i, 15, &p), &mut out);
@@ -586,11 +581,11 @@ mod tests {
         let mut early = frame(0, 15, &p);
         early.received_wall_us = 0;
         let mut out = Vec::new();
-        let mut strict = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut strict = Fragmenter::new(bounds(), true);
         strict.push(early.clone(), &mut out);
         assert!(out.is_empty());
         assert_eq!(strict.skipped().clock_not_sane, 1);
-        let mut lax = Fragmenter::new(bounds(), false, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut lax = Fragmenter::new(bounds(), false);
         lax.push(early, &mut out);
         assert!(matches!(structure(&out)[..], [Event::StartSegment { .. }]));
     }
@@ -598,7 +593,7 @@ mod tests {
     #[test]
     fn fragments_stay_within_sample_and_byte_ceilings() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true);
         let mut out = Vec::new();
         for i in 0..(limits::FRAGMENT_MAX_SAMPLES as i64 + 10) {
             let mut f = frame(i, i64::MAX, &p);
@@ -608,7 +603,7 @@ mod tests {
         }
         assert_eq!(fragments(&out)[0].samples.len(), limits::FRAGMENT_MAX_SAMPLES);
 
-        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true);
         out.clear();
         for i in 0..8 {
             let mut f = frame(i, i64::MAX, &p);
@@ -624,7 +619,7 @@ mod tests {
     #[test]
     fn frames_go_out_as_they_come_after_room_for_their_header_that_follows_the_last_fragment() {
         let p = params(640);
-        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true);
         let mut out = Vec::new();
         // A GOP of 5, then one that never ends, its frames 10 ticks apart (only room cuts).
         for i in 0..106 {
@@ -676,7 +671,7 @@ mod tests {
     fn audio_rides_with_the_video_fragment_and_its_decode_time_runs_on() {
         let p = params(640);
         let a = Arc::new(AudioParams { rfc6381: "mp4a.40.2".into(), sample_rate: 48_000, sample_entry: Bytes::new() });
-        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true);
         let mut out = Vec::new();
         // Audio before any video has nowhere to go.
         fr.push_audio(aac(0, &a));
@@ -702,7 +697,7 @@ mod tests {
         assert_eq!(frags[0].payload_bytes(), 15 * 100 + first_len * 20);
 
         // A segment started without audio parameters records no audio.
-        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true);
         let mut out = Vec::new();
         fr.push(frame(0, 15, &p), &mut out);
         fr.push_audio(aac(1000, &a));
@@ -710,46 +705,38 @@ mod tests {
     }
 
     #[test]
-    fn a_full_pool_cuts_fragments_short_without_losing_a_frame_or_passing_its_ceiling() {
-        // Two streams with 10 s GOPs share a pool that holds 3 s of one of them.
+    fn long_gops_are_cut_into_shorter_fragments_counted_without_losing_a_frame() {
+        // 1 s GOPs, then 10 s ones: the first long fragments end at their header room (as
+        // many samples as the last fragment and a little more), the rest at the duration
+        // ceiling; the frames go out as they come, so none is held for its fragment.
         let p = params(640);
-        let pool = Arc::new(BytePool::new(45 * 100));
-        let mut streams: Vec<Fragmenter> = (0..2).map(|_| Fragmenter::new(bounds(), true, pool.clone())).collect();
-        let mut written = [Vec::new(), Vec::new()];
-        for i in 0..=300 {
-            for (fr, kept) in streams.iter_mut().zip(&mut written) {
-                let mut out = Vec::new();
-                if i < 300 {
-                    fr.push(frame(i, 150, &p), &mut out);
-                } else {
-                    fr.finish(&mut out);
-                }
-                assert!(pool.held_bytes() <= pool.max_bytes());
-                // The writer drops each fragment once written, giving its bytes back.
-                kept.extend(out.into_iter().filter_map(|e| match e {
-                    Event::Fragment(f) => Some((f.samples.len(), f.duration_90k())),
-                    _ => None,
-                }));
-            }
+        let mut fr = Fragmenter::new(bounds(), true);
+        let mut out = Vec::new();
+        let gop = |i: i64| if i < 30 { 15 } else { 150 };
+        for i in 0..330 {
+            let mut f = frame(i, 1, &p);
+            f.is_key = i < 30 && i % 15 == 0 || i >= 30 && (i - 30) % gop(i) == 0;
+            fr.push(f, &mut out);
         }
-        assert_eq!(pool.held_bytes(), 0, "every fragment gave its bytes back");
-        assert_eq!(pool.peak_bytes(), pool.max_bytes(), "the ceiling was reached");
-        let cut: u64 = streams.iter().map(Fragmenter::cut_short).sum();
-        assert!(cut > 0, "the pool cut fragments short");
-        for kept in &written {
-            let frames: usize = kept.iter().map(|(n, _)| n).sum();
-            assert_eq!(frames, 300, "every frame written");
-            let media: u64 = kept.iter().map(|(_, d)| d).sum();
-            assert_eq!(media, 300 * 6000, "durations add up across the cuts");
-            assert!(kept.iter().all(|(_, d)| *d < limits::FRAGMENT_MAX_DURATION_90K as u64));
-        }
+        fr.finish(&mut out);
+        let frags = fragments(&out);
+        let frames: usize = frags.iter().map(|f| f.samples.len()).sum();
+        assert_eq!(frames, 330, "every frame written");
+        assert_eq!(out.iter().filter(|e| matches!(e, Event::FrameData(_))).count(), 330);
+        let media: u64 = frags.iter().map(|f| f.duration_90k()).sum();
+        assert_eq!(media, 330 * 6000, "durations add up across the cuts");
+        let counts: Vec<usize> = frags.iter().map(|f| f.samples.len()).collect();
+        // After a fragment of 15 or 10 samples the room is 32 samples, then 48, then 68 (more
+        // than the 60 frames of the 4 s ceiling); a GOP's rest ends at its next keyframe.
+        assert_eq!(counts, [15, 15, 32, 48, 60, 10, 32, 48, 60, 10], "{counts:?}");
+        assert_eq!(fr.cut_short(), 6, "fragments ended before their GOP did");
     }
 
     #[test]
     fn a_camera_that_stops_sending_keyframes_cannot_grow_a_segment_without_bound() {
         let p = params(640);
         let small = SegmentBounds { max_duration_90k: i64::MAX, max_bytes: 10_000 };
-        let mut fr = Fragmenter::new(small, true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(small, true);
         let mut out = Vec::new();
         for i in 0..2000 {
             fr.push(frame(i, i64::MAX, &p), &mut out); // only frame 0 is a keyframe
@@ -760,11 +747,84 @@ mod tests {
         assert!(!fr.in_run());
     }
 
+    /// A stream at `fps` with a keyframe every `gop` frames and `per_second` audio frames of
+    /// `audio_bytes` each a second, for `frames` video frames; returns the events and the
+    /// audio frames pushed.
+    fn with_audio(
+        fr: &mut Fragmenter,
+        fps: i64,
+        gop: i64,
+        frames: i64,
+        per_second: i64,
+        audio_bytes: usize,
+    ) -> (Vec<Event>, usize) {
+        let p = params(640);
+        let a = Arc::new(AudioParams { rfc6381: "mp4a.40.2".into(), sample_rate: 48_000, sample_entry: Bytes::new() });
+        let (step, audio_step) = (90_000 / fps, 90_000 / per_second);
+        let mut out = Vec::new();
+        let mut audio_pts = 1000;
+        let mut pushed = 0;
+        for i in 0..frames {
+            let mut f = frame(i, gop, &p);
+            (f.pts_90k, f.received_mono_us, f.received_wall_us) =
+                (1000 + i * step, i * step * 100 / 9, WALL0 + i * step * 100 / 9);
+            f.audio = Some(a.clone());
+            let pts = f.pts_90k;
+            fr.push(f, &mut out);
+            while audio_pts < pts + step {
+                fr.push_audio(AudioFrame {
+                    pts_90k: audio_pts,
+                    duration_samples: 1024,
+                    data: Bytes::from(vec![1u8; audio_bytes]),
+                    params: a.clone(),
+                });
+                audio_pts += audio_step;
+                pushed += 1;
+            }
+        }
+        fr.finish(&mut out);
+        (out, pushed)
+    }
+
+    fn audio_kept(out: &[Event]) -> usize {
+        fragments(out).iter().map(|f| f.audio_frames.len()).sum()
+    }
+
+    #[test]
+    fn audio_at_one_video_frame_a_second_keeps_every_frame() {
+        // 47 AAC frames come between two video frames: the room and the spare follow them.
+        let mut fr = Fragmenter::new(bounds(), true);
+        let (out, pushed) = with_audio(&mut fr, 1, 4, 40, 47, 400);
+        assert_eq!((audio_kept(&out), fr.skipped().audio), (pushed, 0), "every audio frame kept");
+        let frags = fragments(&out);
+        for f in &frags {
+            assert!(fmp4::fragment_header_bytes(f.samples.len(), Some(f.audio_samples.len())) + 8 <= f.header_bytes);
+        }
+        assert_eq!(frags.iter().map(|f| f.samples.len()).sum::<usize>(), 40);
+    }
+
+    #[test]
+    fn a_fragments_audio_stays_under_its_byte_ceiling() {
+        // 384 kbit/s of audio ends fragments early at half the ceiling, none dropped; 16 KiB
+        // audio frames at 15 fps overflow what a fragment holds, and the excess is counted.
+        let mut fr = Fragmenter::new(bounds(), true);
+        let (out, pushed) = with_audio(&mut fr, 15, 30, 150, 47, 1024);
+        assert_eq!((audio_kept(&out), fr.skipped().audio), (pushed, 0));
+        assert!(fr.cut_short() > 0, "fragments ended before their GOP");
+        let mut fr = Fragmenter::new(bounds(), true);
+        let (out, pushed) = with_audio(&mut fr, 15, 30, 60, 150, 16 << 10);
+        for f in fragments(&out) {
+            let audio: usize = f.audio_frames.iter().map(|a| a.data.len()).sum();
+            assert!(audio <= limits::FRAGMENT_AUDIO_MAX_BYTES, "{audio}");
+        }
+        assert!(fr.skipped().audio > 0 && (fr.skipped().audio as usize) < pushed);
+    }
+
     #[test]
     fn lost_audio_leaves_a_gap_instead_of_pulling_later_audio_early() {
         let p = params(640);
         let a = Arc::new(AudioParams { rfc6381: "mp4a.40.2".into(), sample_rate: 48_000, sample_entry: Bytes::new() });
-        let mut fr = Fragmenter::new(bounds(), true, BytePool::shared(limits::FRAGMENT_POOL_BYTES_PER_GIB as u64));
+        let mut fr = Fragmenter::new(bounds(), true);
         let mut out = Vec::new();
         for i in 0..46 {
             let mut f = frame(i, 15, &p);

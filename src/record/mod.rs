@@ -48,7 +48,7 @@ use crate::preroll::{Admission, AdmissionStats, Caps, History, HistoryPool, Hist
 
 pub use flusher::FlusherStats;
 pub use queue::{FrameSender, QueueStats};
-pub use stream::RecorderStats;
+pub use stream::{RecorderStats, stream_buffers_bytes};
 
 /// One recorded stream's handles.
 pub struct RecordedStream {
@@ -99,9 +99,8 @@ pub struct Recorder {
     pub flusher_stats: Arc<FlusherStats>,
     /// Bytes of pre-roll history across every stream.
     pub preroll: Arc<HistoryPool>,
-    /// Bytes queued from ingest, and of fragments being gathered, across every stream.
+    /// Bytes queued from ingest across every stream.
     pub ingest_pool: Arc<BytePool>,
-    pub fragment_pool: Arc<BytePool>,
     data_dir: PathBuf,
     require_sane_clock: bool,
     /// Every stream's segment bounds and pre-roll share, from the config's plan at start.
@@ -203,7 +202,6 @@ impl Recorder {
             flusher_stats,
             preroll: Arc::new(HistoryPool::new(config.preroll.total_max_bytes as usize)),
             ingest_pool: BytePool::shared(config.ingest_pool_bytes()),
-            fragment_pool: BytePool::shared(config.pools.fragments_max_bytes),
             data_dir,
             require_sane_clock: config.require_sane_clock,
             bounds,
@@ -246,7 +244,7 @@ impl Recorder {
                 self.data_dir.clone(),
                 catalog.clone(),
                 self.flusher_tx.clone(),
-                fragmenter::Fragmenter::new(self.bounds, self.require_sane_clock, self.fragment_pool.clone()),
+                fragmenter::Fragmenter::new(self.bounds, self.require_sane_clock),
             )
             .with_live(live(&key));
             let admission = admission_for(camera, mode, self.history_shares.of(camera, key.kind), &self.preroll);
@@ -292,7 +290,6 @@ impl Recorder {
     ) -> Vec<(&'static str, Arc<BytePool>)> {
         let mut pools = vec![
             ("ingest_queues", self.ingest_pool.clone()),
-            ("fragments", self.fragment_pool.clone()),
             ("live_gops", gops.clone()),
             ("event_uploads", events.upload_pool.clone()),
         ];

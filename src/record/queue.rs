@@ -8,10 +8,9 @@
 //! frame after it until the next keyframe (a decoder cannot use them). The first frame
 //! queued after a drop or a reconnect carries `after_gap`, which ends the recorder's run.
 //!
-//! A frame's bytes stay charged to the queue until the stream's next frame is taken: until
-//! then the fragmenter holds it without knowing its duration, so it cannot yet be written
-//! or counted in the fragment pool (see [`super::fragmenter`]). Every frame is thus counted
-//! in one pool or the other from ingest until its fragment is on disk.
+//! A frame's bytes stay charged to the queue until the stream's next frame is taken. By then
+//! the writer has it in hand for its next write, at most [`limits::RECORD_WRITE_BATCH_MAX_BYTES`]
+//! a writer, which the budget counts apart, or a pre-roll history holds it in its own pool.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

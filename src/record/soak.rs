@@ -90,7 +90,6 @@ fn thirty_simulated_days_stay_within_caps_and_check_clean() {
     let mut flusher = Flusher::new(catalog.clone(), data_dir.clone(), interval, caps, sim.shared()).unwrap();
     flusher.begin();
     let pool = Arc::new(HistoryPool::new(4 << 20));
-    let fragments = crate::base::BytePool::shared(1 << 30);
     let mut streams: Vec<Stream> = (0..4)
         .map(|i| {
             let camera = format!("cam{i}");
@@ -101,7 +100,7 @@ fn thirty_simulated_days_stay_within_caps_and_check_clean() {
                 data_dir.clone(),
                 catalog.clone(),
                 tx.clone(),
-                Fragmenter::new(bounds, true, fragments.clone()),
+                Fragmenter::new(bounds, true),
             );
             let trigger = Arc::new(Trigger::default());
             let admission = if i < 2 {

@@ -40,14 +40,27 @@ use crate::media::fmp4::{self, AudioTrack, TrackRun, write_fragment_header, writ
 use crate::media::{AudioParams, VideoParams};
 use crate::preroll::{Admission, Out};
 
+/// The most one recorded stream's recorder holds besides the frames in hand for a write:
+/// its fragment header buffer, an init segment being made, what the open fragment keeps of
+/// its frames and its audio, and room for a write's frames (the budget's "write buffers").
+pub fn stream_buffers_bytes() -> usize {
+    limits::MOOF_MAX_BYTES
+        + limits::INIT_SEGMENT_MAX_BYTES
+        + Fragmenter::held_bytes_max()
+        + limits::RECORD_WRITE_FRAMES_MAX * size_of::<Frame>()
+}
+
 /// Counters of one stream's recorder.
 #[derive(Debug, Default)]
 pub struct RecorderStats {
     pub fragments_written: AtomicU64,
     pub bytes_written: AtomicU64,
     pub fragments_dropped: AtomicU64,
-    /// Fragments written early because the fragment pool was full.
+    /// Fragments ended before their GOP did (see [`Fragmenter::cut_short`]).
     pub fragments_cut_short: AtomicU64,
+    /// Calls that wrote frames (each at most [`limits::RECORD_WRITE_FRAMES_MAX`] frames and
+    /// [`limits::RECORD_WRITE_BATCH_MAX_BYTES`], or one larger frame).
+    pub frame_writes: AtomicU64,
     pub disk_full: AtomicU64,
     pub write_errors: AtomicU64,
 }
@@ -105,8 +118,9 @@ pub struct StreamRecorder {
     /// not keep the frame in RAM.
     live: Option<Arc<Fanout>>,
     /// Frames of the open fragment taken this turn, written together at its end (or before
-    /// anything else is written).
+    /// anything else is written, or when the batch's ceilings are reached).
     unwritten: Vec<Frame>,
+    unwritten_bytes: usize,
 }
 
 impl StreamRecorder {
@@ -134,6 +148,7 @@ impl StreamRecorder {
             header_buf: fmp4::fragment_header_buffer(),
             live: None,
             unwritten: Vec::new(),
+            unwritten_bytes: 0,
         }
     }
 
@@ -222,6 +237,11 @@ impl StreamRecorder {
                 }
             }
             Event::FrameData(frame) => {
+                // A writer holds at most one batch (or one larger frame): the budget's line.
+                if self.unwritten_bytes + frame.data.len() > limits::RECORD_WRITE_BATCH_MAX_BYTES {
+                    self.write_frames();
+                }
+                self.unwritten_bytes += frame.data.len();
                 self.unwritten.push(frame);
                 if self.unwritten.len() >= limits::RECORD_WRITE_FRAMES_MAX {
                     self.write_frames();
@@ -315,12 +335,14 @@ impl StreamRecorder {
             return;
         }
         let frames = std::mem::take(&mut self.unwritten);
+        self.unwritten_bytes = 0;
         let Some(seg) = self.segment.as_mut() else { return self.keep(frames) };
         let Some(fragment) = seg.fragment.as_mut().filter(|f| !f.failed) else { return self.keep(frames) };
         let at = fragment.start_byte + fragment.header_bytes as u64 + fragment.video_bytes;
         // The fragment's first frames bring the room for its header before them.
         let room = (!fragment.room_written).then_some(&ROOM_ZEROS[..fragment.header_bytes]);
         let from = if room.is_some() { fragment.start_byte } else { at };
+        self.stats.frame_writes.fetch_add(1, Ordering::Relaxed);
         let result = write_making_room(&seg.file, &self.flusher, &self.stats, self.stream_id, |mut file| {
             file.seek(SeekFrom::Start(from))?;
             let mut slices: Vec<IoSlice<'_>> = room.map(IoSlice::new).into_iter().collect();
@@ -557,4 +579,87 @@ fn write_all_vectored(mut file: &File, mut slices: &mut [IoSlice<'_>]) -> io::Re
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::StreamKey;
+    use crate::media::Codec;
+    use crate::preroll::Mode;
+    use crate::record::fragmenter::SegmentBounds;
+
+    /// A continuously recorded stream in `dir`, and the flusher's end of its channel.
+    fn recorder(dir: &std::path::Path) -> (StreamRecorder, Admission, std::sync::mpsc::Receiver<ToFlusher>) {
+        let catalog = Arc::new(Catalog::open(&dir.join("c.redb")).unwrap());
+        let stream_id = catalog.stream_id(&StreamKey::parse("c/main").unwrap()).unwrap();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1024);
+        let bounds = SegmentBounds { max_duration_90k: 60 * 90_000, max_bytes: u64::MAX };
+        let rec = StreamRecorder::new(
+            stream_id,
+            "recordings/c/main".into(),
+            dir.into(),
+            catalog,
+            tx,
+            Fragmenter::new(bounds, false),
+        );
+        (rec, Admission::new(Mode::Continuous, None, Arc::default()), rx)
+    }
+
+    /// Frame `i` of a 30 fps stream with one keyframe, of `len` bytes.
+    fn frame(i: i64, len: usize, params: &Arc<VideoParams>) -> StreamMsg {
+        let frame = Frame {
+            pts_90k: i * 3000,
+            received_mono_us: 1 + i * 33_333,
+            received_wall_us: 1_800_000_000_000_000 + i * 33_333,
+            is_key: i == 0,
+            data: bytes::Bytes::from(vec![7u8; len]),
+            params: params.clone(),
+            audio: None,
+        };
+        StreamMsg::Frame { frame, after_gap: i == 0 }
+    }
+
+    fn params() -> Arc<VideoParams> {
+        let sample_entry = bytes::Bytes::from(crate::media::avc::test_sample_entry());
+        Arc::new(VideoParams {
+            codec: Codec::H264,
+            rfc6381: "avc1.4d001f".into(),
+            width: 640,
+            height: 360,
+            sample_entry,
+        })
+    }
+
+    #[test]
+    fn a_write_takes_at_most_its_ceilings_of_frames_and_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = params();
+        // Small frames: 64 to a write, and what a fragment's end finds unwritten.
+        let (mut rec, mut admission, _flusher) = recorder(dir.path());
+        for i in 0..=120 {
+            rec.take(frame(i, 1000, &p), &mut admission);
+        }
+        // Frames 0 to 63 at the ceiling, 64 to 119 when frame 120 ended the 4 s fragment.
+        assert_eq!(rec.stats.frame_writes.load(Ordering::Relaxed), 2);
+        assert_eq!(rec.stats.fragments_written.load(Ordering::Relaxed), 1);
+        assert_eq!((rec.unwritten.len(), rec.unwritten_bytes), (1, 1000), "frame 120 waits for the turn's end");
+        rec.finish();
+
+        // Large frames: as many to a write as fit RECORD_WRITE_BATCH_MAX_BYTES.
+        let dir = tempfile::tempdir().unwrap();
+        let (mut rec, mut admission, _flusher) = recorder(dir.path());
+        let len = limits::RECORD_WRITE_BATCH_MAX_BYTES / 3 - 1;
+        for i in 0..10 {
+            rec.take(frame(i, len, &p), &mut admission);
+            assert!(rec.unwritten_bytes <= limits::RECORD_WRITE_BATCH_MAX_BYTES);
+        }
+        assert_eq!(rec.stats.frame_writes.load(Ordering::Relaxed), 3, "frames 0-2, 3-5 and 6-8 written");
+        rec.finish();
+        assert_eq!(rec.stats.frame_writes.load(Ordering::Relaxed), 4);
+        assert_eq!(rec.stats.fragments_written.load(Ordering::Relaxed), 1);
+        let row = rec.catalog.recordings().unwrap();
+        let file = std::fs::metadata(dir.path().join(&row[0].1.path)).unwrap().len();
+        assert!(file > 10 * len as u64, "every frame on disk: {file} bytes");
+    }
 }

@@ -54,7 +54,7 @@ fn budget_prints_a_figure_per_component() {
         "process",
         "camera sessions",
         "ingest queues",
-        "fragment buffers",
+        "write buffers",
         "catalog cache",
         "http connections",
         "thread stacks",

@@ -1,12 +1,12 @@
 //! A byte pool: one global ceiling that many holders share, as the budget counts it.
 //!
-//! Each shared buffer of the firmware (ingest queues, fragments being gathered, live GOPs,
-//! event uploads) takes its bytes from a pool sized in `src/limits.rs` instead of holding
+//! Each shared buffer of the firmware (ingest queues, live GOPs, event uploads, live frames
+//! waiting to be sent) takes its bytes from a pool sized in `src/limits.rs` instead of holding
 //! a worst case per stream: the pool's ceiling is the most that buffer can hold across the
 //! box, whatever the number of streams. A holder reserves before it keeps bytes and gives
 //! them back when it lets them go; a reservation past the ceiling is refused, never waited
-//! for, and the holder does what its room says (drop to the next keyframe, close a fragment
-//! early, answer 503).
+//! for, and the holder does what its room says (drop to the next keyframe, let a GOP go,
+//! answer 503).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

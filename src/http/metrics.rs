@@ -257,7 +257,7 @@ fn streams(out: &mut String, services: &Services) {
     let rec = |i: usize, f: fn(&crate::record::stream::RecorderStats) -> &AtomicU64| {
         streams[i].recording.as_ref().map(|r| load(f(&r.stats)))
     };
-    let counters: [PerStream; 17] = [
+    let counters: [PerStream; 18] = [
         ("keeppeek_stream_sessions_total", "Camera sessions started.", &|i| Some(snapshots[i].sessions_started)),
         ("keeppeek_stream_frames_total", "Video frames received.", &|i| Some(snapshots[i].frames_received)),
         ("keeppeek_stream_frames_oversized_total", "Frames over the frame ceiling, dropped.", &|i| {
@@ -276,6 +276,9 @@ fn streams(out: &mut String, services: &Services) {
             "Fragments ended before their GOP did: at the room kept for their header or a fragment ceiling.",
             &|i| rec(i, |r| &r.fragments_cut_short),
         ),
+        ("keeppeek_recorder_frame_writes_total", "Writes of frames tried (a writer's turn's in one).", &|i| {
+            rec(i, |r| &r.frame_writes)
+        }),
         ("keeppeek_recorder_disk_full_total", "Writes that met a full disk.", &|i| rec(i, |r| &r.disk_full)),
         ("keeppeek_recorder_write_errors_total", "Writes that failed otherwise.", &|i| rec(i, |r| &r.write_errors)),
         ("keeppeek_preroll_gops_capped_total", "Pre-roll GOPs let go early to stay under a cap.", &|i| {

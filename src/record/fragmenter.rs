@@ -203,9 +203,9 @@ impl Fragmenter {
         self.skipped
     }
 
-    /// Fragments ended before their GOP did: at their header room, or at
-    /// [`limits::FRAGMENT_MAX_DURATION_90K`], [`limits::FRAGMENT_MAX_SAMPLES`] or
-    /// [`limits::FRAGMENT_MAX_BYTES`].
+    /// Fragments ended before their GOP did: at their header room (video or audio), or at
+    /// [`limits::FRAGMENT_MAX_DURATION_90K`], [`limits::FRAGMENT_MAX_BYTES`] or half of
+    /// [`limits::FRAGMENT_AUDIO_MAX_BYTES`].
     pub fn cut_short(&self) -> u64 {
         self.cut_short
     }

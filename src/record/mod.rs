@@ -3,8 +3,9 @@
 //! Threads: a small fixed pool of [`writers`] that take turns at every recorded stream
 //! ([`stream::StreamRecorder`]), each fed by a bounded [`queue`] from ingest, and one flusher
 //! thread ([`flusher::Flusher`]) that owns the grouped catalog commits and retention. Disk
-//! I/O never runs on the async runtime. The queues' bytes and the fragments being gathered
-//! come from two pools shared by every stream (see [`queue`] and [`fragmenter`]).
+//! I/O never runs on the async runtime. The queues' bytes come from one pool shared by every
+//! stream (see [`queue`]); a fragment holds no frame, its frames written as they come (see
+//! [`fragmenter`] and [`stream`]).
 //!
 //! Lifecycle: [`recovery::recover`] runs first, then [`Recorder::start`] (the flusher), then
 //! [`Recorder::start_camera`] for each camera, at start or while the box runs. To stop one

@@ -275,7 +275,7 @@ mod tests {
         assert!(tx.send(frame(100, true)));
         assert!(tx.send(frame(50, false)));
         let _ = next(&mut rx);
-        assert_eq!(pool.held_bytes(), 150, "the fragmenter holds the first, not yet timed");
+        assert_eq!(pool.held_bytes(), 150, "the newest frame taken stays charged");
         let _ = next(&mut rx);
         assert_eq!(pool.held_bytes(), 50);
         tx.session_ended();

@@ -48,7 +48,11 @@ pub fn stream_buffers_bytes() -> usize {
         + limits::INIT_SEGMENT_MAX_BYTES
         + Fragmenter::held_bytes_max()
         + limits::RECORD_WRITE_FRAMES_MAX * size_of::<Frame>()
+        + EVENTS_KEPT * size_of::<Event>()
 }
+
+/// Events a stream's recorder keeps room for between messages (a frame brings at most five).
+const EVENTS_KEPT: usize = 16;
 
 /// Counters of one stream's recorder.
 #[derive(Debug, Default)]
@@ -58,8 +62,8 @@ pub struct RecorderStats {
     pub fragments_dropped: AtomicU64,
     /// Fragments ended before their GOP did (see [`Fragmenter::cut_short`]).
     pub fragments_cut_short: AtomicU64,
-    /// Calls that wrote frames (each at most [`limits::RECORD_WRITE_FRAMES_MAX`] frames and
-    /// [`limits::RECORD_WRITE_BATCH_MAX_BYTES`], or one larger frame).
+    /// Writes of frames tried (each at most [`limits::RECORD_WRITE_FRAMES_MAX`] frames and
+    /// [`limits::RECORD_WRITE_BATCH_MAX_BYTES`], or one larger frame), failed ones too.
     pub frame_writes: AtomicU64,
     pub disk_full: AtomicU64,
     pub write_errors: AtomicU64,
@@ -189,6 +193,9 @@ impl StreamRecorder {
         for e in events.drain(..) {
             self.apply(e);
         }
+        // A pre-roll handed over at an event's start brings hundreds of events at once; the
+        // vector keeps room for a turn's usual few, which the budget counts.
+        events.shrink_to(EVENTS_KEPT);
         self.events = events;
         self.stats.fragments_cut_short.store(self.fragmenter.cut_short(), Ordering::Relaxed);
     }

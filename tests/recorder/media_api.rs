@@ -61,6 +61,9 @@ fn cameras_recordings_coverage_and_export_over_http() {
     assert!(sample("keeppeek_recorder_bytes_total{stream=\"a/main\"}") > 100_000);
     assert_eq!(sample("keeppeek_recorder_queue_dropped_total{stream=\"a/main\"}"), 0);
     assert_eq!(sample("keeppeek_recorder_write_errors_total{stream=\"a/main\"}"), 0);
+    // Frames go to disk as they come: at least one write a fragment, besides its header.
+    let writes = sample("keeppeek_recorder_frame_writes_total{stream=\"a/main\"}");
+    assert!(writes >= sample("keeppeek_recorder_fragments_total{stream=\"a/main\"}"), "{writes} writes");
     assert!(sample("keeppeek_catalog_commits_total") >= 2);
     assert_eq!(sample("keeppeek_catalog_commit_errors_total"), 0);
 

@@ -200,11 +200,14 @@ impl Fanout {
     /// just wrote them, on the caller's thread; at most [`limits::LIVE_GOP_MAX_BYTES`] (the
     /// budget counts one GOP read back at a time: live view's engine is one task).
     pub fn gop(&self) -> Vec<Frame> {
-        let (held, forgotten) = {
-            let inner = self.inner.lock().expect("fanout lock");
-            (inner.gop.clone(), inner.forgotten)
-        };
+        let (held, forgotten) = self.held();
         self.read_back(held, forgotten)
+    }
+
+    /// The held GOP's frames and places, and how many times it was forgotten so far.
+    fn held(&self) -> (Vec<Held>, u64) {
+        let inner = self.inner.lock().expect("fanout lock");
+        (inner.gop.clone(), inner.forgotten)
     }
 
     /// Reads `held` (taken when [`Fanout::forget_gop`] had run `forgotten` times) back from
@@ -353,10 +356,7 @@ mod tests {
         f.written(&key.data, &file, 0);
         // A viewer takes the GOP's places; before it reads them, a write fails: the recorder
         // cuts the file back, forgets the GOP and writes the next frames where it was.
-        let (held, forgotten) = {
-            let inner = f.inner.lock().unwrap();
-            (inner.gop.clone(), inner.forgotten)
-        };
+        let (held, forgotten) = f.held();
         assert_eq!(f.read_back(held.clone(), forgotten)[0].data, key.data, "read whole while nothing is cut");
         file.set_len(0).unwrap();
         f.forget_gop();

@@ -524,28 +524,22 @@ impl RawConfig {
             *into = v;
         }
         let mut pools = Pools::for_ram_class(ram_class_bytes);
-        let lowered = [(
-            "ingest_queues_max_bytes",
-            &self.pools.ingest_queues_max_bytes,
-            &mut pools.ingest_queues_max_bytes,
-            limits::FRAME_DEFAULT_MAX_BYTES as u64,
-            "FRAME_DEFAULT_MAX_BYTES",
-        )];
         if let Some(raw) = &self.pools.fragments_max_bytes {
             raw.resolve("pools.fragments_max_bytes")?;
             tracing::warn!("pools.fragments_max_bytes is ignored: fragments are written as their frames come");
         }
-        for (key, raw, into, floor, floor_name) in lowered {
-            let Some(raw) = raw else { continue };
-            let key = format!("pools.{key}");
+        if let Some(raw) = &self.pools.ingest_queues_max_bytes {
+            // A config may only lower the pool, and not below one frame at the default ceiling.
+            let key = "pools.ingest_queues_max_bytes".to_string();
             let v = raw.resolve(&key)?;
-            if v > *into {
-                return Err((key, format!("at most {} bytes on this RAM class", *into)));
+            let floor = limits::FRAME_DEFAULT_MAX_BYTES as u64;
+            if v > pools.ingest_queues_max_bytes {
+                return Err((key, format!("at most {} bytes on this RAM class", pools.ingest_queues_max_bytes)));
             }
             if v < floor {
-                return Err((key, format!("at least {floor} bytes ({floor_name})")));
+                return Err((key, format!("at least {floor} bytes (FRAME_DEFAULT_MAX_BYTES)")));
             }
-            *into = v;
+            pools.ingest_queues_max_bytes = v;
         }
         let mut cameras: Vec<Camera> = Vec::with_capacity(self.cameras.len());
         for (i, c) in self.cameras.into_iter().enumerate() {

@@ -11,6 +11,13 @@
 //!
 //! `cargo bench --bench record`            the full run (60 s per side, clip and N)
 //! `cargo bench --bench record -- --smoke` the small test clip, N = 1 for 8 s per side (CI)
+//! `--streams 1,4 --seconds 30 --clip 720p` narrows the full run.
+//!
+//! `--reference NAME=COMMAND` adds a third side, another NVR measured in the same run: the
+//! bench runs `COMMAND N URL DIR`, which sets that NVR up in DIR to record N streams of URL and
+//! then execs it (so the pid measured is the NVR's), and reports KeepPeek's CPU and RSS over
+//! its. Goals stated against another NVR are judged this way, never against figures taken on
+//! another day: this machine's speed drifts by half from day to day.
 
 use std::fmt::Write as _;
 use std::net::TcpListener;
@@ -194,6 +201,27 @@ fn run_ffmpeg(url: &str, n: usize, secs: u64, work: &Path) -> Usage {
     total
 }
 
+/// Runs another NVR by `command` (see the module's doc) on `n` streams; returns its usage over
+/// `secs`, measured after a longer warm-up than KeepPeek's since it sets up its own database.
+fn run_reference(command: &str, url: &str, n: usize, secs: u64, work: &Path) -> Usage {
+    let dir = work.join(format!("reference-{n}"));
+    let mut child = Command::new(command)
+        .arg(n.to_string())
+        .arg(url)
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting the reference NVR");
+    std::thread::sleep(Duration::from_secs(6));
+    let before = usage(child.id());
+    std::thread::sleep(Duration::from_secs(secs));
+    let after = usage(child.id());
+    sigterm(&mut child);
+    assert!(after.written_bytes > before.written_bytes, "the reference NVR recorded nothing");
+    Usage { cpu_s: after.cpu_s - before.cpu_s, written_bytes: after.written_bytes - before.written_bytes, ..after }
+}
+
 /// The number after `key=` in the last log line that has it.
 fn log_number(log: &str, key: &str) -> u64 {
     log.lines()
@@ -210,27 +238,34 @@ struct Row {
     seconds: u64,
     keeppeek: Usage,
     ffmpeg: Usage,
+    reference: Option<Usage>,
     keeppeek_catalog_commits_per_hour: f64,
     keeppeek_file_syncs_per_stream_hour: f64,
     cpu_ratio: f64,
     rss_ratio: f64,
     pss_ratio: f64,
+    /// KeepPeek over the reference NVR, when one ran.
+    reference_cpu_ratio: Option<f64>,
+    reference_rss_ratio: Option<f64>,
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let smoke = args.iter().any(|a| a == "--smoke");
     let (mut counts, mut secs): (Vec<usize>, u64) = if smoke { (vec![1], 8) } else { (vec![1, 4, 16, 64], 60) };
-    let clips: Vec<(&'static str, &str)> = if smoke {
+    let mut clips: Vec<(&'static str, &str)> = if smoke {
         vec![("360p test clip", "/h264")]
     } else {
         vec![("720p 2 Mbit/s", "/h264-720p"), ("1080p 4 Mbit/s", "/h264-1080p")]
     };
-    // `--streams 1,4 --seconds 30` for a quicker look at one change.
+    let mut reference: Option<(&str, &str)> = None;
+    // `--streams 1,4 --seconds 30 --clip 720p` for a quicker look at one change.
     for w in args.windows(2) {
         match w[0].as_str() {
             "--streams" => counts = w[1].split(',').filter_map(|n| n.parse().ok()).collect(),
             "--seconds" => secs = w[1].parse().unwrap_or(secs),
+            "--reference" => reference = w[1].split_once('='),
+            "--clip" => clips.retain(|(name, _)| name.starts_with(w[1].as_str())),
             _ => {}
         }
     }
@@ -254,6 +289,7 @@ fn main() {
         for &n in &counts {
             let (kp, log, budget) = run_keeppeek(&url, n, secs, &work);
             let ff = run_ffmpeg(&url, n, secs, &work);
+            let re = reference.map(|(_, command)| run_reference(command, &url, n, secs, &work));
             // Commits and syncs are counted over the whole run (warm-up and shutdown included),
             // so the per-hour figures are slightly high.
             let run_hours = (secs + 2) as f64 / 3600.0;
@@ -264,11 +300,14 @@ fn main() {
                 seconds: secs,
                 keeppeek: kp,
                 ffmpeg: ff,
+                reference: re,
                 keeppeek_catalog_commits_per_hour: log_number(&log, "catalog_commits=") as f64 / run_hours,
                 keeppeek_file_syncs_per_stream_hour: log_number(&log, "file_syncs=") as f64 / run_hours / n as f64,
                 cpu_ratio: kp.cpu_s / ff.cpu_s.max(1e-9),
                 rss_ratio: kp.peak_rss_bytes as f64 / ff.peak_rss_bytes.max(1) as f64,
                 pss_ratio: kp.pss_bytes as f64 / ff.pss_bytes.max(1) as f64,
+                reference_cpu_ratio: re.map(|re| kp.cpu_s / re.cpu_s.max(1e-9)),
+                reference_rss_ratio: re.map(|re| kp.peak_rss_bytes as f64 / re.peak_rss_bytes.max(1) as f64),
             };
             eprintln!(
                 "N={n}: keeppeek {:.2} cpu-s, ffmpeg {:.2} cpu-s; ratios cpu {:.3} rss {:.3}",
@@ -286,7 +325,8 @@ fn main() {
     for r in &rows {
         let n = r.streams as f64;
         let per_hour = 3600.0 / r.seconds as f64;
-        for (side, u) in [("KeepPeek", &r.keeppeek), ("ffmpeg ×N", &r.ffmpeg)] {
+        let reference = reference.zip(r.reference.as_ref()).map(|((name, _), u)| (name, u));
+        for (side, u) in [("KeepPeek", &r.keeppeek), ("ffmpeg ×N", &r.ffmpeg)].into_iter().chain(reference) {
             let kp = side == "KeepPeek";
             let only_kp = |v: String| if kp { v } else { "–".into() };
             let _ = writeln!(
@@ -306,23 +346,32 @@ fn main() {
             );
         }
     }
-    md.push_str(
-        "\n| clip | streams | CPU ratio | peak RSS ratio | PSS ratio | budget / peak RSS |\n| --- | --- | --- | --- | --- | --- |\n",
+    let reference_name = reference.map_or("reference", |(name, _)| name);
+    let _ = write!(
+        md,
+        "\n| clip | streams | CPU / ffmpeg | peak RSS / ffmpeg | PSS / ffmpeg | budget / peak RSS | CPU / {reference_name} | peak RSS / {reference_name} |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     );
+    let ratio = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.3}"));
     for r in &rows {
         let budget_ratio = r.keeppeek_budget_bytes as f64 / r.keeppeek.peak_rss_bytes.max(1) as f64;
         let _ = writeln!(
             md,
-            "| {} | {} | {:.3} | {:.3} | {:.3} | {budget_ratio:.1} |",
-            r.clip, r.streams, r.cpu_ratio, r.rss_ratio, r.pss_ratio
+            "| {} | {} | {:.3} | {:.3} | {:.3} | {budget_ratio:.1} | {} | {} |",
+            r.clip,
+            r.streams,
+            r.cpu_ratio,
+            r.rss_ratio,
+            r.pss_ratio,
+            ratio(r.reference_cpu_ratio),
+            ratio(r.reference_rss_ratio)
         );
     }
-    // Moonfire NVR 0.7.30 recording the same 720p 2 Mbit/s clip on this machine (issue 14):
-    // the goal is KeepPeek at most 0.8 times its CPU and RSS at every N.
+    // Issue 14's goal: KeepPeek at most 0.8 times Moonfire NVR's CPU and RSS at every N,
+    // recording the same 720p 2 Mbit/s clip, judged with Moonfire as the reference side.
     md.push_str(
-        "\nGoal (720p 2 Mbit/s): at most 0.8 × Moonfire NVR 0.7.30 measured here: 1 stream 0.25–0.32 % of a core and \
-         11.1–11.5 MiB RSS; 4 streams 0.65–0.70 % and 12.1–12.4 MiB; 16 streams 1.5–2.5 % and 16.9–17.1 MiB \
-         (CPU here is per stream; Moonfire's figures are for the whole process).\n",
+        "\nGoal (720p 2 Mbit/s): CPU and peak RSS at most 0.8 × Moonfire NVR's, recording the same clip in the \
+         same run (`--reference moonfire=COMMAND`); ratios above 0.8 in the last two columns miss it.\n",
     );
     let mode = if smoke { "smoke" } else { "full" };
     let header = format!("# Recording benchmark ({mode}: {secs} s per side)\n\n");

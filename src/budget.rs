@@ -42,8 +42,13 @@ fn mib(b: u64) -> f64 {
 pub fn compute(config: &Config) -> Budget {
     let ram = config.ram_class_bytes;
     let streams: Vec<StreamKind> = config.cameras.iter().flat_map(|c| c.streams().map(|(k, _)| k)).collect();
-    let frames_received: u64 =
-        config.cameras.iter().flat_map(|c| c.streams().map(|(k, _)| c.frame_max_bytes(k) as u64)).sum();
+    // A frame being put together is held in a buffer that grows by powers of two up to its
+    // ceiling (`ingest::rtsp::Assembler`).
+    let frames_received: u64 = config
+        .cameras
+        .iter()
+        .flat_map(|c| c.streams().map(|(k, _)| c.frame_max_bytes(k).next_power_of_two() as u64))
+        .sum();
     let frame_max = config.cameras.iter().map(|c| c.frame_max_bytes as u64).max().unwrap_or(0);
     let recorded: u64 = config.cameras.iter().map(|c| c.recorded_streams().count() as u64).sum();
     let prerolls: Vec<crate::preroll::Caps> = config
@@ -68,7 +73,7 @@ pub fn compute(config: &Config) -> Budget {
             component: "camera sessions",
             bytes: streams.len() as u64 * limits::RTSP_SESSION_OVERHEAD_BYTES as u64 + frames_received,
             why: format!(
-                "{} streams × {} KiB of session buffers, and the frame each is receiving at its ceiling, {:.1} MiB in all (RTSP_SESSION_OVERHEAD_BYTES, each camera's frame_max_bytes, SUB_FRAME_MAX_BYTES)",
+                "{} streams × {} KiB of session buffers, and the frame each is receiving at its ceiling (rounded up to a power of two), {:.1} MiB in all (RTSP_SESSION_OVERHEAD_BYTES, each camera's frame_max_bytes, SUB_FRAME_MAX_BYTES)",
                 streams.len(),
                 limits::RTSP_SESSION_OVERHEAD_BYTES >> 10,
                 mib(frames_received)

@@ -24,6 +24,11 @@ pub const FRAME_DEFAULT_MAX_BYTES: usize = 1 << 20;
 /// counted.
 pub const SUB_FRAME_MAX_BYTES: usize = 256 << 10;
 
+/// One AAC frame from a camera: at most 6,144 bits a channel (ISO 14496-3), 6 KiB for eight
+/// channels. A larger one is dropped and counted; while one is put together from RTP packets
+/// it holds at most this (within each camera session's `RTSP_SESSION_OVERHEAD_BYTES`).
+pub const AUDIO_FRAME_MAX_BYTES: usize = 16 << 10;
+
 /// Codec parameters (an `avc1`/`hvc1` sample entry with SPS/PPS/VPS). Real ones are under
 /// 200 bytes; this bounds what a camera's SDP can make us store per segment.
 pub const SAMPLE_ENTRY_MAX_BYTES: usize = 4 << 10;
@@ -655,9 +660,10 @@ pub const SUPPORT_BUNDLE_MAX_BYTES: usize = 2 << 20;
 
 // ---- memory budget ----
 
-/// Heap of one camera session besides the frame it is receiving (retina's read buffer and
-/// depacketizer, the stream's state and fanout): 33 sessions measured 125 KiB each more
-/// than one; this is twice that.
+/// Heap of one camera session besides the buffer of the video frame it is putting together
+/// (retina's read buffer, the depacketizers, an audio frame being put together, the
+/// stream's state and fanout): 33 sessions measured 125 KiB each more than one; this is
+/// twice that.
 pub const RTSP_SESSION_OVERHEAD_BYTES: usize = 256 << 10;
 
 /// Stack reserved per OS thread we start (the writer and catalog threads).

@@ -70,10 +70,24 @@ impl Sink<'_> {
         self.state.connected(params);
     }
 
-    /// Hands one audio frame on, unless it is over the frame ceiling.
+    /// Counts a video frame dropped for its size; the recorder drops what follows until the
+    /// next keyframe, as those frames refer to it.
+    fn oversized(&mut self) {
+        self.state.oversized();
+        if let Some(r) = self.recorder.as_deref_mut() {
+            r.reject();
+        }
+    }
+
+    /// Counts an audio frame dropped for its size.
+    fn oversized_audio(&mut self) {
+        self.state.oversized();
+    }
+
+    /// Hands one audio frame on, unless it is over [`limits::AUDIO_FRAME_MAX_BYTES`].
     fn deliver_audio(&mut self, frame: AudioFrame) {
-        if frame.data.len() > self.frame_max_bytes {
-            self.state.oversized();
+        if frame.data.len() > limits::AUDIO_FRAME_MAX_BYTES {
+            self.oversized_audio();
             return;
         }
         if let Some(r) = self.recorder.as_deref_mut() {
@@ -84,10 +98,7 @@ impl Sink<'_> {
     /// Hands one frame on, unless it is over the frame ceiling.
     fn deliver(&mut self, frame: Frame) {
         if frame.data.len() > self.frame_max_bytes {
-            self.state.oversized();
-            if let Some(r) = self.recorder.as_deref_mut() {
-                r.reject();
-            }
+            self.oversized();
             return;
         }
         self.state.frame(frame.data.len(), frame.received_mono_us);
@@ -235,6 +246,36 @@ mod tests {
         use std::sync::atomic::Ordering;
         assert_eq!(queue.bytes_in_flight.load(Ordering::Relaxed), limits::SUB_FRAME_MAX_BYTES);
         assert_eq!(queue.frames_dropped.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn an_audio_frame_over_its_ceiling_is_dropped_and_counted() {
+        let (mut tx, _rx, queue) =
+            crate::record::queue::channel(&crate::base::BytePool::shared(limits::INGEST_QUEUE_BYTES_PER_GIB as u64));
+        let state = StreamState::default();
+        let mut sink = Sink {
+            recorder: Some(&mut tx),
+            state: &state,
+            live: None,
+            clocks: &RealClocks,
+            frame_max_bytes: limits::FRAME_DEFAULT_MAX_BYTES,
+        };
+        let params = Arc::new(crate::media::AudioParams {
+            rfc6381: "mp4a.40.2".into(),
+            sample_rate: 48_000,
+            sample_entry: bytes::Bytes::new(),
+        });
+        let audio = |len: usize| AudioFrame {
+            pts_90k: 0,
+            duration_samples: 1024,
+            data: vec![0; len].into(),
+            params: params.clone(),
+        };
+        sink.deliver_audio(audio(limits::AUDIO_FRAME_MAX_BYTES));
+        sink.deliver_audio(audio(limits::AUDIO_FRAME_MAX_BYTES + 1));
+        assert_eq!(state.snapshot().frames_oversized, 1);
+        use std::sync::atomic::Ordering;
+        assert_eq!(queue.bytes_in_flight.load(Ordering::Relaxed), limits::AUDIO_FRAME_MAX_BYTES);
     }
 
     #[test]

@@ -5,6 +5,9 @@
 //! here, and a watchdog ends a session that is connected but delivers no video frame for
 //! [`limits::INGEST_NO_FRAMES_TIMEOUT_MS`]. Frames arrive in the MP4 form (4-byte lengths,
 //! parameter sets in the sample entry), which is what the recorder stores.
+//!
+//! A frame being put together has a ceiling (the stream's frame ceiling, or
+//! [`limits::AUDIO_FRAME_MAX_BYTES`]): see [`Assembler`].
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -12,8 +15,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use retina::client::{PlayOptions, Session, SessionGroup, SessionOptions, SetupOptions};
-use retina::codec::{CodecItem, FrameFormat, ParametersRef, VideoParameters};
+use retina::client::{PacketItem, PlayOptions, Session, SessionGroup, SessionOptions, SetupOptions, Stream};
+use retina::codec::{CodecItem, Depacketizer, FrameFormat, ParametersRef, VideoParameters};
+use retina::rtp::{PacketMeta, ReceivedPacket};
+use retina::testutil::DepacketizeBuf;
 use tokio::time::{Instant, timeout, timeout_at};
 use tracing::warn;
 
@@ -52,6 +57,7 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
         .iter()
         .position(|s| s.media() == "video" && matches!(s.encoding_name(), "h264" | "h265"))
         .ok_or(IngestError::NoVideo)?;
+    let sdp = sdp_types::Session::parse(session.sdp()).map_err(|e| IngestError::Source(format!("SDP: {e}")))?;
     let transport = match target.transport {
         Transport::Tcp => retina::client::Transport::Tcp(Default::default()),
         Transport::Udp => retina::client::Transport::Udp(Default::default()),
@@ -60,76 +66,253 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
     timeout(ms(limits::RTSP_SETUP_PLAY_TIMEOUT_MS), session.setup(video_i, setup()))
         .await
         .map_err(|_| IngestError::Timeout("SETUP"))??;
+    let mut video = Assembler::new(&session.streams()[video_i], &sdp, sink.frame_max_bytes)?;
     // AAC audio is recorded along with the video when the camera offers it. Its parameters
     // come from the SDP, so they are known before the first frame.
     let audio_i = session.streams().iter().position(|s| s.media() == "audio" && s.encoding_name() == "mpeg4-generic");
-    let mut audio: Option<(usize, Arc<AudioParams>)> = None;
+    let mut audio: Option<(usize, Arc<AudioParams>, Assembler)> = None;
     if let Some(i) = audio_i {
         timeout(ms(limits::RTSP_SETUP_PLAY_TIMEOUT_MS), session.setup(i, setup()))
             .await
             .map_err(|_| IngestError::Timeout("SETUP"))??;
-        match session.streams()[i].parameters() {
-            Some(ParametersRef::Audio(a)) => audio = Some((i, Arc::new(audio_params(a)?))),
+        let stream = &session.streams()[i];
+        match stream.parameters() {
+            Some(ParametersRef::Audio(a)) => {
+                let assembler = Assembler::new(stream, &sdp, limits::AUDIO_FRAME_MAX_BYTES)?;
+                audio = Some((i, Arc::new(audio_params(a)?), assembler));
+            }
             _ => warn!(url = %target.url, "audio stream without usable parameters; recording video only"),
         }
     }
+    drop(sdp);
     let play = PlayOptions::default().enforce_timestamps_with_max_jump_secs(NonZeroU32::new(10).expect("nonzero"));
-    let session = timeout(ms(limits::RTSP_SETUP_PLAY_TIMEOUT_MS), session.play(play))
+    let mut session = timeout(ms(limits::RTSP_SETUP_PLAY_TIMEOUT_MS), session.play(play))
         .await
         .map_err(|_| IngestError::Timeout("PLAY"))??;
-    let mut demuxed = session.demuxed()?;
 
     let mut params: Option<Arc<VideoParams>> = None;
     let watchdog = ms(limits::INGEST_NO_FRAMES_TIMEOUT_MS);
     let mut deadline = Instant::now() + watchdog;
     loop {
-        let item = match timeout_at(deadline, demuxed.next()).await {
+        let pkt = match timeout_at(deadline, session.next()).await {
             Err(_) => return Err(IngestError::NoFrames),
             Ok(None) => return Err(IngestError::Ended),
-            Ok(Some(item)) => item?,
+            Ok(Some(item)) => match item? {
+                PacketItem::Rtp(pkt) => pkt,
+                _ => continue,
+            },
         };
-        let frame = match item {
-            CodecItem::VideoFrame(f) if f.stream_id() == video_i => f,
-            CodecItem::AudioFrame(a) => {
-                if let Some((i, p)) = &audio
-                    && a.stream_id() == *i
-                {
-                    let ts = a.timestamp();
-                    sink.deliver_audio(AudioFrame {
-                        pts_90k: ts.elapsed() * 90_000 / i64::from(ts.clock_rate().get()),
-                        duration_samples: a.frame_length().get(),
-                        data: Bytes::copy_from_slice(a.data()),
-                        params: p.clone(),
-                    });
-                }
-                continue;
+        if let Some((i, p, assembler)) = &mut audio
+            && pkt.stream_id() == *i
+        {
+            if assembler.push(&pkt)? {
+                sink.state.oversized();
             }
-            _ => continue,
-        };
-        deadline = Instant::now() + watchdog;
-        if params.is_none() || frame.has_new_parameters() {
-            let Some(ParametersRef::Video(v)) = demuxed.streams()[video_i].parameters() else {
-                return Err(IngestError::Source("video stream without parameters".into()));
-            };
-            let p = Arc::new(video_params(v)?);
-            sink.connected(&p);
-            params = Some(p);
+            while let Some(item) = assembler.pull()? {
+                let CodecItem::AudioFrame(a) = item else { continue };
+                let ts = a.timestamp();
+                sink.deliver_audio(AudioFrame {
+                    pts_90k: ts.elapsed() * 90_000 / i64::from(ts.clock_rate().get()),
+                    duration_samples: a.frame_length().get(),
+                    data: Bytes::copy_from_slice(a.data()),
+                    params: p.clone(),
+                });
+            }
+            continue;
         }
-        let p = params.as_ref().expect("set above");
-        let ts = frame.timestamp();
-        let rate = i64::from(ts.clock_rate().get());
-        let pts_90k = if rate == 90_000 { ts.elapsed() } else { ts.elapsed() * 90_000 / rate };
-        let is_key = frame.is_random_access_point();
-        sink.deliver(Frame {
-            pts_90k,
-            received_mono_us: sink.clocks.mono_us(),
-            received_wall_us: sink.clocks.wall_us(),
-            is_key,
-            data: frame.into_data().into(),
-            params: p.clone(),
-            audio: audio.as_ref().map(|(_, a)| a.clone()),
-        });
+        if pkt.stream_id() != video_i {
+            continue;
+        }
+        if video.push(&pkt)? {
+            sink.oversized();
+        }
+        while let Some(item) = video.pull()? {
+            let CodecItem::VideoFrame(frame) = item else { continue };
+            deadline = Instant::now() + watchdog;
+            if params.is_none() || frame.has_new_parameters() {
+                let Some(ParametersRef::Video(v)) = video.depacketizer.parameters() else {
+                    return Err(IngestError::Source("video stream without parameters".into()));
+                };
+                let p = Arc::new(video_params(v)?);
+                sink.connected(&p);
+                params = Some(p);
+            }
+            let p = params.as_ref().expect("set above");
+            let ts = frame.timestamp();
+            let rate = i64::from(ts.clock_rate().get());
+            let pts_90k = if rate == 90_000 { ts.elapsed() } else { ts.elapsed() * 90_000 / rate };
+            let is_key = frame.is_random_access_point();
+            sink.deliver(Frame {
+                pts_90k,
+                received_mono_us: sink.clocks.mono_us(),
+                received_wall_us: sink.clocks.wall_us(),
+                is_key,
+                data: frame.into_data().into(),
+                params: p.clone(),
+                audio: audio.as_ref().map(|(_, a, _)| a.clone()),
+            });
+        }
     }
+}
+
+/// One set-up stream's depacketizer, fed the session's packets by KeepPeek with a ceiling on
+/// the frame being put together.
+///
+/// Written here because retina (0.4) has no such ceiling: its demuxer assembles an access
+/// unit of any size in its read buffer, and keeps the buffer at that size, so a camera that
+/// sends an endless frame would take the box's memory before the frame, once whole, could be
+/// dropped. retina has no option for one and its `Depacketizer::push` is crate-private; its
+/// `testutil::DepacketizeBuf` (public, and documented as not a stable interface: the
+/// retina version is pinned in `Cargo.toml` for it) pushes one payload into a depacketizer.
+///
+/// A packet that would take the frame being put together past `max_bytes` is not pushed:
+/// that frame is dropped (the caller counts it), its other packets (those with its RTP
+/// timestamp) are skipped, and a new depacketizer starts with the next frame's first packet.
+/// So the buffer holding a frame being put together never needs more than `max_bytes`, and
+/// as it grows by powers of two it stays at most `max_bytes` rounded up to one (the budget
+/// counts that).
+struct Assembler {
+    /// What the depacketizer is made from, to make it anew after a dropped frame.
+    media: String,
+    encoding_name: String,
+    clock_rate: u32,
+    channels: Option<std::num::NonZeroU16>,
+    fmtp: Option<String>,
+    depacketizer: Depacketizer,
+    buf: DepacketizeBuf,
+    /// Payload bytes pushed since the depacketizer last gave an item.
+    pending_bytes: usize,
+    max_bytes: usize,
+    /// The RTP timestamp of the frame being dropped, while its packets are skipped.
+    skipping: Option<i64>,
+}
+
+impl Assembler {
+    fn new(stream: &Stream, sdp: &sdp_types::Session, max_bytes: usize) -> Result<Assembler, IngestError> {
+        let fmtp = fmtp(stream, sdp)?;
+        Assembler::from_parts(
+            stream.media(),
+            stream.encoding_name(),
+            stream.clock_rate_hz(),
+            stream.channels(),
+            fmtp,
+            max_bytes,
+        )
+    }
+
+    fn from_parts(
+        media: &str,
+        encoding_name: &str,
+        clock_rate: u32,
+        channels: Option<std::num::NonZeroU16>,
+        fmtp: Option<String>,
+        max_bytes: usize,
+    ) -> Result<Assembler, IngestError> {
+        let depacketizer = new_depacketizer(media, encoding_name, clock_rate, channels, fmtp.as_deref())?;
+        Ok(Assembler {
+            media: media.to_string(),
+            encoding_name: encoding_name.to_string(),
+            clock_rate,
+            channels,
+            fmtp,
+            depacketizer,
+            // It grows by powers of two to the largest frame seen, up to its ceiling.
+            buf: DepacketizeBuf::new(FIRST_BUF_BYTES.min(max_bytes)),
+            pending_bytes: 0,
+            max_bytes,
+            skipping: None,
+        })
+    }
+
+    /// Pushes one packet into the frame being put together; true when it would have taken
+    /// that frame past the ceiling, which drops it.
+    fn push(&mut self, pkt: &ReceivedPacket) -> Result<bool, IngestError> {
+        let ts = pkt.timestamp().timestamp();
+        if let Some(dropped) = self.skipping {
+            if ts == dropped {
+                return Ok(false);
+            }
+            // The next frame: what the dropped one left in the depacketizer goes with it.
+            self.skipping = None;
+            self.pending_bytes = 0;
+            self.depacketizer = new_depacketizer(
+                &self.media,
+                &self.encoding_name,
+                self.clock_rate,
+                self.channels,
+                self.fmtp.as_deref(),
+            )?;
+        }
+        let payload = pkt.payload();
+        if self.pending_bytes + payload.len() > self.max_bytes {
+            self.skipping = Some(ts);
+            return Ok(true);
+        }
+        self.pending_bytes += payload.len();
+        self.buf
+            .push(&mut self.depacketizer, PacketMeta::from_received(pkt), payload)
+            .map_err(|e| IngestError::Source(format!("{} RTP packet: {e}", self.media)))?;
+        Ok(false)
+    }
+
+    /// The next frame (or other item) the pushed packets made, if any.
+    fn pull(&mut self) -> Result<Option<CodecItem>, IngestError> {
+        match self.depacketizer.pull() {
+            None => Ok(None),
+            Some(Ok(item)) => {
+                self.pending_bytes = 0;
+                Ok(Some(item))
+            }
+            Some(Err(e)) => Err(IngestError::Source(format!("{} stream: {e:?}", self.media))),
+        }
+    }
+}
+
+/// What a frame being put together starts with: one large RTP packet, or its ceiling if less.
+const FIRST_BUF_BYTES: usize = 64 << 10;
+
+fn new_depacketizer(
+    media: &str,
+    encoding_name: &str,
+    clock_rate: u32,
+    channels: Option<std::num::NonZeroU16>,
+    fmtp: Option<&str>,
+) -> Result<Depacketizer, IngestError> {
+    let mut d = Depacketizer::new(media, encoding_name, clock_rate, channels, fmtp)
+        .map_err(|e| IngestError::Source(format!("{media} stream: {e}")))?;
+    d.set_frame_format(FrameFormat::MP4);
+    Ok(d)
+}
+
+/// The format parameters (`a=fmtp`) of `stream`'s media description in `sdp`, which retina
+/// reads but does not hand out. retina's streams are the media descriptions it could read:
+/// this finds `stream`'s among those of the same media and payload type by its control URL,
+/// or takes the first of them when controls do not tell them apart.
+fn fmtp(stream: &Stream, sdp: &sdp_types::Session) -> Result<Option<String>, IngestError> {
+    let pt = stream.rtp_payload_type().to_string();
+    let candidates: Vec<&sdp_types::Media> = sdp
+        .medias
+        .iter()
+        .filter(|m| m.media == stream.media() && m.fmt.split_ascii_whitespace().next() == Some(pt.as_str()))
+        .collect();
+    let control = stream.control().map(url::Url::as_str);
+    let by_control: Vec<&&sdp_types::Media> = candidates
+        .iter()
+        .filter(|m| match (m.get_first_attribute_value("control"), control) {
+            (Ok(Some(c)), Some(url)) => url == c || url.ends_with(&format!("/{}", c.trim_start_matches('/'))),
+            _ => false,
+        })
+        .collect();
+    let media = match by_control.as_slice() {
+        [one] => **one,
+        _ => *candidates.first().ok_or_else(|| {
+            IngestError::Source(format!("no SDP media description for the {} stream", stream.media()))
+        })?,
+    };
+    Ok(media.attributes.iter().filter(|a| a.attribute == "fmtp").find_map(|a| {
+        let (a_pt, params) = a.value.as_deref()?.split_once(' ')?;
+        (a_pt == pt).then(|| params.to_string())
+    }))
 }
 
 /// Our form of retina's audio parameters, bounded.
@@ -162,4 +345,197 @@ fn video_params(v: &VideoParameters) -> Result<VideoParams, IngestError> {
         return Err(IngestError::Source(format!("picture size {w}x{h} out of range")));
     };
     Ok(VideoParams { codec, rfc6381, width, height, sample_entry: entry.into() })
+}
+
+/// Packets from a camera, as arbitrary bytes, into an [`Assembler`]: for the fuzz target
+/// `rtp_assemble` (`fuzz/`). No input may panic, and the frame being put together never holds
+/// more than its ceiling.
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing {
+    use super::*;
+    use retina::rtp::ReceivedPacketBuilder;
+
+    /// The first byte picks the stream (H.264 with and without parameter sets in the SDP,
+    /// H.265, AAC); then each packet is a flags byte (bit 0 the marker, bits 1-3 how many
+    /// frame times its timestamp moves on, bit 4 a packet lost before it), a 2-byte length
+    /// and the payload.
+    pub fn assemble(data: &[u8]) {
+        let Some((&first, mut rest)) = data.split_first() else { return };
+        let h264_sdp = "packetization-mode=1;sprop-parameter-sets=Z01AFtoCgL/lwEQAAAMABAAAAwB4PFi6gA==,aO8Gcg==";
+        let aac_sdp =
+            "streamtype=5;profile-level-id=1;mode=AAC-hbr;sizelength=13;indexlength=3;indexdeltalength=3;config=1190";
+        let (media, encoding, clock_rate, channels, fmtp) = match first % 4 {
+            0 => ("video", "h264", 90_000, None, Some(h264_sdp)),
+            1 => ("video", "h264", 90_000, None, None),
+            2 => ("video", "h265", 90_000, None, None),
+            _ => ("audio", "mpeg4-generic", 48_000, std::num::NonZeroU16::new(2), Some(aac_sdp)),
+        };
+        // Small, so that inputs reach it.
+        let max_bytes = 8 << 10;
+        let Ok(mut a) =
+            Assembler::from_parts(media, encoding, clock_rate, channels, fmtp.map(str::to_string), max_bytes)
+        else {
+            return;
+        };
+        let (mut ts, mut seq) = (0i64, 0u16);
+        while let [flags, hi, lo, tail @ ..] = rest {
+            let len = usize::from(u16::from_be_bytes([*hi, *lo])).min(tail.len());
+            let (payload, next) = tail.split_at(len);
+            rest = next;
+            ts += i64::from(flags >> 1 & 7) * 3000;
+            let lost = u16::from(flags >> 4 & 1);
+            seq = seq.wrapping_add(1 + lost);
+            let Ok(pkt) = (ReceivedPacketBuilder {
+                ctx: retina::PacketContext::dummy(),
+                stream_id: 0,
+                sequence_number: seq,
+                timestamp: retina::Timestamp::new(ts, NonZeroU32::new(clock_rate).expect("nonzero"), 0)
+                    .expect("in range"),
+                payload_type: 96,
+                ssrc: 1,
+                mark: flags & 1 == 1,
+                loss: lost,
+            })
+            .build(payload.iter().copied()) else {
+                return;
+            };
+            if a.push(&pkt).is_err() {
+                return;
+            }
+            assert!(a.pending_bytes <= a.max_bytes, "held {} of {}", a.pending_bytes, a.max_bytes);
+            loop {
+                match a.pull() {
+                    Ok(Some(CodecItem::VideoFrame(_))) => {
+                        if let Some(ParametersRef::Video(v)) = a.depacketizer.parameters() {
+                            let _ = video_params(v);
+                        }
+                    }
+                    Ok(Some(CodecItem::AudioFrame(_))) => {
+                        if let Some(ParametersRef::Audio(p)) = a.depacketizer.parameters() {
+                            let _ = audio_params(p);
+                        }
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(_) => return,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use retina::rtp::ReceivedPacketBuilder;
+
+    /// The fixture clip's parameter sets (640×360).
+    const SPS: [u8; 25] = [
+        0x67, 0x4d, 0x40, 0x16, 0xda, 0x02, 0x80, 0xbf, 0xe5, 0xc0, 0x44, 0x00, 0x00, 0x03, 0x00, 0x04, 0x00, 0x00,
+        0x03, 0x00, 0x78, 0x3c, 0x58, 0xba, 0x80,
+    ];
+    const PPS: [u8; 4] = [0x68, 0xef, 0x06, 0x72];
+    /// Bytes of an IDR slice in each FU-A packet.
+    const FRAGMENT_BYTES: usize = 1000;
+
+    struct Camera {
+        seq: u16,
+    }
+
+    impl Camera {
+        fn packet(&mut self, ts: i64, mark: bool, payload: Vec<u8>) -> ReceivedPacket {
+            self.seq = self.seq.wrapping_add(1);
+            ReceivedPacketBuilder {
+                ctx: retina::PacketContext::dummy(),
+                stream_id: 0,
+                sequence_number: self.seq,
+                timestamp: retina::Timestamp::new(ts, NonZeroU32::new(90_000).unwrap(), 0).unwrap(),
+                payload_type: 96,
+                ssrc: 1,
+                mark,
+                loss: 0,
+            }
+            .build(payload)
+            .unwrap()
+        }
+
+        /// A keyframe at `ts` whose packets' payloads add up to `bytes`: the parameter sets,
+        /// then an IDR slice in FU-A fragments.
+        fn keyframe(&mut self, ts: i64, bytes: usize) -> Vec<ReceivedPacket> {
+            let mut packets = vec![self.packet(ts, false, SPS.to_vec()), self.packet(ts, false, PPS.to_vec())];
+            let mut left = bytes - SPS.len() - PPS.len();
+            let mut first = true;
+            while left > 0 {
+                let n = left.min(FRAGMENT_BYTES + 2);
+                left -= n;
+                let end = left == 0;
+                let header = 5 | if first { 0x80 } else { 0 } | if end { 0x40 } else { 0 };
+                let mut payload = vec![0x7c, header];
+                payload.resize(n, 0x5a);
+                packets.push(self.packet(ts, end, payload));
+                first = false;
+            }
+            packets
+        }
+    }
+
+    fn frames(a: &mut Assembler, packets: Vec<ReceivedPacket>) -> (Vec<retina::codec::VideoFrame>, usize) {
+        let (mut frames, mut dropped) = (Vec::new(), 0);
+        for p in packets {
+            dropped += usize::from(a.push(&p).unwrap());
+            assert!(a.pending_bytes <= a.max_bytes, "held {} of {}", a.pending_bytes, a.max_bytes);
+            while let Some(item) = a.pull().unwrap() {
+                if let CodecItem::VideoFrame(f) = item {
+                    frames.push(f);
+                }
+            }
+        }
+        (frames, dropped)
+    }
+
+    #[test]
+    fn the_fuzz_harness_takes_a_keyframe_and_rubbish() {
+        // H.264 with its SDP: SPS, PPS, a small IDR slice with the marker; then rubbish.
+        let mut input = vec![0u8];
+        for (flags, payload) in [(0u8, SPS.to_vec()), (0, PPS.to_vec()), (1, vec![0x65, 0x88, 0x84, 0x00])] {
+            input.push(flags);
+            input.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+            input.extend_from_slice(&payload);
+        }
+        input.extend_from_slice(&[3, 0xff, 0xff, 0x7c, 0x85, 1, 2, 3]);
+        for first in 0..4u8 {
+            input[0] = first;
+            fuzzing::assemble(&input);
+        }
+    }
+
+    #[test]
+    fn a_frame_at_its_ceiling_is_put_together_and_one_byte_more_is_dropped_alone() {
+        let max = 64 << 10;
+        let mut a =
+            Assembler::from_parts("video", "h264", 90_000, None, Some("packetization-mode=1".into()), max).unwrap();
+        let mut cam = Camera { seq: 0 };
+        let (got, dropped) = frames(&mut a, cam.keyframe(0, max));
+        assert_eq!((got.len(), dropped), (1, 0), "a frame of exactly its ceiling");
+        assert!(got[0].is_random_access_point());
+        assert!(got[0].data().len() >= max * 9 / 10, "the frame is whole: {} bytes", got[0].data().len());
+
+        // One byte over: dropped once, at the packet that would pass the ceiling; the rest
+        // of its packets are skipped without being held.
+        let (got, dropped) = frames(&mut a, cam.keyframe(3000, max + 1));
+        assert_eq!((got.len(), dropped), (0, 1));
+
+        // An endless frame (packets with one timestamp, never a last one) is dropped once and
+        // holds no more than the ceiling however long it goes on.
+        let mut endless = cam.keyframe(6000, 10 * max);
+        endless.pop();
+        let (got, dropped) = frames(&mut a, endless);
+        assert_eq!((got.len(), dropped), (0, 1));
+
+        // The next frame starts afresh and comes out whole.
+        let (got, dropped) = frames(&mut a, cam.keyframe(9000, 4000));
+        assert_eq!((got.len(), dropped), (1, 0));
+        assert_eq!(got[0].timestamp().elapsed(), 9000);
+        assert!(got[0].is_random_access_point());
+    }
 }

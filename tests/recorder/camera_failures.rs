@@ -1,9 +1,11 @@
-//! Cameras that are down, die, refuse the password or hang: KeepPeek keeps running, says
-//! why, reconnects with backoff, and the catalog shows a gap, never corruption.
+//! Cameras that are down, die, refuse the password, hang or send a frame without end:
+//! KeepPeek keeps running, says why, reconnects with backoff, and the catalog shows a gap,
+//! never corruption; a frame is never held past its ceiling.
 
 use std::time::Duration;
 
 use crate::common::*;
+use crate::firehose::Firehose;
 
 /// The `retry_in_ms` values logged for one stream, in order.
 fn retries(log: &str, stream: &str) -> Vec<u64> {
@@ -104,4 +106,55 @@ main = {{ url = "{flaky}" }}
     }
     let v = d.check();
     assert!(v["problems"].as_array().unwrap().is_empty(), "{v}");
+}
+
+/// The process's peak resident memory, KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status.lines().find_map(|l| l.strip_prefix("VmHWM:")?.trim().strip_suffix("kB")?.trim().parse().ok()).unwrap()
+}
+
+/// A camera whose frames are 96 MiB each (one access unit, far past the stream's 1 MiB
+/// ceiling): each is dropped when it reaches the ceiling while it arrives, the rest of its
+/// packets skipped, so the daemon never holds it (retina alone would hold it whole before
+/// KeepPeek could drop it: 128 MiB of read buffer). The session stays up and counts each.
+#[test]
+fn a_frame_far_over_its_ceiling_is_dropped_while_it_arrives_never_held() {
+    const FRAME_BYTES: usize = 96 << 20;
+    let camera = Firehose::start(FRAME_BYTES, 64 << 10, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    write_config(
+        dir.path(),
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n\
+             [[cameras]]\nname = \"huge\"\nmain = {{ url = \"{}\" }}\n",
+            camera.url("/main")
+        ),
+    );
+    let mut d = Daemon::start(dir.path());
+    d.wait_log("web face listening", 1, Duration::from_secs(30));
+    let admin = setup_admin(port);
+    let metrics = make_token(port, &admin, r#""metrics""#);
+    let oversized = || sample_sum(port, &metrics, "keeppeek_stream_frames_oversized_total");
+    // Frame n's packets all come before frame n + 1's: once the third is counted, the daemon
+    // has read the first two whole.
+    for n in 1..=3 {
+        assert!(
+            wait_until(Duration::from_secs(30), || oversized() >= n),
+            "frame {n} was not dropped: {} counted\n{}",
+            oversized(),
+            d.log_text()
+        );
+        camera.release();
+    }
+    let peak_kib = peak_rss_kib(d.pid());
+    assert!(
+        peak_kib < (FRAME_BYTES as u64 >> 10) / 2,
+        "the daemon peaked at {peak_kib} KiB while receiving frames of {} KiB",
+        FRAME_BYTES >> 10
+    );
+    assert!(d.is_running(), "keeppeek died:\n{}", d.log_text());
+    assert!(!d.log_text().contains("camera session ended"), "the session went on:\n{}", d.log_text());
+    d.stop();
 }

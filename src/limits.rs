@@ -64,6 +64,11 @@ pub const FILE_SOURCE_MAX_DURATION_90K: i64 = 24 * 3600 * 90_000;
 /// A queue holds 2 s at 30 fps, eight times this.
 pub const RECORDER_POLL_INTERVAL_MS: u64 = 250;
 
+/// The other idle writer threads look at the queues this often: a stream's frames wait at
+/// most this long for a writer while the one on watch is held in a slow write. A queue
+/// holds 2 s at 30 fps, twice this.
+pub const RECORDER_BACKUP_POLL_INTERVAL_MS: u64 = 1000;
+
 /// Bytes a file camera (demo and tests) may load into memory. The built-in clip is ~0.5 MB.
 pub const FILE_SOURCE_MAX_BYTES: u64 = 64 << 20;
 

@@ -19,7 +19,7 @@ use retina::client::{PacketItem, PlayOptions, Session, SessionGroup, SessionOpti
 use retina::codec::{CodecItem, Depacketizer, FrameFormat, ParametersRef, VideoParameters};
 use retina::rtp::{PacketMeta, ReceivedPacket};
 use retina::testutil::DepacketizeBuf;
-use tokio::time::{Instant, timeout, timeout_at};
+use tokio::time::{Instant, timeout};
 use tracing::warn;
 
 use super::{IngestError, Sink};
@@ -92,12 +92,27 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
 
     let mut params: Option<Arc<VideoParams>> = None;
     let watchdog = ms(limits::INGEST_NO_FRAMES_TIMEOUT_MS);
-    let mut deadline = Instant::now() + watchdog;
+    // One watchdog timer for the session, set again only when it fires, rather than one made
+    // and dropped per packet: when it fires, the session ends if no video frame came within a
+    // watchdog of now, else it waits again from the last frame.
+    let mut last_frame = Instant::now();
+    let timer = tokio::time::sleep_until(last_frame + watchdog);
+    tokio::pin!(timer);
     loop {
-        let pkt = match timeout_at(deadline, session.next()).await {
-            Err(_) => return Err(IngestError::NoFrames),
-            Ok(None) => return Err(IngestError::Ended),
-            Ok(Some(item)) => match item? {
+        let item = tokio::select! {
+            biased;
+            item = session.next() => item,
+            () = &mut timer => {
+                if last_frame.elapsed() >= watchdog {
+                    return Err(IngestError::NoFrames);
+                }
+                timer.as_mut().reset(last_frame + watchdog);
+                continue;
+            }
+        };
+        let pkt = match item {
+            None => return Err(IngestError::Ended),
+            Some(item) => match item? {
                 PacketItem::Rtp(pkt) => pkt,
                 _ => continue,
             },
@@ -128,7 +143,7 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
         }
         while let Some(item) = video.pull()? {
             let CodecItem::VideoFrame(frame) = item else { continue };
-            deadline = Instant::now() + watchdog;
+            last_frame = Instant::now();
             if params.is_none() || frame.has_new_parameters() {
                 let Some(ParametersRef::Video(v)) = video.depacketizer.parameters() else {
                     return Err(IngestError::Source("video stream without parameters".into()));

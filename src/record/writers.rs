@@ -4,12 +4,17 @@
 //! Each recorded stream is a job in one shared line. A writer takes the job at the front,
 //! gives it one turn (what its queue held when the turn began, no more) and puts it at the
 //! back; a job is in one writer's hands at a time, so a stream's frames stay in order. A
-//! writer that finds a whole round of jobs with nothing to do sleeps
-//! [`limits::RECORDER_POLL_INTERVAL_MS`] (or until a job is added or the pool stops).
+//! writer that finds a whole round of jobs with nothing to do sleeps (or until a job is
+//! added or the pool stops): the first to sleep keeps the watch and wakes after
+//! [`limits::RECORDER_POLL_INTERVAL_MS`] for the next round; the others are its backups
+//! and wake after [`limits::RECORDER_BACKUP_POLL_INTERVAL_MS`]. One writer takes the rounds
+//! while the streams are few, rather than every writer waking every poll: a thread's wake
+//! costs more CPU than the round it takes. A round that finds work keeps its writer turning.
 //!
 //! The bound on waiting for another stream: a slow write (a stalled disk, a catalog commit)
 //! holds only the writer doing it, and the others go on taking turns; a stream waits at most
-//! for one turn of each job ahead of it while a writer is free. Should every writer stall,
+//! for one turn of each job ahead of it while a writer is free, and while the watch is in a
+//! slow write, for a backup's wake. Should every writer stall,
 //! the streams' queues fill and drop until their next keyframe, as a slow disk always made
 //! them: ingest never waits. A job that panics ends alone, logged; its writer goes on.
 
@@ -83,12 +88,17 @@ struct Line {
     /// Jobs in a writer's hands now.
     in_hand: usize,
     stopping: bool,
+    /// A writer is asleep keeping the watch (waking after the poll interval).
+    watched: bool,
 }
 
 struct Shared {
     line: Mutex<Line>,
     changed: Condvar,
+    /// The watch's sleep.
     poll: Duration,
+    /// The backups' sleep.
+    backup_poll: Duration,
 }
 
 /// The pool of writer threads.
@@ -100,11 +110,15 @@ pub struct Writers {
 impl Writers {
     /// Starts `count` writers, each with a stack of [`limits::THREAD_STACK_BYTES`].
     pub fn start(count: usize) -> Writers {
-        Writers::with_poll(count, Duration::from_millis(limits::RECORDER_POLL_INTERVAL_MS))
+        Writers::with_poll(
+            count,
+            Duration::from_millis(limits::RECORDER_POLL_INTERVAL_MS),
+            Duration::from_millis(limits::RECORDER_BACKUP_POLL_INTERVAL_MS),
+        )
     }
 
-    fn with_poll(count: usize, poll: Duration) -> Writers {
-        let shared = Arc::new(Shared { line: Mutex::default(), changed: Condvar::new(), poll });
+    fn with_poll(count: usize, poll: Duration, backup_poll: Duration) -> Writers {
+        let shared = Arc::new(Shared { line: Mutex::default(), changed: Condvar::new(), poll, backup_poll });
         let threads = (0..count)
             .map(|i| {
                 let shared = shared.clone();
@@ -169,7 +183,13 @@ fn write(shared: &Shared) {
                     return;
                 }
                 idle_turns = 0;
-                line = shared.changed.wait_timeout(line, shared.poll).expect("line lock").0;
+                if line.watched {
+                    line = shared.changed.wait_timeout(line, shared.backup_poll).expect("line lock").0;
+                } else {
+                    line.watched = true;
+                    line = shared.changed.wait_timeout(line, shared.poll).expect("line lock").0;
+                    line.watched = false;
+                }
             }
         };
         let turn = catch_unwind(AssertUnwindSafe(|| job.work.turn())).unwrap_or_else(|_| {
@@ -251,7 +271,7 @@ mod tests {
 
     #[test]
     fn many_streams_are_written_by_a_few_threads_and_each_ends() {
-        let writers = Writers::with_poll(2, Duration::from_millis(5));
+        let writers = Writers::with_poll(2, Duration::from_millis(5), Duration::from_millis(20));
         let jobs: Vec<_> = (0..64)
             .map(|i| {
                 let (work, turns) = fake(i % 7 + 1);
@@ -268,7 +288,7 @@ mod tests {
 
     #[test]
     fn a_stream_stuck_in_a_write_holds_one_writer_while_the_others_record_on() {
-        let writers = Writers::with_poll(2, Duration::from_millis(5));
+        let writers = Writers::with_poll(2, Duration::from_millis(5), Duration::from_millis(20));
         let (slow, stuck) = stuck();
         let slow_done = writers.add(slow);
         let (work, turns) = fake(1000);
@@ -281,9 +301,41 @@ mod tests {
         assert!(writers.stop(soon()));
     }
 
+    /// A stream with nothing to write, counting the turns it is given, until it is told to end.
+    struct Quiet(Arc<AtomicU64>, Arc<AtomicBool>);
+
+    impl Work for Quiet {
+        fn turn(&mut self) -> Turn {
+            if self.1.load(Ordering::Relaxed) {
+                return Turn::Ended;
+            }
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Turn::Idle
+        }
+    }
+
+    #[test]
+    fn a_quiet_stream_is_looked_at_by_the_watch_not_by_every_writer() {
+        let (poll, backup_poll) = (Duration::from_millis(10), Duration::from_millis(250));
+        let writers = Writers::with_poll(3, poll, backup_poll);
+        let (turns, end) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+        let done = writers.add(Box::new(Quiet(turns.clone(), end.clone())));
+        let start = Instant::now();
+        std::thread::sleep(Duration::from_millis(500));
+        let (n, rounds) = (turns.load(Ordering::Relaxed), start.elapsed().as_millis() as u64 / 10);
+        // A writer that wakes gives the one job at most two turns before it sleeps again. The
+        // watch wakes once a poll, the two backups at most three times each in the time:
+        // every writer waking every poll would give about three times the watch's turns.
+        assert!(n > 0, "the stream was looked at");
+        assert!(n <= 2 * (rounds + 1) + 2 * 2 * 3, "{n} turns in {rounds} polls");
+        end.store(true, Ordering::Relaxed);
+        assert!(done.wait_until(soon()));
+        assert!(writers.stop(soon()));
+    }
+
     #[test]
     fn a_job_that_panics_ends_alone() {
-        let writers = Writers::with_poll(2, Duration::from_millis(5));
+        let writers = Writers::with_poll(2, Duration::from_millis(5), Duration::from_millis(20));
         let (mut bad, _) = fake(5);
         bad.panic_at = Some(3);
         let bad_done = writers.add(bad);
@@ -297,7 +349,7 @@ mod tests {
 
     #[test]
     fn stopping_waits_for_jobs_to_end_and_gives_up_on_a_stuck_writer_at_the_deadline() {
-        let writers = Writers::with_poll(2, Duration::from_millis(5));
+        let writers = Writers::with_poll(2, Duration::from_millis(5), Duration::from_millis(20));
         let (slow, stuck) = stuck();
         let _done = writers.add(slow);
         std::thread::sleep(Duration::from_millis(50));

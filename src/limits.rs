@@ -11,7 +11,9 @@
 
 /// One encoded frame of a main stream, on any camera: a 4K I-frame at high quality stays
 /// under 2 MiB; anything larger is a broken or hostile camera, dropped and counted rather
-/// than buffered. A camera's config may raise its own ceiling up to this.
+/// than buffered. A camera's config may raise its own ceiling up to this. From RTSP, the
+/// ceiling bounds both the frame and the RTP payloads that carry it while it is put
+/// together (a few bytes of packet headers a fragment more than the frame).
 pub const FRAME_MAX_BYTES: usize = 4 << 20;
 
 /// One encoded frame of a main stream unless its camera's config says otherwise: a 1080p

@@ -525,6 +525,17 @@ mod tests {
     }
 
     #[test]
+    fn the_fuzz_corpus_goes_through_without_panicking() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/rtp_assemble");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).expect("the rtp_assemble corpus under fuzz/") {
+            fuzzing::assemble(&std::fs::read(e.unwrap().path()).unwrap());
+            n += 1;
+        }
+        assert!(n > 100, "{n} inputs in the corpus");
+    }
+
+    #[test]
     fn a_frame_at_its_ceiling_is_put_together_and_one_byte_more_is_dropped_alone() {
         let max = 64 << 10;
         let mut a =

@@ -15,9 +15,10 @@ use crate::firehose::{Firehose, GROUPS};
 use crate::viewer::{Farm, Viewer};
 
 const CAMERAS: usize = 32;
-/// Frames at their ceilings, less their length prefix and some room.
-const MAIN_FRAME_BYTES: usize = (1 << 20) - 64;
-const SUB_FRAME_BYTES: usize = (256 << 10) - 64;
+/// Frames at their ceilings: the RTP payloads that carry one (the NAL unit in FU-A
+/// fragments of 16 KiB, two bytes of header each) add up to just under its stream's ceiling.
+const MAIN_FRAME_BYTES: usize = (1 << 20) - 256;
+const SUB_FRAME_BYTES: usize = (256 << 10) - 256;
 
 /// A pool's figure from `/metrics`.
 fn pool(port: u16, token: &str, family: &str, pool: &str) -> u64 {

@@ -121,7 +121,7 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
             && pkt.stream_id() == *i
         {
             if assembler.push(&pkt)? {
-                sink.state.oversized();
+                sink.oversized_audio();
             }
             while let Some(item) = assembler.pull()? {
                 let CodecItem::AudioFrame(a) = item else { continue };
@@ -370,6 +370,23 @@ pub mod fuzzing {
     use super::*;
     use retina::rtp::ReceivedPacketBuilder;
 
+    /// An RTP packet of stream 0 as the session hands it out; `None` if retina refuses it
+    /// (a payload too long for one packet).
+    pub fn packet(seq: u16, ts: i64, clock_rate: u32, mark: bool, loss: u16, payload: &[u8]) -> Option<ReceivedPacket> {
+        ReceivedPacketBuilder {
+            ctx: retina::PacketContext::dummy(),
+            stream_id: 0,
+            sequence_number: seq,
+            timestamp: retina::Timestamp::new(ts, NonZeroU32::new(clock_rate)?, 0)?,
+            payload_type: 96,
+            ssrc: 1,
+            mark,
+            loss,
+        }
+        .build(payload.iter().copied())
+        .ok()
+    }
+
     /// The first byte picks the stream (H.264 with and without parameter sets in the SDP,
     /// H.265, AAC); then each packet is a flags byte (bit 0 the marker, bits 1-3 how many
     /// frame times its timestamp moves on, bit 4 a packet lost before it), a 2-byte length
@@ -400,18 +417,7 @@ pub mod fuzzing {
             ts += i64::from(flags >> 1 & 7) * 3000;
             let lost = u16::from(flags >> 4 & 1);
             seq = seq.wrapping_add(1 + lost);
-            let Ok(pkt) = (ReceivedPacketBuilder {
-                ctx: retina::PacketContext::dummy(),
-                stream_id: 0,
-                sequence_number: seq,
-                timestamp: retina::Timestamp::new(ts, NonZeroU32::new(clock_rate).expect("nonzero"), 0)
-                    .expect("in range"),
-                payload_type: 96,
-                ssrc: 1,
-                mark: flags & 1 == 1,
-                loss: lost,
-            })
-            .build(payload.iter().copied()) else {
+            let Some(pkt) = packet(seq, ts, clock_rate, flags & 1 == 1, lost, payload) else {
                 return;
             };
             if a.push(&pkt).is_err() {
@@ -442,7 +448,6 @@ pub mod fuzzing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use retina::rtp::ReceivedPacketBuilder;
 
     /// The fixture clip's parameter sets (640×360).
     const SPS: [u8; 25] = [
@@ -460,18 +465,7 @@ mod tests {
     impl Camera {
         fn packet(&mut self, ts: i64, mark: bool, payload: Vec<u8>) -> ReceivedPacket {
             self.seq = self.seq.wrapping_add(1);
-            ReceivedPacketBuilder {
-                ctx: retina::PacketContext::dummy(),
-                stream_id: 0,
-                sequence_number: self.seq,
-                timestamp: retina::Timestamp::new(ts, NonZeroU32::new(90_000).unwrap(), 0).unwrap(),
-                payload_type: 96,
-                ssrc: 1,
-                mark,
-                loss: 0,
-            }
-            .build(payload)
-            .unwrap()
+            fuzzing::packet(self.seq, ts, 90_000, mark, 0, &payload).unwrap()
         }
 
         /// A keyframe at `ts` whose packets' payloads add up to `bytes`: the parameter sets,

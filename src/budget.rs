@@ -235,19 +235,21 @@ pub fn compute(config: &Config) -> Budget {
 }
 
 /// Every thread's stack, counted whole as if touched: the runtime's (the main thread), the
-/// writers', the flusher's and the blocking pool's at its most.
+/// ingest thread's, the writers', the flusher's and both blocking pools' at their most.
 fn thread_stacks(writers: u64) -> Line {
     let ours = (writers + 1) * limits::THREAD_STACK_BYTES as u64;
-    let blocking = limits::BLOCKING_THREADS_MAX as u64 * limits::BLOCKING_THREAD_STACK_BYTES as u64;
+    let blocking_threads = (limits::BLOCKING_THREADS_MAX + limits::INGEST_BLOCKING_THREADS_MAX) as u64;
+    let blocking = blocking_threads * limits::BLOCKING_THREAD_STACK_BYTES as u64;
     Line {
         component: "thread stacks",
-        bytes: limits::MAIN_THREAD_STACK_BYTES as u64 + ours + blocking,
+        bytes: limits::MAIN_THREAD_STACK_BYTES as u64 + limits::INGEST_THREAD_STACK_BYTES as u64 + ours + blocking,
         why: format!(
-            "the runtime's {} MiB, {} writers and the flusher × {} KiB, {} blocking threads × {} KiB (MAIN_THREAD_STACK_BYTES, RECORD_WRITERS_PER_GIB, THREAD_STACK_BYTES, BLOCKING_THREADS_MAX, BLOCKING_THREAD_STACK_BYTES)",
+            "the runtime's {} MiB, the ingest thread's {} KiB, {} writers and the flusher × {} KiB, {} blocking threads × {} KiB (MAIN_THREAD_STACK_BYTES, INGEST_THREAD_STACK_BYTES, RECORD_WRITERS_PER_GIB, THREAD_STACK_BYTES, BLOCKING_THREADS_MAX + INGEST_BLOCKING_THREADS_MAX, BLOCKING_THREAD_STACK_BYTES)",
             limits::MAIN_THREAD_STACK_BYTES >> 20,
+            limits::INGEST_THREAD_STACK_BYTES >> 10,
             writers,
             limits::THREAD_STACK_BYTES >> 10,
-            limits::BLOCKING_THREADS_MAX,
+            blocking_threads,
             limits::BLOCKING_THREAD_STACK_BYTES >> 10
         ),
     }

@@ -23,7 +23,7 @@ use crate::catalog::{Catalog, CatalogError};
 use crate::clock::SharedClocks;
 use crate::config::{Camera, Config};
 use crate::http;
-use crate::ingest::{self, StreamInput, state::StreamState};
+use crate::ingest::{self, StreamInput, pace::IngestThread, state::StreamState};
 use crate::limits;
 use crate::live::{Fanout, GopPool};
 use crate::record::{Recorder, recovery};
@@ -50,6 +50,8 @@ pub enum DaemonError {
     Webrtc { port: u16, source: std::io::Error },
     #[error("camera {0} is running already")]
     CameraRunning(String),
+    #[error("cannot start the ingest thread: {0}")]
+    IngestThread(std::io::Error),
 }
 
 /// File descriptors the daemon may hold at once: connections, playback cursors, a few per
@@ -125,6 +127,8 @@ pub async fn start(config: Config, system: Arc<SystemApi>) -> Result<Running, Da
         cameras: cameras.clone(),
         gop_pool: crate::live::gop_pool(),
         recorder,
+        ingest_thread: IngestThread::start(Duration::from_millis(limits::INGEST_READ_TICK_MS))
+            .map_err(DaemonError::IngestThread)?,
         ingest: Vec::new(),
         shutdown_tx,
         background: Vec::new(),
@@ -225,6 +229,8 @@ pub struct Running {
     /// Live GOPs held for new viewers, across every stream.
     gop_pool: Arc<GopPool>,
     recorder: Recorder,
+    /// Where every camera session runs, paced while no one watches.
+    ingest_thread: IngestThread,
     ingest: Vec<CameraIngest>,
     /// Tells the web face and live view to stop.
     shutdown_tx: watch::Sender<bool>,
@@ -275,8 +281,9 @@ impl Running {
                 state,
                 live,
                 frame_max_bytes: camera.frame_max_bytes(kind),
+                pace: Some(self.ingest_thread.pace().clone()),
             };
-            tasks.push(tokio::spawn(ingest::supervise(input, stopped.clone())));
+            tasks.push(self.ingest_thread.spawn(ingest::supervise(input, stopped.clone())));
         }
         self.cameras.add(streams);
         self.ingest.push(CameraIngest { name: camera.name.clone(), tasks, stop });
@@ -322,8 +329,13 @@ impl Running {
             let _ = task.await;
         }
         stop_ingest(std::mem::take(&mut self.ingest)).await;
-        let recorder = self.recorder;
-        tokio::task::spawn_blocking(move || recorder.shutdown()).await.ok();
+        let (ingest_thread, recorder) = (self.ingest_thread, self.recorder);
+        tokio::task::spawn_blocking(move || {
+            drop(ingest_thread);
+            recorder.shutdown();
+        })
+        .await
+        .ok();
         info!("stopped");
     }
 }
@@ -365,12 +377,21 @@ async fn log_status(cameras: Arc<Cameras>) {
     }
 }
 
-/// The runtime every camera session, the web face and live view run on: one thread (ingest
-/// is light I/O, and a multi-threaded runtime spends more CPU waking its workers than the
-/// sessions spend working), and a blocking pool of at most [`limits::BLOCKING_THREADS_MAX`]
+/// The runtime the web face and live view run on (camera sessions run on the ingest
+/// thread, [`IngestThread`]): one thread (this is light I/O, and a multi-threaded runtime
+/// spends more CPU waking its workers than its tasks spend working), and a blocking pool of at most [`limits::BLOCKING_THREADS_MAX`]
 /// threads with stacks of [`limits::BLOCKING_THREAD_STACK_BYTES`], as the budget counts.
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let pace_ms: u64 = std::env::var("KP_PACE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let epoch = std::time::Instant::now();
     tokio::runtime::Builder::new_current_thread()
+        .on_thread_park(move || {
+            if pace_ms > 0 {
+                let n = epoch.elapsed().as_millis() as u64 / pace_ms + 1;
+                let until = epoch + Duration::from_millis(n * pace_ms);
+                std::thread::sleep(until.saturating_duration_since(std::time::Instant::now()));
+            }
+        })
         .enable_all()
         .max_blocking_threads(limits::BLOCKING_THREADS_MAX)
         .thread_stack_size(limits::BLOCKING_THREAD_STACK_BYTES)

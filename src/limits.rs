@@ -71,6 +71,12 @@ pub const RECORDER_POLL_INTERVAL_MS: u64 = 250;
 /// holds 2 s at 30 fps, twice this.
 pub const RECORDER_BACKUP_POLL_INTERVAL_MS: u64 = 1000;
 
+/// While no one watches live, the ingest thread reads the cameras once per tick of this,
+/// not as each packet comes: one wake serves every session, and a thread's wake costs more
+/// CPU than reading a frame. What a camera sends meanwhile waits in the kernel's socket
+/// buffer (2 Mbit/s: 62 KB a tick); a frame's receipt time may be one tick late.
+pub const INGEST_READ_TICK_MS: u64 = 250;
+
 /// Bytes a file camera (demo and tests) may load into memory. The built-in clip is ~0.5 MB.
 pub const FILE_SOURCE_MAX_BYTES: u64 = 64 << 20;
 
@@ -686,6 +692,14 @@ pub const BLOCKING_THREADS_MAX: usize = 16;
 
 /// Stack of each blocking-pool thread.
 pub const BLOCKING_THREAD_STACK_BYTES: usize = 1 << 20;
+
+/// The ingest thread's stack: it runs every camera session (retina's parsers and
+/// depacketizers are polled on it).
+pub const INGEST_THREAD_STACK_BYTES: usize = 1 << 20;
+
+/// Threads of the ingest runtime's blocking pool (name lookups of cameras given by name,
+/// file sources), each with a stack of [`BLOCKING_THREAD_STACK_BYTES`].
+pub const INGEST_BLOCKING_THREADS_MAX: usize = 2;
 
 /// glibc malloc arenas (the host build): one per thread by default, each keeping what its
 /// thread freed; two keep the allocator's slack within the process line.

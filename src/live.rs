@@ -108,8 +108,9 @@ impl Fanout {
         Fanout { inner: Mutex::default(), pool, next_tap: AtomicU64::new(1), stats: FanoutStats::default() }
     }
 
-    /// Hands a frame to every tap and keeps it in the GOP.
-    pub fn publish(&self, frame: &Frame) {
+    /// Hands a frame to every tap and keeps it in the GOP; returns whether any tap (a live
+    /// viewer) remains.
+    pub fn publish(&self, frame: &Frame) -> bool {
         let mut inner = self.inner.lock().expect("fanout lock");
         let len = frame.data.len();
         if inner.params.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &frame.params)) {
@@ -145,6 +146,7 @@ impl Fanout {
             }
         }
         inner.taps.retain(|t| !t.tx.is_closed());
+        !inner.taps.is_empty()
     }
 
     fn release(&self, inner: &mut Inner) {

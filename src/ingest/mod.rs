@@ -8,6 +8,7 @@
 //! counted, never buffered.
 
 pub mod file;
+pub mod pace;
 pub mod rtsp;
 pub mod state;
 
@@ -26,6 +27,7 @@ use crate::limits;
 use crate::live::Fanout;
 use crate::media::{AudioFrame, Frame, VideoParams};
 use crate::record::FrameSender;
+use pace::{Hold, Pace};
 use state::StreamState;
 
 /// Why a camera session ended.
@@ -63,9 +65,19 @@ pub struct Sink<'a> {
     pub clocks: &'a dyn Clocks,
     /// The largest frame handed on (its stream kind's ceiling).
     pub frame_max_bytes: usize,
+    /// The ingest thread's pacing, held off while this stream has live viewers.
+    pub pace: Option<&'a Arc<Pace>>,
+    pub watched: Option<Hold>,
 }
 
 impl Sink<'_> {
+    /// Holds the pacing off while this stream has live viewers: they need frames as they come.
+    fn follow_viewers(&mut self, watched: bool) {
+        if watched != self.watched.is_some() {
+            self.watched = self.pace.filter(|_| watched).map(|p| p.hold());
+        }
+    }
+
     fn connected(&mut self, params: &VideoParams) {
         self.state.connected(params);
     }
@@ -103,7 +115,8 @@ impl Sink<'_> {
         }
         self.state.frame(frame.data.len(), frame.received_mono_us);
         if let Some(live) = self.live {
-            live.publish(&frame);
+            let watched = live.publish(&frame);
+            self.follow_viewers(watched);
         }
         if let Some(r) = self.recorder.as_deref_mut() {
             r.send(frame);
@@ -139,6 +152,8 @@ pub struct StreamInput {
     pub live: Arc<Fanout>,
     /// The largest frame handed on (the camera's ceiling for this stream).
     pub frame_max_bytes: usize,
+    /// The pacing of the thread the session runs on (none: not paced).
+    pub pace: Option<Arc<Pace>>,
 }
 
 /// Keeps one stream's session up until `shutdown` turns true. Dropping the returned future
@@ -161,6 +176,8 @@ pub async fn supervise(mut input: StreamInput, mut shutdown: watch::Receiver<boo
             live: Some(&input.live),
             clocks: &*clocks,
             frame_max_bytes: input.frame_max_bytes,
+            pace: input.pace.as_ref(),
+            watched: None,
         };
         let session = async {
             match (&input.source, &clip) {
@@ -237,8 +254,15 @@ mod tests {
             crate::record::queue::channel(&crate::base::BytePool::shared(limits::INGEST_QUEUE_BYTES_PER_GIB as u64));
         let state = StreamState::default();
         let max = limits::SUB_FRAME_MAX_BYTES;
-        let mut sink =
-            Sink { recorder: Some(&mut tx), state: &state, live: None, clocks: &RealClocks, frame_max_bytes: max };
+        let mut sink = Sink {
+            recorder: Some(&mut tx),
+            state: &state,
+            live: None,
+            clocks: &RealClocks,
+            frame_max_bytes: max,
+            pace: None,
+            watched: None,
+        };
         sink.deliver(frame(limits::SUB_FRAME_MAX_BYTES));
         sink.deliver(frame(limits::SUB_FRAME_MAX_BYTES + 1));
         assert_eq!(state.snapshot().frames_oversized, 1);
@@ -259,6 +283,8 @@ mod tests {
             live: None,
             clocks: &RealClocks,
             frame_max_bytes: limits::FRAME_DEFAULT_MAX_BYTES,
+            pace: None,
+            watched: None,
         };
         let params = Arc::new(crate::media::AudioParams {
             rfc6381: "mp4a.40.2".into(),

@@ -58,6 +58,9 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
         .position(|s| s.media() == "video" && matches!(s.encoding_name(), "h264" | "h265"))
         .ok_or(IngestError::NoVideo)?;
     let sdp = sdp_types::Session::parse(session.sdp()).map_err(|e| IngestError::Source(format!("SDP: {e}")))?;
+    // RTP over UDP is read as it comes: a socket buffer no one reads for a tick could
+    // overflow and lose datagrams.
+    let _udp = sink.pace.filter(|_| target.transport == Transport::Udp).map(|p| p.hold());
     let transport = match target.transport {
         Transport::Tcp => retina::client::Transport::Tcp(Default::default()),
         Transport::Udp => retina::client::Transport::Udp(Default::default()),

@@ -68,6 +68,8 @@ pub struct Sink<'a> {
     /// The ingest thread's pacing, held off while this stream has live viewers.
     pub pace: Option<&'a Arc<Pace>>,
     pub watched: Option<Hold>,
+    /// Parameters of a session up, shown with its first frame.
+    pub connecting: Option<Arc<VideoParams>>,
 }
 
 impl Sink<'_> {
@@ -78,8 +80,11 @@ impl Sink<'_> {
         }
     }
 
-    fn connected(&mut self, params: &VideoParams) {
-        self.state.connected(params);
+    /// The session is up with `params`: shown connected once its first frame with them is
+    /// handed on, so whoever sees the stream connected (the web face, another thread) finds a
+    /// picture to show.
+    fn connected(&mut self, params: &Arc<VideoParams>) {
+        self.connecting = Some(params.clone());
     }
 
     /// Counts a video frame dropped for its size; the recorder drops what follows until the
@@ -117,6 +122,9 @@ impl Sink<'_> {
         if let Some(live) = self.live {
             let watched = live.publish(&frame);
             self.follow_viewers(watched);
+        }
+        if let Some(params) = self.connecting.take() {
+            self.state.connected(&params);
         }
         if let Some(r) = self.recorder.as_deref_mut() {
             r.send(frame);
@@ -178,6 +186,7 @@ pub async fn supervise(mut input: StreamInput, mut shutdown: watch::Receiver<boo
             frame_max_bytes: input.frame_max_bytes,
             pace: input.pace.as_ref(),
             watched: None,
+            connecting: None,
         };
         let session = async {
             match (&input.source, &clip) {
@@ -262,6 +271,7 @@ mod tests {
             frame_max_bytes: max,
             pace: None,
             watched: None,
+            connecting: None,
         };
         sink.deliver(frame(limits::SUB_FRAME_MAX_BYTES));
         sink.deliver(frame(limits::SUB_FRAME_MAX_BYTES + 1));
@@ -285,6 +295,7 @@ mod tests {
             frame_max_bytes: limits::FRAME_DEFAULT_MAX_BYTES,
             pace: None,
             watched: None,
+            connecting: None,
         };
         let params = Arc::new(crate::media::AudioParams {
             rfc6381: "mp4a.40.2".into(),

@@ -144,6 +144,7 @@ impl Drop for IngestThread {
 mod tests {
     use super::*;
     use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::AsyncReadExt;
 
     /// Wakes of a task reading a socket that gets a few bytes every 5 ms for `run`.
@@ -183,5 +184,31 @@ mod tests {
         let held = reads_on(&thread, run, true);
         assert!(held > 100, "held: {held} reads of about 400 packets");
         assert!(!thread.pace().held(), "the hold ended with its session");
+    }
+
+    #[test]
+    fn the_ingest_blocking_pool_stops_at_its_ceiling() {
+        let thread = IngestThread::start(Duration::from_millis(limits::INGEST_READ_TICK_MS)).unwrap();
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let (running2, most2) = (running.clone(), most.clone());
+        let all = thread.spawn(async move {
+            let tasks: Vec<_> = (0..limits::INGEST_BLOCKING_THREADS_MAX * 3)
+                .map(|_| {
+                    let (running, most) = (running2.clone(), most2.clone());
+                    tokio::task::spawn_blocking(move || {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(50));
+                        running.fetch_sub(1, Ordering::SeqCst);
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        futures::executor::block_on(all).unwrap();
+        assert_eq!(most.load(Ordering::SeqCst), limits::INGEST_BLOCKING_THREADS_MAX, "reached, not passed");
     }
 }

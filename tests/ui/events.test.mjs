@@ -100,7 +100,10 @@ test('events reach a subscribed browser live, survive kill -9, and play from the
   assert.equal(await item.getAttribute('data-rev'), '20');
   await waitFor('the thumbnail', () => item.locator('img').evaluate((img) => img.complete && img.naturalWidth === 3840));
 
-  // Play: the camera's recording from the keyframe at or before the pre-roll.
+  // Play: the camera's recording from the keyframe at or before the pre-roll. Playback
+  // rides on a live session, which needs the camera's first frame since the restart.
+  await waitFor('the camera connected again', async () =>
+    (await (await fetch(`${box.base}/api/cameras`, { headers: auth })).json())[0].streams[0].connected === true);
   await item.locator('button').click();
   await waitFor('stored playback', () => page.evaluate(() => document.querySelector('#live-state').dataset.mode === 'stored'));
   await waitFor('a position', () => page.evaluate(() => document.querySelector('#playback-position').dataset.wallUs !== undefined));

@@ -379,19 +379,11 @@ async fn log_status(cameras: Arc<Cameras>) {
 
 /// The runtime the web face and live view run on (camera sessions run on the ingest
 /// thread, [`IngestThread`]): one thread (this is light I/O, and a multi-threaded runtime
-/// spends more CPU waking its workers than its tasks spend working), and a blocking pool of at most [`limits::BLOCKING_THREADS_MAX`]
-/// threads with stacks of [`limits::BLOCKING_THREAD_STACK_BYTES`], as the budget counts.
+/// spends more CPU waking its workers than its tasks spend working), and a blocking pool
+/// of at most [`limits::BLOCKING_THREADS_MAX`] threads with stacks of
+/// [`limits::BLOCKING_THREAD_STACK_BYTES`], as the budget counts.
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    let pace_ms: u64 = std::env::var("KP_PACE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-    let epoch = std::time::Instant::now();
     tokio::runtime::Builder::new_current_thread()
-        .on_thread_park(move || {
-            if pace_ms > 0 {
-                let n = epoch.elapsed().as_millis() as u64 / pace_ms + 1;
-                let until = epoch + Duration::from_millis(n * pace_ms);
-                std::thread::sleep(until.saturating_duration_since(std::time::Instant::now()));
-            }
-        })
         .enable_all()
         .max_blocking_threads(limits::BLOCKING_THREADS_MAX)
         .thread_stack_size(limits::BLOCKING_THREAD_STACK_BYTES)

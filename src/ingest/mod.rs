@@ -67,9 +67,10 @@ pub struct Sink<'a> {
     pub frame_max_bytes: usize,
     /// The ingest thread's pacing, held off while this stream has live viewers.
     pub pace: Option<&'a Arc<Pace>>,
-    pub watched: Option<Hold>,
+    /// The hold while this stream has live viewers.
+    watched: Option<Hold>,
     /// Parameters of a session up, shown with its first frame.
-    pub connecting: Option<Arc<VideoParams>>,
+    connecting: Option<Arc<VideoParams>>,
 }
 
 impl Sink<'_> {
@@ -280,6 +281,29 @@ mod tests {
         use std::sync::atomic::Ordering;
         assert_eq!(queue.bytes_in_flight.load(Ordering::Relaxed), limits::SUB_FRAME_MAX_BYTES);
         assert_eq!(queue.frames_dropped.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_stream_shows_connected_once_its_first_frame_is_handed_on_to_its_viewers() {
+        let state = StreamState::default();
+        let live = Fanout::new(crate::live::gop_pool());
+        let mut sink = Sink {
+            recorder: None,
+            state: &state,
+            live: Some(&live),
+            clocks: &RealClocks,
+            frame_max_bytes: limits::SUB_FRAME_MAX_BYTES,
+            pace: None,
+            watched: None,
+            connecting: None,
+        };
+        let first = frame(1000);
+        sink.connected(&first.params);
+        assert!(!state.snapshot().connected, "not before a frame");
+        assert!(live.params().is_none());
+        sink.deliver(first);
+        assert!(state.snapshot().connected);
+        assert!(live.params().is_some(), "a viewer who sees it connected finds a picture");
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub struct Pace {
     epoch: Instant,
     /// Live viewers and UDP sessions that need packets read as they come.
     holds: AtomicUsize,
-    /// Times the thread slept to a tick (for tests and the status).
+    /// Times the thread slept to a tick.
     naps: AtomicU64,
 }
 

@@ -176,16 +176,32 @@ fn content_type(name: &str) -> &'static str {
     }
 }
 
+/// The files under `dir` (one level of folders: `pages/`, `lib/`), as paths relative to
+/// `ui-static/` with `/` between parts; names starting with a dot are left out.
+fn ui_files(dir: &Path, prefix: &str, out: &mut Vec<String>) {
+    println!("cargo:rerun-if-changed={}", dir.display());
+    for e in std::fs::read_dir(dir).expect("read ui-static/") {
+        let e = e.expect("read ui-static/");
+        let name = e.file_name().into_string().expect("UTF-8 file names in ui-static/");
+        if name.starts_with('.') {
+            continue;
+        }
+        let rel = format!("{prefix}{name}");
+        if e.file_type().expect("read ui-static/").is_dir() {
+            assert!(prefix.is_empty(), "ui-static/{rel}: one level of folders at most");
+            ui_files(&e.path(), &format!("{rel}/"), out);
+        } else {
+            out.push(rel);
+        }
+    }
+}
+
 fn ui_table(control_js: &str) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("ui-static");
     let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("ui");
     std::fs::create_dir_all(&out).expect("create OUT_DIR/ui");
-    println!("cargo:rerun-if-changed={}", src.display());
-    let mut names: Vec<String> = std::fs::read_dir(&src)
-        .expect("read ui-static/")
-        .map(|e| e.expect("read ui-static/").file_name().into_string().expect("UTF-8 file names in ui-static/"))
-        .filter(|n| !n.starts_with('.'))
-        .collect();
+    let mut names = Vec::new();
+    ui_files(&src, "", &mut names);
     names.sort();
     // The generated script is served beside the static files.
     let generated = out.join("control_pb.js");
@@ -200,7 +216,7 @@ fn ui_table(control_js: &str) {
         let bytes = std::fs::read(raw).expect("read a UI file");
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
         gz.write_all(&bytes).expect("gzip in memory");
-        let gz_path = out.join(format!("{name}.gz"));
+        let gz_path = out.join(format!("{}.gz", name.replace('/', "_")));
         std::fs::write(&gz_path, gz.finish().expect("gzip in memory")).expect("write OUT_DIR/ui");
         let path = if name == "index.html" { "/".to_string() } else { format!("/{name}") };
         table.push_str(&format!(

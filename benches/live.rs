@@ -11,7 +11,7 @@
 //! 2. The daemon as its own process, recording the same clip from a file camera, with 0, 1,
 //!    16 and 64 viewers connected over WHEP: CPU (% of a core) and RSS per viewer (goal
 //!    ≤ 512 KiB).
-//! 3. Set-up in Chromium: from the click on "Watch" to the first decoded frame (goal ≤ 300 ms
+//! 3. Set-up in Chromium: from opening a camera's page to its first decoded frame (goal ≤ 300 ms
 //!    on loopback), five times (`tests/ui/bench-setup.mjs`).
 //!
 //! Reports: `target/bench/live.json`, `target/bench/live.md`.
@@ -304,7 +304,7 @@ fn per_viewer(clip: &Path, work: &Path, counts: &[usize], window: Duration) -> V
     json!(rows)
 }
 
-/// Part 3: `tests/ui/bench-setup.mjs` in Node: click to first decoded frame, five times.
+/// Part 3: `tests/ui/bench-setup.mjs` in Node: a camera's page opened to its first decoded frame, five times.
 fn chromium_setup() -> Value {
     let out = Command::new("node")
         .arg(repo().join("tests/ui/bench-setup.mjs"))

@@ -262,6 +262,10 @@ pub const API_TIME_MAX_US: i64 = 7_258_118_400 * 1_000_000;
 /// Longest list one API reply holds (runs, tokens, …); a longer one says `truncated`.
 pub const API_LIST_MAX: usize = 10_000;
 
+/// Streams on one page of the recording health list (`/api/health`): each row reads a
+/// stream's hourly summaries, so a page's cost is bounded whatever the count of cameras.
+pub const HEALTH_PAGE_ROWS_MAX: usize = 100;
+
 /// Fragments in one export. Its plan holds one small entry (~64 B) per fragment, so this
 /// bounds an export's memory at about 2 MiB: some 36 hours of 4-second fragments. A longer
 /// range is refused with a clear error (export it in parts).

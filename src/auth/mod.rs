@@ -108,8 +108,9 @@ impl Principal {
 pub enum AuthError {
     #[error(transparent)]
     Catalog(#[from] CatalogError),
-    #[error("{0}")]
-    Invalid(String),
+    /// A field of the request (named as the API names it) is not acceptable.
+    #[error("{reason}")]
+    Invalid { field: &'static str, reason: String },
     #[error("wrong user name or password")]
     BadCredentials,
     #[error("too many failed logins; retry in {retry_after_s} s")]
@@ -197,10 +198,13 @@ pub fn check_name(name: &str) -> Result<(), AuthError> {
     if ok {
         Ok(())
     } else {
-        Err(AuthError::Invalid(format!(
-            "a user name is 1 to {} characters of a-z, 0-9, '-', '_' and '.'",
-            limits::AUTH_NAME_MAX_BYTES
-        )))
+        Err(AuthError::Invalid {
+            field: "username",
+            reason: format!(
+                "a user name is 1 to {} characters of a-z, 0-9, '-', '_' and '.'",
+                limits::AUTH_NAME_MAX_BYTES
+            ),
+        })
     }
 }
 
@@ -209,11 +213,14 @@ pub fn check_password(pw: &str) -> Result<(), AuthError> {
     if (limits::AUTH_PASSWORD_MIN_BYTES..=limits::AUTH_PASSWORD_MAX_BYTES).contains(&pw.len()) {
         Ok(())
     } else {
-        Err(AuthError::Invalid(format!(
-            "a password is {} to {} bytes long",
-            limits::AUTH_PASSWORD_MIN_BYTES,
-            limits::AUTH_PASSWORD_MAX_BYTES
-        )))
+        Err(AuthError::Invalid {
+            field: "password",
+            reason: format!(
+                "a password is {} to {} bytes long",
+                limits::AUTH_PASSWORD_MIN_BYTES,
+                limits::AUTH_PASSWORD_MAX_BYTES
+            ),
+        })
     }
 }
 

@@ -78,6 +78,15 @@ impl<T, E: Into<redb::Error>> OrStorage<T> for Result<T, E> {
     }
 }
 
+/// What is stored of one stream in all (see [`Catalog::stream_totals`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamTotals {
+    pub bytes: u64,
+    pub recorded_us: u64,
+    /// The first hour (UTC µs) with anything recorded; none when nothing is kept.
+    pub first_hour_us: Option<i64>,
+}
+
 /// A keyframe's place: for seeking without scanning fragments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Keyframe {
@@ -317,6 +326,21 @@ impl Catalog {
         for entry in t.range((stream_id, coverage::bucket_of(from_us))..=(stream_id, to_us)).storage()? {
             let (k, v) = entry.storage()?;
             out.push((k.value().1, Bucket::from_tuple(v.value())));
+        }
+        Ok(out)
+    }
+
+    /// What is stored of a stream in all: its bytes and recorded time (the sums of its hourly
+    /// summaries, which retention takes from as it deletes) and the first hour that holds
+    /// any of it. One pass over the stream's summaries: a few rows per day kept.
+    pub fn stream_totals(&self, stream_id: u32) -> Result<StreamTotals, CatalogError> {
+        let mut out = StreamTotals::default();
+        for (hour, b) in self.coverage(stream_id, i64::MIN, i64::MAX)? {
+            if b.recorded_us > 0 && out.first_hour_us.is_none() {
+                out.first_hour_us = Some(hour);
+            }
+            out.bytes += b.bytes;
+            out.recorded_us += b.recorded_us;
         }
         Ok(out)
     }

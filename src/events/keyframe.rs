@@ -20,6 +20,8 @@ pub enum KeyframeError {
     NoEvent,
     #[error("nothing recorded of the event's camera in the {} s up to it", limits::EVENT_KEYFRAME_BACK_MS / 1000)]
     NothingRecorded,
+    #[error("nothing recorded of that stream")]
+    NothingKept,
     #[error(transparent)]
     Catalog(#[from] CatalogError),
     #[error("{path}: {source}")]
@@ -65,6 +67,20 @@ pub fn resolve(catalog: &Catalog, data_dir: &Path, id: u64) -> Result<KeyframeAt
         });
     }
     Err(KeyframeError::NothingRecorded)
+}
+
+/// The newest keyframe kept of stream `key`: a camera's poster while its live view
+/// connects, and its last picture while it is offline.
+pub fn latest(catalog: &Catalog, data_dir: &Path, key: &StreamKey) -> Result<KeyframeAt, KeyframeError> {
+    let stream_id = catalog.find_stream(key)?.ok_or(KeyframeError::NothingKept)?;
+    let (rec, kf) = catalog.keyframe_near(stream_id, i64::MAX, i64::MAX, 0)?.ok_or(KeyframeError::NothingKept)?;
+    let row = catalog.recording(rec)?.ok_or(KeyframeError::NothingKept)?;
+    Ok(KeyframeAt {
+        path: data_dir.join(&row.path),
+        file_bytes: row.bytes,
+        fragment_start_byte: kf.fragment_start_byte,
+        wall_us: kf.wall_us,
+    })
 }
 
 /// Reads the keyframe and makes its one-frame MP4.
@@ -128,6 +144,24 @@ mod tests {
         let envelope = crate::events::envelope::parse(json.as_bytes(), 0).unwrap();
         let r = EventRecord { id, rev: 1, principal: "token:1".into(), received_us: time_us, envelope, snapshot: None };
         cat.put_event(&r).unwrap();
+    }
+
+    #[test]
+    fn a_streams_poster_is_its_newest_keyframe_and_a_stream_never_recorded_has_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();
+        crate::record::testing::recording(&cat, dir.path(), "front/main", WALL0, 10);
+        let front = StreamKey::new("front", StreamKind::Main);
+        let id = cat.find_stream(&front).unwrap().unwrap();
+        let newest = cat.keyframes(id, WALL0, WALL0 + 60_000_000).unwrap().last().unwrap().1.wall_us;
+        let k = latest(&cat, dir.path(), &front).unwrap();
+        assert_eq!(k.wall_us, newest);
+        assert!(newest > WALL0, "more than one keyframe: {newest}");
+        let mp4 = read(&k).unwrap();
+        let (mut r, _) = SegmentReader::open(std::io::Cursor::new(&mp4), mp4.len() as u64).unwrap();
+        assert!(r.next_fragment().unwrap().unwrap().samples[0].is_key);
+        let back = StreamKey::new("back", StreamKind::Main);
+        assert!(matches!(latest(&cat, dir.path(), &back), Err(KeyframeError::NothingKept)));
     }
 
     #[test]

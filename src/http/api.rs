@@ -14,7 +14,7 @@ use http::{Method, StatusCode};
 
 use super::reply::{Reply, RequestBody, error, text};
 use super::routes::{Access, Route};
-use super::{Ctx, accounts, events, live, media, metrics, system, ui};
+use super::{Ctx, accounts, events, health, live, media, metrics, system, ui};
 use crate::auth::Principal;
 
 pub(super) async fn route(parts: Parts, body: RequestBody, ctx: &Ctx, peer: SocketAddr) -> Reply {
@@ -73,6 +73,8 @@ async fn handle(
         Cameras => media::cameras(ctx),
         Recordings(s) => media::recordings(ctx, &parts, s).await,
         Coverage(s) => media::coverage(ctx, &parts, s).await,
+        Poster(s) => media::poster(ctx, s).await,
+        Health => health::page_of_streams(ctx, &parts).await,
         Export(s) => match media::range(&parts) {
             Ok((from, to)) => media::export(ctx, &parts, s, from, to).await,
             Err(r) => r,

@@ -26,12 +26,21 @@ pub(crate) trait Failure: std::fmt::Display {
     fn retry_after_s(&self) -> Option<u64> {
         None
     }
+
+    /// The request's field it is about, when it is about one (the UI shows the message
+    /// next to that field).
+    fn field(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// The reply to `e`.
 pub(crate) fn fail(e: &dyn Failure) -> Reply {
     let (status, code) = e.status();
-    let r = error(status, code, &e.to_string());
+    let r = match e.field() {
+        Some(field) => super::reply::error_on(status, code, &e.to_string(), field),
+        None => error(status, code, &e.to_string()),
+    };
     match e.retry_after_s() {
         Some(s) => with_header(r, http::header::RETRY_AFTER, &s.to_string()),
         None => r,
@@ -44,7 +53,7 @@ const UNAVAILABLE: StatusCode = StatusCode::SERVICE_UNAVAILABLE;
 impl Failure for AuthError {
     fn status(&self) -> (StatusCode, &'static str) {
         match self {
-            AuthError::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid"),
+            AuthError::Invalid { .. } => (StatusCode::BAD_REQUEST, "invalid"),
             AuthError::BadCredentials => (StatusCode::UNAUTHORIZED, "bad_credentials"),
             AuthError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             AuthError::Full(..) => (UNAVAILABLE, "full"),
@@ -60,6 +69,13 @@ impl Failure for AuthError {
         match self {
             AuthError::RateLimited { retry_after_s } => Some(*retry_after_s),
             AuthError::AddressBusy(_) => Some(1),
+            _ => None,
+        }
+    }
+
+    fn field(&self) -> Option<&'static str> {
+        match self {
+            AuthError::Invalid { field, .. } => Some(field),
             _ => None,
         }
     }
@@ -90,7 +106,7 @@ impl Failure for KeyframeError {
     fn status(&self) -> (StatusCode, &'static str) {
         match self {
             KeyframeError::NoEvent => (StatusCode::NOT_FOUND, "not_found"),
-            KeyframeError::NothingRecorded => (StatusCode::NOT_FOUND, "nothing_recorded"),
+            KeyframeError::NothingRecorded | KeyframeError::NothingKept => (StatusCode::NOT_FOUND, "nothing_recorded"),
             KeyframeError::Catalog(_) => (INTERNAL, "catalog"),
             KeyframeError::Io { .. } | KeyframeError::Read { .. } | KeyframeError::Missing { .. } => {
                 (INTERNAL, "storage")

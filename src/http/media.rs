@@ -70,6 +70,7 @@ pub fn cameras(ctx: &Ctx) -> Reply {
             "recorded": s.recording.is_some(),
             "record_mode": s.recording.as_ref().map_or("off", |r| r.mode.name()),
             "pre_roll_ms": s.recording.as_ref().map_or(0, |r| r.pre_roll_ms),
+            "post_roll_ms": s.recording.as_ref().map_or(0, |r| r.post_roll_ms),
             "connected": st.connected,
             "codec": st.codec.map(|c| c.name()),
             "width": st.width,
@@ -135,6 +136,21 @@ pub async fn coverage(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>) -> Reply
         .map(|(start, b)| json!({ "start_us": start, "recorded_us": b.recorded_us, "bytes": b.bytes, "fragments": b.fragments }))
         .collect();
     reply::json(StatusCode::OK, json!({ "bucket_us": COVERAGE_VIEW_BUCKET_US, "buckets": list }))
+}
+
+/// `GET /api/streams/{camera}/{kind}/poster.mp4`: the stream's newest kept keyframe as a
+/// one-frame MP4, the picture a live tile shows while it connects (or while the camera is
+/// offline, its last).
+pub async fn poster(ctx: &Ctx, stream: StreamPath<'_>) -> Reply {
+    let (key, catalog, data_dir) = (stream.key(), ctx.services.catalog.clone(), ctx.services.data_dir.clone());
+    let found = on_pool(move || {
+        let at = crate::events::keyframe::latest(&catalog, &data_dir, &key).map_err(|e| fail(&e))?;
+        crate::events::keyframe::read(&at).map_err(|e| fail(&e))
+    });
+    match found.await {
+        Ok(mp4) => reply::with_type(StatusCode::OK, mp4, "video/mp4"),
+        Err(r) => r,
+    }
 }
 
 /// `GET /api/streams/{camera}/{kind}/export.m3u8?from_us&to_us`: an HLS VOD playlist of

@@ -34,6 +34,7 @@ mod conns;
 pub(crate) mod errors;
 pub mod events;
 mod guard;
+mod health;
 mod live;
 mod media;
 mod metrics;

@@ -42,6 +42,12 @@ pub(crate) fn error(status: StatusCode, code: &str, message: &str) -> Reply {
     with_type(status, body, "application/json")
 }
 
+/// A JSON error body that names the request's field it is about.
+pub(crate) fn error_on(status: StatusCode, code: &str, message: &str, field: &str) -> Reply {
+    let body = serde_json::json!({ "code": code, "message": message, "field": field }).to_string();
+    with_type(status, body, "application/json")
+}
+
 pub(crate) fn json(status: StatusCode, value: serde_json::Value) -> Reply {
     with_type(status, value.to_string(), "application/json")
 }

@@ -33,6 +33,8 @@ pub(crate) enum Route<'a> {
     Cameras,
     Recordings(StreamPath<'a>),
     Coverage(StreamPath<'a>),
+    Poster(StreamPath<'a>),
+    Health,
     Export(StreamPath<'a>),
     Playlist(StreamPath<'a>),
     /// `…/exports/{from_us}-{to_us}.mp4`, the form HLS segments use.
@@ -93,6 +95,8 @@ impl<'a> Route<'a> {
             (&Method::GET, ["api", "cameras"]) => Cameras,
             (&Method::GET, ["api", "streams", c, k, "recordings"]) => Recordings(stream(c, k)?),
             (&Method::GET, ["api", "streams", c, k, "coverage"]) => Coverage(stream(c, k)?),
+            (&Method::GET, ["api", "streams", c, k, "poster.mp4"]) => Poster(stream(c, k)?),
+            (&Method::GET, ["api", "health"]) => Health,
             (&Method::GET, ["api", "streams", c, k, "export.mp4"]) => Export(stream(c, k)?),
             (&Method::GET, ["api", "streams", c, k, "export.m3u8"]) => Playlist(stream(c, k)?),
             (&Method::GET, ["api", "streams", c, k, "exports", name]) => ExportNamed(stream(c, k)?, name),
@@ -129,7 +133,7 @@ impl<'a> Route<'a> {
             UiFile(_) | SetupStatus | Setup | Login => Access::Anyone,
             Me | Logout => Access::Signed,
             Metrics => Access::Scope(scope::METRICS),
-            Cameras | Recordings(_) | Coverage(_) | Export(_) | Playlist(_) | ExportNamed(..) => {
+            Cameras | Recordings(_) | Coverage(_) | Poster(_) | Health | Export(_) | Playlist(_) | ExportNamed(..) => {
                 Access::Scope(scope::VIEW)
             }
             WhepOpen(_) | WhepClose(_) => Access::Scope(scope::VIEW),

@@ -65,6 +65,8 @@ pub struct RecordingWatch {
     pub mode: RecordMode,
     /// Of event recordings: how far before the event they start.
     pub pre_roll_ms: u32,
+    /// Of event recordings: how far after the event's end they go on.
+    pub post_roll_ms: u32,
     pub queue: Arc<QueueStats>,
     pub stats: Arc<RecorderStats>,
     /// Fired by events; the stream's recorder takes it (events mode only).
@@ -252,6 +254,7 @@ impl Recorder {
             let watch = RecordingWatch {
                 mode,
                 pre_roll_ms: if mode == RecordMode::Events { camera.pre_roll_ms } else { 0 },
+                post_roll_ms: if mode == RecordMode::Events { camera.post_roll_ms } else { 0 },
                 queue,
                 stats: rec.stats.clone(),
                 trigger: admission.trigger(),

@@ -1,13 +1,17 @@
-// Events in Debian's Chromium against the real keeppeek binary: a page watching the camera
-// live is subscribed on its control channel and receives each of 20 revisions of an event
+// Events in Debian's Chromium against the real keeppeek binary: the timeline page of a
+// camera is subscribed on its control channel and receives each of 20 revisions of an event
 // (a 4K snapshot each) as it is stored; after kill -9 and a restart all 20 are there; the
-// events list shows the event with its thumbnail, the timeline a marker, and Play shows the
-// recording from the pre-roll before the event. Screenshots go to target/ui/.
+// events page lists the event with its thumbnail, shows a new one arriving at the top, and
+// filters by label; the event's page draws its boxes, lists every revision, plays the
+// recording from the pre-roll before the event and downloads its clip, which ffprobe reads.
+// Screenshots go to target/ui/.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { repo, shots, startKeeppeek, launchChromium, waitFor, freePort, setUpAdmin } from './harness.mjs';
+import { repo, shots, startLiveKeeppeek, launchChromium, newPage, waitFor, go, setUpAdmin, logIn, checkA11y, checkNoSideScroll,
+  PHONE, DESKTOP } from './harness.mjs';
 
 const BOUNDARY = 'kp-ui-boundary';
 
@@ -35,37 +39,39 @@ async function makeToken(page, scopes) {
   }, scopes);
 }
 
-test('events reach a subscribed browser live, survive kill -9, and play from their pre-roll', async (t) => {
-  const udp = await freePort();
-  const box = await startKeeppeek(t, ['[webrtc]', `port = ${udp}`, 'loopback = true'],
-    ['record = "events"', 'pre_roll_s = 3', 'post_roll_s = 1']);
+test('events reach a subscribed browser live, survive kill -9, are reviewed and play from their pre-roll', async (t) => {
+  const box = await startLiveKeeppeek(t, [], ['record = "events"', 'pre_roll_s = 3', 'post_roll_s = 1']);
   const browser = await launchChromium(t);
-  const page = await browser.newPage();
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(String(e)));
+  const page = await newPage(browser);
   await setUpAdmin(page, box.base);
   const token = await makeToken(page, ['events:write', 'view', 'metrics']);
   const auth = { authorization: `Bearer ${token}` };
 
-  await page.locator('#cameras tbody tr button').first().click();
-  await waitFor('the event subscription', () => page.evaluate(() => document.querySelector('#events-live').dataset.subscribed === 'true'));
+  await go(page, '#/timeline/porch', '.tl-track');
+  await waitFor('the event subscription', () => page.evaluate(() => document.querySelector('.tl-lane').dataset.subscribed === 'true'));
   // Let the pre-roll fill (3 s, and 2 s for late events) before the event.
   await new Promise((r) => setTimeout(r, 5500));
 
   const jpeg = readFileSync(join(repo, 'target', 'fixtures', 'snapshot-4k.jpg'));
   const t0 = Date.now() * 1000;
-  for (let n = 1; n <= 20; n++) {
-    const envelope = { id: 'porch-1', camera: 'porch', time_us: t0, labels: ['person'], score: 0.8, text: `revision ${n}`, idempotency_key: `porch-1-${n}` };
+  const boxes = [{ label: 'person', score: 0.8, x: 0.1, y: 0.2, w: 0.3, h: 0.5 }];
+  const post = async (envelope, n) => {
     const r = await fetch(`${box.base}/api/events`, { method: 'POST', body: multipart(envelope, snapshot(jpeg, n)),
       headers: { ...auth, 'content-type': `multipart/form-data; boundary=${BOUNDARY}` } });
     const answer = await r.json();
     assert.equal(r.status, 201, JSON.stringify(answer));
+    return answer;
+  };
+  for (let n = 1; n <= 20; n++) {
+    const answer = await post({ id: 'porch-1', camera: 'porch', time_us: t0, labels: ['person'], score: 0.8, boxes, text: `revision ${n}`,
+      idempotency_key: `porch-1-${n}` }, n);
     assert.deepEqual([answer.id, answer.rev], [1, n]);
   }
-  await waitFor('20 live notices', () => page.evaluate(() => eventNotices.length >= 20), 10000);
-  const notices = await page.evaluate(() => eventNotices);
+  await waitFor('20 live notices', () => page.evaluate(() => keeppeek.notices.length >= 20), 10000);
+  const notices = await page.evaluate(() => keeppeek.notices);
   assert.deepEqual(notices.map((e) => e.rev), Array.from({ length: 20 }, (_, i) => i + 1), 'each revision, in order');
-  assert.ok(notices.every((e) => e.event === 1 && e.camera === 'porch' && e.time_us === t0 && e.snapshot_url.includes(`rev=${e.rev}`)));
+  assert.ok(notices.every((e) => e.event === 1 && e.camera === 'porch' && e.time_us === t0 && e.snapshot.url.includes(`rev=${e.rev}`)));
+  await waitFor('the event on the timeline', async () => Number(await page.locator('.tl-track').getAttribute('data-events')) >= 1);
   await page.screenshot({ path: join(shots, 'events-live.png') });
 
   // The event's recording ends one keyframe after the post-roll; let it be written.
@@ -89,29 +95,60 @@ test('events reach a subscribed browser live, survive kill -9, and play from the
     assert.ok(got.equals(snapshot(jpeg, i + 1)), `revision ${i + 1}'s snapshot`);
   }
 
-  // The UI after the restart: log in again; the list shows the latest revision with its
-  // thumbnail.
-  await page.goto(box.base);
-  await page.fill('#login-username', 'root');
-  await page.fill('#login-password', 'correct horse battery');
-  await page.click('#login-form button');
-  const item = page.locator('#events-list li').first();
-  await item.waitFor();
+  // The events page after the restart: log in again; the list shows the latest revision
+  // with its thumbnail.
+  await logIn(page, box.base);
+  await go(page, '#/events', '.event-card');
+  const item = page.locator('.event-card').first();
   assert.equal(await item.getAttribute('data-rev'), '20');
   await waitFor('the thumbnail', () => item.locator('img').evaluate((img) => img.complete && img.naturalWidth === 3840));
+
+  // A new event while the page is open arrives at the top, marked new.
+  await post({ camera: 'porch', time_us: Date.now() * 1000, labels: ['cat'], score: 0.6, text: 'on the wall' }, 21);
+  await waitFor('the new event at the top', async () => (await page.locator('.event-card').first().getAttribute('data-event')) === '2');
+  assert.match(await page.locator('.event-card').first().getAttribute('class'), /fresh/);
+  assert.match(await page.locator('.news').innerText(), /1 new/);
+  await page.screenshot({ path: join(shots, 'events-desktop.png') });
+  await checkA11y(page, 'the events page');
+
+  // Filter by label: the chip for "cat" leaves only the cat, and the URL says so.
+  await page.click('.filters button.chip:has-text("cat")');
+  await waitFor('only the cat', async () => (await page.locator('.event-card').count()) === 1
+    && (await page.locator('.event-card').first().getAttribute('data-event')) === '2');
+  assert.match(page.url(), /#\/events\?label=cat/);
+  await page.setViewportSize(PHONE);
+  await page.screenshot({ path: join(shots, 'events-phone.png') });
+  await checkNoSideScroll(page, 'the events page at 390 px');
+  await page.setViewportSize(DESKTOP);
+
+  // The event's page: its snapshot with the box drawn where the event put it, and all 20
+  // revisions.
+  await go(page, '#/events/1', '.snapshot img');
+  await waitFor('the snapshot', () => page.locator('.snapshot img').evaluate((img) => img.complete && img.naturalWidth === 3840));
+  const [img, drawn] = [await page.locator('.snapshot img').boundingBox(), await page.locator('.box').first().boundingBox()];
+  assert.ok(Math.abs(drawn.x - (img.x + 0.1 * img.width)) < 3 && Math.abs(drawn.width - 0.3 * img.width) < 4, `the box at ${JSON.stringify(drawn)} on ${JSON.stringify(img)}`);
+  assert.equal(await page.locator('.revisions button').count(), 20);
+  await page.screenshot({ path: join(shots, 'event-detail.png') });
+  await checkA11y(page, 'an event\'s page');
+
+  // The clip: from the pre-roll to the post-roll, as an MP4 ffprobe reads.
+  const [download] = await Promise.all([page.waitForEvent('download'), page.click('text=Download clip')]);
+  const saved = join(shots, 'event-clip.mp4');
+  await download.saveAs(saved);
+  const seconds = Number(execFileSync('ffprobe', ['-v', 'error', '-show_entries', 'format=duration', '-of', 'csv=p=0', saved]).toString());
+  assert.ok(seconds >= 3 && seconds <= 8, `a clip of ${seconds} s around the event`);
 
   // Play: the camera's recording from the keyframe at or before the pre-roll. Playback
   // rides on a live session, which needs the camera's first frame since the restart.
   await waitFor('the camera connected again', async () =>
     (await (await fetch(`${box.base}/api/cameras`, { headers: auth })).json())[0].streams[0].connected === true);
-  await item.locator('button').click();
-  await waitFor('stored playback', () => page.evaluate(() => document.querySelector('#live-state').dataset.mode === 'stored'));
-  await waitFor('a position', () => page.evaluate(() => document.querySelector('#playback-position').dataset.wallUs !== undefined));
-  const position = Number(await page.evaluate(() => document.querySelector('#playback-position').dataset.wallUs));
+  await page.click('text=Play from before');
+  await waitFor('stored playback', () => page.evaluate(() => document.querySelector('.player-state').dataset.mode === 'stored'));
+  await waitFor('a position', () => page.evaluate(() => document.querySelector('.player-position').dataset.wallUs !== undefined));
+  const position = Number(await page.evaluate(() => document.querySelector('.player-position').dataset.wallUs));
   const from = t0 - 3_000_000;
   assert.ok(position <= from + 600_000 && position >= from - 1_200_000,
     `plays from the keyframe at or before the pre-roll: ${(position - from) / 1e6} s from event - 3 s`);
-  await waitFor('the event on the timeline', () => page.evaluate(() => Number(document.querySelector('#timeline').dataset.events) >= 1));
   await page.screenshot({ path: join(shots, 'events-play.png') });
-  assert.deepEqual(errors, []);
+  assert.deepEqual(page.errors, []);
 });

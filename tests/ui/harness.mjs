@@ -1,7 +1,8 @@
 // What the browser tests share: the real keeppeek binary on a fresh data directory, Debian's
-// Chromium driven by playwright-core, and small waits. Screenshots go to target/ui/.
+// Chromium driven by playwright-core, axe-core, and small waits. Screenshots go to
+// target/ui/.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync, mkdirSync, existsSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, mkdirSync, existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -11,6 +12,10 @@ import { chromium } from 'playwright-core';
 export const repo = resolve(import.meta.dirname, '..', '..');
 export const shots = join(repo, 'target', 'ui');
 mkdirSync(shots, { recursive: true });
+export const clip = join(repo, 'target', 'fixtures', 'h264.mp4');
+
+export const DESKTOP = { width: 1440, height: 900 };
+export const PHONE = { width: 390, height: 844 };
 
 export function freePort() {
   return new Promise((ok) => {
@@ -27,23 +32,33 @@ export async function waitFor(what, fn, ms = 20000) {
   throw new Error(`timed out waiting for ${what}`);
 }
 
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Config lines of a file camera named `name` playing the fixture clip (`sub` adds a sub
+// stream from the same clip).
+export function fileCamera(name, { sub = false, lines = [] } = {}) {
+  return ['[[cameras]]', `name = "${name}"`, ...lines, `main = { url = "file://${clip}" }`,
+    ...(sub ? [`sub = { url = "file://${clip}" }`] : [])];
+}
+
 // Starts keeppeek recording camera "porch" from the fixture clip, with `extra` config lines
 // (a `[webrtc]` table turns live view on; without one it is off) and `camera` lines in the
-// camera's table. Stopped when `t` ends; `kill9()` and `restart()` are a power cut and the
-// next boot on the same data directory.
-export async function startKeeppeek(t, extra = [], camera = []) {
+// camera's table; `cameras` replaces the one camera with other tables; `top` lines go before
+// every table. Stopped when `t`
+// ends; `kill9()` and `restart()` are a power cut and the next boot on the same data
+// directory.
+export async function startKeeppeek(t, extra = [], camera = [], cameras = null, top = []) {
   const bin = process.env.KEEPPEEK_BIN || join(repo, 'target', 'debug', 'keeppeek');
-  const clip = join(repo, 'target', 'fixtures', 'h264.mp4');
   assert.ok(existsSync(bin), `build keeppeek first (${bin})`);
   assert.ok(existsSync(clip), `make the fixtures first (${clip})`);
   const dir = mkdtempSync(join(tmpdir(), 'kp-ui-'));
   const port = await freePort();
   const webrtc = extra.some((l) => l.trim() === '[webrtc]') ? [] : ['[webrtc]', 'port = 0'];
   writeFileSync(join(dir, 'keeppeek.toml'), [
-    'data_dir = "data"', `listen = "127.0.0.1:${port}"`, 'flush_interval_s = 1',
+    'data_dir = "data"', `listen = "127.0.0.1:${port}"`, 'flush_interval_s = 1', ...top,
     '[retention]', 'stream_max_bytes = "1 GiB"', 'total_max_bytes = "1 GiB"',
     ...webrtc, ...extra,
-    '[[cameras]]', 'name = "porch"', ...camera, `main = { url = "file://${clip}" }`, '',
+    ...(cameras || fileCamera('porch', { lines: camera })), '',
   ].join('\n'));
   const base = `http://127.0.0.1:${port}`;
   let daemon = null;
@@ -57,6 +72,12 @@ export async function startKeeppeek(t, extra = [], camera = []) {
   return { base, dir, kill9, restart: up };
 }
 
+// keeppeek with live view on a free UDP port (loopback offered).
+export async function startLiveKeeppeek(t, extra = [], camera = [], cameras = null) {
+  const udp = await freePort();
+  return startKeeppeek(t, ['[webrtc]', `port = ${udp}`, 'loopback = true', ...extra], camera, cameras);
+}
+
 export async function launchChromium(t) {
   const browser = await chromium.launch({
     executablePath: '/usr/bin/chromium',
@@ -67,18 +88,117 @@ export async function launchChromium(t) {
   return browser;
 }
 
-// First-time setup of the admin "root" in `page`, then waits until the camera is connected.
-export async function setUpAdmin(page, base) {
+// A page that records its script errors in `page.errors`.
+export async function newPage(browser, options = {}) {
+  const context = await browser.newContext({ viewport: DESKTOP, acceptDownloads: true, ...options });
+  const page = await context.newPage();
+  page.errors = [];
+  page.on('pageerror', (e) => page.errors.push(String(e)));
+  return page;
+}
+
+// What /api/cameras says, asked from the page (with its session).
+export const camerasOf = (page) => page.evaluate(async () => (await fetch('/api/cameras')).json());
+
+// Every stream of every camera connected.
+export async function waitConnected(page, streams) {
+  await waitFor(`${streams} streams connected`, async () => {
+    const list = (await camerasOf(page)).flatMap((c) => c.streams);
+    return list.length === streams && list.every((s) => s.connected);
+  }, 30000);
+}
+
+// First-time setup of the admin "root" in `page`, then waits until `streams` streams are
+// connected (0: no wait).
+export async function setUpAdmin(page, base, streams = 1) {
   await page.goto(base);
   await page.locator('#setup-username').waitFor();
   await page.fill('#setup-username', 'root');
   await page.fill('#setup-password', 'correct horse battery');
-  await page.click('#setup-form button');
-  await page.locator('#cameras tbody tr').first().waitFor();
-  await waitFor('the camera to connect', async () => {
-    await page.reload();
-    await page.locator('#cameras tbody tr').first().waitFor();
-    return (await page.locator('#cameras tbody tr').first().innerText()).includes('connected\t');
-  });
+  await page.click('#setup-form button[type=submit]');
+  await page.locator('#nav a').first().waitFor();
+  if (streams) await waitConnected(page, streams);
 }
 
+export async function logIn(page, base) {
+  await page.goto(base);
+  await page.locator('#login-username').waitFor();
+  await page.fill('#login-username', 'root');
+  await page.fill('#login-password', 'correct horse battery');
+  await page.click('#login-form button[type=submit]');
+  await page.locator('#nav a').first().waitFor();
+}
+
+// Goes to `hash` and waits for its page to be drawn.
+export async function go(page, hash, ready) {
+  await page.evaluate((h) => { location.hash = h; }, hash);
+  await page.locator(ready).first().waitFor();
+}
+
+// A metrics token, and the count of open WebRTC sessions the box reports with it.
+export async function sessionCounter(page, base) {
+  const token = await page.evaluate(async () => {
+    const csrf = (await (await fetch('/api/me')).json()).csrf;
+    const r = await fetch('/api/tokens', { method: 'POST', headers: { 'content-type': 'application/json', 'x-csrf-token': csrf },
+      body: JSON.stringify({ name: `watcher-${Date.now()}`, scopes: ['metrics'] }) });
+    return (await r.json()).token;
+  });
+  return async () => {
+    const text = await (await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${token}` } })).text();
+    return Number(text.match(/^keeppeek_webrtc_sessions_open (\d+)$/m)[1]);
+  };
+}
+
+// Reads the frame number the fixtures burn in as a bar code (tools/make-fixtures.sh) from
+// `video` (a selector): the bottom 24 rows of the 640x360 picture, 16 cells of 40 px, bit i
+// white in cell i. Runs in the page.
+export function readBarcode(selector) {
+  const video = document.querySelector(selector);
+  const c = document.createElement('canvas');
+  c.width = 640;
+  c.height = 360;
+  const g = c.getContext('2d', { willReadFrequently: true });
+  g.drawImage(video, 0, 0, 640, 360);
+  const row = g.getImageData(0, 348, 640, 1).data;
+  let n = 0;
+  for (let i = 0; i < 16; i++) {
+    const x = 20 + 40 * i;
+    const luma = (row[4 * x] + row[4 * x + 1] + row[4 * x + 2]) / 3;
+    if (luma > 128) n |= 1 << i;
+  }
+  return n;
+}
+
+// Counts the frames `selector`'s video presents, in window.framesShown[key].
+export async function countFrames(page, selector, key = selector) {
+  await page.evaluate(([sel, k]) => {
+    window.framesShown = window.framesShown || {};
+    window.framesShown[k] = 0;
+    const v = document.querySelector(sel);
+    const count = () => { window.framesShown[k]++; v.requestVideoFrameCallback(count); };
+    v.requestVideoFrameCallback(count);
+  }, [selector, key]);
+  return () => page.evaluate((k) => window.framesShown[k], key);
+}
+
+const axeSource = readFileSync(join(repo, 'tests', 'ui', 'node_modules', 'axe-core', 'axe.min.js'), 'utf8');
+
+// axe-core in the page: fails on any violation of impact serious or critical.
+export async function checkA11y(page, what) {
+  // Through DevTools: the page's Content-Security-Policy allows no inline script.
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Runtime.evaluate', { expression: axeSource });
+  await cdp.detach();
+  const result = await page.evaluate(async () => {
+    const r = await window.axe.run(document, { resultTypes: ['violations'] });
+    return r.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical')
+      .map((v) => `${v.id} (${v.impact}): ${v.help} — ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`);
+  });
+  assert.deepEqual(result, [], `accessibility of ${what}`);
+}
+
+// No sideways scrolling at this width.
+export async function checkNoSideScroll(page, what) {
+  const [scroll, inner] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+  assert.ok(scroll <= inner, `${what} scrolls sideways: ${scroll} > ${inner}`);
+}

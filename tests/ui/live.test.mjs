@@ -1,87 +1,53 @@
 // Live view and playback over WebRTC in Debian's Chromium against the real keeppeek binary:
-// the UI's "Watch" button opens a WHEP session; frames decode (requestVideoFrameCallback
-// counts rise); the fixture's bar-coded frame number, read from the decoded pixels,
-// advances; closing the page frees the session on the server. Playback over the control
-// channel shows the frame recorded at the chosen time; seek, pause, step and 4× behave.
-// Screenshots go to target/ui/.
+// a camera's page opens a WHEP session whose frames decode (requestVideoFrameCallback
+// counts rise) and whose bar-coded frame number, read from the decoded pixels, advances;
+// closing the page frees the session on the server. Playback over the control channel shows
+// the frame recorded at the chosen time; seek, pause, step and 4× behave. The live wall of
+// four cameras decodes in every tile, and a tile scrolled out of view gives its session
+// back. Screenshots go to target/ui/.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { repo, shots, startKeeppeek, launchChromium, waitFor, freePort, setUpAdmin } from './harness.mjs';
+import { shots, startLiveKeeppeek, launchChromium, newPage, waitFor, sleep, go, setUpAdmin, sessionCounter, readBarcode,
+  countFrames, fileCamera, PHONE } from './harness.mjs';
 
-// Reads the frame number the fixtures burn in as a bar code (tools/make-fixtures.sh): the
-// bottom 24 rows of the 640x360 picture, 16 cells of 40 px, bit i white in cell i.
-function readBarcode() {
-  const video = document.querySelector('#live-video');
-  const c = document.createElement('canvas');
-  c.width = 640;
-  c.height = 360;
-  const g = c.getContext('2d', { willReadFrequently: true });
-  g.drawImage(video, 0, 0, 640, 360);
-  const row = g.getImageData(0, 348, 640, 1).data;
-  let n = 0;
-  for (let i = 0; i < 16; i++) {
-    const x = 20 + 40 * i;
-    const luma = (row[4 * x] + row[4 * x + 1] + row[4 * x + 2]) / 3;
-    if (luma > 128) n |= 1 << i;
-  }
-  return n;
-}
-
-// keeppeek with live view on a free UDP port (loopback offered), and a page logged in as
-// the first admin once the camera is up.
-async function liveBox(t, extra = []) {
-  const udp = await freePort();
-  const { base } = await startKeeppeek(t, ['[webrtc]', `port = ${udp}`, 'loopback = true', ...extra]);
+// keeppeek with live view, and a page logged in as the first admin once the cameras are up.
+async function liveBox(t, { cameras = null, streams = 1, page: options = {} } = {}) {
+  const { base } = await startLiveKeeppeek(t, [], [], cameras);
   const browser = await launchChromium(t);
-  const page = await browser.newPage();
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(String(e)));
-  await setUpAdmin(page, base);
-  return { base, page, errors };
+  const page = await newPage(browser, options);
+  await setUpAdmin(page, base, streams);
+  return { base, page, errors: page.errors, browser };
 }
+
+const VIDEO = '.player-video';
 
 test('live view: frames decode, the counter advances, closing the page frees the session', async (t) => {
   const { base, page, errors } = await liveBox(t);
-  // A metrics token, to watch the server's session count from outside the page.
-  const token = await page.evaluate(async () => {
-    const csrf = (await (await fetch('/api/me')).json()).csrf;
-    const r = await fetch('/api/tokens', { method: 'POST', headers: { 'content-type': 'application/json', 'x-csrf-token': csrf },
-      body: JSON.stringify({ name: 'watcher', scopes: ['metrics'] }) });
-    return (await r.json()).token;
-  });
-  const sessionsOpen = async () => {
-    const text = await (await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${token}` } })).text();
-    return Number(text.match(/^keeppeek_webrtc_sessions_open (\d+)$/m)[1]);
-  };
+  const sessionsOpen = await sessionCounter(page, base);
 
-  // Watch, by keyboard: the row's button.
+  // The wall's tile, by keyboard: its link opens the camera.
   const started = Date.now();
-  await page.locator('#cameras tbody tr button').first().focus();
+  await page.locator('.tile-name').first().focus();
   await page.keyboard.press('Enter');
-  await page.locator('#live-video').waitFor();
-  await page.evaluate(() => {
-    window.framesShown = 0;
-    const v = document.querySelector('#live-video');
-    const count = () => { window.framesShown++; v.requestVideoFrameCallback(count); };
-    v.requestVideoFrameCallback(count);
-  });
-  await waitFor('a first decoded frame', async () => (await page.evaluate(() => window.framesShown)) > 0, 15000);
+  await page.locator(VIDEO).waitFor();
+  const frames = await countFrames(page, VIDEO);
+  await waitFor('a first decoded frame', async () => (await frames()) > 0, 15000);
   const firstFrameMs = Date.now() - started;
-  assert.equal(await sessionsOpen(), 1);
-  const a = await page.evaluate(readBarcode);
-  const framesA = await page.evaluate(() => window.framesShown);
+  await waitFor('only the camera page holding a session', async () => (await sessionsOpen()) === 1);
+  const a = await page.evaluate(readBarcode, VIDEO);
+  const framesA = await frames();
   await page.screenshot({ path: join(shots, 'live-1.png') });
-  await new Promise((r) => setTimeout(r, 2000));
-  const b = await page.evaluate(readBarcode);
-  const framesB = await page.evaluate(() => window.framesShown);
+  await sleep(2000);
+  const b = await page.evaluate(readBarcode, VIDEO);
+  const framesB = await frames();
   await page.screenshot({ path: join(shots, 'live-2.png') });
   // The clip is 150 frames at 15 fps and loops: 2 s later the counter is ~30 frames on.
   const advanced = (b - a + 150) % 150;
   assert.ok(a < 150 && b < 150, `bar codes read ${a} then ${b}`);
   assert.ok(advanced >= 15 && advanced <= 45, `the counter went from ${a} to ${b}`);
   assert.ok(framesB - framesA >= 20, `${framesB - framesA} frames shown in 2 s`);
-  console.log(`live view: first frame ${firstFrameMs} ms after the click; counter ${a} → ${b}`);
+  console.log(`live view: first frame ${firstFrameMs} ms after the key press; counter ${a} → ${b}`);
 
   // Closing the page ends the session on the server.
   await page.close();
@@ -90,7 +56,7 @@ test('live view: frames decode, the counter advances, closing the page frees the
 });
 
 test('playback: the frame recorded at the chosen time, then seek, pause, step and 4x', async (t) => {
-  const { base, page, errors } = await liveBox(t);
+  const { page, errors } = await liveBox(t);
 
   // The file camera plays the 15 fps clip from frame 0 when its session starts, so the frame
   // recorded at wall time W is (W - start) × 15 mod 150.
@@ -106,58 +72,60 @@ test('playback: the frame recorded at the chosen time, then seek, pause, step an
   const start = (await recordings())[0].start_us;
   const frameAt = (wallUs) => Math.round(((wallUs - start) * 15) / 1e6) % 150;
 
-  await page.locator('#cameras tbody tr button').first().click();
-  await page.waitForFunction(() => live && live.channel.readyState === 'open');
-  const position = async () => Number(await page.locator('#playback-position').getAttribute('data-wall-us'));
+  await go(page, '#/live/porch', VIDEO);
+  await page.waitForFunction(() => keeppeek.player && keeppeek.player.session && keeppeek.player.session.channel.readyState === 'open');
+  const position = async () => Number(await page.locator('.player-position').getAttribute('data-wall-us'));
+  const mode = () => page.locator('.player-state').getAttribute('data-mode');
   const shown = async () => {
-    await new Promise((r) => setTimeout(r, 600)); // the jitter buffer drains
-    return page.evaluate(readBarcode);
+    await sleep(600); // the jitter buffer drains
+    return page.evaluate(readBarcode, VIDEO);
   };
   const near = (a, b) => Math.min((a - b + 150) % 150, (b - a + 150) % 150) <= 1;
 
   // Play from 5.3 s in: it starts at the keyframe at or before (5.0 s, frame 75).
   const target = start + 5_300_000;
-  await page.evaluate((wall) => sendControl({ play_stored: { stream: 'porch/main', wall_us: wall } }), target);
-  await waitFor('stored playback', async () => (await page.locator('#live-state').getAttribute('data-mode')) === 'stored');
+  await page.evaluate((wall) => keeppeek.player.play(wall), target);
+  await waitFor('stored playback', async () => (await mode()) === 'stored');
+  await waitFor('a position', async () => (await position()) > 0);
   const first = await position();
   assert.ok(first <= target && first > target - 1_100_000, `starts at ${first - start} µs, target ${target - start}`);
   // Wall times are stamped at receipt: the frame-time mapping holds within a frame.
   const phase = frameAt(first) % 15;
   assert.ok(phase <= 1 || phase >= 14, `a keyframe (frame ${frameAt(first)})`);
 
-  // Pause: the picture holds the frame recorded at the reported position.
-  await new Promise((r) => setTimeout(r, 700));
-  await page.click('#pause');
-  await waitFor('paused', async () => (await page.locator('#live-state').getAttribute('data-paused')) === 'true');
+  // Pause, with the player's button: the picture holds the frame recorded at the position.
+  await sleep(700);
+  await page.click('.player-controls .pause');
+  await waitFor('paused', async () => (await page.locator('.player-state').getAttribute('data-paused')) === 'true');
   const paused = await position();
   const pausedFrame = await shown();
   assert.ok(near(pausedFrame, frameAt(paused)), `shows frame ${pausedFrame}, recorded at ${paused - start} µs: frame ${frameAt(paused)}`);
   await page.screenshot({ path: join(shots, 'playback-paused.png') });
 
   // Step: one frame on.
-  await page.click('#step');
+  await page.click('.player-controls .step');
   await waitFor('a step', async () => (await position()) > paused);
   const stepped = await position();
   assert.ok(stepped - paused >= 50_000 && stepped - paused <= 80_000, `a step of ${stepped - paused} µs`);
   assert.ok(near(await shown(), frameAt(stepped)), 'the next frame is shown');
 
   // Seek back to 3.5 s: the keyframe at 3.0 s.
-  await page.evaluate((wall) => sendControl({ seek: { wall_us: wall } }), start + 3_500_000);
+  await page.evaluate((wall) => keeppeek.player.play(wall), start + 3_500_000);
   await waitFor('the seek', async () => (await position()) < paused - 1_000_000);
   const sought = await position();
   assert.ok(Math.abs(sought - (start + 3_000_000)) < 100_000, `seek landed at ${sought - start} µs`);
 
   // 4×, keyframes only: about 6 s of recording in 1.5 s.
-  await page.selectOption('#rate', '4');
-  await page.click('#resume');
+  await page.selectOption('.player-controls .rate', '4');
+  await page.click('.player-controls .pause');
   const before = await position();
-  await new Promise((r) => setTimeout(r, 1500));
+  await sleep(1500);
   const advanced = (await position()) - before;
   assert.ok(advanced >= 4_000_000 && advanced <= 8_000_000, `4× advanced ${advanced} µs in 1.5 s`);
 
-  // Back to live.
-  await page.click('#play-live');
-  await waitFor('live again', async () => (await page.locator('#live-state').getAttribute('data-mode')) === 'live');
+  // Back to live, by keyboard.
+  await page.keyboard.press('l');
+  await waitFor('live again', async () => (await mode()) === 'live');
   assert.deepEqual(errors, []);
 });
 
@@ -225,30 +193,58 @@ test('control channel limits: the 17th cursor, an oversized message and a flood 
   assert.deepEqual(errors, []);
 });
 
-test('live grid: every camera at once, from its sub stream when it has one', async (t) => {
-  const clip = join(repo, 'target', 'fixtures', 'h264.mp4');
-  const yard = ['[[cameras]]', 'name = "yard"', `main = { url = "file://${clip}" }`, `sub = { url = "file://${clip}" }`];
-  const { page, errors } = await liveBox(t, yard);
-  await waitFor('every stream connected', async () => {
-    await page.reload();
-    await page.locator('#cameras tbody tr').nth(2).waitFor();
-    const rows = await page.locator('#cameras tbody tr').allInnerTexts();
-    return rows.length === 3 && rows.every((r) => r.includes('\tconnected\t'));
-  });
-  await page.click('#grid-start');
-  await page.locator('#grid-tiles video').nth(1).waitFor();
-  const streams = await page.locator('#grid-tiles video').evaluateAll((vs) => vs.map((v) => v.dataset.stream));
-  assert.deepEqual(streams, ['porch/main', 'yard/sub']);
-  await page.evaluate(() => {
-    window.tileFrames = [0, 0];
-    document.querySelectorAll('#grid-tiles video').forEach((v, i) => {
-      const count = () => { window.tileFrames[i]++; v.requestVideoFrameCallback(count); };
-      v.requestVideoFrameCallback(count);
+test('live wall: six cameras decode, and tiles scrolled away give their sessions back', async (t) => {
+  const names = ['porch', 'yard', 'drive', 'gate', 'shed', 'door'];
+  const cameras = names.flatMap((n, i) => fileCamera(n, { sub: i === 1 }));
+  const { base, page, errors } = await liveBox(t, { cameras, streams: 7 });
+  const sessionsOpen = await sessionCounter(page, base);
+  await go(page, '#/live', '.tile video');
+
+  // Each tile shows its stream (the sub stream where there is one), three to a row.
+  const streams = await page.locator('.tile video').evaluateAll((vs) => vs.map((v) => v.dataset.stream));
+  assert.deepEqual(streams.sort(), ['door/main', 'drive/main', 'gate/main', 'porch/main', 'shed/main', 'yard/sub']);
+  assert.equal(await page.locator('.wall').evaluate((w) => getComputedStyle(w).gridTemplateColumns.split(' ').length), 3);
+  // Posters: each stream's newest keyframe kept, as a one-frame MP4 (once one is committed).
+  let poster = null;
+  await waitFor('a poster', async () => {
+    poster = await page.evaluate(async () => {
+      const r = await fetch('/api/streams/porch/main/poster.mp4');
+      return [r.status, r.headers.get('content-type'), (await r.arrayBuffer()).byteLength];
     });
+    return poster[0] !== 404;
   });
-  await waitFor('both tiles decoding', async () => (await page.evaluate(() => Math.min(...window.tileFrames))) >= 15, 15000);
-  await page.screenshot({ path: join(shots, 'live-grid.png') });
-  await page.click('#grid-stop');
-  await waitFor('the grid to close', async () => (await page.locator('#grid-tiles video').count()) === 0);
+  assert.equal(poster[0], 200);
+  assert.equal(poster[1], 'video/mp4');
+  assert.ok(poster[2] > 1000, `a picture: ${poster[2]} bytes`);
+
+  // Every tile decodes: its bar-coded counter advances.
+  await waitFor('six sessions', async () => (await sessionsOpen()) === 6, 20000);
+  const tiles = names.map((n) => `.tile[data-camera="${n}"] video`);
+  const counters = [];
+  for (const sel of tiles) counters.push(await countFrames(page, sel));
+  await waitFor('every tile decoding', async () => Math.min(...(await Promise.all(counters.map((c) => c())))) >= 15, 15000);
+  const first = await Promise.all(tiles.map((sel) => page.evaluate(readBarcode, sel)));
+  await sleep(1500);
+  const later = await Promise.all(tiles.map((sel) => page.evaluate(readBarcode, sel)));
+  for (const [i, n] of names.entries()) {
+    const advanced = (later[i] - first[i] + 150) % 150;
+    assert.ok(advanced >= 10 && advanced <= 40, `${n}: the counter went from ${first[i]} to ${later[i]}`);
+  }
+  await page.screenshot({ path: join(shots, 'live-wall.png') });
+
+  // On a phone the wall is one column: the tiles below the fold give their sessions back;
+  // scrolled to the end, the first tiles do, and those now in view take one.
+  const holding = () => page.locator('.tile[data-session]').evaluateAll((ts) => ts.map((x) => x.dataset.camera).sort().join());
+  await page.setViewportSize(PHONE);
+  assert.equal(await page.locator('.wall').evaluate((w) => getComputedStyle(w).gridTemplateColumns.split(' ').length), 1);
+  await waitFor('the tiles below the fold released', async () => (await holding()) === 'door,drive,gate,porch'
+    && (await sessionsOpen()) === 4, 10000);
+  await page.screenshot({ path: join(shots, 'live-wall-phone.png') });
+  await page.evaluate(() => window.scrollTo(0, document.body.scrollHeight));
+  await waitFor('the first tiles released, the last ones open', async () => (await holding()) === 'gate,porch,shed,yard'
+    && (await sessionsOpen()) === 4, 10000);
+  await page.screenshot({ path: join(shots, 'live-wall-phone-scrolled.png') });
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await waitFor('the first tile open again', async () => (await page.locator('.tile[data-camera=door][data-session]').count()) === 1, 10000);
   assert.deepEqual(errors, []);
 });

@@ -1,0 +1,90 @@
+// Live view and playback over WebRTC: a WHEP session (an SDP offer POSTed, the answer back,
+// DELETE to end it). The box is ICE-lite with a candidate on each of its LAN addresses, so
+// no STUN server is needed. With `control`, the session carries the protobuf control
+// channel (/control_pb.js, generated from the box's own .proto): playback of recordings,
+// the timeline and event notices.
+import { session as auth } from './api.js';
+
+// Every session this page holds, so a page change or logout can end them all.
+const open = new Set();
+
+export class WhepSession {
+  // Opens `stream` ("camera/main") and shows it in `video`. Throws with the box's message
+  // when it refuses (no such camera, not connected yet, too many sessions …).
+  static async open(stream, video, { control = false, onMessage = null } = {}) {
+    const s = new WhepSession(stream, video);
+    try {
+      await s.start(control, onMessage);
+    } catch (e) {
+      s.close();
+      throw e;
+    }
+    return s;
+  }
+
+  constructor(stream, video) {
+    this.stream = stream;
+    this.video = video;
+    this.pc = new RTCPeerConnection();
+    this.location = null;
+    this.channel = null;
+    this.nextRequest = 1;
+    this.closed = false;
+    this.opened = Promise.resolve();
+    open.add(this);
+  }
+
+  async start(control, onMessage) {
+    this.pc.addTransceiver('video', { direction: 'recvonly' });
+    if (control) {
+      this.channel = this.pc.createDataChannel('control');
+      this.channel.binaryType = 'arraybuffer';
+      this.channel.onmessage = (e) => onMessage && onMessage(KeepPeekControl.decode('ServerMessage', e.data));
+      this.opened = new Promise((ok) => { this.channel.onopen = ok; });
+    }
+    this.pc.ontrack = (e) => { if (!this.closed) this.video.srcObject = e.streams[0] || new MediaStream([e.track]); };
+    await this.pc.setLocalDescription(await this.pc.createOffer());
+    const headers = { 'content-type': 'application/sdp' };
+    if (auth.csrf) headers['x-csrf-token'] = auth.csrf;
+    const r = await fetch(`/api/whep/${this.stream}`, { method: 'POST', headers, body: this.pc.localDescription.sdp });
+    if (r.status !== 201) {
+      let message = `live view failed (${r.status})`;
+      try { message = (await r.json()).message; } catch (_) { /* not JSON */ }
+      throw new Error(message);
+    }
+    this.location = r.headers.get('location');
+    if (this.closed) return this.release();
+    await this.pc.setRemoteDescription({ type: 'answer', sdp: await r.text() });
+  }
+
+  // Sends a control command ({ play_stored: {…} }, { pause: {} } …) on track 0.
+  send(command) {
+    if (!this.channel || this.channel.readyState !== 'open') return false;
+    this.channel.send(KeepPeekControl.encode('ClientMessage', { request_id: this.nextRequest++, track: 0, ...command }));
+    return true;
+  }
+
+  close() {
+    if (this.closed) return Promise.resolve();
+    this.closed = true;
+    open.delete(this);
+    this.pc.close();
+    if (this.video.srcObject) this.video.srcObject = null;
+    return this.release();
+  }
+
+  release() {
+    if (!this.location) return Promise.resolve();
+    const location = this.location;
+    this.location = null;
+    const headers = auth.csrf ? { 'x-csrf-token': auth.csrf } : {};
+    return fetch(location, { method: 'DELETE', headers, keepalive: true }).catch(() => {});
+  }
+}
+
+export function closeAll() {
+  return Promise.all([...open].map((s) => s.close()));
+}
+
+// A closed tab ends its sessions at once rather than when the box notices the silence.
+window.addEventListener('pagehide', () => { closeAll(); });

@@ -1,0 +1,198 @@
+// Events: what analysis services reported, newest first, with their snapshots; filter chips
+// for camera, label and time and a word search; more as the list is scrolled; new events
+// arrive at the top while the page is open. #/events/12 is one event: its snapshot with
+// the boxes drawn, every revision, Play from the pre-roll and the clip to download.
+import { h } from '../lib/dom.js';
+import { get, say } from '../lib/api.js';
+import { listCameras, streamOf } from '../lib/cameras.js';
+import { US, nowUs, ago, dateTime, time } from '../lib/format.js';
+import { Player } from '../lib/player.js';
+import { icon } from '../lib/icons.js';
+
+const PAGE = 30;
+// The most items the list keeps (a page open for days stays bounded).
+const KEPT = 600;
+const NEWS_POLL_MS = 2000;
+const TIMES = [['Last hour', US.h], ['Today', 'today'], ['7 days', 7 * US.day], ['Any time', 0]];
+
+function picture(e, big = false) {
+  if (e.snapshot) {
+    return h('img', { src: e.snapshot.url, loading: big ? 'eager' : 'lazy', decoding: 'async',
+      alt: `Snapshot from ${e.camera} at ${dateTime(e.time_us)}`, width: e.snapshot.width, height: e.snapshot.height });
+  }
+  // No snapshot: the keyframe recorded at the event, as a one-frame video.
+  return h('video', { src: e.keyframe, muted: true, preload: 'auto', 'aria-label': `Picture recorded at ${dateTime(e.time_us)}` });
+}
+
+function summary(e) {
+  const score = e.score ? ` ${Math.round(e.score * 100)}%` : '';
+  return `${(e.labels || []).join(', ') || 'event'}${score}`;
+}
+
+function card(e, fresh) {
+  return h('li.event-card', { 'data-event': e.event, 'data-rev': e.rev, 'data-time-us': e.time_us, className: fresh ? 'event-card fresh' : 'event-card' },
+    h('a', { href: `#/events/${e.event}` },
+      h('div.thumb', {}, picture(e)),
+      h('div.event-text', {},
+        h('strong', {}, summary(e)),
+        h('span', {}, `${e.camera} · ${ago(e.time_us)}`),
+        e.text ? h('span.muted', {}, e.text) : null,
+        e.rev > 1 ? h('span.muted', {}, `revision ${e.rev}`) : null)));
+}
+
+async function list(view, query) {
+  const cameras = await listCameras();
+  const filters = { camera: query.get('camera') || '', label: query.get('label') || '', time: query.get('time') || '', q: query.get('q') || '' };
+  const items = h('ol.event-list', { 'aria-label': 'Events, newest first' });
+  const sentinel = h('p.more', { 'aria-live': 'polite' });
+  const news = h('p.news', { 'aria-live': 'polite' });
+  const words = h('input', { type: 'search', placeholder: 'Words in the events', 'aria-label': 'Search words', value: filters.q });
+  const chipRow = (label, options, key) => h('div.chips', { role: 'group', 'aria-label': label },
+    ...options.map(([text, value]) => h('button.chip', { type: 'button', 'aria-pressed': String(filters[key] === value),
+      onclick: () => setFilter(key, filters[key] === value && value ? '' : value) }, text)));
+  const labelsRow = h('div');
+  view.append(h('div.page-head', {}, h('h1', {}, 'Events')),
+    h('div.filters', {},
+      chipRow('Camera', [['All cameras', ''], ...cameras.map((c) => [c.camera, c.camera])], 'camera'),
+      chipRow('Time', TIMES.map(([t, v]) => [t, String(v)]), 'time'),
+      labelsRow,
+      h('form.search', { role: 'search', onsubmit: (e) => { e.preventDefault(); setFilter('q', words.value.trim()); } }, words,
+        h('button', { type: 'submit' }, 'Search'))),
+    news, items, sentinel);
+
+  // The filters live in the URL: Back and reload keep them.
+  function setFilter(key, value) {
+    filters[key] = value;
+    const q = new URLSearchParams(Object.entries(filters).filter(([, v]) => v));
+    location.hash = `#/events${q.size ? `?${q}` : ''}`;
+  }
+
+  const seenLabels = new Set(filters.label ? [filters.label] : []);
+  function showLabels(events) {
+    for (const e of events) for (const l of e.labels || []) seenLabels.add(l);
+    if (!seenLabels.size) return;
+    labelsRow.replaceChildren(chipRow('Label', [['All labels', ''], ...[...seenLabels].sort().map((l) => [l, l])], 'label'));
+  }
+
+  function params() {
+    const q = new URLSearchParams({ limit: String(PAGE) });
+    if (filters.camera) q.set('camera', filters.camera);
+    if (filters.label) q.set('label', filters.label);
+    if (filters.q) q.set('q', filters.q);
+    if (filters.time === 'today') { const d = new Date(); d.setHours(0, 0, 0, 0); q.set('from_us', String(d.getTime() * 1000)); }
+    else if (Number(filters.time)) q.set('from_us', String(Math.floor(nowUs() - Number(filters.time))));
+    return q;
+  }
+
+  // (event, rev) pairs shown, so a poll adds only what is new.
+  const shown = new Map();
+  let next = null;
+  let busy = false;
+  let done = false;
+  async function more() {
+    if (busy || done) return;
+    busy = true;
+    sentinel.textContent = 'Loading…';
+    try {
+      const q = params();
+      if (next) q.set('before', next);
+      const page = await get(`/api/events?${q}`);
+      for (const e of page.events) {
+        if (shown.has(e.event)) continue;
+        shown.set(e.event, e.rev);
+        items.append(card(e, false));
+      }
+      showLabels(page.events);
+      next = page.next;
+      done = !next || items.children.length >= KEPT;
+      sentinel.textContent = done ? (items.children.length ? 'That is all.' : 'No events match.') : '';
+    } catch (e) {
+      sentinel.textContent = e.message;
+    }
+    busy = false;
+    // Still on screen after a short page: go on.
+    if (!done && sentinel.getBoundingClientRect().top < innerHeight) more();
+  }
+
+  let fresh = 0;
+  async function poll() {
+    try {
+      const page = await get(`/api/events?${params()}`);
+      const newer = page.events.filter((e) => shown.get(e.event) !== e.rev).reverse();
+      for (const e of newer) {
+        shown.set(e.event, e.rev);
+        items.querySelector(`[data-event="${e.event}"]`)?.remove();
+        items.prepend(card(e, true));
+        fresh++;
+      }
+      while (items.children.length > KEPT) items.lastElementChild.remove();
+      if (newer.length) { news.textContent = `${fresh} new while you were here`; showLabels(newer); }
+    } catch (_) { /* the next poll tries again */ }
+  }
+
+  const observer = new IntersectionObserver((entries) => { if (entries.some((e) => e.isIntersecting)) more(); });
+  observer.observe(sentinel);
+  await more();
+  const timer = setInterval(poll, NEWS_POLL_MS);
+  return () => { clearInterval(timer); observer.disconnect(); };
+}
+
+// The snapshot with the revision's boxes drawn over it (boxes are shares of the picture).
+function annotated(e) {
+  const boxes = h('div.boxes', { 'aria-hidden': 'true' }, ...(e.boxes || []).map((b) => h('span.box', {
+    style: { left: `${b.x * 100}%`, top: `${b.y * 100}%`, width: `${b.w * 100}%`, height: `${b.h * 100}%` } },
+  h('span.box-label', {}, `${b.label || ''}${b.score ? ` ${Math.round(b.score * 100)}%` : ''}`))));
+  return h('div.snapshot', {}, picture(e, true), boxes);
+}
+
+async function detail(view, id) {
+  const data = await get(`/api/events/${encodeURIComponent(id)}`);
+  const revisions = data.revisions;
+  let latest = revisions[revisions.length - 1];
+  const cameras = await listCameras();
+  const camera = cameras.find((c) => c.camera === latest.camera);
+  const main = camera && streamOf(camera, 'main');
+  const postRollUs = ((main && main.post_roll_ms) || 10_000) * 1000;
+  const from = latest.play.from_us;
+  const to = Math.max(latest.end_us || latest.time_us, latest.time_us) + postRollUs;
+  const stage = h('div.event-stage');
+  const meta = h('dl.meta');
+  const revs = h('ol.revisions', { 'aria-label': 'Revisions' });
+  let player = null;
+  const play = h('button.primary', { type: 'button', onclick: async () => {
+    if (!player) {
+      stage.replaceChildren();
+      player = new Player(stage, latest.play.stream, { error: (t) => say(t) });
+      window.keeppeek.player = player;
+      try { await player.start(); } catch (e) { say(e.message); return; }
+    }
+    player.play(from);
+  } }, icon('play'), 'Play from before');
+  const showRev = (r) => {
+    latest = r;
+    if (player) { player.destroy(); player = null; window.keeppeek.player = null; }
+    stage.replaceChildren(annotated(r));
+    meta.replaceChildren(
+      h('dt', {}, 'Camera'), h('dd', {}, h('a', { href: `#/timeline/${encodeURIComponent(r.camera)}?t=${r.time_us}` }, r.camera)),
+      h('dt', {}, 'When'), h('dd', {}, dateTime(r.time_us)),
+      h('dt', {}, 'What'), h('dd', {}, summary(r)),
+      ...(r.text ? [h('dt', {}, 'Text'), h('dd', {}, r.text)] : []),
+      h('dt', {}, 'From'), h('dd', {}, r.from || ''),
+      h('dt', {}, 'Revision'), h('dd', {}, `${r.rev} of ${revisions.length}, received ${time(r.received_us)}`));
+    for (const b of revs.querySelectorAll('button')) b.setAttribute('aria-pressed', String(Number(b.dataset.rev) === r.rev));
+  };
+  revs.append(...revisions.map((r) => h('li', {}, h('button.chip', { type: 'button', 'data-rev': r.rev, onclick: () => showRev(r) },
+    `${r.rev} · ${time(r.received_us)}`))));
+  const clip = h('a.button', { href: `/api/streams/${latest.play.stream}/export.mp4?from_us=${from}&to_us=${to}`, download: '' }, 'Download clip');
+  view.append(h('div.page-head', {}, h('a.back', { href: '#/events', 'aria-label': 'Back to the events' }, icon('back')),
+    h('h1', {}, `${summary(latest)} · ${latest.camera}`)),
+  h('div.event-detail', {}, stage, h('div.event-side', {}, h('div.toolbar', {}, play, clip), meta,
+    h('h2', {}, 'Revisions'), revs)));
+  showRev(latest);
+  return () => { window.keeppeek.player = null; return player && player.destroy(); };
+}
+
+export default {
+  id: 'events', title: 'Events', icon: 'events',
+  mount(view, args, query) { return args[0] ? detail(view, args[0]) : list(view, query); },
+};

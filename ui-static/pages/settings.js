@@ -1,0 +1,104 @@
+// Settings: the cameras and how they record (read here; changed from the browser with the
+// camera settings to come), users and API tokens. Removing asks first; the box's refusals
+// are shown next to the field they name.
+import { h, field, showFieldError, confirmDialog } from '../lib/dom.js';
+import { api, get, request, say, session } from '../lib/api.js';
+import { listCameras } from '../lib/cameras.js';
+import { ago } from '../lib/format.js';
+
+const SCOPES = [['view', 'watch and search'], ['events:write', 'send events'], ['metrics', 'read metrics'], ['admin', 'everything']];
+
+function cameraSection(cameras) {
+  return h('section.card', { 'aria-labelledby': 'cameras-title' }, h('h2', { id: 'cameras-title' }, 'Cameras'),
+    cameras.length ? h('table.plain', {}, h('thead', {}, h('tr', {}, ...['Camera', 'Streams', 'Recording', 'Pre-roll'].map((t) => h('th', { scope: 'col' }, t)))),
+      h('tbody', {}, ...cameras.map((c) => {
+        const main = c.streams.find((s) => s.stream === 'main') || c.streams[0];
+        return h('tr', {}, h('th', { scope: 'row' }, c.camera), h('td', {}, c.streams.map((s) => s.stream).join(', ')),
+          h('td', {}, main.record_mode), h('td', {}, `${Math.round(main.pre_roll_ms / 1000)} s`));
+      }))) : h('p.empty', {}, 'No cameras yet.'),
+    h('p.muted', {}, 'Adding cameras and changing how they record from here comes with the camera settings.'));
+}
+
+// Runs `fn`; a refusal goes next to its field in `form`, or to the page's notice.
+async function submit(form, fn) {
+  try {
+    await fn();
+    for (const e of form.querySelectorAll('.field-error')) e.textContent = '';
+    return true;
+  } catch (e) {
+    if (!showFieldError(form, e.field, e.message)) say(e.message);
+    return false;
+  }
+}
+
+async function usersSection() {
+  const list = h('ul.rows', { 'aria-label': 'Users' });
+  const refresh = async () => {
+    const users = await get('/api/users');
+    list.replaceChildren(...users.map((u) => h('li', {}, h('span', {}, h('strong', {}, u.username), ` · ${u.role}`),
+      u.username === session.user ? h('span.muted', {}, 'you') : h('button.danger', { type: 'button', 'aria-label': `Remove ${u.username}`, onclick: async () => {
+        if (!await confirmDialog(`Remove ${u.username}?`, 'Their sessions end at once.', 'Remove')) return;
+        const r = await request('DELETE', `/api/users/${encodeURIComponent(u.username)}`);
+        if (r.status >= 300) say(r.data ? r.data.message : `refused (${r.status})`);
+        await refresh();
+      } }, 'Remove'))));
+  };
+  const username = h('input', { name: 'username', required: true, autocomplete: 'off' });
+  const password = h('input', { name: 'password', type: 'password', required: true, minLength: 8, autocomplete: 'new-password' });
+  const role = h('select', { name: 'role' }, h('option', { value: 'viewer' }, 'viewer: watch and search'), h('option', { value: 'admin' }, 'admin: everything'));
+  const form = h('form.inline-form', { id: 'user-form' }, field('User name', username), field('Password', password), field('Role', role),
+    h('button', { type: 'submit' }, 'Add user'));
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    if (await submit(form, () => api('POST', '/api/users', { username: username.value, password: password.value, role: role.value }))) {
+      form.reset();
+      await refresh();
+    }
+  });
+  await refresh();
+  return h('section.card', { 'aria-labelledby': 'users-title' }, h('h2', { id: 'users-title' }, 'Users'), list,
+    h('h3', {}, 'Add a user, or set a user’s new password'), form);
+}
+
+async function tokensSection() {
+  const list = h('ul.rows', { 'aria-label': 'API tokens' });
+  const secret = h('div.secret', { role: 'status' });
+  const refresh = async () => {
+    const tokens = await get('/api/tokens');
+    list.replaceChildren(...tokens.map((t) => h('li', {},
+      h('span', {}, h('strong', {}, t.name), ` · ${t.scopes.join(', ')}`, t.created_us ? h('span.muted', {}, ` · made ${ago(t.created_us)}`) : null),
+      h('button.danger', { type: 'button', 'aria-label': `Revoke token ${t.name}`, onclick: async () => {
+        if (!await confirmDialog(`Revoke ${t.name}?`, 'Whatever uses it is refused from now on.', 'Revoke')) return;
+        await request('DELETE', `/api/tokens/${t.id}`);
+        await refresh();
+      } }, 'Revoke'))));
+    if (!tokens.length) list.append(h('li.muted', {}, 'No tokens.'));
+  };
+  const name = h('input', { name: 'name', required: true, autocomplete: 'off' });
+  const boxes = SCOPES.map(([s, text]) => h('label.check', {}, h('input', { type: 'checkbox', value: s, checked: s === 'view' }), ` ${s} `, h('small.muted', {}, text)));
+  const form = h('form.inline-form', { id: 'token-form' }, field('Token name', name),
+    h('fieldset', { name: 'scopes' }, h('legend', {}, 'It may'), ...boxes), h('button', { type: 'submit' }, 'Create token'));
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const scopes = [...form.querySelectorAll('input[type=checkbox]:checked')].map((c) => c.value);
+    let made = null;
+    if (await submit(form, async () => { made = await api('POST', '/api/tokens', { name: name.value, scopes }); })) {
+      const value = h('code.token', {}, made.token);
+      secret.replaceChildren(h('p', {}, `Token “${name.value}”: copy it now, it is not shown again.`), value,
+        h('button', { type: 'button', onclick: () => navigator.clipboard?.writeText(made.token).then(() => say('Copied.', 'ok')) }, 'Copy'));
+      form.reset();
+      await refresh();
+    }
+  });
+  await refresh();
+  return h('section.card', { 'aria-labelledby': 'tokens-title' }, h('h2', { id: 'tokens-title' }, 'API tokens'),
+    h('p.muted', {}, 'For analysis services that send events, and for metrics.'), list, form, secret);
+}
+
+async function mount(view) {
+  const cameras = await listCameras();
+  view.append(h('div.page-head', {}, h('h1', {}, 'Settings')), h('div.cards', {}, cameraSection(cameras), await usersSection(), await tokensSection()));
+  return null;
+}
+
+export default { id: 'settings', title: 'Settings', icon: 'settings', admin: true, mount };

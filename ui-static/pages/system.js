@@ -1,0 +1,91 @@
+// System: the firmware (both slots, the version running, the last update), installing an
+// update with its upload's progress, the support bundle, restart and factory reset, each
+// destructive step confirmed first.
+import { h, confirmDialog } from '../lib/dom.js';
+import { get, request, upload, say } from '../lib/api.js';
+import { bytes } from '../lib/format.js';
+
+function facts(s) {
+  const dl = h('dl.facts', { id: 'system-status' });
+  const row = (k, v) => dl.append(h('dt', {}, k), h('dd', {}, v));
+  if (!s.firmware) {
+    row('Firmware', `not a KeepPeek image (binary ${s.binary_version || '?'})`);
+    return dl;
+  }
+  row('Board', s.board);
+  row('Running', `slot ${s.running_slot}, version ${s.version}`);
+  for (const slot of ['a', 'b']) {
+    const x = s.slots[slot];
+    row(`Slot ${slot.toUpperCase()}`, `${x.version || 'empty'} (${x.good ? 'good' : x.on_trial ? 'on trial' : 'not bootable'})`);
+  }
+  row('Next boot', `slot ${s.next_boot}`);
+  if (s.data) row('Storage', `${bytes(s.data.bytes)}, ${bytes(s.data.free_bytes)} free`);
+  const u = s.last_update;
+  row('Last update', u ? `${u.result}: ${u.version || ''} ${u.detail}` : 'none');
+  if (s.update_key === 'development') row('Update key', 'development key: anyone with the source can sign updates');
+  return dl;
+}
+
+function updateSection() {
+  const file = h('input', { type: 'file', accept: '.bundle', required: true, name: 'bundle', id: 'update-file' });
+  const force = h('input', { type: 'checkbox', id: 'update-force' });
+  const progress = h('progress', { max: 1, value: 0, hidden: true, 'aria-label': 'Upload' });
+  const result = h('p', { role: 'status', id: 'update-result' });
+  const form = h('form', { id: 'update-form' }, h('label.field', {}, h('span.field-label', {}, 'Update bundle'), file),
+    h('label.check', {}, force, ' install an older or the same version'), progress,
+    h('button.primary', { type: 'submit' }, 'Install and restart'), result);
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const f = file.files[0];
+    if (!f) return;
+    progress.hidden = false;
+    result.textContent = `Uploading ${f.name} (${bytes(f.size)})…`;
+    try {
+      const done = await upload(`/api/system/update?reboot=1${force.checked ? '&force=1' : ''}`, f, (share) => {
+        progress.value = share;
+        result.textContent = `Uploading ${f.name}: ${Math.round(share * 100)}%`;
+      });
+      result.textContent = `Installed ${done.version} into slot ${done.slot}; restarting. Reload this page in a minute.`;
+    } catch (err) {
+      result.textContent = `Refused: ${err.message}`;
+    }
+    progress.hidden = true;
+  });
+  return h('section.card', { 'aria-labelledby': 'update-title' }, h('h2', { id: 'update-title' }, 'Update'),
+    h('p.muted', {}, 'A signed update bundle goes into the other slot; the box restarts into it and goes back by itself if it does not come up.'), form);
+}
+
+function maintenanceSection(image) {
+  const keep = [['config', 'the config'], ['recordings', 'recordings, events and accounts']]
+    .map(([v, t]) => h('label.check', {}, h('input', { type: 'checkbox', value: v }), ` keep ${t}`));
+  const reset = h('form', { id: 'reset-form' }, h('fieldset', {}, h('legend', {}, 'Factory reset'), ...keep),
+    h('button.danger', { type: 'submit' }, 'Reset and restart'));
+  reset.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const kept = [...reset.querySelectorAll('input:checked')].map((i) => i.value);
+    const what = kept.length ? `Everything but ${kept.join(' and ')} is erased.` : 'Every recording, event, account and setting is erased.';
+    if (!await confirmDialog('Reset the box?', `${what} This cannot be undone.`, 'Erase and restart')) return;
+    const r = await request('POST', '/api/system/factory-reset', { keep: kept });
+    say(r.status === 202 ? 'Resetting and restarting.' : (r.data && r.data.message) || 'Reset refused', r.status === 202 ? 'ok' : 'error');
+  });
+  const restart = h('button', { type: 'button', id: 'reboot', onclick: async () => {
+    if (!await confirmDialog('Restart the box?', 'Recording stops for about a minute.', 'Restart')) return;
+    const r = await request('POST', '/api/system/reboot');
+    say(r.status === 202 ? 'Restarting: reload this page in a minute.' : (r.data && r.data.message) || 'Restart refused', r.status === 202 ? 'ok' : 'error');
+  } }, 'Restart');
+  return h('section.card', { 'aria-labelledby': 'care-title' }, h('h2', { id: 'care-title' }, 'Maintenance'),
+    h('p', {}, h('a.button', { id: 'support-bundle', href: '/api/system/support-bundle', download: '' }, 'Download a support bundle'),
+      h('span.muted', {}, ' Logs, status and the config with its secrets replaced.')),
+    image ? h('p', {}, restart) : null, image ? reset : null);
+}
+
+async function mount(view) {
+  const s = await get('/api/system');
+  if (s.config_problem) say(s.config_problem);
+  view.append(h('div.page-head', {}, h('h1', {}, 'System')),
+    h('div.cards', {}, h('section.card', { 'aria-labelledby': 'firmware-title' }, h('h2', { id: 'firmware-title' }, 'Firmware'), facts(s)),
+      s.firmware ? updateSection() : null, maintenanceSection(Boolean(s.firmware))));
+  return null;
+}
+
+export default { id: 'system', title: 'System', icon: 'system', admin: true, mount };

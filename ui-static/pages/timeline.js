@@ -1,0 +1,206 @@
+// Timeline: one camera's recordings over a day or down to seconds, with its events, and a
+// player that plays from wherever the timeline is clicked or its playhead dragged. The
+// window follows the present until it is moved; a date picker goes to other days.
+import { h } from '../lib/dom.js';
+import { get, say } from '../lib/api.js';
+import { listCameras, streamOf } from '../lib/cameras.js';
+import { US, nowUs, dateInput, fromDateInput, dateTime, duration } from '../lib/format.js';
+import { Player } from '../lib/player.js';
+import { Timeline, SPAN_MAX_US } from '../lib/timeline.js';
+
+// The events asked for at once, and the most kept for one window.
+const EVENTS_PAGE = 200;
+const EVENTS_KEPT = 2000;
+const FOLLOW_MS = 3000;
+// Live notices a page keeps (it may stay open for days).
+const NOTICES_KEPT = 500;
+
+export function runsOf(data, mode) {
+  const kind = mode === 'events' ? 'event' : 'recorded';
+  return data.runs.map((r) => ({ start_us: r.start_us, end_us: r.end_us, kind }));
+}
+
+async function eventsIn(camera, from, to) {
+  const out = [];
+  let before = null;
+  while (out.length < EVENTS_KEPT) {
+    const q = new URLSearchParams({ camera, from_us: String(Math.floor(from)), to_us: String(Math.ceil(to)), limit: String(EVENTS_PAGE) });
+    if (before) q.set('before', before);
+    const page = await get(`/api/events?${q}`);
+    out.push(...page.events);
+    if (!page.next) break;
+    before = page.next;
+  }
+  return out.reverse();
+}
+
+async function mount(view, args, query) {
+  const cameras = await listCameras();
+  if (!cameras.length) { view.append(h('h1', {}, 'Timeline'), h('p.empty', {}, 'No cameras yet.')); return null; }
+  const camera = cameras.find((c) => c.camera === args[0]) || cameras[0];
+  const name = camera.camera;
+  const main = streamOf(camera, 'main') || camera.streams[0];
+  const stream = `${name}/${main.stream}`;
+  const preRollUs = (main.pre_roll_ms || 0) * 1000;
+
+  const picker = h('nav.chips', { 'aria-label': 'Camera' }, ...cameras.map((c) => h('a.chip', {
+    href: `#/timeline/${encodeURIComponent(c.camera)}`, 'aria-current': c.camera === name ? 'true' : null }, c.camera)));
+  const date = h('input', { type: 'date', 'aria-label': 'Day', value: dateInput(nowUs()), max: dateInput(nowUs()) });
+  const labelsBox = h('div.chips.labels', { role: 'group', 'aria-label': 'Show events labelled' });
+  const spanText = h('span.muted.tl-span');
+  const exportLink = h('a.button', { download: '' }, 'Download window');
+  const toolbar = h('div.toolbar', {},
+    h('button', { type: 'button', 'aria-label': 'Zoom out', title: 'Zoom out (−)', onclick: () => tl.zoom(2, tl.position ?? undefined) }, '−'),
+    h('button', { type: 'button', 'aria-label': 'Zoom in', title: 'Zoom in (+)', onclick: () => tl.zoom(0.5, tl.position ?? undefined) }, '+'),
+    h('button', { type: 'button', onclick: () => followNow() }, 'Now'),
+    date, spanText, exportLink);
+  const stage = h('div.tl-stage');
+  const box = h('div.tl-player');
+  const lane = h('div.tl-lane');
+  stage.append(box, lane);
+  view.append(h('div.page-head', {}, h('h1', {}, 'Timeline'), picker), stage, toolbar, labelsBox);
+
+  let following = !query.get('t');
+  let loaded = { from: 0, to: 0 };
+  let loading = null;
+  const player = new Player(box, stream, {
+    position: (us) => {
+      const was = tl.position;
+      tl.setPosition(us);
+      // Playback ran off the window's end: the window moves on with it (not when a person
+      // moved the window away from the playhead).
+      if (us !== null && was !== null && !following && was >= tl.from && was <= tl.to && us > tl.to) {
+        tl.setWindow(us - tl.span * 0.1, us + tl.span * 0.9);
+      }
+    },
+    event: (n) => notice(n),
+    message: (m) => { if (m.subscribed) lane.dataset.subscribed = String(m.subscribed.cameras.length > 0); },
+    error: (t) => say(t),
+  });
+  window.keeppeek.player = player;
+  const seek = (at) => {
+    const t = Math.min(at, nowUs());
+    tl.setPosition(t);
+    following = false;
+    player.play(t);
+  };
+  const tl = new Timeline(lane, {
+    seek: (at, final) => { if (final || player.stored) seek(at); },
+    event: (e) => seek(e.time_us - preRollUs),
+    window: (from, to, byUser) => {
+      if (byUser) following = false;
+      spanText.textContent = `${dateTime(from)} – ${duration(to - from)}`;
+      exportLink.href = `/api/streams/${stream}/export.mp4?from_us=${Math.floor(from)}&to_us=${Math.ceil(Math.min(to, nowUs()))}`;
+      load();
+    },
+    step: (dir) => {
+      const jump = Math.max(US.s, tl.span / 50);
+      const from = tl.position ?? nowUs();
+      if (dir > 0 && player.paused) player.send({ step: {} });
+      else seek(from + dir * jump);
+    },
+    pause: () => player.togglePause(),
+    live: () => { player.live(); followNow(); },
+  });
+  window.keeppeek.timeline = tl;
+  const narrow = matchMedia('(max-width: 700px)');
+  const orient = () => tl.setVertical(narrow.matches);
+  orient();
+  narrow.addEventListener('change', orient);
+
+  // Runs and events of the window and a window either side, fetched again when the window
+  // leaves what was fetched.
+  async function load(force = false) {
+    const [from, to] = [tl.from, tl.to];
+    if (!force && from >= loaded.from && to <= loaded.to) return;
+    if (loading) { loading.again = true; return; }
+    loading = { again: false };
+    const want = { from: from - tl.span, to: Math.min(to + tl.span, nowUs() + tl.span) };
+    try {
+      const q = `from_us=${Math.floor(want.from)}&to_us=${Math.ceil(want.to)}`;
+      const [runs, events] = await Promise.all([
+        get(`/api/streams/${stream}/recordings?${q}`).catch((e) => (e.status === 404 ? { runs: [] } : Promise.reject(e))),
+        eventsIn(name, want.from, want.to),
+      ]);
+      tl.setRuns(runsOf(runs, main.record_mode));
+      tl.setEvents(events.map((e) => ({ ...e, time_us: e.time_us })));
+      labels(events);
+      loaded = want;
+    } catch (e) {
+      say(e.message);
+    }
+    const again = loading.again;
+    loading = null;
+    if (again) load();
+  }
+
+  const active = new Set();
+  function labels(events) {
+    const all = new Set(events.flatMap((e) => e.labels || []));
+    for (const l of active) all.add(l);
+    labelsBox.replaceChildren(...[...all].sort().map((l) => h('button.chip', {
+      type: 'button', 'aria-pressed': String(active.has(l)),
+      onclick: (e) => {
+        if (active.has(l)) active.delete(l); else active.add(l);
+        e.currentTarget.setAttribute('aria-pressed', String(active.has(l)));
+        tl.setLabels(active);
+      } }, l)));
+    if (all.size) labelsBox.prepend(h('span.muted', {}, 'Labels:'));
+  }
+
+  function followNow() {
+    following = true;
+    const now = nowUs();
+    const span = Math.min(tl.span, SPAN_MAX_US);
+    tl.setWindow(now - span * 0.9, now + span * 0.1);
+    date.value = dateInput(now);
+  }
+
+  date.addEventListener('change', () => {
+    if (!date.value) return;
+    following = false;
+    const start = fromDateInput(date.value);
+    tl.setWindow(start, start + US.day, true);
+  });
+
+  const t = Number(query.get('t'));
+  if (t) tl.setWindow(t - 5 * US.min, t + 5 * US.min); else { tl.setWindow(nowUs() - US.h, nowUs()); followNow(); }
+  const tick = setInterval(() => {
+    const now = nowUs();
+    tl.setNow(now);
+    if (following) { tl.setWindow(now - tl.span * 0.9, now + tl.span * 0.1); load(true); }
+  }, FOLLOW_MS);
+  tl.setNow(nowUs());
+
+  // Events of this camera arrive on the control channel as they are stored (each revision),
+  // and join the timeline.
+  const notices = [];
+  window.keeppeek.notices = notices;
+  function notice(n) {
+    const e = { event: n.id, rev: n.rev, camera: n.camera, time_us: n.time_us, labels: n.labels, score: n.score, text: n.text,
+      snapshot: n.snapshot_url ? { url: n.snapshot_url } : null };
+    notices.push(e);
+    if (notices.length > NOTICES_KEPT) notices.shift();
+    const list = tl.events.filter((x) => x.event !== e.event);
+    const at = list.findIndex((x) => x.time_us > e.time_us);
+    list.splice(at < 0 ? list.length : at, 0, e);
+    tl.setEvents(list.slice(-EVENTS_KEPT));
+  }
+
+  try {
+    await player.start();
+    player.send({ subscribe_events: { cameras: [name] } });
+    if (t) seek(t);
+  } catch (e) {
+    player.state.textContent = `${e.message}: the timeline still shows what was recorded.`;
+  }
+  return () => {
+    clearInterval(tick);
+    narrow.removeEventListener('change', orient);
+    window.keeppeek.player = null;
+    window.keeppeek.timeline = null;
+    return player.destroy();
+  };
+}
+
+export default { id: 'timeline', title: 'Timeline', icon: 'timeline', mount };

@@ -216,7 +216,8 @@ fn ui_table(control_js: &str) {
         let bytes = std::fs::read(raw).expect("read a UI file");
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
         gz.write_all(&bytes).expect("gzip in memory");
-        let gz_path = out.join(format!("{}.gz", name.replace('/', "_")));
+        let gz_path = out.join(format!("{name}.gz"));
+        std::fs::create_dir_all(gz_path.parent().expect("in OUT_DIR/ui")).expect("create OUT_DIR/ui/…");
         std::fs::write(&gz_path, gz.finish().expect("gzip in memory")).expect("write OUT_DIR/ui");
         let path = if name == "index.html" { "/".to_string() } else { format!("/{name}") };
         table.push_str(&format!(

@@ -174,6 +174,20 @@ mod tests {
         assert!(fail(&ExportError::Empty).headers().get(http::header::RETRY_AFTER).is_none());
     }
 
+    #[test]
+    fn a_refused_field_is_named_in_the_answer() {
+        let body = |e: &AuthError| {
+            let r = fail(e);
+            let bytes =
+                futures::executor::block_on(http_body_util::BodyExt::collect(r.into_body())).unwrap().to_bytes();
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap()
+        };
+        let v = body(&crate::auth::check_password("short").unwrap_err());
+        assert_eq!((v["code"].as_str(), v["field"].as_str()), (Some("invalid"), Some("password")), "{v}");
+        assert_eq!(body(&crate::auth::check_name("Ann!").unwrap_err())["field"], "username");
+        assert!(body(&AuthError::BadCredentials).get("field").is_none(), "a wrong password names no field");
+    }
+
     /// The codes a refused update bundle is answered with, by the kind of refusal the
     /// bundle's own tests see for each way a bundle can be wrong.
     #[test]

@@ -108,7 +108,7 @@ test('events reach a subscribed browser live, survive kill -9, are reviewed and 
   await waitFor('the new event at the top', async () => (await page.locator('.event-card').first().getAttribute('data-event')) === '2');
   assert.match(await page.locator('.event-card').first().getAttribute('class'), /fresh/);
   assert.match(await page.locator('.news').innerText(), /1 new/);
-  await page.screenshot({ path: join(shots, 'events-desktop.png') });
+  await page.screenshot({ path: join(shots, 'events-review.png') });
   await checkA11y(page, 'the events page');
 
   // Filter by label: the chip for "cat" leaves only the cat, and the URL says so.
@@ -117,7 +117,7 @@ test('events reach a subscribed browser live, survive kill -9, are reviewed and 
     && (await page.locator('.event-card').first().getAttribute('data-event')) === '2');
   assert.match(page.url(), /#\/events\?label=cat/);
   await page.setViewportSize(PHONE);
-  await page.screenshot({ path: join(shots, 'events-phone.png') });
+  await page.screenshot({ path: join(shots, 'events-review-phone.png') });
   await checkNoSideScroll(page, 'the events page at 390 px');
   await page.setViewportSize(DESKTOP);
 

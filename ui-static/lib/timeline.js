@@ -211,7 +211,9 @@ export class Timeline {
       this.place(el, x, x + (this.vertical ? a - b : b - a));
       el.className = count > 1 ? 'tl-marker cluster' : 'tl-marker';
       el.textContent = count > 1 ? String(count) : '';
-      el.dataset.first = String(first);
+      // The cluster's events by time (not by index: the drawing must not depend on events
+      // outside the window).
+      el.dataset.from = String(events[first].time_us);
       el.dataset.count = String(count);
       if (events[first].time_us >= this.from && events[first].time_us <= this.to) inWindow += count;
       i++;
@@ -321,7 +323,7 @@ export class Timeline {
   click(target, at) {
     const marker = target.closest && target.closest('.tl-marker');
     if (marker) {
-      const first = Number(marker.dataset.first);
+      const first = lowerBound(this.shown, Number(marker.dataset.from), (e) => e.time_us);
       const count = Number(marker.dataset.count);
       if (count === 1) { if (this.on.event) this.on.event(this.shown[first]); return; }
       // A cluster: zoom to show its events apart.

@@ -45,9 +45,11 @@ async function show() {
     try { await cleanup?.(); } catch (_) { /* the page is going anyway */ }
   }
   say('');
-  const view = $('#view');
-  view.replaceChildren();
-  view.dataset.page = page.id;
+  // Each page draws into an element of its own: a page left while it was still being drawn
+  // (two quick clicks) takes its drawing away with it.
+  const view = h('div.page');
+  $('#view').replaceChildren(view);
+  $('#view').dataset.page = page.id;
   for (const a of document.querySelectorAll('#nav a')) {
     if (a.dataset.page === page.id) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
   }
@@ -61,7 +63,10 @@ async function show() {
     if (e instanceof ApiError && e.status === 401) return start();
   }
   // A page that was left while it was being mounted cleans up at once.
-  if (current !== mine && mine.cleanup) mine.cleanup();
+  if (current !== mine) {
+    view.remove();
+    if (mine.cleanup) mine.cleanup();
+  }
 }
 
 window.addEventListener('hashchange', show);

@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { repo, shots, startLiveKeeppeek, launchChromium, newPage, waitFor, go, setUpAdmin, logIn, checkA11y, checkNoSideScroll,
-  PHONE, DESKTOP } from './harness.mjs';
+  fileCamera, PHONE, DESKTOP } from './harness.mjs';
 
 const BOUNDARY = 'kp-ui-boundary';
 
@@ -150,5 +150,57 @@ test('events reach a subscribed browser live, survive kill -9, are reviewed and 
   assert.ok(position <= from + 600_000 && position >= from - 1_200_000,
     `plays from the keyframe at or before the pre-roll: ${(position - from) / 1e6} s from event - 3 s`);
   await page.screenshot({ path: join(shots, 'events-play.png') });
+  assert.deepEqual(page.errors, []);
+});
+
+test('the events list pages as it is scrolled, and filters by camera, time and words', async (t) => {
+  const cameras = ['porch', 'yard'].flatMap((n) => fileCamera(n, { lines: ['record = "events"', 'pre_roll_s = 0', 'post_roll_s = 0'] }));
+  const box = await startLiveKeeppeek(t, [], [], cameras);
+  const browser = await launchChromium(t);
+  const page = await newPage(browser);
+  await setUpAdmin(page, box.base, 2);
+  const token = await makeToken(page, ['events:write']);
+  // 70 events over the last 70 minutes, every 7th on the yard and an old one of last week.
+  const now = Date.now() * 1000;
+  const send = async (envelope) => {
+    const r = await fetch(`${box.base}/api/events`, { method: 'POST', body: JSON.stringify(envelope),
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' } });
+    assert.equal(r.status, 201, await r.text());
+  };
+  for (let i = 0; i < 70; i++) {
+    await send({ camera: i % 7 ? 'porch' : 'yard', time_us: now - i * 60e6, labels: [i % 2 ? 'car' : 'person'], text: `number ${i}`, record: false });
+  }
+  await send({ camera: 'porch', time_us: now - 6 * 86400e6, labels: ['fox'], text: 'a fox at night', record: false });
+
+  // 30 at first; scrolled to the end, the next pages come.
+  await go(page, '#/events', '.event-card');
+  const cards = page.locator('.event-card');
+  await waitFor('the first page', async () => (await cards.count()) === 30);
+  for (const want of [60, 71]) {
+    await page.evaluate(() => window.scrollTo(0, document.body.scrollHeight));
+    await waitFor(`${want} events`, async () => (await cards.count()) === want);
+  }
+  await waitFor('the end', async () => (await page.locator('.more').innerText()) === 'That is all.');
+  assert.equal(await cards.last().getAttribute('data-time-us'), String(now - 6 * 86400e6), 'oldest last');
+
+  // Filters: the yard (10 events); the last hour (60 of 71); words.
+  await page.click('.filters button.chip:has-text("yard")');
+  await waitFor('the yard only', async () => (await cards.count()) === 10);
+  await page.click('.filters button.chip:has-text("All cameras")');
+  await page.click('.filters button.chip:has-text("Last hour")');
+  await waitFor('the last hour\'s first page', async () => (await cards.count()) === 30 && /time=/.test(page.url()));
+  // Scrolled on to the end (the box tells the end by an empty page after a full one).
+  await waitFor('the last hour', async () => {
+    await page.evaluate(() => window.scrollTo(0, document.body.scrollHeight));
+    return (await cards.count()) === 60 && (await page.locator('.more').innerText()) === 'That is all.';
+  });
+  await page.click('.filters button.chip:has-text("Any time")');
+  await page.fill('.search input', 'fox');
+  await page.press('.search input', 'Enter');
+  await waitFor('the fox', async () => (await cards.count()) === 1 && /a fox at night/.test(await cards.first().innerText()));
+  assert.match(page.url(), /q=fox/);
+  // Reload keeps the filter (it is in the URL).
+  await page.reload();
+  await waitFor('the fox after a reload', async () => (await cards.count()) === 1);
   assert.deepEqual(page.errors, []);
 });

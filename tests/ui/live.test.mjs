@@ -232,6 +232,14 @@ test('live wall: six cameras decode, and tiles scrolled away give their sessions
   }
   await page.screenshot({ path: join(shots, 'live-wall.png') });
 
+  // A double click makes a tile full screen; Escape leaves it.
+  await page.dblclick('.tile[data-camera=gate] video');
+  await waitFor('the tile full screen', () => page.evaluate(() => document.fullscreenElement?.dataset.camera === 'gate'));
+  await page.keyboard.press('Escape');
+  await page.evaluate(() => document.fullscreenElement && document.exitFullscreen());
+  await waitFor('back from full screen', () => page.evaluate(() => !document.fullscreenElement));
+  assert.match(page.url(), /#\/live$/, 'the double click did not open the camera');
+
   // On a phone the wall is one column: the tiles below the fold give their sessions back;
   // scrolled to the end, the first tiles do, and those now in view take one.
   const holding = () => page.locator('.tile[data-session]').evaluateAll((ts) => ts.map((x) => x.dataset.camera).sort().join());

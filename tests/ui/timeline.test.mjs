@@ -125,6 +125,34 @@ test('timeline: click plays the frame recorded then, drag seeks, zoom and pan, l
   await page.click('.labels button:has-text("car")');
   await waitFor('only the cars', async () => Number(await page.locator('.tl-track').getAttribute('data-events')) === 2);
   await page.screenshot({ path: join(shots, 'timeline-desktop.png') });
+
+  // Keys on the focused timeline: space pauses and plays, L goes live, ← plays from a step
+  // before the playhead (from now, when live).
+  const state = (k) => page.locator('.player-state').getAttribute(`data-${k}`);
+  await page.focus('.tl-track');
+  const pausedBefore = await state('paused');
+  await page.keyboard.press(' ');
+  await waitFor('space toggles the pause', async () => (await state('paused')) !== pausedBefore);
+  await page.keyboard.press('l');
+  await waitFor('L goes live', async () => (await state('mode')) === 'live');
+  const pressed = Date.now() * 1000;
+  await page.keyboard.press('ArrowLeft');
+  await waitFor('← plays from before now', async () => (await state('mode')) === 'stored' && (await position()) > 0);
+  assert.ok((await position()) < pressed, 'from before the key was pressed');
+
+  // The date picker: yesterday, the whole day.
+  const [yesterday, midnight] = await page.evaluate(() => {
+    const d = new Date();
+    d.setDate(d.getDate() - 1);
+    d.setHours(0, 0, 0, 0);
+    const p = (n) => String(n).padStart(2, '0');
+    return [`${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}`, d.getTime() * 1000];
+  });
+  await page.fill('.toolbar input[type=date]', yesterday);
+  await waitFor('yesterday in view', async () => {
+    const w = await track(page);
+    return Math.abs(w.from - midnight) < 1000 && Math.abs(w.span - 86400e6) < 1000;
+  });
   assert.deepEqual(page.errors, []);
 
   // A phone: the timeline stands up, newest at the top, and is used by touch.

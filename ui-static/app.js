@@ -2,7 +2,7 @@
 // signs the person in (first-time setup or login) and routes the URL hash to a page:
 // #/live, #/timeline/porch, #/events/12 … so Back, reload and links work.
 import { h, $, field, showFieldError } from './lib/dom.js';
-import { request, session, say, ApiError } from './lib/api.js';
+import { request, session, say, clearSay, ApiError } from './lib/api.js';
 import { closeAll } from './lib/whep.js';
 import { icon } from './lib/icons.js';
 import live from './pages/live.js';
@@ -17,6 +17,8 @@ const PAGES = [live, timeline, events, health, settings, system];
 window.keeppeek = { pages: PAGES.map((p) => p.id) };
 
 let current = null;
+// Counts navigations: a show() overtaken by a newer one while it waited stops there.
+let navigation = 0;
 
 function nav() {
   const links = PAGES.filter((p) => !p.admin || session.role === 'admin')
@@ -39,12 +41,14 @@ async function show() {
   if (!session.user) return;
   const r = route();
   const page = PAGES.find((p) => p.id === r.id && (!p.admin || session.role === 'admin')) || live;
+  const mine = { page, navigation: ++navigation };
   if (current) {
+    // Not awaited: the page's sessions are given back (DELETE) while the next one draws.
     const cleanup = current.cleanup;
     current = null;
-    try { await cleanup?.(); } catch (_) { /* the page is going anyway */ }
+    Promise.resolve().then(cleanup).catch(() => { /* the page is going anyway */ });
   }
-  say('');
+  clearSay();
   // Each page draws into an element of its own: a page left while it was still being drawn
   // (two quick clicks) takes its drawing away with it.
   const view = h('div.page');
@@ -54,7 +58,6 @@ async function show() {
     if (a.dataset.page === page.id) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
   }
   document.title = `${page.title} · KeepPeek`;
-  const mine = { page };
   current = mine;
   try {
     mine.cleanup = await page.mount(view, r.args, r.query);
@@ -70,6 +73,12 @@ async function show() {
 }
 
 window.addEventListener('hashchange', show);
+
+// The skip link moves focus to the page instead of changing the route.
+document.querySelector('.skip').addEventListener('click', (e) => {
+  e.preventDefault();
+  $('#view').focus();
+});
 
 function signIn(kind) {
   const setup = kind === 'setup';

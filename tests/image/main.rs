@@ -2,7 +2,8 @@
 //! booted by U-Boot and GRUB as the reference board boots), driven from the host over a
 //! forwarded port: boot to a healthy `/healthz`, a camera served from the host recorded
 //! across reboots, and a whole A/B cycle: refusals that leave the running slot alone, a
-//! good update that boots and is marked good, a broken one that rolls back by itself, and
+//! good update (installed from the web face in Chromium) that boots and is marked good, a
+//! broken one that rolls back by itself, and
 //! a power cut during the slot write that still boots the old slot.
 //!
 //! The image is built by `tools/image.sh` (tools/test.sh runs it first); this test fails
@@ -334,13 +335,27 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
     assert_eq!((s["running_slot"].as_str(), s["next_boot"].as_str()), (Some("a"), Some("a")), "{s}");
     assert_eq!(s["last_update"]["result"], "failed");
 
-    // ---- a good update: slot B boots once, passes its check, is marked good ---------------
+    // ---- a good update, installed from the web face's System page in Chromium (the upload's
+    // progress shown as it goes): slot B boots once, passes its check, is marked good --------
     let good = bundle(work, "good", "9.1.0", "qemu-virt", &dev_key, |_| {});
     let t = Instant::now();
-    let (code, answer) = upload(&vm, &token, &good, "?reboot=1");
+    let out = Command::new("node")
+        .arg(repo().join("tests/ui/image-update.mjs"))
+        .arg(format!("http://127.0.0.1:{}", vm.http))
+        .arg(&good)
+        .output()
+        .expect("node runs the browser");
+    assert!(out.status.success(), "the browser's update: {}", String::from_utf8_lossy(&out.stderr));
     let answered_us = common::wall_us();
-    assert_eq!(code, 200, "{answer}");
-    assert_eq!((answer["slot"].as_str(), answer["rebooting"].as_bool()), (Some("b"), Some(true)));
+    let browser: Value = serde_json::from_slice(&out.stdout).expect("the browser's update prints JSON");
+    let result = browser["result"].as_str().unwrap_or_default();
+    assert!(result.starts_with("Installed 9.1.0 into slot b"), "{browser}");
+    assert_eq!(browser["errors"], serde_json::json!([]), "{browser}");
+    let shown: Vec<f64> = browser["progress"].as_array().unwrap().iter().filter_map(Value::as_f64).collect();
+    assert!(
+        shown.iter().any(|&p| p > 0.0 && p < 1.0) && shown.iter().any(|&p| p >= 1.0),
+        "the progress bar rose while the bundle went up: {browser}"
+    );
     figures.push(format!("update_install_ms {}", t.elapsed().as_millis()));
     figures.push(format!("bundle_bytes {}", std::fs::metadata(&good).unwrap().len()));
     let back = wait_system(&mut vm, &token, Duration::from_secs(120), |s| s["running_slot"] == "b");

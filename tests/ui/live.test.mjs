@@ -8,22 +8,23 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { shots, startLiveKeeppeek, launchChromium, newPage, waitFor, sleep, go, setUpAdmin, sessionCounter, readBarcode,
-  countFrames, fileCamera, PHONE } from './harness.mjs';
+import { shots, startLiveKeeppeek, launchChromium, newPage, waitFor, sleep, go, setUpAdmin, logIn, sessionCounter, readBarcode,
+  countFrames, fileCamera, waitConnected, PHONE } from './harness.mjs';
 
 // keeppeek with live view, and a page logged in as the first admin once the cameras are up.
 async function liveBox(t, { cameras = null, streams = 1, page: options = {} } = {}) {
-  const { base } = await startLiveKeeppeek(t, [], [], cameras);
+  const box = await startLiveKeeppeek(t, [], [], cameras);
+  const { base } = box;
   const browser = await launchChromium(t);
   const page = await newPage(browser, options);
   await setUpAdmin(page, base, streams);
-  return { base, page, errors: page.errors, browser };
+  return { base, page, errors: page.errors, browser, box };
 }
 
 const VIDEO = '.player-video';
 
 test('live view: frames decode, the counter advances, closing the page frees the session', async (t) => {
-  const { base, page, errors } = await liveBox(t);
+  const { base, page, errors, box } = await liveBox(t);
   const sessionsOpen = await sessionCounter(page, base);
 
   // The wall's tile, by keyboard: its link opens the camera.
@@ -48,6 +49,21 @@ test('live view: frames decode, the counter advances, closing the page frees the
   assert.ok(advanced >= 15 && advanced <= 45, `the counter went from ${a} to ${b}`);
   assert.ok(framesB - framesA >= 20, `${framesB - framesA} frames shown in 2 s`);
   console.log(`live view: first frame ${firstFrameMs} ms after the key press; counter ${a} → ${b}`);
+
+  // The box goes away (kill -9): the page says the live view stopped and offers to try
+  // again; once the box is back, trying again shows live video.
+  const lostAt = Date.now();
+  await box.kill9();
+  await page.locator('.player-state .retry').waitFor({ timeout: 20000 });
+  assert.match(await page.locator('.player-state').textContent(), /Live view stopped/);
+  console.log(`live view: the loss shown ${Date.now() - lostAt} ms after the box went away`);
+  await box.restart();
+  await logIn(page, base);
+  await waitConnected(page, 1);
+  await go(page, '#/live/porch', VIDEO);
+  const again = await countFrames(page, VIDEO);
+  await waitFor('frames after the restart', async () => (await again()) > 0, 30000);
+  await waitFor('one session again', async () => (await sessionsOpen()) === 1);
 
   // Closing the page ends the session on the server.
   await page.close();
@@ -244,7 +260,9 @@ test('live wall: six cameras decode, and tiles scrolled away give their sessions
   // scrolled to the end, the first tiles do, and those now in view take one.
   const holding = () => page.locator('.tile[data-session]').evaluateAll((ts) => ts.map((x) => x.dataset.camera).sort().join());
   await page.setViewportSize(PHONE);
-  assert.equal(await page.locator('.wall').evaluate((w) => getComputedStyle(w).gridTemplateColumns.split(' ').length), 1);
+  // (The window leaves full screen and takes the new size over a few frames.)
+  await waitFor('one column on a phone', async () => (await page.locator('.wall')
+    .evaluate((w) => getComputedStyle(w).gridTemplateColumns.split(' ').length)) === 1);
   await waitFor('the tiles below the fold released', async () => (await holding()) === 'door,drive,gate,porch'
     && (await sessionsOpen()) === 4, 10000);
   await page.screenshot({ path: join(shots, 'live-wall-phone.png') });

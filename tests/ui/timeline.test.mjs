@@ -63,6 +63,20 @@ test('timeline: click plays the frame recorded then, drag seeks, zoom and pan, l
 
   await go(page, '#/timeline/porch', '.tl-track');
   await page.waitForFunction(() => keeppeek.player && keeppeek.player.session && keeppeek.player.session.channel.readyState === 'open');
+  // Following the present, only the newest stretch is fetched again: the newest run grows
+  // and stays one run.
+  const newest = () => page.evaluate(() => { const r = keeppeek.timeline.runs; return [r.length, r.length ? r[r.length - 1].end_us : 0]; });
+  await waitFor('runs drawn', async () => (await newest())[0] > 0);
+  const [count0, end0] = await newest();
+  await waitFor('the newest run grew', async () => (await newest())[1] > end0 + 2e6, 15000);
+  assert.equal((await newest())[0], count0, 'the tail fetched joined the newest run');
+  assert.deepEqual(await page.evaluate(async () => {
+    const { mergeTail } = await import('/pages/timeline.js');
+    const r = (a, b) => ({ start_us: a, end_us: b, kind: 'recorded' });
+    return [mergeTail([r(0, 10), r(20, 30)], [r(25, 40), r(50, 60)]), mergeTail([r(0, 10)], []), mergeTail([r(0, 10)], [r(20, 30)])];
+  }), [[{ start_us: 0, end_us: 10, kind: 'recorded' }, { start_us: 20, end_us: 40, kind: 'recorded' }, { start_us: 50, end_us: 60, kind: 'recorded' }],
+    [{ start_us: 0, end_us: 10, kind: 'recorded' }],
+    [{ start_us: 0, end_us: 10, kind: 'recorded' }, { start_us: 20, end_us: 30, kind: 'recorded' }]]);
   // The recording's first 30 s in view.
   await page.evaluate((s) => keeppeek.timeline.setWindow(s - 5e6, s + 25e6, true), start);
   await waitFor('runs and markers drawn', async () => Number(await page.locator('.tl-track').getAttribute('data-events')) === 3);

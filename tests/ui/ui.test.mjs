@@ -55,6 +55,16 @@ test('setup, every page at both sizes, export, users, support bundle and logout'
       await checkA11y(page, `${name} at ${size.width} px, ${scheme}`);
     }
   }
+  // Between a phone and a desktop (a tablet, a narrow window) the top bar still fits: the
+  // navigation does not run under the Log out button.
+  for (const width of [702, 760, 820, 900, 1000, 1100]) {
+    await page.setViewportSize({ width, height: 800 });
+    const [navRight, logoutLeft, barScroll, barWidth] = await page.evaluate(() => [
+      document.querySelector('#nav').getBoundingClientRect().right, document.querySelector('#logout').getBoundingClientRect().left,
+      document.querySelector('.topbar').scrollWidth, document.querySelector('.topbar').clientWidth]);
+    assert.ok(navRight <= logoutLeft && barScroll <= barWidth, `the top bar at ${width} px: navigation to ${navRight}, Log out from ${logoutLeft}`);
+    if (width === 760) await page.screenshot({ path: join(shots, 'topbar-760.png'), clip: { x: 0, y: 0, width, height: 120 } });
+  }
   await page.setViewportSize(DESKTOP);
   await page.emulateMedia({ colorScheme: 'light' });
 

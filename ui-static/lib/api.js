@@ -63,3 +63,16 @@ export function say(text, kind = 'error') {
   m.textContent = text || '';
   m.dataset.kind = kind;
 }
+
+// A notice said just before a page sends the browser elsewhere stays for the next page.
+let keep = false;
+export function sayThenGo(text, hash) {
+  say(text);
+  keep = true;
+  location.hash = hash;
+}
+
+// A new page starts with no notice, unless the last one sent it there with one.
+export function clearSay() {
+  if (keep) keep = false; else say('');
+}

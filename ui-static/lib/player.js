@@ -13,6 +13,7 @@ export class Player {
     this.stream = stream;
     this.on = on;
     this.session = null;
+    this.destroyed = false;
     this.stored = false;
     this.paused = false;
     this.video = h('video.player-video', { muted: true, autoplay: true, playsInline: true, 'aria-label': `${stream}, live` });
@@ -36,12 +37,31 @@ export class Player {
     root.append(this.root);
   }
 
+  // Connects; a player destroyed meanwhile closes what it opened. When the connection is
+  // lost later, `on.lost(why)` is told (the page offers to try again).
   async start() {
+    if (this.session) await this.session.close();
+    this.session = null;
     this.state.textContent = `Connecting to ${this.stream}…`;
-    this.session = await WhepSession.open(this.stream, this.video, { control: true, onMessage: (m) => this.message(m) });
-    await this.session.opened;
+    const s = await WhepSession.open(this.stream, this.video, { control: true, onMessage: (m) => this.message(m) });
+    if (this.destroyed) { s.close(); throw new Error('closed'); }
+    this.session = s;
+    s.onLost = (why) => { if (this.session === s && this.on.lost) this.on.lost(why); };
+    try {
+      await s.opened;
+    } catch (e) {
+      if (this.session === s) this.session = null;
+      s.close();
+      throw e;
+    }
+    if (this.destroyed) throw new Error('closed');
     this.state.textContent = '';
     return this;
+  }
+
+  // Offers to connect again after `message` (a failed start or a lost connection).
+  offerRetry(message, retry) {
+    this.state.replaceChildren(`${message}. `, h('button.retry', { type: 'button', onclick: retry }, 'Try again'));
   }
 
   send(command) { return this.session ? this.session.send(command) : false; }
@@ -95,6 +115,7 @@ export class Player {
   }
 
   destroy() {
+    this.destroyed = true;
     if (document.fullscreenElement === this.frame) document.exitFullscreen().catch(() => {});
     const s = this.session;
     this.session = null;

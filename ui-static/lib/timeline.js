@@ -166,13 +166,16 @@ export class Timeline {
     // Ticks with labels: a step that leaves ~90 px (horizontal) or ~44 px (vertical) each.
     const room = (this.vertical ? 44 : 90) * usPerPx;
     const step = TICK_STEPS_US.find((s) => s >= room) || TICK_STEPS_US[TICK_STEPS_US.length - 1];
-    const offset = new Date().getTimezoneOffset() * 60e6;
+    // The zone's offset at each tick: a window across a daylight-saving change still marks
+    // local midnight.
+    const offsetAt = (t) => new Date(t / 1000).getTimezoneOffset() * 60e6;
+    const offset = offsetAt(lo);
     this.ticks.begin();
     for (let t = Math.ceil((lo - offset) / step) * step + offset; t <= hi; t += step) {
       const el = this.ticks.next();
       const [a] = span(t, t);
       this.place(el, a, a);
-      const midnight = (t - offset) % US.day === 0;
+      const midnight = (t - offsetAt(t)) % US.day === 0;
       el.textContent = midnight && step >= US.h ? day(t) : time(t, step < US.min);
       el.classList.toggle('major', midnight);
     }
@@ -230,9 +233,13 @@ export class Timeline {
     if (p !== null) {
       const [a] = span(p, p);
       this.place(this.playhead, a, a);
-      this.track.setAttribute('aria-valuenow', Math.round(Math.min(1, Math.max(0, this.at(p))) * 100));
+      // The share of the window before the playhead, whichever way the axis runs.
+      this.track.setAttribute('aria-valuenow', Math.round(Math.min(1, Math.max(0, (p - this.from) / this.span)) * 100));
       this.track.setAttribute('aria-valuetext', dateTime(p));
     } else {
+      // Live: the present's place in the window.
+      const now = this.nowUs ?? this.to;
+      this.track.setAttribute('aria-valuenow', Math.round(Math.min(1, Math.max(0, (now - this.from) / this.span)) * 100));
       this.track.setAttribute('aria-valuetext', 'live');
     }
     this.track.dataset.from = String(Math.round(this.from));
@@ -260,7 +267,7 @@ export class Timeline {
       if (pointers.size === 2) {
         const [p, q] = [...pointers.values()];
         const mid = this.timeAt((p.clientX + q.clientX) / 2, (p.clientY + q.clientY) / 2);
-        gesture = { kind: 'pinch', dist: Math.max(10, Math.abs(along(p) - along(q))), span: this.span, mid };
+        gesture = { kind: 'pinch', dist: Math.max(10, Math.abs(along(p) - along(q))), span: this.span, mid, share: (mid - this.from) / this.span };
         return;
       }
       const onHandle = e.target.closest('.tl-playhead');
@@ -273,7 +280,9 @@ export class Timeline {
         const [p, q] = [...pointers.values()];
         const dist = Math.max(10, Math.abs(along(p) - along(q)));
         const span = Math.min(SPAN_MAX_US, Math.max(SPAN_MIN_US, (gesture.span * gesture.dist) / dist));
-        this.setWindow(gesture.mid - span / 2, gesture.mid + span / 2, true);
+        // The time between the fingers stays between them.
+        const from = gesture.mid - gesture.share * span;
+        this.setWindow(from, from + span, true);
         return;
       }
       const moved = along(e) - gesture.start;
@@ -323,12 +332,14 @@ export class Timeline {
   click(target, at) {
     const marker = target.closest && target.closest('.tl-marker');
     if (marker) {
+      // (The events may have changed since the marker was drawn.)
       const first = lowerBound(this.shown, Number(marker.dataset.from), (e) => e.time_us);
-      const count = Number(marker.dataset.count);
+      if (first >= this.shown.length) return;
+      const count = Number(marker.dataset.count) || 1;
       if (count === 1) { if (this.on.event) this.on.event(this.shown[first]); return; }
       // A cluster: zoom to show its events apart.
       const a = this.shown[first].time_us;
-      const b = this.shown[first + count - 1].time_us;
+      const b = this.shown[Math.min(first + count, this.shown.length) - 1].time_us;
       const pad = Math.max(SPAN_MIN_US / 2, (b - a) * 0.25);
       this.setWindow(a - pad, b + pad, true);
       return;

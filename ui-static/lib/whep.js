@@ -7,6 +7,10 @@ import { session as auth } from './api.js';
 
 // Every session this page holds, so a page change or logout can end them all.
 const open = new Set();
+// How long the control channel may take to open before the session counts as failed.
+const OPEN_TIMEOUT_MS = 15000;
+// How long a connection may stay "disconnected" (no packets) before it counts as lost.
+const DISCONNECTED_MS = 5000;
 
 export class WhepSession {
   // Opens `stream` ("camera/main") and shows it in `video`. Throws with the box's message
@@ -31,7 +35,24 @@ export class WhepSession {
     this.nextRequest = 1;
     this.closed = false;
     this.opened = Promise.resolve();
+    // Called once when the connection fails or goes silent; the owner reopens or offers to.
+    this.onLost = null;
+    this.failOpen = null;
+    let silence = 0;
+    this.pc.onconnectionstatechange = () => {
+      const state = this.pc.connectionState;
+      clearTimeout(silence);
+      if (state === 'failed') this.lose('the connection failed');
+      else if (state === 'disconnected') silence = setTimeout(() => this.lose('the connection went silent'), DISCONNECTED_MS);
+    };
     open.add(this);
+  }
+
+  lose(why) {
+    if (this.closed || this.lost) return;
+    this.lost = true;
+    if (this.failOpen) this.failOpen(new Error(`Live view stopped: ${why}`));
+    if (this.onLost) this.onLost(why);
   }
 
   async start(control, onMessage) {
@@ -40,7 +61,12 @@ export class WhepSession {
       this.channel = this.pc.createDataChannel('control');
       this.channel.binaryType = 'arraybuffer';
       this.channel.onmessage = (e) => onMessage && onMessage(KeepPeekControl.decode('ServerMessage', e.data));
-      this.opened = new Promise((ok) => { this.channel.onopen = ok; });
+      this.opened = new Promise((ok, fail) => {
+        this.channel.onopen = ok;
+        this.failOpen = fail;
+        setTimeout(() => fail(new Error('The box did not answer in time')), OPEN_TIMEOUT_MS);
+      });
+      this.opened.catch(() => {});
     }
     this.pc.ontrack = (e) => { if (!this.closed) this.video.srcObject = e.streams[0] || new MediaStream([e.track]); };
     await this.pc.setLocalDescription(await this.pc.createOffer());

@@ -21,7 +21,7 @@ function picture(e, big = false) {
       alt: `Snapshot from ${e.camera} at ${dateTime(e.time_us)}`, width: e.snapshot.width, height: e.snapshot.height });
   }
   // No snapshot: the keyframe recorded at the event, as a one-frame video.
-  return h('video', { src: e.keyframe, muted: true, preload: 'auto', 'aria-label': `Picture recorded at ${dateTime(e.time_us)}` });
+  return h('video', { src: e.keyframe, muted: true, preload: big ? 'auto' : 'metadata', 'aria-label': `Picture recorded at ${dateTime(e.time_us)}` });
 }
 
 function summary(e) {
@@ -68,10 +68,15 @@ async function list(view, query) {
   }
 
   const seenLabels = new Set(filters.label ? [filters.label] : []);
+  let labelsShown = -1;
   function showLabels(events) {
     for (const e of events) for (const l of e.labels || []) seenLabels.add(l);
-    if (!seenLabels.size) return;
+    if (!seenLabels.size || seenLabels.size === labelsShown) return;
+    labelsShown = seenLabels.size;
+    // Redrawn only when a label is new; the chip that had the focus keeps it.
+    const focused = labelsRow.contains(document.activeElement) ? document.activeElement.textContent : null;
     labelsRow.replaceChildren(chipRow('Label', [['All labels', ''], ...[...seenLabels].sort().map((l) => [l, l])], 'label'));
+    if (focused !== null) [...labelsRow.querySelectorAll('button')].find((b) => b.textContent === focused)?.focus();
   }
 
   function params() {
@@ -89,9 +94,18 @@ async function list(view, query) {
   let next = null;
   let busy = false;
   let done = false;
+  let left = false;
+  // Drops the oldest cards beyond what the list keeps.
+  function trim() {
+    while (items.children.length > KEPT) {
+      shown.delete(Number(items.lastElementChild.dataset.event));
+      items.lastElementChild.remove();
+    }
+  }
   async function more() {
-    if (busy || done) return;
+    if (busy || done || left) return;
     busy = true;
+    let failed = false;
     sentinel.textContent = 'Loading…';
     try {
       const q = params();
@@ -107,11 +121,12 @@ async function list(view, query) {
       done = !next || items.children.length >= KEPT;
       sentinel.textContent = done ? (items.children.length ? 'That is all.' : 'No events match.') : '';
     } catch (e) {
-      sentinel.textContent = e.message;
+      failed = true;
+      sentinel.replaceChildren(`${e.message}. `, h('button', { type: 'button', onclick: () => more() }, 'Try again'));
     }
     busy = false;
-    // Still on screen after a short page: go on.
-    if (!done && sentinel.getBoundingClientRect().top < innerHeight) more();
+    // Still on screen after a short page: go on (not after an error, nor once the page is left).
+    if (!done && !failed && !left && sentinel.isConnected && sentinel.getBoundingClientRect().top < innerHeight) more();
   }
 
   let fresh = 0;
@@ -125,7 +140,7 @@ async function list(view, query) {
         items.prepend(card(e, true));
         fresh++;
       }
-      while (items.children.length > KEPT) items.lastElementChild.remove();
+      trim();
       if (newer.length) { news.textContent = `${fresh} new while you were here`; showLabels(newer); }
     } catch (_) { /* the next poll tries again */ }
   }
@@ -134,7 +149,7 @@ async function list(view, query) {
   observer.observe(sentinel);
   await more();
   const timer = setInterval(poll, NEWS_POLL_MS);
-  return () => { clearInterval(timer); observer.disconnect(); };
+  return () => { left = true; clearInterval(timer); observer.disconnect(); };
 }
 
 // The snapshot with the revision's boxes drawn over it (boxes are shares of the picture).
@@ -162,9 +177,16 @@ async function detail(view, id) {
   const play = h('button.primary', { type: 'button', onclick: async () => {
     if (!player) {
       stage.replaceChildren();
-      player = new Player(stage, latest.play.stream, { error: (t) => say(t) });
-      window.keeppeek.player = player;
-      try { await player.start(); } catch (e) { say(e.message); return; }
+      const p = new Player(stage, latest.play.stream, { error: (t) => say(t), lost: (why) => p.offerRetry(`Playback stopped: ${why}`, () => {
+        p.destroy();
+        if (player === p) player = null;
+        play.click();
+      }) });
+      player = p;
+      window.keeppeek.player = p;
+      try { await p.start(); } catch (e) { if (!p.destroyed) say(e.message); if (player === p) player = null; return; }
+      // Another revision shown (or the page left) while it connected.
+      if (player !== p) return;
     }
     player.play(from);
   } }, icon('play'), 'Play from before');

@@ -4,7 +4,7 @@
 // scrolled away releases it. Click a tile for the camera's main stream with the playback
 // controls (#/live/porch); double-click for full screen.
 import { h } from '../lib/dom.js';
-import { say } from '../lib/api.js';
+import { say, sayThenGo } from '../lib/api.js';
 import { listCameras, smallStream, streamOf, streamState } from '../lib/cameras.js';
 import { WhepSession } from '../lib/whep.js';
 import { Player } from '../lib/player.js';
@@ -69,8 +69,11 @@ class Tile {
     if (this.session || this.opening || !this.visible || (this.status && !this.status.connected)) return;
     this.opening = true;
     try {
-      this.session = await WhepSession.open(this.stream, this.video);
+      const s = await WhepSession.open(this.stream, this.video);
+      this.session = s;
       this.el.dataset.session = 'open';
+      // A lost connection gives the session back: the next state poll opens a new one.
+      s.onLost = (why) => { if (this.session === s) { this.error.textContent = `Reconnecting: ${why}`; this.close(); } };
       this.video.addEventListener('playing', () => this.update({ camera: this.camera, streams: [this.status] }), { once: true });
     } catch (e) {
       this.error.textContent = e.message;
@@ -143,7 +146,7 @@ async function wall(view) {
 async function focus(view, name) {
   const cameras = await listCameras();
   const camera = cameras.find((c) => c.camera === name);
-  if (!camera) { say(`There is no camera named ${name}.`); location.hash = '#/live'; return null; }
+  if (!camera) { sayThenGo(`There is no camera named ${name}.`, '#/live'); return null; }
   const st = streamState(streamOf(camera, 'main'));
   view.append(h('div.page-head', {},
     h('a.back', { href: '#/live', 'aria-label': 'Back to all cameras' }, icon('back')),
@@ -151,18 +154,19 @@ async function focus(view, name) {
     h('a.button', { href: `#/timeline/${encodeURIComponent(name)}` }, 'Timeline')));
   const box = h('div.focus');
   view.append(box);
-  const player = new Player(box, `${name}/main`, { error: (t) => say(t) });
+  const player = new Player(box, `${name}/main`, { error: (t) => say(t), lost: (why) => player.offerRetry(`Live view stopped: ${why}`, connect) });
   window.keeppeek.player = player;
   const keys = (e) => {
-    if (e.target.closest('input, select, textarea')) return;
-    if (e.key === ' ') { player.togglePause(); e.preventDefault(); } else if (e.key === 'l' || e.key === 'L') player.live();
+    // Not while typing, nor with a modifier; space on a button or link presses that instead.
+    if (e.ctrlKey || e.metaKey || e.altKey || e.target.closest('input, select, textarea, [role=slider]')) return;
+    if (e.key === ' ' && !e.target.closest('button, a')) { player.togglePause(); e.preventDefault(); } else if (e.key === 'l' || e.key === 'L') player.live();
   };
   document.addEventListener('keydown', keys);
   const connect = async () => {
     try {
       await player.start();
     } catch (e) {
-      player.state.replaceChildren(`${e.message}. `, h('button', { type: 'button', onclick: connect }, 'Try again'));
+      if (!player.destroyed) player.offerRetry(e.message, connect);
     }
   };
   await connect();

@@ -12,12 +12,24 @@ import { Timeline, SPAN_MAX_US } from '../lib/timeline.js';
 const EVENTS_PAGE = 200;
 const EVENTS_KEPT = 2000;
 const FOLLOW_MS = 3000;
+// A tail fetch starts this much before the last one, so nothing between them is missed.
+const TAIL_OVERLAP_US = 10 * US.s;
 // Live notices a page keeps (it may stay open for days).
 const NOTICES_KEPT = 500;
 
 export function runsOf(data, mode) {
   const kind = mode === 'events' ? 'event' : 'recorded';
   return data.runs.map((r) => ({ start_us: r.start_us, end_us: r.end_us, kind }));
+}
+
+// `old` runs with the `fresh` ones fetched for the newest stretch in place of what they
+// cover (the box answers whole runs, so the first fresh run may begin before the stretch).
+export function mergeTail(old, fresh) {
+  if (!fresh.length) return old;
+  const cut = fresh[0].start_us;
+  const straddling = old.find((r) => r.start_us < cut && r.end_us >= cut);
+  const first = straddling ? { ...fresh[0], start_us: straddling.start_us } : fresh[0];
+  return [...old.filter((r) => r.end_us < cut), first, ...fresh.slice(1)];
 }
 
 async function eventsIn(camera, from, to) {
@@ -90,7 +102,9 @@ async function mount(view, args, query) {
     window: (from, to, byUser) => {
       if (byUser) following = false;
       spanText.textContent = `${dateTime(from)} – ${duration(to - from)}`;
-      exportLink.href = `/api/streams/${stream}/export.mp4?from_us=${Math.floor(from)}&to_us=${Math.ceil(Math.min(to, nowUs()))}`;
+      // (A window in the future exports the last second before now: nothing later exists.)
+      const end = Math.ceil(Math.min(to, nowUs()));
+      exportLink.href = `/api/streams/${stream}/export.mp4?from_us=${Math.floor(Math.min(from, end - US.s))}&to_us=${end}`;
       load();
     },
     step: (dir) => {
@@ -108,36 +122,68 @@ async function mount(view, args, query) {
   orient();
   narrow.addEventListener('change', orient);
 
+  // The runs and events between `from` and `to`.
+  const fetchRange = (from, to) => Promise.all([
+    get(`/api/streams/${stream}/recordings?from_us=${Math.floor(from)}&to_us=${Math.ceil(to)}`)
+      .then((d) => runsOf(d, main.record_mode)).catch((e) => (e.status === 404 ? [] : Promise.reject(e))),
+    eventsIn(name, from, to),
+  ]);
+
+  // One fetch at a time: a window moved meanwhile is loaded after it.
+  async function fetching(work) {
+    loading = { again: false };
+    try { await work(); } catch (e) { say(e.message); }
+    const again = loading.again;
+    loading = null;
+    if (again) load();
+  }
+
   // Runs and events of the window and a window either side, fetched again when the window
   // leaves what was fetched.
   async function load(force = false) {
     const [from, to] = [tl.from, tl.to];
     if (!force && from >= loaded.from && to <= loaded.to) return;
     if (loading) { loading.again = true; return; }
-    loading = { again: false };
-    const want = { from: from - tl.span, to: Math.min(to + tl.span, nowUs() + tl.span) };
-    try {
-      const q = `from_us=${Math.floor(want.from)}&to_us=${Math.ceil(want.to)}`;
-      const [runs, events] = await Promise.all([
-        get(`/api/streams/${stream}/recordings?${q}`).catch((e) => (e.status === 404 ? { runs: [] } : Promise.reject(e))),
-        eventsIn(name, want.from, want.to),
-      ]);
-      tl.setRuns(runsOf(runs, main.record_mode));
-      tl.setEvents(events.map((e) => ({ ...e, time_us: e.time_us })));
+    // Nothing after now exists: a window in the future asks for the stretch before now.
+    const now = nowUs();
+    const wantFrom = Math.min(from - tl.span, now - tl.span);
+    const want = { from: wantFrom, to: Math.max(wantFrom + US.s, Math.min(to + tl.span, now + tl.span)) };
+    await fetching(async () => {
+      const [runs, events] = await fetchRange(want.from, want.to);
+      tl.setRuns(runs);
+      tl.setEvents(events);
       labels(events);
       loaded = want;
-    } catch (e) {
-      say(e.message);
-    }
-    const again = loading.again;
-    loading = null;
-    if (again) load();
+      tailAt = now;
+    });
+  }
+
+  // While following the present, only the newest stretch is fetched again: from the start
+  // of the newest run (it grows) or the last fetch, whichever is earlier.
+  let tailAt = 0;
+  async function loadTail() {
+    if (loading) return;
+    const now = nowUs();
+    const last = tl.runs[tl.runs.length - 1];
+    const from = Math.max(loaded.from, Math.min(last ? last.start_us : Infinity, tailAt - TAIL_OVERLAP_US));
+    await fetching(async () => {
+      const [runs, events] = await fetchRange(from, now + US.s);
+      tl.setRuns(mergeTail(tl.runs, runs));
+      tl.setEvents([...tl.events.filter((e) => e.time_us < from), ...events].slice(-EVENTS_KEPT));
+      labels(tl.events);
+      tailAt = now;
+    });
   }
 
   const active = new Set();
+  let labelsShown = '';
   function labels(events) {
     const all = new Set(events.flatMap((e) => e.labels || []));
     for (const l of active) all.add(l);
+    // Redrawn only when the labels change (a chip with the focus keeps it).
+    const key = [...all].sort().join('\n');
+    if (key === labelsShown) return;
+    labelsShown = key;
     labelsBox.replaceChildren(...[...all].sort().map((l) => h('button.chip', {
       type: 'button', 'aria-pressed': String(active.has(l)),
       onclick: (e) => {
@@ -165,10 +211,18 @@ async function mount(view, args, query) {
 
   const t = Number(query.get('t'));
   if (t) tl.setWindow(t - 5 * US.min, t + 5 * US.min); else { tl.setWindow(nowUs() - US.h, nowUs()); followNow(); }
+  // A hidden tab asks for nothing; back in view, it fetches its whole window again.
+  let wasHidden = false;
   const tick = setInterval(() => {
+    if (document.hidden) { wasHidden = true; return; }
     const now = nowUs();
     tl.setNow(now);
-    if (following) { tl.setWindow(now - tl.span * 0.9, now + tl.span * 0.1); load(true); }
+    date.max = dateInput(now);
+    if (following) {
+      tl.setWindow(now - tl.span * 0.9, now + tl.span * 0.1);
+      if (wasHidden) load(true); else loadTail();
+    }
+    wasHidden = false;
   }, FOLLOW_MS);
   tl.setNow(nowUs());
 

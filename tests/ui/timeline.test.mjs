@@ -79,7 +79,9 @@ test('timeline: click plays the frame recorded then, drag seeks, zoom and pan, l
     [{ start_us: 0, end_us: 10, kind: 'recorded' }, { start_us: 20, end_us: 30, kind: 'recorded' }]]);
   // The recording's first 30 s in view.
   await page.evaluate((s) => keeppeek.timeline.setWindow(s - 5e6, s + 25e6, true), start);
-  await waitFor('runs and markers drawn', async () => Number(await page.locator('.tl-track').getAttribute('data-events')) === 3);
+  // (Drawn once the track shows that window: the window followed before had the markers too.)
+  await waitFor('runs and markers drawn', async () => Number(await page.locator('.tl-track').getAttribute('data-events')) === 3
+    && Number(await page.locator('.tl-track').getAttribute('data-from')) === Math.round(start - 5e6));
   const position = async () => Number(await page.locator('.player-position').getAttribute('data-wall-us'));
   const pausedFrame = async () => {
     await page.click('.player-controls .pause');

@@ -5,13 +5,16 @@
 //!
 //! The daemon owns the seam where one camera starts or stops while the others run
 //! ([`Running::start_camera`], [`Running::stop_camera`]): its recorders, ingest tasks and
-//! live fanouts, and its place in [`Cameras`], which every other room reads.
+//! live fanouts, and its place in [`Cameras`], which every other room reads. A config
+//! change from the web face arrives as an [`Order`]: the cameras it names stop and start
+//! ([`Running::apply`]), or, for a setting that cannot change while the box runs, the
+//! daemon stops cleanly and [`run`] says to start again ([`Exit::Restart`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{error, info};
 
@@ -21,6 +24,8 @@ use crate::budget;
 use crate::cameras::{Cameras, RunningStream};
 use crate::catalog::{Catalog, CatalogError};
 use crate::clock::SharedClocks;
+use crate::config::file::ConfigFile;
+use crate::config::plan::Effect;
 use crate::config::{Camera, Config};
 use crate::http;
 use crate::ingest::{self, StreamInput, pace::IngestThread, state::StreamState};
@@ -85,16 +90,79 @@ fn raise_open_files_limit(config: &Config) {
 }
 
 /// Runs until SIGTERM or SIGINT.
-pub async fn run(config: Config, system: Arc<SystemApi>) -> Result<(), DaemonError> {
-    let running = start(config, system).await?;
-    wait_for_signal().await;
+/// The config file the daemon was started from: changes from the web face rewrite it.
+pub struct ConfigSource {
+    pub path: PathBuf,
+    /// The text the config was read from.
+    pub text: String,
+}
+
+/// How [`run`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// A signal: stop.
+    Stopped,
+    /// A config change the box applies by starting again (the caller starts keeppeek anew).
+    Restart,
+}
+
+/// A config change for the running daemon, from the web face.
+pub enum Order {
+    /// Stop and start the cameras `effect` names; `config` is the new whole config.
+    Cameras { config: Config, effect: Effect, done: oneshot::Sender<Result<(), String>> },
+    /// Stop cleanly and start again (the file holds the new config).
+    Restart { done: oneshot::Sender<Result<(), String>> },
+}
+
+/// What the web face changes the config through.
+pub struct Reconfig {
+    pub file: Arc<ConfigFile>,
+    pub orders: mpsc::Sender<Order>,
+}
+
+/// How long a restart waits after answering, so that the answer leaves before the web face
+/// stops.
+const RESTART_GRACE_MS: u64 = 300;
+
+pub async fn run(config: Config, source: Option<ConfigSource>, system: Arc<SystemApi>) -> Result<Exit, DaemonError> {
+    let mut running = start(config, source, system).await?;
+    let mut orders = running.orders.take();
+    let signal = wait_for_signal();
+    tokio::pin!(signal);
+    let exit = loop {
+        let order = async {
+            match orders.as_mut() {
+                Some(o) => o.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = &mut signal => break Exit::Stopped,
+            Some(order) = order => match order {
+                Order::Cameras { config, effect, done } => {
+                    let result = running.apply(&config, &effect).await.map_err(|e| e.to_string());
+                    let _ = done.send(result);
+                }
+                Order::Restart { done } => {
+                    info!("restarting to apply the config");
+                    let _ = done.send(Ok(()));
+                    tokio::time::sleep(Duration::from_millis(RESTART_GRACE_MS)).await;
+                    break Exit::Restart;
+                }
+            },
+        }
+    };
     running.stop().await;
-    Ok(())
+    Ok(exit)
 }
 
 /// Starts every room in order: the budget checked, the ports bound, the catalog opened and
 /// recovered, the recorder, the event intake, each camera, then the web face.
-pub async fn start(config: Config, system: Arc<SystemApi>) -> Result<Running, DaemonError> {
+pub async fn start(
+    config: Config,
+    source: Option<ConfigSource>,
+    system: Arc<SystemApi>,
+) -> Result<Running, DaemonError> {
     check_budget(&config)?;
     raise_open_files_limit(&config);
     let data_dir = config.data_dir.clone();
@@ -121,7 +189,18 @@ pub async fn start(config: Config, system: Arc<SystemApi>) -> Result<Running, Da
         clocks.clone(),
     ));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    // The config file and its revisions, when there is a file (the demo has none).
+    let (reconfig, orders) = match source {
+        Some(s) => {
+            let now_us = crate::clock::Clocks::wall_us(&*clocks);
+            let file = ConfigFile::open(&s.path, s.text, config.clone(), catalog.clone(), now_us)?;
+            let (tx, rx) = mpsc::channel(1);
+            (Some(Arc::new(Reconfig { file: Arc::new(file), orders: tx })), Some(rx))
+        }
+        None => (None, None),
+    };
     let mut running = Running {
+        orders,
         clocks: clocks.clone(),
         catalog: catalog.clone(),
         cameras: cameras.clone(),
@@ -168,6 +247,8 @@ pub async fn start(config: Config, system: Arc<SystemApi>) -> Result<Running, Da
             events,
             system,
             webrtc,
+            config: reconfig,
+            config_stats: Arc::default(),
         });
         tokio::spawn(http::serve(l, Arc::new(http::HttpStats::default()), auth, services, shutdown_rx))
     });
@@ -238,6 +319,8 @@ pub struct Running {
     background: Vec<JoinHandle<()>>,
     web: Option<JoinHandle<()>>,
     engine: Option<JoinHandle<()>>,
+    /// Config changes from the web face ([`run`] takes them).
+    orders: Option<mpsc::Receiver<Order>>,
 }
 
 impl Running {
@@ -313,6 +396,23 @@ impl Running {
         }
         info!(camera = name, "camera stopped");
         true
+    }
+
+    /// Applies a config change while the box runs: the cameras `effect` stops or restarts
+    /// stop, the pools follow `config`, then the restarted and the new ones start. Every
+    /// other camera records on untouched.
+    pub async fn apply(&mut self, config: &Config, effect: &Effect) -> Result<(), DaemonError> {
+        for name in effect.stop.iter().chain(&effect.restart) {
+            self.stop_camera(name).await;
+        }
+        self.replan(config);
+        for name in effect.restart.iter().chain(&effect.start) {
+            if let Some(camera) = config.cameras.iter().find(|c| &c.name == name) {
+                self.start_camera(camera)?;
+                info!(camera = %name, "camera started");
+            }
+        }
+        Ok(())
     }
 
     /// Stops everything so that nothing recorded before is lost: the catalog writer told,
@@ -477,7 +577,7 @@ mod tests {
         let demo = config.cameras[0].clone();
         config.cameras = ["front", "yard"].map(|name| Camera { name: name.into(), ..demo.clone() }).into();
         let (front, yard) = (StreamKey::new("front", StreamKind::Main), StreamKey::new("yard", StreamKind::Main));
-        let mut running = start(config.clone(), Arc::new(SystemApi::new(dir.path().into(), None))).await.unwrap();
+        let mut running = start(config.clone(), None, Arc::new(SystemApi::new(dir.path().into(), None))).await.unwrap();
         let catalog = running.catalog.clone();
         let fragments = |r: &Running, key: &StreamKey| {
             let stream = r.cameras().stream(key)?;

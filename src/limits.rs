@@ -184,6 +184,29 @@ pub const CAMERA_URL_MAX_BYTES: usize = 1024;
 /// Bytes of a camera user name or password.
 pub const CAMERA_CREDENTIAL_MAX_BYTES: usize = 128;
 
+/// Revisions of the config kept in the catalog (who, when, what, the whole file): a year of
+/// weekly changes; older ones go first. At most this many files of
+/// [`CONFIG_FILE_MAX_BYTES`] each.
+pub const CONFIG_REVISIONS_MAX: usize = 50;
+
+/// Bytes of one change set sent to `/api/config/plan` or `/apply`: a bulk change of 64
+/// cameras is under 4 KiB, adding a camera under 2 KiB.
+pub const CONFIG_CHANGE_SET_MAX_BYTES: u64 = 64 << 10;
+
+/// Changes in one change set.
+pub const CONFIG_CHANGES_MAX: usize = 256;
+
+/// Cameras one bulk change sets a policy on.
+pub const CONFIG_BULK_CAMERAS_MAX: usize = 64;
+
+/// Bytes of a setting's key path (`retention.total_max_bytes`).
+pub const CONFIG_KEY_MAX_BYTES: usize = 128;
+
+/// Cameras on one page of `/api/config`: a camera at every field's ceiling (two URLs of
+/// [`CAMERA_URL_MAX_BYTES`], a user name of [`CAMERA_CREDENTIAL_MAX_BYTES`] escaped) is
+/// under 3.5 KiB as JSON, so a page stays under 64 KiB.
+pub const CONFIG_PAGE_CAMERAS_MAX: usize = 16;
+
 // ---- ingest timing ----
 
 /// Bound on TCP connect plus DESCRIBE: a camera that accepts and never answers is given up.

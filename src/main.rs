@@ -173,9 +173,13 @@ fn log_level_max() -> tracing_log::log::LevelFilter {
 fn dispatch(command: Command) -> Result<(), String> {
     match command {
         Command::Run { config: path, system_root } => {
-            let config = Config::load(&path).map_err(|e| e.to_string())?;
-            let system = SystemApi::new(system_root, Some(path));
-            run_daemon(config, system)
+            let (config, text) = Config::load_with_text(&path).map_err(|e| e.to_string())?;
+            let system = SystemApi::new(system_root, Some(path.clone()));
+            let source = daemon::ConfigSource { path, text };
+            if run_daemon(config, Some(source), system)? == daemon::Exit::Restart {
+                return restart();
+            }
+            Ok(())
         }
         Command::Init { slot } => {
             let slot = Slot::parse(&slot).ok_or_else(|| format!("--slot is a or b, not `{slot}`"))?;
@@ -234,7 +238,7 @@ fn dispatch(command: Command) -> Result<(), String> {
             println!("KeepPeek demo: web face on http://{listen}/ (health at /healthz); stop with Ctrl-C");
             let mut config = Config::demo(data_dir, listen);
             config.webrtc.port = webrtc_port;
-            run_daemon(config, SystemApi::new(PathBuf::from("/"), None))
+            run_daemon(config, None, SystemApi::new(PathBuf::from("/"), None)).map(|_| ())
         }
         Command::CheckConfig { config } => {
             let c = Config::load(&config).map_err(|e| e.to_string())?;
@@ -304,12 +308,21 @@ fn dispatch(command: Command) -> Result<(), String> {
     }
 }
 
-fn run_daemon(config: Config, system: SystemApi) -> Result<(), String> {
+/// Starts keeppeek anew in this process (same PID, same arguments) to apply a config change
+/// that cannot be made while it runs; under init on the image and anywhere else alike.
+fn restart() -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().map_err(|e| format!("restarting: {e}"))?;
+    let e = std::process::Command::new(exe).args(std::env::args_os().skip(1)).exec();
+    Err(format!("restarting: {e}"))
+}
+
+fn run_daemon(config: Config, source: Option<daemon::ConfigSource>, system: SystemApi) -> Result<daemon::Exit, String> {
     if !daemon::limit_malloc_arenas() {
         tracing::warn!("the allocator did not take its arena ceiling (MALLOC_ARENAS_MAX)");
     }
     let rt = daemon::runtime().map_err(|e| format!("starting the runtime: {e}"))?;
-    rt.block_on(daemon::run(config, std::sync::Arc::new(system))).map_err(|e| e.to_string())
+    rt.block_on(daemon::run(config, source, std::sync::Arc::new(system))).map_err(|e| e.to_string())
 }
 
 fn open_catalog(data_dir: &Path) -> Result<Catalog, String> {

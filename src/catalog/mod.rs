@@ -21,6 +21,7 @@
 //!
 //! One writer (the recorder's catalog thread); readers open their own read transactions.
 
+pub mod config_revisions;
 pub mod coverage;
 pub mod events;
 pub mod rows;
@@ -33,6 +34,8 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinitio
 pub use coverage::Bucket;
 pub use rows::{FragmentRow, RecordingRow, RowError};
 pub use runs::{Run, Runs};
+
+pub use config_revisions::ConfigRevision;
 
 use crate::base::StreamKey;
 use crate::limits;
@@ -147,6 +150,7 @@ impl Catalog {
             txn.open_table(COVERAGE).storage()?;
             txn.open_table(USERS).storage()?;
             txn.open_table(TOKENS).storage()?;
+            txn.open_table(config_revisions::CONFIG_REVISIONS).storage()?;
             txn.open_table(events::EVENTS).storage()?;
             txn.open_table(events::EVENT_REVISIONS).storage()?;
             txn.open_table(events::EVENT_SOURCE_IDS).storage()?;

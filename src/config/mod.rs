@@ -5,6 +5,9 @@
 //! is bounded: the file's size is capped and every string and list is checked against
 //! `src/limits.rs` before it is used.
 
+pub mod change;
+pub mod file;
+pub mod plan;
 mod size;
 
 use std::fmt;
@@ -380,6 +383,11 @@ impl Config {
 
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_with_text(path).map(|(c, _)| c)
+    }
+
+    /// [`Config::load`], with the text it was read from.
+    pub fn load_with_text(path: &Path) -> Result<(Config, String), ConfigError> {
         let file = path.display().to_string();
         let whole = |reason: String| ConfigError { file: file.clone(), key: String::new(), reason };
         let meta = std::fs::metadata(path).map_err(|e| whole(format!("cannot read: {e}")))?;
@@ -391,7 +399,8 @@ impl Config {
             )));
         }
         let text = std::fs::read_to_string(path).map_err(|e| whole(format!("cannot read: {e}")))?;
-        Config::parse(&text, &file, path.parent().unwrap_or(Path::new(".")))
+        let config = Config::parse(&text, &file, path.parent().unwrap_or(Path::new(".")))?;
+        Ok((config, text))
     }
 
     /// Parses and validates config text. `file` names it in errors; relative paths in it

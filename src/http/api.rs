@@ -14,7 +14,7 @@ use http::{Method, StatusCode};
 
 use super::reply::{Reply, RequestBody, error, text};
 use super::routes::{Access, Route};
-use super::{Ctx, accounts, events, health, live, media, metrics, system, ui};
+use super::{Ctx, accounts, config, events, health, live, media, metrics, system, ui};
 use crate::auth::Principal;
 
 pub(super) async fn route(parts: Parts, body: RequestBody, ctx: &Ctx, peer: SocketAddr) -> Reply {
@@ -75,6 +75,10 @@ async fn handle(
         Coverage(s) => media::coverage(ctx, &parts, s).await,
         Poster(s) => media::poster(ctx, s).await,
         Health => health::page_of_streams(ctx, &parts).await,
+        ConfigSnapshot => config::snapshot(ctx, &parts).await,
+        ConfigPlan => config::plan(ctx, who, &parts, body).await,
+        ConfigApply => config::apply(ctx, who, &parts, body).await,
+        ConfigRevisions => config::revisions(ctx).await,
         Export(s) => match media::range(&parts) {
             Ok((from, to)) => media::export(ctx, &parts, s, from, to).await,
             Err(r) => r,

@@ -21,13 +21,14 @@ const DAY_US: i64 = 24 * HOUR_US;
 const WINDOWS: [(&str, i64); 3] = [("day", DAY_US), ("week", 7 * DAY_US), ("month", 30 * DAY_US)];
 
 /// The page asked for: `offset` (default 0) and `limit` (default 25, at most the ceiling).
-fn page(query: &str) -> Result<(usize, usize), String> {
-    let (mut offset, mut limit) = (0, 25);
+/// `offset` and `limit` of a paged list (`limit` 25 unless asked, at most `max`).
+pub(super) fn page(query: &str, max: usize) -> Result<(usize, usize), String> {
+    let (mut offset, mut limit) = (0, 25.min(max));
     for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
         let n = || v.parse::<usize>().map_err(|_| format!("{k} is a count"));
         match k.as_ref() {
             "offset" => offset = n()?,
-            "limit" => limit = n()?.clamp(1, limits::HEALTH_PAGE_ROWS_MAX),
+            "limit" => limit = n()?.clamp(1, max),
             _ => {}
         }
     }
@@ -64,7 +65,7 @@ fn stored(catalog: &Catalog, key: &StreamKey, now_us: i64) -> Result<Option<Stor
 }
 
 pub(super) async fn page_of_streams(ctx: &Ctx, parts: &Parts) -> Reply {
-    let (offset, limit) = match page(parts.uri.query().unwrap_or("")) {
+    let (offset, limit) = match page(parts.uri.query().unwrap_or(""), limits::HEALTH_PAGE_ROWS_MAX) {
         Ok(p) => p,
         Err(e) => return error(StatusCode::BAD_REQUEST, "bad_page", &e),
     };
@@ -114,6 +115,7 @@ mod tests {
 
     #[test]
     fn a_page_is_at_most_the_ceiling_and_a_bad_count_is_refused() {
+        let page = |q: &str| page(q, limits::HEALTH_PAGE_ROWS_MAX);
         assert_eq!(page(""), Ok((0, 25)));
         assert_eq!(page("offset=50&limit=25"), Ok((50, 25)));
         assert_eq!(page("limit=100000"), Ok((0, limits::HEALTH_PAGE_ROWS_MAX)));

@@ -91,6 +91,19 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
         &refused,
     );
     streams(&mut out, services);
+    let c = &services.config_stats;
+    let outcomes: Vec<_> =
+        [("planned", &c.plans), ("applied", &c.applies), ("refused", &c.refused), ("stale_base", &c.conflicts)]
+            .into_iter()
+            .map(|(outcome, v)| (format!("outcome=\"{outcome}\""), load(v)))
+            .collect();
+    family(
+        &mut out,
+        "keeppeek_config_changes_total",
+        "counter",
+        "Config change sets from the web face: planned, applied, refused (bad input), stale base.",
+        &outcomes,
+    );
     if let Some(w) = &services.webrtc {
         let st = &w.stats;
         family(

@@ -30,6 +30,7 @@
 
 mod accounts;
 mod api;
+mod config;
 mod conns;
 pub(crate) mod errors;
 pub mod events;
@@ -109,6 +110,18 @@ pub struct Services {
     pub system: Arc<crate::system::SystemApi>,
     /// Live view (none when turned off: `[webrtc] port = 0`).
     pub webrtc: Option<crate::webrtc::WebrtcHandle>,
+    /// The config file as the web face changes it (none: the demo, which has no file).
+    pub config: Option<Arc<crate::daemon::Reconfig>>,
+    pub config_stats: Arc<ConfigStats>,
+}
+
+/// Config plans and applies, for `/metrics`.
+#[derive(Default)]
+pub struct ConfigStats {
+    pub plans: std::sync::atomic::AtomicU64,
+    pub applies: std::sync::atomic::AtomicU64,
+    pub refused: std::sync::atomic::AtomicU64,
+    pub conflicts: std::sync::atomic::AtomicU64,
 }
 
 impl Services {
@@ -148,6 +161,8 @@ impl Services {
             data_dir,
             cameras,
             webrtc: None,
+            config: None,
+            config_stats: Arc::default(),
         })
     }
 }

@@ -35,6 +35,10 @@ pub(crate) enum Route<'a> {
     Coverage(StreamPath<'a>),
     Poster(StreamPath<'a>),
     Health,
+    ConfigSnapshot,
+    ConfigPlan,
+    ConfigApply,
+    ConfigRevisions,
     Export(StreamPath<'a>),
     Playlist(StreamPath<'a>),
     /// `…/exports/{from_us}-{to_us}.mp4`, the form HLS segments use.
@@ -97,6 +101,10 @@ impl<'a> Route<'a> {
             (&Method::GET, ["api", "streams", c, k, "coverage"]) => Coverage(stream(c, k)?),
             (&Method::GET, ["api", "streams", c, k, "poster.mp4"]) => Poster(stream(c, k)?),
             (&Method::GET, ["api", "health"]) => Health,
+            (&Method::GET, ["api", "config"]) => ConfigSnapshot,
+            (&Method::POST, ["api", "config", "plan"]) => ConfigPlan,
+            (&Method::POST, ["api", "config", "apply"]) => ConfigApply,
+            (&Method::GET, ["api", "config", "revisions"]) => ConfigRevisions,
             (&Method::GET, ["api", "streams", c, k, "export.mp4"]) => Export(stream(c, k)?),
             (&Method::GET, ["api", "streams", c, k, "export.m3u8"]) => Playlist(stream(c, k)?),
             (&Method::GET, ["api", "streams", c, k, "exports", name]) => ExportNamed(stream(c, k)?, name),
@@ -145,6 +153,7 @@ impl<'a> Route<'a> {
                 Access::Scope(scope::ADMIN)
             }
             Users | UserPut | UserDelete(_) | Tokens | TokenCreate | TokenDelete(_) => Access::Scope(scope::ADMIN),
+            ConfigSnapshot | ConfigPlan | ConfigApply | ConfigRevisions => Access::Scope(scope::ADMIN),
         }
     }
 }
@@ -193,6 +202,10 @@ mod tests {
             ("GET", "/api/tokens", admin),
             ("POST", "/api/tokens", admin),
             ("DELETE", "/api/tokens/3", admin),
+            ("GET", "/api/config", admin),
+            ("POST", "/api/config/plan", admin),
+            ("POST", "/api/config/apply", admin),
+            ("GET", "/api/config/revisions", admin),
         ];
         for (method, path, access) in table {
             let route = Route::parse(&method.parse().unwrap(), path).unwrap_or_else(|| panic!("{method} {path}"));

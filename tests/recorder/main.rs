@@ -6,6 +6,7 @@ mod common;
 mod auth;
 mod camera_failures;
 mod cli;
+mod config_apply;
 mod events;
 mod export;
 mod firehose;

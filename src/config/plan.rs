@@ -1,0 +1,325 @@
+//! A plan: what a change set makes of the config before anything is written. The whole
+//! candidate file is validated as `check-config` would; the memory budget is computed
+//! before and after (a plan that does not fit is refused, saying by how much); the answer
+//! is a diff per camera and field with no secret in it, and what must restart.
+
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use toml_edit::DocumentMut;
+
+use super::change::{self, ChangeSet, Refusal};
+use super::{Camera, Config, Source};
+use crate::budget;
+
+/// What a plan does to the running box.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Effect {
+    /// Cameras that stop for good.
+    pub stop: Vec<String>,
+    /// Cameras that stop and start again with their new settings.
+    pub restart: Vec<String>,
+    /// Cameras that start.
+    pub start: Vec<String>,
+    /// Settings that cannot change while the box runs: keeppeek restarts cleanly to apply
+    /// them (every camera with it).
+    pub restart_box: Vec<String>,
+}
+
+/// The changes to one camera (`camera` none: the settings): (field, from, to), `None` for
+/// absent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Diff {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub camera: Option<String>,
+    /// `added`, `removed` or `changed`.
+    pub what: &'static str,
+    pub fields: Vec<(String, Option<String>, Option<String>)>,
+}
+
+/// A computed plan. `text` and `config` hold secrets: only [`Plan::answer`] leaves the box.
+pub struct Plan {
+    pub base: u64,
+    pub text: String,
+    pub config: Config,
+    pub diff: Vec<Diff>,
+    pub effect: Effect,
+    pub budget_before: u64,
+    pub budget_after: u64,
+    pub budget_allowed: u64,
+}
+
+/// Why no plan: the field (a change's, `changes[1].name`, or the file's, `cameras[2].main.url`)
+/// and why.
+pub type Refused = Refusal;
+
+/// Plans `set` on `current` (whose file text is `text`), `earlier` giving an earlier
+/// revision's text for a rollback. `file` names the file in messages; relative paths in it
+/// are taken from `base_dir`.
+pub fn plan(
+    current: &Config,
+    text: &str,
+    set: &ChangeSet,
+    earlier: impl FnOnce(u64) -> Option<String>,
+    file: &str,
+    base_dir: &Path,
+) -> Result<Plan, Refused> {
+    let candidate = match set.rollback() {
+        Some(to) => {
+            earlier(to).ok_or_else(|| ("changes[0].to".to_string(), format!("there is no revision {to} kept")))?
+        }
+        None => {
+            let mut doc: DocumentMut = text
+                .parse()
+                .map_err(|e: toml_edit::TomlError| (String::new(), format!("the file does not parse: {e}")))?;
+            change::apply(&mut doc, set)?;
+            doc.to_string()
+        }
+    };
+    if candidate.len() as u64 > crate::limits::CONFIG_FILE_MAX_BYTES {
+        return Err((String::new(), "the config would be over CONFIG_FILE_MAX_BYTES".into()));
+    }
+    let config = Config::parse(&candidate, file, base_dir).map_err(|e| (e.key, e.reason))?;
+    let before = budget::compute(current);
+    let after = budget::compute(&config);
+    if !after.fits() {
+        let over = after.total_bytes().saturating_sub(after.allowed_bytes);
+        return Err((
+            "budget".into(),
+            format!(
+                "the box would need {} MiB of memory, {} MiB more than the {} MiB it allows",
+                after.total_bytes() >> 20,
+                over.div_ceil(1 << 20),
+                after.allowed_bytes >> 20
+            ),
+        ));
+    }
+    let (diff, effect) = compare(current, &config);
+    Ok(Plan {
+        base: set.base,
+        text: candidate,
+        config,
+        diff,
+        effect,
+        budget_before: before.total_bytes(),
+        budget_after: after.total_bytes(),
+        budget_allowed: after.allowed_bytes,
+    })
+}
+
+impl Plan {
+    /// The plan as answered: nothing secret in it.
+    pub fn answer(&self) -> Value {
+        json!({
+            "base": self.base,
+            "diff": self.diff,
+            "effect": self.effect,
+            "budget": { "before_bytes": self.budget_before, "after_bytes": self.budget_after, "allowed_bytes": self.budget_allowed },
+            "changes_nothing": self.diff.is_empty(),
+        })
+    }
+
+    /// One line per change, for the revision's summary.
+    pub fn summary(&self) -> Vec<String> {
+        self.diff
+            .iter()
+            .flat_map(|d| {
+                let whom = d.camera.as_deref().map_or(String::new(), |c| format!("camera {c}: "));
+                match d.what {
+                    "changed" => d
+                        .fields
+                        .iter()
+                        .map(|(f, from, to)| format!("{whom}{f} {} → {}", show(from), show(to)))
+                        .collect::<Vec<_>>(),
+                    what => vec![format!("{whom}{what}")],
+                }
+            })
+            .collect()
+    }
+}
+
+fn show(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or("none")
+}
+
+fn source(s: &Source) -> String {
+    match s {
+        Source::Rtsp { url, .. } => url.to_string(),
+        Source::File { path } => format!("file://{}", path.display()),
+        Source::Builtin => "built-in".into(),
+    }
+}
+
+fn transport(s: &Source) -> Option<String> {
+    match s {
+        Source::Rtsp { transport, .. } => Some(format!("{transport:?}").to_lowercase()),
+        _ => None,
+    }
+}
+
+/// A camera's fields as the diff shows them; a password only as set or not.
+fn camera_fields(c: &Camera) -> Vec<(&'static str, Option<String>)> {
+    vec![
+        ("record", Some(c.record.name().into())),
+        ("sub.record", c.sub.as_ref().map(|_| c.record_sub.name().into())),
+        ("pre_roll_s", Some((c.pre_roll_ms / 1000).to_string())),
+        ("post_roll_s", Some((c.post_roll_ms / 1000).to_string())),
+        ("username", c.username.clone()),
+        ("password", c.password.as_ref().map(|_| "set".into())),
+        ("main.url", Some(source(&c.main))),
+        ("main.transport", transport(&c.main)),
+        ("sub.url", c.sub.as_ref().map(source)),
+        ("sub.transport", c.sub.as_ref().and_then(transport)),
+        ("frame_max_bytes", Some(c.frame_max_bytes.to_string())),
+    ]
+}
+
+/// The settings outside the cameras, as the diff shows them. None changes while the box
+/// runs: each restarts it.
+fn settings(c: &Config) -> Vec<(&'static str, String)> {
+    vec![
+        ("data_dir", c.data_dir.display().to_string()),
+        ("listen", c.listen.map_or("none".into(), |a| a.to_string())),
+        ("flush_interval_s", c.flush_interval_s.to_string()),
+        ("require_sane_clock", c.require_sane_clock.to_string()),
+        ("ram_class", c.ram_class_bytes.to_string()),
+        ("retention.stream_max_bytes", c.retention.stream_max_bytes.to_string()),
+        ("retention.total_max_bytes", c.retention.total_max_bytes.to_string()),
+        ("webrtc.port", c.webrtc.port.to_string()),
+        ("webrtc.loopback", c.webrtc.loopback.to_string()),
+        ("preroll.stream_max_bytes", c.preroll.stream_max_bytes.to_string()),
+        ("preroll.total_max_bytes", c.preroll.total_max_bytes.to_string()),
+        ("pools.ingest_queues_max_bytes", c.pools.ingest_queues_max_bytes.to_string()),
+        ("events.max_bytes", c.events_max_bytes.to_string()),
+    ]
+}
+
+/// The diff from `old` to `new` and what it does to the running box.
+pub fn compare(old: &Config, new: &Config) -> (Vec<Diff>, Effect) {
+    let mut diff = Vec::new();
+    let mut effect = Effect::default();
+    let setting_changes: Vec<_> = settings(old)
+        .into_iter()
+        .zip(settings(new))
+        .filter(|(a, b)| a.1 != b.1)
+        .map(|((key, from), (_, to))| (key.to_string(), Some(from), Some(to)))
+        .collect();
+    if !setting_changes.is_empty() {
+        effect.restart_box = setting_changes.iter().map(|(k, ..)| k.clone()).collect();
+        diff.push(Diff { camera: None, what: "changed", fields: setting_changes });
+    }
+    for c in &old.cameras {
+        if !new.cameras.iter().any(|n| n.name == c.name) {
+            effect.stop.push(c.name.clone());
+            diff.push(Diff { camera: Some(c.name.clone()), what: "removed", fields: Vec::new() });
+        }
+    }
+    for n in &new.cameras {
+        let Some(o) = old.cameras.iter().find(|o| o.name == n.name) else {
+            effect.start.push(n.name.clone());
+            let fields =
+                camera_fields(n).into_iter().filter(|(_, v)| v.is_some()).map(|(k, v)| (k.into(), None, v)).collect();
+            diff.push(Diff { camera: Some(n.name.clone()), what: "added", fields });
+            continue;
+        };
+        if o == n {
+            continue;
+        }
+        let mut fields: Vec<_> = camera_fields(o)
+            .into_iter()
+            .zip(camera_fields(n))
+            .filter(|(a, b)| a.1 != b.1)
+            .map(|((k, from), (_, to))| (k.to_string(), from, to))
+            .collect();
+        // A new password shows as changed, never as itself.
+        if o.password.is_some() && n.password.is_some() && o.password != n.password {
+            fields.push(("password".into(), Some("set".into()), Some("changed".into())));
+        }
+        effect.restart.push(n.name.clone());
+        diff.push(Diff { camera: Some(n.name.clone()), what: "changed", fields });
+    }
+    (diff, effect)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"data_dir = "/data"
+[retention]
+stream_max_bytes = "1 GiB"
+total_max_bytes = "4 GiB"
+[[cameras]]
+name = "porch"
+main = { url = "rtsp://192.0.2.1/main" }
+[[cameras]]
+name = "yard"
+username = "admin"
+password = "hunter2-old"
+main = { url = "rtsp://192.0.2.2/main" }
+"#;
+
+    fn plan_of(json: &str) -> Result<Plan, Refused> {
+        let current = Config::parse(FILE, "keeppeek.toml", Path::new("/")).unwrap();
+        let set = ChangeSet::decode(json.as_bytes())?;
+        // Revision 1 is kept (the same file), none other.
+        plan(&current, FILE, &set, |rev| (rev == 1).then(|| FILE.to_string()), "keeppeek.toml", Path::new("/"))
+    }
+
+    #[test]
+    fn a_plan_diffs_per_camera_without_secrets_and_says_what_restarts() {
+        let p = plan_of(
+            r#"{"base":1,"changes":[
+                {"op":"change_camera","name":"yard","set":{"password":"hunter2-new","record":"events"}},
+                {"op":"add_camera","name":"gate","set":{"main":{"url":"rtsp://192.0.2.3/a"},"username":"u","password":"hunter2-gate"}},
+                {"op":"remove_camera","name":"porch"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            p.effect,
+            Effect {
+                stop: vec!["porch".into()],
+                restart: vec!["yard".into()],
+                start: vec!["gate".into()],
+                restart_box: vec![]
+            }
+        );
+        let answer = p.answer().to_string();
+        assert!(!answer.contains("hunter2"), "{answer}");
+        assert!(!p.summary().join("\n").contains("hunter2"));
+        assert!(answer.contains(r#"["password","set","changed"]"#), "{answer}");
+        assert!(answer.contains(r#"["record","continuous","events"]"#), "{answer}");
+        assert!(p.text.contains("hunter2-new"), "the file has it");
+    }
+
+    #[test]
+    fn settings_restart_the_box_and_a_budget_that_does_not_fit_is_refused() {
+        let p = plan_of(r#"{"base":1,"changes":[{"op":"set","key":"webrtc.port","value":9000}]}"#).unwrap();
+        assert_eq!(p.effect.restart_box, ["webrtc.port"]);
+        let (field, why) =
+            plan_of(r#"{"base":1,"changes":[{"op":"set","key":"ram_class","value":"64 MiB"}]}"#).err().unwrap();
+        assert_eq!(field, "budget", "{why}");
+        assert!(why.contains("MiB more than"), "{why}");
+        let (field, _) =
+            plan_of(r#"{"base":1,"changes":[{"op":"set","key":"retention.nope","value":1}]}"#).err().unwrap();
+        assert_eq!(field, "retention.nope", "the validator names the unknown key");
+        let (field, _) = plan_of(
+            r#"{"base":1,"changes":[{"op":"change_camera","name":"porch","set":{"main":{"url":"rtsp://u:p@192.0.2.1/"}}}]}"#,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(field, "cameras[0].main.url");
+        let (field, _) = plan_of(r#"{"base":1,"changes":[{"op":"rollback","to":7}]}"#).err().unwrap();
+        assert_eq!(field, "changes[0].to");
+    }
+
+    #[test]
+    fn no_change_is_an_empty_plan() {
+        let p =
+            plan_of(r#"{"base":1,"changes":[{"op":"change_camera","name":"porch","set":{"record":"continuous"}}]}"#)
+                .unwrap();
+        assert!(p.diff.is_empty());
+        assert_eq!(p.effect, Effect::default());
+    }
+}

@@ -1,0 +1,250 @@
+//! The config from the web face (admin only): the snapshot, paged, with no secret in it;
+//! plans of change sets; applying one, which rewrites the file and reconfigures the running
+//! box ([`crate::daemon::Reconfig`]); and the revisions, each of which a rollback plans
+//! back to.
+
+use std::sync::atomic::Ordering;
+
+use http::StatusCode;
+use http::request::Parts;
+use serde_json::{Value, json};
+
+use super::Ctx;
+use super::errors::fail;
+use super::health::page;
+use super::reply::{Reply, RequestBody, content_type, error, error_on, json, on_pool, read_body};
+use crate::auth::Principal;
+use crate::config::change::ChangeSet;
+use crate::config::file::PlanError;
+use crate::config::{Camera, Config, Source};
+use crate::daemon::{Order, Reconfig};
+use crate::limits;
+
+fn reconfig(ctx: &Ctx) -> Result<&Reconfig, Reply> {
+    ctx.services.config.as_deref().ok_or_else(|| {
+        error(
+            StatusCode::CONFLICT,
+            "no_config_file",
+            "this box runs without a config file (the demo): nothing to change",
+        )
+    })
+}
+
+fn source(s: &Source) -> Value {
+    match s {
+        Source::Rtsp { url, transport } => {
+            json!({ "url": url.as_str(), "transport": format!("{transport:?}").to_lowercase() })
+        }
+        Source::File { path } => json!({ "url": format!("file://{}", path.display()) }),
+        Source::Builtin => json!({ "url": "built-in" }),
+    }
+}
+
+/// A camera as the snapshot shows it: its password only as set or not.
+fn camera(c: &Camera) -> Value {
+    json!({
+        "name": c.name,
+        "record": c.record.name(),
+        "sub_record": c.sub.as_ref().map(|_| c.record_sub.name()),
+        "pre_roll_s": c.pre_roll_ms / 1000,
+        "post_roll_s": c.post_roll_ms / 1000,
+        "username": c.username,
+        "password": if c.password.is_some() { "set" } else { "not set" },
+        "main": source(&c.main),
+        "sub": c.sub.as_ref().map(source),
+        "frame_max_bytes": c.frame_max_bytes,
+    })
+}
+
+fn settings(c: &Config) -> Value {
+    json!({
+        "listen": c.listen.map(|a| a.to_string()),
+        "flush_interval_s": c.flush_interval_s,
+        "require_sane_clock": c.require_sane_clock,
+        "ram_class_bytes": c.ram_class_bytes,
+        "retention": { "stream_max_bytes": c.retention.stream_max_bytes, "total_max_bytes": c.retention.total_max_bytes },
+        "webrtc": { "port": c.webrtc.port, "loopback": c.webrtc.loopback },
+        "preroll": { "stream_max_bytes": c.preroll.stream_max_bytes, "total_max_bytes": c.preroll.total_max_bytes },
+        "pools": { "ingest_queues_max_bytes": c.pools.ingest_queues_max_bytes },
+        "events": { "max_bytes": c.events_max_bytes },
+    })
+}
+
+/// `GET /api/config?offset&limit`: the settings, a page of cameras (at most
+/// [`limits::CONFIG_PAGE_CAMERAS_MAX`]) and the revision they are.
+pub(super) async fn snapshot(ctx: &Ctx, parts: &Parts) -> Reply {
+    let r = match reconfig(ctx) {
+        Ok(r) => r,
+        Err(reply) => return reply,
+    };
+    let (offset, limit) = match page(parts.uri.query().unwrap_or(""), limits::CONFIG_PAGE_CAMERAS_MAX) {
+        Ok(p) => p,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "bad_page", &e),
+    };
+    let current = r.file.lock().await;
+    let c = &current.config;
+    let cameras: Vec<Value> = c.cameras.iter().skip(offset).take(limit).map(camera).collect();
+    let next = (offset + limit < c.cameras.len()).then_some(offset + limit);
+    json(
+        StatusCode::OK,
+        json!({ "rev": current.rev, "settings": settings(c), "cameras": cameras, "total": c.cameras.len(), "offset": offset, "next": next }),
+    )
+}
+
+/// The config file and the change set a request sends: JSON, at most
+/// [`limits::CONFIG_CHANGE_SET_MAX_BYTES`].
+async fn change_set<'c>(ctx: &'c Ctx, parts: &Parts, body: RequestBody) -> Result<(&'c Reconfig, ChangeSet), Reply> {
+    let r = reconfig(ctx)?;
+    if !super::parse::is_mime(content_type(&parts.headers), "application/json") {
+        return Err(error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "not_json", "send the change set as application/json"));
+    }
+    let bytes = read_body(body, ctx, limits::CONFIG_CHANGE_SET_MAX_BYTES as usize).await?;
+    let set =
+        ChangeSet::decode(&bytes).map_err(|(field, why)| error_on(StatusCode::BAD_REQUEST, "invalid", &why, &field))?;
+    Ok((r, set))
+}
+
+fn refused(ctx: &Ctx, e: PlanError) -> Reply {
+    let stats = &ctx.services.config_stats;
+    match e {
+        PlanError::Conflict { base, current } => {
+            stats.conflicts.fetch_add(1, Ordering::Relaxed);
+            error_on(
+                StatusCode::CONFLICT,
+                "stale_base",
+                &format!("the config changed since revision {base}: it is at revision {current} now; plan again"),
+                "base",
+            )
+        }
+        PlanError::Refused(field, why) => {
+            stats.refused.fetch_add(1, Ordering::Relaxed);
+            error_on(StatusCode::BAD_REQUEST, "invalid", &why, &field)
+        }
+        PlanError::Catalog(e) => fail(&e),
+    }
+}
+
+/// `POST /api/config/plan`: what a change set would do; nothing is written.
+pub(super) async fn plan(ctx: &Ctx, who_: &Principal, parts: &Parts, body: RequestBody) -> Reply {
+    let (r, set) = match change_set(ctx, parts, body).await {
+        Ok(found) => found,
+        Err(reply) => return reply,
+    };
+    ctx.services.config_stats.plans.fetch_add(1, Ordering::Relaxed);
+    let current = r.file.lock().await;
+    match r.file.plan(&current, &set) {
+        Ok(p) => {
+            tracing::info!(by = %who_.name(), base = current.rev, changes = p.diff.len(), "config planned");
+            json(StatusCode::OK, p.answer())
+        }
+        Err(e) => refused(ctx, e),
+    }
+}
+
+/// `POST /api/config/apply`: plans the change set again on the current revision (409 when
+/// it is not the set's base), writes the file and its revision, and reconfigures the box:
+/// only the cameras the plan names stop and start; a setting that cannot change while the
+/// box runs restarts keeppeek once the answer is sent.
+pub(super) async fn apply(ctx: &Ctx, who_: &Principal, parts: &Parts, body: RequestBody) -> Reply {
+    let (r, set) = match change_set(ctx, parts, body).await {
+        Ok(found) => found,
+        Err(reply) => return reply,
+    };
+    let by = who_.name();
+    // Held until the box runs the new revision: the next apply plans on it.
+    let current = r.file.lock_owned().await;
+    let plan = match r.file.plan(&current, &set) {
+        Ok(p) => p,
+        Err(e) => return refused(ctx, e),
+    };
+    let answer = plan.answer();
+    let (effect, config) = (plan.effect.clone(), plan.config.clone());
+    let summary = plan.summary();
+    let now_us = crate::clock::Clocks::wall_us(&crate::clock::RealClocks);
+    let file = r.file.clone();
+    let written = on_pool(move || {
+        let mut current = current;
+        let rev = file.write(&mut current, plan, &by, now_us);
+        Ok((current, rev, by))
+    })
+    .await;
+    let (current, rev, by) = match written {
+        Ok(w) => w,
+        Err(reply) => return reply,
+    };
+    let rev = match rev {
+        Ok(rev) => rev,
+        Err(e) => {
+            tracing::error!(error = %e, "config not written");
+            return error(StatusCode::INTERNAL_SERVER_ERROR, "not_written", &e.to_string());
+        }
+    };
+    ctx.services.config_stats.applies.fetch_add(1, Ordering::Relaxed);
+    tracing::info!(by = %by, rev, summary = %summary.join("; "), "config applied");
+    let restart = !effect.restart_box.is_empty();
+    let (done, outcome) = tokio::sync::oneshot::channel();
+    let order = if restart { Order::Restart { done } } else { Order::Cameras { config, effect, done } };
+    if r.orders.send(order).await.is_err() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "stopping", "the box is stopping");
+    }
+    let result = outcome.await.unwrap_or_else(|_| Err("the box is stopping".into()));
+    drop(current);
+    match result {
+        Ok(()) => json(StatusCode::OK, json!({ "rev": rev, "plan": answer, "restarting": restart })),
+        Err(why) => {
+            error(StatusCode::INTERNAL_SERVER_ERROR, "not_applied", &format!("revision {rev} is written but {why}"))
+        }
+    }
+}
+
+/// `GET /api/config/revisions`: the kept revisions, newest first: who, when, what.
+pub(super) async fn revisions(ctx: &Ctx) -> Reply {
+    let r = match reconfig(ctx) {
+        Ok(r) => r,
+        Err(reply) => return reply,
+    };
+    let current = r.file.lock().await.rev;
+    let catalog = ctx.services.catalog.clone();
+    match on_pool(move || catalog.config_revisions().map_err(|e| fail(&e))).await {
+        Ok(list) => {
+            let list: Vec<Value> = list
+                .iter()
+                .map(|r| json!({ "rev": r.rev, "time_us": r.time_us, "by": r.by, "summary": r.summary, "current": r.rev == current }))
+                .collect();
+            json(StatusCode::OK, json!({ "revisions": list }))
+        }
+        Err(reply) => reply,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A page of cameras at every field's ceiling stays under 64 KiB.
+    #[test]
+    fn a_page_of_the_largest_cameras_is_under_64_kib() {
+        let mut config = Config::demo("/data".into(), ([127, 0, 0, 1], 8080).into());
+        let url = |tag: &str| {
+            let mut u = format!("rtsp://{tag}.example/");
+            u.push_str(&"p".repeat(limits::CAMERA_URL_MAX_BYTES - u.len()));
+            url::Url::parse(&u).unwrap()
+        };
+        let transport = crate::config::Transport::Tcp;
+        config.cameras = (0..limits::CONFIG_PAGE_CAMERAS_MAX)
+            .map(|i| Camera {
+                name: format!("{i:0>32}"),
+                // Control characters are escaped as six bytes each in JSON.
+                username: Some("\u{1}".repeat(limits::CAMERA_CREDENTIAL_MAX_BYTES)),
+                password: Some("x".into()),
+                main: Source::Rtsp { url: url("main"), transport },
+                sub: Some(Source::Rtsp { url: url("sub"), transport }),
+                ..config.cameras[0].clone()
+            })
+            .collect();
+        let cameras: Vec<Value> = config.cameras.iter().map(camera).collect();
+        let page = json!({ "rev": u64::MAX, "settings": settings(&config), "cameras": cameras, "total": 128, "offset": 112, "next": null });
+        let bytes = page.to_string().len();
+        assert!(bytes <= 64 << 10, "{bytes} bytes");
+    }
+}

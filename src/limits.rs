@@ -199,6 +199,14 @@ pub const CONFIG_CHANGES_MAX: usize = 256;
 /// Cameras one bulk change sets a policy on.
 pub const CONFIG_BULK_CAMERAS_MAX: usize = 64;
 
+/// Camera probes (`/api/cameras/probe`) running at once: each holds an RTSP session for up
+/// to [`PROBE_TIMEOUT_MS`]; more are refused with 503 until one ends.
+pub const PROBES_RUNNING_MAX: usize = 2;
+
+/// The longest a camera probe waits, from connecting to the frames after its first
+/// keyframe (a camera with a 4 s GOP still shows one).
+pub const PROBE_TIMEOUT_MS: u64 = 8_000;
+
 /// Bytes of a setting's key path (`retention.total_max_bytes`).
 pub const CONFIG_KEY_MAX_BYTES: usize = 128;
 

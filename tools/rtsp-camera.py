@@ -13,6 +13,8 @@ Paths (fixtures from tools/make-fixtures.sh):
   /h264-aac       h264.264 as on /h264 (pay0) plus aac.adts (pay1): AAC-LC mono
                   48 kHz as RTP mpeg4-generic (RFC 3640, AAC-hbr, config= in the
                   SDP fmtp), payload type 97, as most IP cameras send it
+  /mjpeg          a test pattern as Motion JPEG, 320x240 at 5 fps: a codec KeepPeek
+                  does not record (what a camera probe must name)
 
 Each path is one shared pipeline: the first client starts it at frame 0, later
 clients join mid-stream, as with a real camera. RTP over TCP (interleaved) and
@@ -246,6 +248,19 @@ def build_server(args):
                 perms.add_permission_for_role(role, GstRtspServer.RTSP_PERM_MEDIA_FACTORY_CONSTRUCT, may_play)
             factory.set_permissions(perms)
         mounts.add_factory(path, factory)
+    # A stream in a codec KeepPeek does not record, for probes to name.
+    mjpeg = GstRtspServer.RTSPMediaFactory()
+    mjpeg.set_launch("( videotestsrc is-live=true ! video/x-raw,format=I420,width=320,height=240,framerate=5/1"
+                     " ! jpegenc ! rtpjpegpay name=pay0 pt=26 )")
+    mjpeg.set_shared(True)
+    if use_auth:
+        # Open to anyone, as the other paths outside --auth-path.
+        perms = GstRtspServer.RTSPPermissions()
+        for role in (ROLE_USER, ROLE_ANON):
+            perms.add_permission_for_role(role, GstRtspServer.RTSP_PERM_MEDIA_FACTORY_ACCESS, True)
+            perms.add_permission_for_role(role, GstRtspServer.RTSP_PERM_MEDIA_FACTORY_CONSTRUCT, True)
+        mjpeg.set_permissions(perms)
+    mounts.add_factory("/mjpeg", mjpeg)
     return server
 
 

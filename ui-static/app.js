@@ -98,7 +98,11 @@ function signIn(kind) {
     const body = { username: username.value, password: password.value };
     if (token && token.value) body.setup_token = token.value;
     const r = await request('POST', setup ? '/api/setup' : '/api/login', body);
-    if (r.status === (setup ? 201 : 200)) return start();
+    if (r.status === (setup ? 201 : 200)) {
+      // The first run: a box with no camera yet goes on to adding one.
+      if (setup && !(await request('GET', '/api/cameras')).data?.length) history.replaceState(null, '', '#/settings');
+      return start();
+    }
     const message = (r.data && r.data.message) || `refused (${r.status})`;
     if (!showFieldError(form, r.data && r.data.field, message)) say(message);
   });

@@ -664,6 +664,25 @@ impl RawCamera {
     }
 }
 
+/// A camera's RTSP address, checked as the config checks it: at most
+/// [`limits::CAMERA_URL_MAX_BYTES`], `rtsp://` with a host and without credentials.
+pub fn rtsp_url(text: &str) -> Result<url::Url, String> {
+    if text.len() > limits::CAMERA_URL_MAX_BYTES {
+        return Err(format!("longer than {} bytes (CAMERA_URL_MAX_BYTES)", limits::CAMERA_URL_MAX_BYTES));
+    }
+    let url = url::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
+    if url.scheme() != "rtsp" {
+        return Err(format!("scheme must be rtsp, not \"{}\"", url.scheme()));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("must not carry credentials: set the camera's username and password".into());
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("has no host".into());
+    }
+    Ok(url)
+}
+
 impl RawStream {
     fn validate(self, at: &str, base_dir: &Path) -> Result<Source, Invalid> {
         let key = format!("{at}.url");
@@ -673,12 +692,7 @@ impl RawStream {
         let url = url::Url::parse(&self.url).map_err(|e| (key.clone(), format!("not a URL: {e}")))?;
         match url.scheme() {
             "rtsp" => {
-                if !url.username().is_empty() || url.password().is_some() {
-                    return Err((key, "must not carry credentials: set the camera's username and password".into()));
-                }
-                if url.host_str().is_none_or(str::is_empty) {
-                    return Err((key, "has no host".into()));
-                }
+                let url = rtsp_url(&self.url).map_err(|why| (key, why))?;
                 Ok(Source::Rtsp { url, transport: self.transport })
             }
             "file" => {

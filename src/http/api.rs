@@ -79,6 +79,7 @@ async fn handle(
         ConfigPlan => config::plan(ctx, who, &parts, body).await,
         ConfigApply => config::apply(ctx, who, &parts, body).await,
         ConfigRevisions => config::revisions(ctx).await,
+        CameraProbe => config::probe(ctx, who, &parts, body).await,
         Export(s) => match media::range(&parts) {
             Ok((from, to)) => media::export(ctx, &parts, s, from, to).await,
             Err(r) => r,

@@ -217,6 +217,56 @@ pub(super) async fn revisions(ctx: &Ctx) -> Reply {
     }
 }
 
+/// What `POST /api/cameras/probe` takes.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProbeRequest {
+    url: String,
+    transport: Option<String>,
+    username: Option<String>,
+    password: Option<String>,
+}
+
+/// `POST /api/cameras/probe`: tries a camera before it is added ([`crate::ingest::probe`]);
+/// 200 with what it sends (`ok: true`) or why not (`ok: false`, a code, a message and the
+/// form field it is about). At most [`limits::PROBES_RUNNING_MAX`] at once.
+pub(super) async fn probe(ctx: &Ctx, who: &Principal, parts: &Parts, body: RequestBody) -> Reply {
+    let req: ProbeRequest = match super::reply::read_json(&parts.headers, body, ctx).await {
+        Ok(r) => r,
+        Err(reply) => return reply,
+    };
+    let url = match crate::config::rtsp_url(&req.url) {
+        Ok(u) => u,
+        Err(why) => return error_on(StatusCode::BAD_REQUEST, "invalid", &why, "url"),
+    };
+    let transport = match req.transport.as_deref() {
+        None | Some("tcp") => crate::config::Transport::Tcp,
+        Some("udp") => crate::config::Transport::Udp,
+        Some(_) => return error_on(StatusCode::BAD_REQUEST, "invalid", "transport is tcp or udp", "transport"),
+    };
+    for (field, v) in [("username", &req.username), ("password", &req.password)] {
+        if v.as_ref().is_some_and(|v| v.len() > limits::CAMERA_CREDENTIAL_MAX_BYTES) {
+            let why =
+                format!("longer than {} bytes (CAMERA_CREDENTIAL_MAX_BYTES)", limits::CAMERA_CREDENTIAL_MAX_BYTES);
+            return error_on(StatusCode::BAD_REQUEST, "invalid", &why, field);
+        }
+    }
+    let Ok(_permit) = ctx.probes.try_acquire() else {
+        let why = format!("{} probes are running: try again in a few seconds", limits::PROBES_RUNNING_MAX);
+        return error(StatusCode::SERVICE_UNAVAILABLE, "probes_busy", &why);
+    };
+    ctx.services.config_stats.probes.fetch_add(1, Ordering::Relaxed);
+    let credentials = req.username.as_deref().zip(req.password.as_deref());
+    let found = crate::ingest::probe::probe(&url, transport, credentials).await;
+    tracing::info!(by = %who.name(), url = %url, ok = found.is_ok(), "camera probed");
+    match found {
+        Ok(found) => json(StatusCode::OK, json!({ "ok": true, "found": found })),
+        Err(f) => {
+            json(StatusCode::OK, json!({ "ok": false, "code": f.code(), "message": f.to_string(), "field": f.field() }))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -92,16 +92,21 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
     );
     streams(&mut out, services);
     let c = &services.config_stats;
-    let outcomes: Vec<_> =
-        [("planned", &c.plans), ("applied", &c.applies), ("refused", &c.refused), ("stale_base", &c.conflicts)]
-            .into_iter()
-            .map(|(outcome, v)| (format!("outcome=\"{outcome}\""), load(v)))
-            .collect();
+    let outcomes: Vec<_> = [
+        ("planned", &c.plans),
+        ("applied", &c.applies),
+        ("refused", &c.refused),
+        ("stale_base", &c.conflicts),
+        ("probed", &c.probes),
+    ]
+    .into_iter()
+    .map(|(outcome, v)| (format!("outcome=\"{outcome}\""), load(v)))
+    .collect();
     family(
         &mut out,
         "keeppeek_config_changes_total",
         "counter",
-        "Config change sets from the web face: planned, applied, refused (bad input), stale base.",
+        "Config change sets from the web face (planned, applied, refused for bad input, on a stale base) and camera probes.",
         &outcomes,
     );
     if let Some(w) = &services.webrtc {

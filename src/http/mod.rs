@@ -122,6 +122,7 @@ pub struct ConfigStats {
     pub applies: std::sync::atomic::AtomicU64,
     pub refused: std::sync::atomic::AtomicU64,
     pub conflicts: std::sync::atomic::AtomicU64,
+    pub probes: std::sync::atomic::AtomicU64,
 }
 
 impl Services {
@@ -176,6 +177,8 @@ struct Ctx {
     waiting: AtomicUsize,
     /// Exports streaming: [`limits::EXPORTS_RUNNING_MAX`].
     exports: Arc<Semaphore>,
+    /// Camera probes running: [`limits::PROBES_RUNNING_MAX`].
+    probes: Semaphore,
 }
 
 impl Ctx {
@@ -187,6 +190,7 @@ impl Ctx {
             handlers: Semaphore::new(limits::HTTP_HANDLERS_MAX),
             waiting: 0.into(),
             exports: Arc::new(Semaphore::new(limits::EXPORTS_RUNNING_MAX)),
+            probes: Semaphore::new(limits::PROBES_RUNNING_MAX),
         }
     }
 

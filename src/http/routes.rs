@@ -39,6 +39,7 @@ pub(crate) enum Route<'a> {
     ConfigPlan,
     ConfigApply,
     ConfigRevisions,
+    CameraProbe,
     Export(StreamPath<'a>),
     Playlist(StreamPath<'a>),
     /// `…/exports/{from_us}-{to_us}.mp4`, the form HLS segments use.
@@ -105,6 +106,7 @@ impl<'a> Route<'a> {
             (&Method::POST, ["api", "config", "plan"]) => ConfigPlan,
             (&Method::POST, ["api", "config", "apply"]) => ConfigApply,
             (&Method::GET, ["api", "config", "revisions"]) => ConfigRevisions,
+            (&Method::POST, ["api", "cameras", "probe"]) => CameraProbe,
             (&Method::GET, ["api", "streams", c, k, "export.mp4"]) => Export(stream(c, k)?),
             (&Method::GET, ["api", "streams", c, k, "export.m3u8"]) => Playlist(stream(c, k)?),
             (&Method::GET, ["api", "streams", c, k, "exports", name]) => ExportNamed(stream(c, k)?, name),
@@ -153,7 +155,7 @@ impl<'a> Route<'a> {
                 Access::Scope(scope::ADMIN)
             }
             Users | UserPut | UserDelete(_) | Tokens | TokenCreate | TokenDelete(_) => Access::Scope(scope::ADMIN),
-            ConfigSnapshot | ConfigPlan | ConfigApply | ConfigRevisions => Access::Scope(scope::ADMIN),
+            ConfigSnapshot | ConfigPlan | ConfigApply | ConfigRevisions | CameraProbe => Access::Scope(scope::ADMIN),
         }
     }
 }
@@ -206,6 +208,7 @@ mod tests {
             ("POST", "/api/config/plan", admin),
             ("POST", "/api/config/apply", admin),
             ("GET", "/api/config/revisions", admin),
+            ("POST", "/api/cameras/probe", admin),
         ];
         for (method, path, access) in table {
             let route = Route::parse(&method.parse().unwrap(), path).unwrap_or_else(|| panic!("{method} {path}"));

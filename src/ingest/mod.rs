@@ -9,6 +9,7 @@
 
 pub mod file;
 pub mod pace;
+pub mod probe;
 pub mod rtsp;
 pub mod state;
 

@@ -189,7 +189,7 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
 /// So the buffer holding a frame being put together never needs more than `max_bytes`, and
 /// as it grows by powers of two it stays at most `max_bytes` rounded up to one (the budget
 /// counts that).
-struct Assembler {
+pub(super) struct Assembler {
     /// What the depacketizer is made from, to make it anew after a dropped frame.
     media: String,
     encoding_name: String,
@@ -206,7 +206,7 @@ struct Assembler {
 }
 
 impl Assembler {
-    fn new(stream: &Stream, sdp: &sdp_types::Session, max_bytes: usize) -> Result<Assembler, IngestError> {
+    pub(super) fn new(stream: &Stream, sdp: &sdp_types::Session, max_bytes: usize) -> Result<Assembler, IngestError> {
         let fmtp = fmtp(stream, sdp)?;
         Assembler::from_parts(
             stream.media(),
@@ -244,7 +244,7 @@ impl Assembler {
 
     /// Pushes one packet into the frame being put together; true when it would have taken
     /// that frame past the ceiling, which drops it.
-    fn push(&mut self, pkt: &ReceivedPacket) -> Result<bool, IngestError> {
+    pub(super) fn push(&mut self, pkt: &ReceivedPacket) -> Result<bool, IngestError> {
         let ts = pkt.timestamp().timestamp();
         if let Some(dropped) = self.skipping {
             if ts == dropped {
@@ -274,7 +274,12 @@ impl Assembler {
     }
 
     /// The next frame (or other item) the pushed packets made, if any.
-    fn pull(&mut self) -> Result<Option<CodecItem>, IngestError> {
+    /// The stream's codec parameters, once the depacketizer has seen them.
+    pub(super) fn parameters(&self) -> Option<ParametersRef<'_>> {
+        self.depacketizer.parameters()
+    }
+
+    pub(super) fn pull(&mut self) -> Result<Option<CodecItem>, IngestError> {
         match self.depacketizer.pull() {
             None => Ok(None),
             Some(Ok(item)) => {
@@ -347,7 +352,7 @@ fn audio_params(a: &retina::codec::AudioParameters) -> Result<AudioParams, Inges
 }
 
 /// Our form of retina's video parameters, bounded.
-fn video_params(v: &VideoParameters) -> Result<VideoParams, IngestError> {
+pub(super) fn video_params(v: &VideoParameters) -> Result<VideoParams, IngestError> {
     let rfc6381 = v.rfc6381_codec().to_string();
     let codec = match rfc6381.get(..4) {
         Some("avc1" | "avc3") => Codec::H264,

@@ -316,3 +316,78 @@ fn a_power_cut_during_an_apply_leaves_a_whole_file_that_runs() {
     eprintln!("power cuts within {apply_us} µs of an apply's start: {whole_new_files} of 20 left the new file");
     assert!((1..20).contains(&whole_new_files), "{whole_new_files} of 20 cuts left the new file");
 }
+
+#[test]
+fn a_probe_says_what_a_camera_sends_or_why_not() {
+    let cam = Camera::start();
+    let (_dir, port, _d, admin) = file_box();
+    let probe = |body: Value| call(port, &admin, "POST", "/api/cameras/probe", &body);
+    let silent = silent_server();
+    // Two probes of a camera that accepts and never answers hold both places (and show the
+    // timeout); a third meanwhile is refused.
+    let hung: Vec<_> = (0..2)
+        .map(|_| {
+            let admin = admin.clone();
+            std::thread::spawn(move || {
+                call(
+                    port,
+                    &admin,
+                    "POST",
+                    "/api/cameras/probe",
+                    &json!({ "url": format!("rtsp://127.0.0.1:{silent}/x") }),
+                )
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, busy) = probe(json!({ "url": cam.url("/h264") }));
+    assert_eq!((code, busy["code"].as_str()), (503, Some("probes_busy")), "{busy}");
+    for h in hung {
+        let (code, v) = h.join().unwrap();
+        assert_eq!((code, v["code"].as_str()), (200, Some("timeout")), "{v}");
+    }
+
+    let found = |body: Value| {
+        let (code, v) = probe(body);
+        assert_eq!(code, 200, "{v}");
+        v
+    };
+    let h265 = found(json!({ "url": cam.url("/h265") }));
+    assert_eq!(
+        h265["found"],
+        json!({ "codec": "H.265", "width": 640, "height": 360, "fps": 15.0, "audio": null }),
+        "{h265}"
+    );
+    let aac = found(json!({ "url": cam.url("/h264-aac"), "transport": "udp" }));
+    assert_eq!(aac["found"]["audio"], "mpeg4-generic", "{aac}");
+    let good = found(json!({ "url": cam.url("/h264-auth"), "username": CAMERA_USER, "password": CAMERA_PASSWORD }));
+    assert_eq!(good["found"]["codec"], "H.264", "{good}");
+    // Why not, in a word for the UI, with the field it is about.
+    let closed = free_port();
+    let cases = [
+        (
+            json!({ "url": cam.url("/h264-auth"), "username": CAMERA_USER, "password": "wrong" }),
+            "wrong_credentials",
+            "password",
+        ),
+        (json!({ "url": cam.url("/h264-auth") }), "wrong_credentials", "password"),
+        (json!({ "url": cam.url("/nothing-here") }), "refused", "url"),
+        (json!({ "url": format!("rtsp://127.0.0.1:{closed}/x") }), "unreachable", "url"),
+        (json!({ "url": format!("rtsp://127.0.0.1:{port}/x") }), "not_rtsp", "url"),
+        (json!({ "url": cam.url("/mjpeg") }), "codec", "url"),
+    ];
+    for (body, code, field) in cases {
+        let v = found(body.clone());
+        assert_eq!(
+            (v["ok"].as_bool(), v["code"].as_str(), v["field"].as_str()),
+            (Some(false), Some(code), Some(field)),
+            "{body}: {v}"
+        );
+        eprintln!("probe {}: {}", body["url"], v["message"]);
+    }
+    // A bad request names its field and tries nothing.
+    let (code, v) = probe(json!({ "url": format!("rtsp://u:p@127.0.0.1:{}/h264", cam.port) }));
+    assert_eq!((code, v["field"].as_str()), (400, Some("url")), "{v}");
+    let (code, v) = probe(json!({ "url": cam.url("/h264"), "transport": "carrier pigeon" }));
+    assert_eq!((code, v["field"].as_str()), (400, Some("transport")), "{v}");
+}

@@ -14,7 +14,7 @@ try {
   const ms = [];
   for (let i = 0; i < 5; i++) {
     // From a page without video to the camera's page: time to its first decoded frame.
-    await page.evaluate(() => { location.hash = '#/settings'; });
+    await page.evaluate(() => { location.hash = '#/settings/accounts'; });
     await page.locator('#user-form').waitFor();
     await new Promise((r) => setTimeout(r, 500));
     const took = await page.evaluate(() => new Promise((done) => {

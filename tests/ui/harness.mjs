@@ -69,7 +69,7 @@ export async function startKeeppeek(t, extra = [], camera = [], cameras = null, 
   t.after(() => daemon.kill('SIGTERM'));
   await up();
   const kill9 = () => new Promise((ok) => { daemon.once('exit', ok); daemon.kill('SIGKILL'); });
-  return { base, dir, kill9, restart: up };
+  return { base, dir, kill9, restart: up, pid: () => daemon.pid };
 }
 
 // keeppeek with live view on a free UDP port (loopback offered).
@@ -201,4 +201,27 @@ export async function checkA11y(page, what) {
 export async function checkNoSideScroll(page, what) {
   const [scroll, inner] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
   assert.ok(scroll <= inner, `${what} scrolls sideways: ${scroll} > ${inner}`);
+}
+
+export const CAMERA_USER = 'kp';
+export const CAMERA_PASSWORD = 's3cret';
+
+// The simulated IP camera (tools/rtsp-camera.py, gst-rtsp-server) on a free port, its
+// /h264-auth path behind CAMERA_USER and CAMERA_PASSWORD; stopped when the test ends.
+// Fails loudly when it cannot start.
+export async function startRtspCamera(t) {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'kp-cam-'));
+  const ready = join(dir, 'ready');
+  const camera = spawn('/usr/bin/python3', [join(repo, 'tools', 'rtsp-camera.py'), '--port', String(port),
+    '--fixtures', join(repo, 'target', 'fixtures'), '--user', CAMERA_USER, '--password', CAMERA_PASSWORD, '--ready-file', ready],
+  { stdio: 'ignore' });
+  let exited = null;
+  camera.on('exit', (code) => { exited = code; });
+  t.after(() => camera.kill('SIGTERM'));
+  await waitFor('the RTSP camera ready', () => {
+    assert.equal(exited, null, 'the RTSP camera exited: is /usr/bin/python3 with gi installed?');
+    return existsSync(ready);
+  });
+  return { port, url: (path) => `rtsp://127.0.0.1:${port}${path}` };
 }

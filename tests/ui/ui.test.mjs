@@ -18,7 +18,9 @@ const PAGES = [
   ['timeline', '#/timeline/porch', '.tl-track[data-runs]'],
   ['events', '#/events', '.more'],
   ['health', '#/health', 'table.health tbody tr'],
-  ['settings', '#/settings', '#user-form'],
+  ['settings', '#/settings', '.camera-list'],
+  ['recording', '#/settings/recording', '.revisions-list li'],
+  ['accounts', '#/settings/accounts', '#user-form'],
   ['system', '#/system', '#system-status'],
 ];
 
@@ -97,7 +99,7 @@ test('setup, every page at both sizes, export, users, support bundle and logout'
 
   // Settings: a password the box refuses is answered next to the password field; a good
   // one adds the user; a token is shown once.
-  await go(page, '#/settings', '#user-form');
+  await go(page, '#/settings/accounts', '#user-form');
   await page.fill('#user-form input[name=username]', 'guest');
   await page.fill('#user-form input[name=password]', 'x'.repeat(200));
   await page.click('#user-form button[type=submit]');

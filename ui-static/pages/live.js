@@ -4,7 +4,7 @@
 // scrolled away releases it. Click a tile for the camera's main stream with the playback
 // controls (#/live/porch); double-click for full screen.
 import { h } from '../lib/dom.js';
-import { say, sayThenGo } from '../lib/api.js';
+import { say, sayThenGo, session } from '../lib/api.js';
 import { listCameras, smallStream, streamOf, streamState } from '../lib/cameras.js';
 import { WhepSession } from '../lib/whep.js';
 import { Player } from '../lib/player.js';
@@ -106,7 +106,7 @@ async function wall(view) {
   const cameras = await listCameras();
   const grid = h('div.wall', { role: 'list', 'aria-label': 'Cameras' });
   const tiles = new Map();
-  const empty = h('p.empty', {}, 'No cameras yet. Cameras are added in the config for now; adding them here comes with the camera settings.');
+  const empty = h('p.empty', {}, 'No cameras yet. ', session.role === 'admin' ? h('a', { href: '#/settings?add=1' }, 'Add the first camera') : 'An admin adds them.');
   view.append(h('div.page-head', {}, h('h1', {}, 'Live'), h('span.muted', {}, `${cameras.length} camera${cameras.length === 1 ? '' : 's'}`)),
     cameras.length ? grid : empty);
   const observer = new IntersectionObserver((entries) => {

@@ -1,23 +1,16 @@
-// Settings: the cameras and how they record (read here; changed from the browser with the
-// camera settings to come), users and API tokens. Removing asks first; the box's refusals
-// are shown next to the field they name.
+// Settings, in tabs: Cameras (#/settings: add, test, change, remove), Recording (several
+// cameras at once, and the revisions of every change) and Accounts (users and API tokens).
+// Every change to the cameras is reviewed as a plan before it is applied; removing asks
+// first; the box's refusals are shown next to the field they name.
 import { h, field, showFieldError, confirmDialog } from '../lib/dom.js';
 import { api, get, request, say, session } from '../lib/api.js';
-import { listCameras } from '../lib/cameras.js';
 import { ago } from '../lib/format.js';
+import { camerasSection } from './settings-cameras.js';
+import { recordingSection, revisionsSection } from './settings-recording.js';
+
+const TABS = [['cameras', 'Cameras'], ['recording', 'Recording'], ['accounts', 'Accounts']];
 
 const SCOPES = [['view', 'watch and search'], ['events:write', 'send events'], ['metrics', 'read metrics'], ['admin', 'everything']];
-
-function cameraSection(cameras) {
-  return h('section.card', { 'aria-labelledby': 'cameras-title' }, h('h2', { id: 'cameras-title' }, 'Cameras'),
-    cameras.length ? h('table.plain', {}, h('thead', {}, h('tr', {}, ...['Camera', 'Streams', 'Recording', 'Pre-roll'].map((t) => h('th', { scope: 'col' }, t)))),
-      h('tbody', {}, ...cameras.map((c) => {
-        const main = c.streams.find((s) => s.stream === 'main') || c.streams[0];
-        return h('tr', {}, h('th', { scope: 'row' }, c.camera), h('td', {}, c.streams.map((s) => s.stream).join(', ')),
-          h('td', {}, main.record_mode), h('td', {}, `${Math.round(main.pre_roll_ms / 1000)} s`));
-      }))) : h('p.empty', {}, 'No cameras yet.'),
-    h('p.muted', {}, 'Adding cameras and changing how they record from here comes with the camera settings.'));
-}
 
 // Runs `fn`; a refusal goes next to its field in `form`, or to the page's notice.
 async function submit(form, fn) {
@@ -95,9 +88,23 @@ async function tokensSection() {
     h('p.muted', {}, 'For analysis services that send events, and for metrics.'), list, form, secret);
 }
 
-async function mount(view) {
-  const cameras = await listCameras();
-  view.append(h('div.page-head', {}, h('h1', {}, 'Settings')), h('div.cards', {}, cameraSection(cameras), await usersSection(), await tokensSection()));
+async function mount(view, args, query) {
+  const tab = TABS.some(([id]) => id === args[0]) ? args[0] : 'cameras';
+  const tabs = h('nav.tabs', { 'aria-label': 'Settings' }, ...TABS.map(([id, text]) => h('a', {
+    href: id === 'cameras' ? '#/settings' : `#/settings/${id}`, 'aria-current': id === tab ? 'page' : null }, text)));
+  const body = h('div.cards');
+  view.append(h('div.page-head', {}, h('h1', {}, 'Settings')), tabs, body);
+  if (tab === 'cameras') {
+    const { section, config, open } = await camerasSection();
+    body.append(section);
+    // The first run (or a link that asks): the form to add a camera, open.
+    if (query.get('add') || !config.cameras.length) open(null);
+  } else if (tab === 'recording') {
+    const redraw = async () => body.replaceChildren(await recordingSection(redraw), await revisionsSection(redraw));
+    await redraw();
+  } else {
+    body.append(await usersSection(), await tokensSection());
+  }
   return null;
 }
 

@@ -1,0 +1,91 @@
+// Setting the box up from the browser alone, against the real binary and the RTSP test
+// camera (tools/rtsp-camera.py): a fresh box with no camera; the admin set up; the first
+// run opens the camera form; a probe with a wrong password says so next to the password,
+// with the right one it says what the camera sends; the camera is added after its plan is
+// reviewed and shows live; its recording changes to events (the diff shown, then applied)
+// while it stays live; the revisions list who did what; it is removed. Nothing is edited
+// by hand and keeppeek never restarts. Desktop and phone, axe-core, screenshots in
+// target/ui/.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { shots, startLiveKeeppeek, startRtspCamera, launchChromium, newPage, waitFor, go, setUpAdmin, countFrames,
+  checkA11y, checkNoSideScroll, camerasOf, CAMERA_USER, CAMERA_PASSWORD, PHONE, DESKTOP } from './harness.mjs';
+
+test('a camera found working, added, watched, changed and removed from the browser alone', async (t) => {
+  const camera = await startRtspCamera(t);
+  const box = await startLiveKeeppeek(t, [], [], []);
+  const browser = await launchChromium(t);
+  const page = await newPage(browser);
+  await setUpAdmin(page, box.base, 0);
+
+  // The first run leads to the camera form.
+  await page.locator('form.camera-form').waitFor();
+  assert.match(page.url(), /#\/settings$/);
+  await page.fill('[name=name]', 'porch');
+  await page.fill('[name="main.url"]', camera.url('/h264-auth'));
+  await page.fill('[name=username]', CAMERA_USER);
+  await page.fill('[name=password]', 'not the password');
+  await page.click('text=Test connection');
+  const passwordError = page.locator('label.field:has([name=password]) .field-error');
+  await waitFor('the wrong password named', async () => /user name and password/.test(await passwordError.textContent()));
+  await page.fill('[name=password]', CAMERA_PASSWORD);
+  await page.click('text=Test connection');
+  await page.locator('.probe-result[data-ok=true]').waitFor({ timeout: 15000 });
+  assert.match(await page.locator('.probe-result').textContent(), /H\.264 640×360 at 15 fps/);
+  await checkA11y(page, 'the camera form');
+  await page.screenshot({ path: join(shots, 'settings-add-camera.png'), fullPage: true });
+
+  // Reviewed, then applied: the camera records and shows live.
+  await page.click('text=Review and add');
+  await page.locator('.plan').waitFor();
+  assert.match(await page.locator('.plan .diff').textContent(), /porch: added/);
+  assert.match(await page.locator('.plan').textContent(), /Start: porch/);
+  await page.screenshot({ path: join(shots, 'settings-plan.png'), fullPage: true });
+  const pid = box.pid();
+  await page.click('.plan button.primary');
+  await waitFor('applied', async () => /Applied: revision 2/.test(await page.locator('#message').textContent()));
+  await page.locator('.camera-row[data-camera=porch]').waitFor();
+  await waitFor('the camera connected', async () => (await camerasOf(page)).some((c) => c.camera === 'porch' && c.streams[0].connected), 20000);
+  await go(page, '#/live', '.tile[data-camera=porch] video');
+  const frames = await countFrames(page, '.tile[data-camera=porch] video');
+  await waitFor('live frames', async () => (await frames()) > 10, 20000);
+
+  // Its recording changes to events; it stays live.
+  await go(page, '#/settings', '.camera-row[data-camera=porch]');
+  await page.click('button[aria-label="Change porch"]');
+  await page.selectOption('form.camera-form [name=record]', 'events');
+  await page.click('text=Review the change');
+  await page.locator('.plan').waitFor();
+  assert.match(await page.locator('.plan .diff').textContent(), /porch: record continuous → events/);
+  assert.doesNotMatch(await page.locator('.plan').textContent(), new RegExp(CAMERA_PASSWORD));
+  await page.click('.plan button.primary');
+  await waitFor('applied', async () => /Applied: revision 3/.test(await page.locator('#message').textContent()));
+  await waitFor('recording around events', async () => (await camerasOf(page)).find((c) => c.camera === 'porch')?.streams[0].record_mode === 'events');
+
+  // The revisions: who did what, on a phone too.
+  await go(page, '#/settings/recording', '.revisions-list li');
+  const revisions = await page.locator('.revisions-list > li').allTextContents();
+  assert.equal(revisions.length, 3);
+  assert.match(revisions[0], /Revision 3 · user:root/);
+  assert.match(revisions[0], /porch: record continuous → events/);
+  assert.match(revisions[2], /the file/);
+  await page.setViewportSize(PHONE);
+  await checkNoSideScroll(page, 'recording settings at 390 px');
+  await checkA11y(page, 'recording settings on a phone');
+  await page.screenshot({ path: join(shots, 'settings-revisions-phone.png'), fullPage: true });
+  await go(page, '#/settings', '.camera-row[data-camera=porch]');
+  await checkNoSideScroll(page, 'camera settings at 390 px');
+  await page.screenshot({ path: join(shots, 'settings-cameras-phone.png'), fullPage: true });
+  await page.setViewportSize(DESKTOP);
+
+  // Removed, after a confirmation and its plan.
+  await page.click('button[aria-label="Remove porch"]');
+  await page.click('dialog.confirm button.danger');
+  await page.locator('.plan').waitFor();
+  assert.match(await page.locator('.plan .diff').textContent(), /porch: removed/);
+  await page.click('.plan button.primary');
+  await waitFor('removed', async () => (await camerasOf(page)).length === 0);
+  assert.equal(box.pid(), pid, 'keeppeek never restarted');
+  assert.deepEqual(page.errors, []);
+});

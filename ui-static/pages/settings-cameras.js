@@ -1,0 +1,138 @@
+// Settings → Cameras: every camera with its latest keyframe, added with its credentials
+// after a probe says what it sends, changed, or removed (asked first). Every change is a
+// plan reviewed before it is applied (lib/config.js); cameras not changed record on.
+import { h, field, confirmDialog } from '../lib/dom.js';
+import { api } from '../lib/api.js';
+import { snapshot, review, refuse } from '../lib/config.js';
+
+const MODES = [['continuous', 'Always'], ['events', 'Around events'], ['off', 'Live only']];
+
+function select(name, options, value) {
+  return h('select', { name }, ...options.map(([v, text]) => h('option', { value: v, selected: v === value }, text)));
+}
+
+// The camera form: empty to add one, filled to change `camera`.
+function cameraForm(camera, onDone) {
+  const adding = !camera;
+  const name = h('input', { name: 'name', required: true, autocomplete: 'off', pattern: '[a-z0-9_][a-z0-9_\\-]*', maxLength: 32,
+    value: camera ? camera.name : '', readOnly: !adding });
+  const url = h('input', { name: 'main.url', required: true, type: 'url', placeholder: 'rtsp://192.168.1.20:554/stream1',
+    value: camera ? camera.main.url : '', autocomplete: 'off' });
+  const subUrl = h('input', { name: 'sub.url', type: 'url', placeholder: 'optional: rtsp://192.168.1.20:554/stream2',
+    value: camera && camera.sub ? camera.sub.url : '', autocomplete: 'off' });
+  const transport = select('main.transport', [['tcp', 'TCP (works everywhere)'], ['udp', 'UDP (less delay on a good LAN)']],
+    camera ? camera.main.transport || 'tcp' : 'tcp');
+  const username = h('input', { name: 'username', autocomplete: 'off', value: camera && camera.username ? camera.username : '' });
+  const password = h('input', { name: 'password', type: 'password', autocomplete: 'new-password',
+    placeholder: camera && camera.password === 'set' ? 'unchanged' : '' });
+  const record = select('record', MODES, camera ? camera.record : 'continuous');
+  const result = h('p.probe-result', { role: 'status' });
+  const panel = h('div.plan-slot');
+  const form = h('form.camera-form', { 'aria-label': adding ? 'Add a camera' : `Change ${camera.name}` },
+    h('h3', {}, adding ? 'Add a camera' : `Change ${camera.name}`),
+    h('div.form-grid', {},
+      field('Name', name, adding ? 'Lower case letters, digits, - and _: it names its folder.' : null),
+      field('Stream address', url, 'The main stream’s RTSP address, without user name or password.'),
+      field('Sub stream address', subUrl, 'A smaller stream for the live wall, if the camera has one.'),
+      field('Transport', transport),
+      field('User name', username),
+      field('Password', password, camera && camera.password === 'set' ? 'Leave empty to keep the current one.' : null),
+      field('Record', record)),
+    result,
+    h('div.toolbar', {},
+      h('button', { type: 'button', onclick: () => test() }, 'Test connection'),
+      h('button.primary', { type: 'submit' }, adding ? 'Review and add' : 'Review the change'),
+      h('button', { type: 'button', onclick: () => onDone(false) }, 'Cancel')),
+    panel);
+
+  const clearErrors = () => {
+    for (const e of form.querySelectorAll('.field-error')) e.textContent = '';
+    for (const e of form.querySelectorAll('[aria-invalid]')) e.removeAttribute('aria-invalid');
+  };
+
+  // Asks the box to reach the camera: what it sends, or why it cannot.
+  async function test() {
+    clearErrors();
+    result.dataset.ok = '';
+    result.textContent = 'Connecting to the camera…';
+    const body = { url: url.value.trim(), transport: transport.value };
+    if (username.value) Object.assign(body, { username: username.value, password: password.value });
+    try {
+      const r = await api('POST', '/api/cameras/probe', body);
+      if (r.ok) {
+        const f = r.found;
+        result.dataset.ok = 'true';
+        result.textContent = `Found: ${f.codec} ${f.width}×${f.height}${f.fps ? ` at ${Math.round(f.fps)} fps` : ''}${f.audio ? `, audio ${f.audio === 'mpeg4-generic' ? 'AAC' : f.audio}` : ', no audio'}.`;
+      } else {
+        result.dataset.ok = 'false';
+        result.textContent = '';
+        refuse({ field: r.field === 'url' ? 'main.url' : r.field, message: r.message }, form);
+      }
+      return r.ok;
+    } catch (e) {
+      result.textContent = '';
+      refuse({ field: e.field === 'url' ? 'main.url' : e.field, message: e.message }, form);
+      return false;
+    }
+  }
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    clearErrors();
+    const set = {};
+    const main = {};
+    if (adding || url.value.trim() !== camera.main.url) main.url = url.value.trim();
+    if (adding || transport.value !== (camera.main.transport || 'tcp')) main.transport = transport.value;
+    if (Object.keys(main).length) set.main = main;
+    const sub = subUrl.value.trim();
+    if (sub && (!camera || !camera.sub || camera.sub.url !== sub)) set.sub = { url: sub };
+    if (!sub && camera && camera.sub) set.sub = null;
+    const user = username.value.trim();
+    if (adding ? user : user !== (camera.username || '')) set.username = user || null;
+    if (password.value) set.password = password.value;
+    else if (!user && camera && camera.password === 'set') set.password = null;
+    if (adding || record.value !== camera.record) set.record = record.value;
+    const change = adding ? { op: 'add_camera', name: name.value.trim(), set } : { op: 'change_camera', name: camera.name, set };
+    const base = (await snapshot()).rev;
+    const done = await review(panel, base, [change], form);
+    if (done) onDone(true);
+  });
+  return form;
+}
+
+export async function camerasSection() {
+  const section = h('section.card.wide', { 'aria-labelledby': 'cameras-title' });
+  const list = h('ul.camera-list', { 'aria-label': 'Cameras' });
+  const slot = h('div.form-slot');
+  const addButton = h('button.primary', { type: 'button', onclick: () => open(null) }, 'Add a camera');
+  async function refresh() {
+    const config = await snapshot();
+    list.replaceChildren(...config.cameras.map((c) => h('li.camera-row', { 'data-camera': c.name },
+      h('video.thumb', { src: `/api/streams/${encodeURIComponent(c.name)}/main/poster.mp4`, muted: true, preload: 'metadata', 'aria-hidden': 'true' }),
+      h('div.camera-text', {}, h('strong', {}, c.name), h('span.muted', {}, c.main.url),
+        h('span.muted', {}, `Records: ${(MODES.find(([m]) => m === c.record) || [, c.record])[1]}${c.sub ? ' · has a sub stream' : ''}${c.password === 'set' ? ' · password set' : ''}`)),
+      h('div.toolbar', {},
+        h('button', { type: 'button', 'aria-label': `Change ${c.name}`, onclick: () => open(c) }, 'Change'),
+        h('button.danger', { type: 'button', 'aria-label': `Remove ${c.name}`, onclick: () => remove(c, config.rev) }, 'Remove')))));
+    if (!config.cameras.length) list.append(h('li.empty', {}, 'No cameras yet: add the first one.'));
+    return config;
+  }
+  function open(camera) {
+    slot.replaceChildren(cameraForm(camera, async (changed) => {
+      slot.replaceChildren();
+      addButton.hidden = false;
+      if (changed) await refresh();
+    }));
+    addButton.hidden = true;
+    slot.querySelector('input:not([readonly])').focus();
+  }
+  async function remove(c, rev) {
+    if (!await confirmDialog(`Remove ${c.name}?`, 'It stops recording now. What it recorded stays until retention takes it.', 'Remove')) return;
+    const panel = h('div.plan-slot');
+    slot.replaceChildren(panel);
+    if (await review(panel, rev, [{ op: 'remove_camera', name: c.name }])) await refresh();
+  }
+  section.append(h('div.section-head', {}, h('h2', { id: 'cameras-title' }, 'Cameras'), addButton), list, slot);
+  const config = await refresh();
+  return { section, config, open };
+}

@@ -85,10 +85,11 @@ KEEPPEEK_BIN=target/aarch64-unknown-linux-musl/image/keeppeek KEEPPEEK_RUNNER=qe
 step "benchmarks (smoke mode)"
 # Performance is a benchmark, not a test: this only proves the benchmark runs end to end.
 # Full figures: `cargo bench --bench record`, `--bench web`, `--bench live`, `--bench events`,
-# `--bench timeline`
+# `--bench timeline`, `--bench config`
 # (docs/performance.md).
 cargo bench --bench record -- --smoke
 cargo bench --bench web -- --smoke
 cargo bench --bench live -- --smoke
 cargo bench --bench events -- --smoke
 cargo bench --bench timeline -- --smoke
+cargo bench --bench config -- --smoke

@@ -20,6 +20,17 @@ pub struct Current {
     pub rev: u64,
     pub text: String,
     pub config: Config,
+    /// The text parsed for changes (once per revision, not once per plan).
+    doc: toml_edit::DocumentMut,
+}
+
+impl Current {
+    fn new(rev: u64, text: String, config: Config) -> Current {
+        // A file that `toml` read but `toml_edit` does not is left as an empty document: plans
+        // on it fail with the validator's reason rather than the box failing to start.
+        let doc = text.parse().unwrap_or_default();
+        Current { rev, text, config, doc }
+    }
 }
 
 /// Why a change set cannot become a plan.
@@ -78,7 +89,7 @@ impl ConfigFile {
         Ok(ConfigFile {
             path: path.to_path_buf(),
             catalog,
-            current: Arc::new(Mutex::new(Current { rev, text, config })),
+            current: Arc::new(Mutex::new(Current::new(rev, text, config))),
         })
     }
 
@@ -111,7 +122,7 @@ impl ConfigFile {
         };
         let name = self.path.file_name().map_or("config".into(), |n| n.to_string_lossy().into_owned());
         let base_dir = self.path.parent().unwrap_or(Path::new("."));
-        let result = plan::plan(&current.config, &current.text, set, earlier, &name, base_dir);
+        let result = plan::plan_on(&current.config, &current.doc, set, earlier, &name, base_dir);
         if let Some(e) = lookup {
             return Err(PlanError::Catalog(e));
         }
@@ -131,7 +142,7 @@ impl ConfigFile {
             text: plan.text.clone(),
         };
         let rev = self.catalog.add_config_revision(&r).map_err(WriteError::Catalog)?;
-        *current = Current { rev, text: plan.text, config: plan.config };
+        *current = Current::new(rev, plan.text, plan.config);
         Ok(rev)
     }
 }

@@ -9,6 +9,7 @@ pub mod change;
 pub mod file;
 pub mod plan;
 mod size;
+pub mod snapshot;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

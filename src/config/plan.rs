@@ -65,14 +65,29 @@ pub fn plan(
     file: &str,
     base_dir: &Path,
 ) -> Result<Plan, Refused> {
+    plan_on(current, &document(text)?, set, earlier, file, base_dir)
+}
+
+/// The file's text as a document to change.
+pub fn document(text: &str) -> Result<DocumentMut, Refused> {
+    text.parse().map_err(|e: toml_edit::TomlError| (String::new(), format!("the file does not parse: {e}")))
+}
+
+/// [`plan`] on the file already parsed (`doc`), as the running box keeps it.
+pub fn plan_on(
+    current: &Config,
+    doc: &DocumentMut,
+    set: &ChangeSet,
+    earlier: impl FnOnce(u64) -> Option<String>,
+    file: &str,
+    base_dir: &Path,
+) -> Result<Plan, Refused> {
     let candidate = match set.rollback() {
         Some(to) => {
             earlier(to).ok_or_else(|| ("changes[0].to".to_string(), format!("there is no revision {to} kept")))?
         }
         None => {
-            let mut doc: DocumentMut = text
-                .parse()
-                .map_err(|e: toml_edit::TomlError| (String::new(), format!("the file does not parse: {e}")))?;
+            let mut doc = doc.clone();
             change::apply(&mut doc, set)?;
             doc.to_string()
         }

@@ -16,7 +16,6 @@ use super::reply::{Reply, RequestBody, content_type, error, error_on, json, on_p
 use crate::auth::Principal;
 use crate::config::change::ChangeSet;
 use crate::config::file::PlanError;
-use crate::config::{Camera, Config, Source};
 use crate::daemon::{Order, Reconfig};
 use crate::limits;
 
@@ -27,46 +26,6 @@ fn reconfig(ctx: &Ctx) -> Result<&Reconfig, Reply> {
             "no_config_file",
             "this box runs without a config file (the demo): nothing to change",
         )
-    })
-}
-
-fn source(s: &Source) -> Value {
-    match s {
-        Source::Rtsp { url, transport } => {
-            json!({ "url": url.as_str(), "transport": format!("{transport:?}").to_lowercase() })
-        }
-        Source::File { path } => json!({ "url": format!("file://{}", path.display()) }),
-        Source::Builtin => json!({ "url": "built-in" }),
-    }
-}
-
-/// A camera as the snapshot shows it: its password only as set or not.
-fn camera(c: &Camera) -> Value {
-    json!({
-        "name": c.name,
-        "record": c.record.name(),
-        "sub_record": c.sub.as_ref().map(|_| c.record_sub.name()),
-        "pre_roll_s": c.pre_roll_ms / 1000,
-        "post_roll_s": c.post_roll_ms / 1000,
-        "username": c.username,
-        "password": if c.password.is_some() { "set" } else { "not set" },
-        "main": source(&c.main),
-        "sub": c.sub.as_ref().map(source),
-        "frame_max_bytes": c.frame_max_bytes,
-    })
-}
-
-fn settings(c: &Config) -> Value {
-    json!({
-        "listen": c.listen.map(|a| a.to_string()),
-        "flush_interval_s": c.flush_interval_s,
-        "require_sane_clock": c.require_sane_clock,
-        "ram_class_bytes": c.ram_class_bytes,
-        "retention": { "stream_max_bytes": c.retention.stream_max_bytes, "total_max_bytes": c.retention.total_max_bytes },
-        "webrtc": { "port": c.webrtc.port, "loopback": c.webrtc.loopback },
-        "preroll": { "stream_max_bytes": c.preroll.stream_max_bytes, "total_max_bytes": c.preroll.total_max_bytes },
-        "pools": { "ingest_queues_max_bytes": c.pools.ingest_queues_max_bytes },
-        "events": { "max_bytes": c.events_max_bytes },
     })
 }
 
@@ -82,13 +41,7 @@ pub(super) async fn snapshot(ctx: &Ctx, parts: &Parts) -> Reply {
         Err(e) => return error(StatusCode::BAD_REQUEST, "bad_page", &e),
     };
     let current = r.file.lock().await;
-    let c = &current.config;
-    let cameras: Vec<Value> = c.cameras.iter().skip(offset).take(limit).map(camera).collect();
-    let next = (offset + limit < c.cameras.len()).then_some(offset + limit);
-    json(
-        StatusCode::OK,
-        json!({ "rev": current.rev, "settings": settings(c), "cameras": cameras, "total": c.cameras.len(), "offset": offset, "next": next }),
-    )
+    json(StatusCode::OK, crate::config::snapshot::page(&current.config, current.rev, offset, limit))
 }
 
 /// The config file and the change set a request sends: JSON, at most
@@ -270,6 +223,7 @@ pub(super) async fn probe(ctx: &Ctx, who: &Principal, parts: &Parts, body: Reque
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Camera, Config, Source};
 
     /// A page of cameras at every field's ceiling stays under 64 KiB.
     #[test]
@@ -292,8 +246,7 @@ mod tests {
                 ..config.cameras[0].clone()
             })
             .collect();
-        let cameras: Vec<Value> = config.cameras.iter().map(camera).collect();
-        let page = json!({ "rev": u64::MAX, "settings": settings(&config), "cameras": cameras, "total": 128, "offset": 112, "next": null });
+        let page = crate::config::snapshot::page(&config, u64::MAX, 0, limits::CONFIG_PAGE_CAMERAS_MAX);
         let bytes = page.to_string().len();
         assert!(bytes <= 64 << 10, "{bytes} bytes");
     }

@@ -2,14 +2,15 @@
 // camera (tools/rtsp-camera.py): a fresh box with no camera; the admin set up; the first
 // run opens the camera form; a probe with a wrong password says so next to the password,
 // with the right one it says what the camera sends; the camera is added after its plan is
-// reviewed and shows live; its recording changes to events (the diff shown, then applied)
+// reviewed and shows live; a viewer of it keeps its session while another camera is added;
+// its recording changes to events (the diff shown, then applied)
 // while it stays live; the revisions list who did what; it is removed. Nothing is edited
 // by hand and keeppeek never restarts. Desktop and phone, axe-core, screenshots in
 // target/ui/.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { shots, startLiveKeeppeek, startRtspCamera, launchChromium, newPage, waitFor, go, setUpAdmin, countFrames,
+import { shots, startLiveKeeppeek, startRtspCamera, launchChromium, newPage, waitFor, sleep, go, setUpAdmin, countFrames,
   checkA11y, checkNoSideScroll, camerasOf, CAMERA_USER, CAMERA_PASSWORD, PHONE, DESKTOP } from './harness.mjs';
 
 test('a camera found working, added, watched, changed and removed from the browser alone', async (t) => {
@@ -51,6 +52,29 @@ test('a camera found working, added, watched, changed and removed from the brows
   const frames = await countFrames(page, '.tile[data-camera=porch] video');
   await waitFor('live frames', async () => (await frames()) > 10, 20000);
 
+  // A viewer of porch keeps its session, and its frames, while another camera is added.
+  const viewer = await page.context().newPage();
+  await viewer.goto(`${box.base}/#/live/porch`);
+  await viewer.locator('.player-video').waitFor();
+  const viewerFrames = await countFrames(viewer, '.player-video');
+  await waitFor('the viewer sees frames', async () => (await viewerFrames()) > 5, 20000);
+  const session = await viewer.evaluate(() => keeppeek.player.session.location);
+  const before = await viewerFrames();
+  const added = await page.evaluate(async (url) => {
+    const csrf = (await (await fetch('/api/me')).json()).csrf;
+    const base = (await (await fetch('/api/config')).json()).rev;
+    const r = await fetch('/api/config/apply', { method: 'POST', headers: { 'content-type': 'application/json', 'x-csrf-token': csrf },
+      body: JSON.stringify({ base, changes: [{ op: 'add_camera', name: 'gate', set: { main: { url } } }] }) });
+    return r.status;
+  }, camera.url('/h264'));
+  assert.equal(added, 200);
+  await waitFor('the new camera connected', async () => (await camerasOf(page)).some((c) => c.camera === 'gate' && c.streams[0].connected), 20000);
+  await sleep(1000);
+  assert.ok((await viewerFrames()) - before >= 15, `${(await viewerFrames()) - before} frames while the camera was added`);
+  assert.equal(await viewer.evaluate(() => keeppeek.player.session.location), session, 'the same session');
+  assert.equal(await viewer.evaluate(() => keeppeek.player.session.pc.connectionState), 'connected');
+  await viewer.close();
+
   // Its recording changes to events; it stays live.
   await go(page, '#/settings', '.camera-row[data-camera=porch]');
   await page.click('button[aria-label="Change porch"]');
@@ -60,16 +84,17 @@ test('a camera found working, added, watched, changed and removed from the brows
   assert.match(await page.locator('.plan .diff').textContent(), /porch: record continuous → events/);
   assert.doesNotMatch(await page.locator('.plan').textContent(), new RegExp(CAMERA_PASSWORD));
   await page.click('.plan button.primary');
-  await waitFor('applied', async () => /Applied: revision 3/.test(await page.locator('#message').textContent()));
+  await waitFor('applied', async () => /Applied: revision 4/.test(await page.locator('#message').textContent()));
   await waitFor('recording around events', async () => (await camerasOf(page)).find((c) => c.camera === 'porch')?.streams[0].record_mode === 'events');
 
   // The revisions: who did what, on a phone too.
   await go(page, '#/settings/recording', '.revisions-list li');
   const revisions = await page.locator('.revisions-list > li').allTextContents();
-  assert.equal(revisions.length, 3);
-  assert.match(revisions[0], /Revision 3 · user:root/);
+  assert.equal(revisions.length, 4);
+  assert.match(revisions[0], /Revision 4 · user:root/);
   assert.match(revisions[0], /porch: record continuous → events/);
-  assert.match(revisions[2], /the file/);
+  assert.match(revisions[1], /gate: added/);
+  assert.match(revisions[3], /the file/);
   await page.setViewportSize(PHONE);
   await checkNoSideScroll(page, 'recording settings at 390 px');
   await checkA11y(page, 'recording settings on a phone');
@@ -85,7 +110,7 @@ test('a camera found working, added, watched, changed and removed from the brows
   await page.locator('.plan').waitFor();
   assert.match(await page.locator('.plan .diff').textContent(), /porch: removed/);
   await page.click('.plan button.primary');
-  await waitFor('removed', async () => (await camerasOf(page)).length === 0);
+  await waitFor('removed', async () => (await camerasOf(page)).map((c) => c.camera).join() === 'gate');
   assert.equal(box.pid(), pid, 'keeppeek never restarted');
   assert.deepEqual(page.errors, []);
 });

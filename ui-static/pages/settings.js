@@ -94,7 +94,11 @@ async function mount(view, args, query) {
     href: id === 'cameras' ? '#/settings' : `#/settings/${id}`, 'aria-current': id === tab ? 'page' : null }, text)));
   const body = h('div.cards');
   view.append(h('div.page-head', {}, h('h1', {}, 'Settings')), tabs, body);
-  if (tab === 'cameras') {
+  if (tab !== 'accounts' && !(await request('GET', '/api/config?limit=1')).data?.settings) {
+    // The demo runs without a config file: there is nothing to change.
+    body.append(h('section.card', {}, h('h2', {}, 'Cameras'), h('p.empty', {},
+      'This box runs the demo, whose camera is built in. Run keeppeek with a config file to add and change cameras here.')));
+  } else if (tab === 'cameras') {
     const { section, config, open } = await camerasSection();
     body.append(section);
     // The first run (or a link that asks): the form to add a camera, open.

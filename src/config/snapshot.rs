@@ -1,0 +1,54 @@
+//! The config as `GET /api/config` shows it: the settings, a page of cameras and the
+//! revision they are. A camera's password shows only as set or not; nothing else in the
+//! config is secret.
+
+use serde_json::{Value, json};
+
+use super::{Camera, Config, Source};
+
+fn source(s: &Source) -> Value {
+    match s {
+        Source::Rtsp { url, transport } => {
+            json!({ "url": url.as_str(), "transport": format!("{transport:?}").to_lowercase() })
+        }
+        Source::File { path } => json!({ "url": format!("file://{}", path.display()) }),
+        Source::Builtin => json!({ "url": "built-in" }),
+    }
+}
+
+/// A camera as the snapshot shows it: its password only as set or not.
+pub fn camera(c: &Camera) -> Value {
+    json!({
+        "name": c.name,
+        "record": c.record.name(),
+        "sub_record": c.sub.as_ref().map(|_| c.record_sub.name()),
+        "pre_roll_s": c.pre_roll_ms / 1000,
+        "post_roll_s": c.post_roll_ms / 1000,
+        "username": c.username,
+        "password": if c.password.is_some() { "set" } else { "not set" },
+        "main": source(&c.main),
+        "sub": c.sub.as_ref().map(source),
+        "frame_max_bytes": c.frame_max_bytes,
+    })
+}
+
+pub fn settings(c: &Config) -> Value {
+    json!({
+        "listen": c.listen.map(|a| a.to_string()),
+        "flush_interval_s": c.flush_interval_s,
+        "require_sane_clock": c.require_sane_clock,
+        "ram_class_bytes": c.ram_class_bytes,
+        "retention": { "stream_max_bytes": c.retention.stream_max_bytes, "total_max_bytes": c.retention.total_max_bytes },
+        "webrtc": { "port": c.webrtc.port, "loopback": c.webrtc.loopback },
+        "preroll": { "stream_max_bytes": c.preroll.stream_max_bytes, "total_max_bytes": c.preroll.total_max_bytes },
+        "pools": { "ingest_queues_max_bytes": c.pools.ingest_queues_max_bytes },
+        "events": { "max_bytes": c.events_max_bytes },
+    })
+}
+
+/// The page of `limit` cameras from `offset`, with the settings and revision `rev`.
+pub fn page(c: &Config, rev: u64, offset: usize, limit: usize) -> Value {
+    let cameras: Vec<Value> = c.cameras.iter().skip(offset).take(limit).map(camera).collect();
+    let next = (offset + limit < c.cameras.len()).then_some(offset + limit);
+    json!({ "rev": rev, "settings": settings(c), "cameras": cameras, "total": c.cameras.len(), "offset": offset, "next": next })
+}

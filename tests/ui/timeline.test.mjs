@@ -141,6 +141,13 @@ test('timeline: click plays the frame recorded then, drag seeks, zoom and pan, l
   await page.click('.labels button:has-text("car")');
   await waitFor('only the cars', async () => Number(await page.locator('.tl-track').getAttribute('data-events')) === 2);
   await page.screenshot({ path: join(shots, 'timeline-desktop.png') });
+  // The events in view are buttons too, for the keyboard: Enter on the first car plays from
+  // its pre-roll (the camera's, before the event at 12 s).
+  await waitFor('the cars listed', async () => (await page.locator('.tl-in-view button').count()) === 2);
+  const preRollUs = await page.evaluate(async () => (await (await fetch('/api/cameras')).json())[0].streams[0].pre_roll_ms * 1000);
+  await page.focus('.tl-in-view button >> nth=0');
+  await page.keyboard.press('Enter');
+  await waitFor('played from the pre-roll', async () => Math.abs((await position()) - (start + 12e6 - preRollUs)) < 1.1e6, 10000);
 
   // Keys on the focused timeline: space pauses and plays, L goes live, ← plays from a step
   // before the playhead (from now, when live).

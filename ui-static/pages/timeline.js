@@ -4,7 +4,7 @@
 import { h } from '../lib/dom.js';
 import { get, say } from '../lib/api.js';
 import { listCameras, streamOf } from '../lib/cameras.js';
-import { US, nowUs, dateInput, fromDateInput, dateTime, duration } from '../lib/format.js';
+import { US, nowUs, dateInput, fromDateInput, dateTime, duration, time } from '../lib/format.js';
 import { Player } from '../lib/player.js';
 import { Timeline, SPAN_MAX_US } from '../lib/timeline.js';
 
@@ -16,6 +16,8 @@ const FOLLOW_MS = 3000;
 const TAIL_OVERLAP_US = 10 * US.s;
 // Live notices a page keeps (it may stay open for days).
 const NOTICES_KEPT = 500;
+// Events listed under the timeline (the markers' keyboard way): at most this many.
+const IN_VIEW_MAX = 12;
 
 export function runsOf(data, mode) {
   const kind = mode === 'events' ? 'event' : 'recorded';
@@ -70,7 +72,10 @@ async function mount(view, args, query) {
   const box = h('div.tl-player');
   const lane = h('div.tl-lane');
   stage.append(box, lane);
-  view.append(h('div.page-head', {}, h('h1', {}, 'Timeline'), picker), stage, toolbar, labelsBox);
+  // The events in the window as buttons: what the markers are, for keyboards and screen
+  // readers (the markers themselves are drawn for the pointer).
+  const inView = h('ul.tl-in-view', { 'aria-label': 'Events in view' });
+  view.append(h('div.page-head', {}, h('h1', {}, 'Timeline'), picker), stage, toolbar, labelsBox, inView);
 
   let following = !query.get('t');
   let loaded = { from: 0, to: 0 };
@@ -106,6 +111,7 @@ async function mount(view, args, query) {
       const end = Math.ceil(Math.min(to, nowUs()));
       exportLink.href = `/api/streams/${stream}/export.mp4?from_us=${Math.floor(Math.min(from, end - US.s))}&to_us=${end}`;
       load();
+      listInView();
     },
     step: (dir) => {
       const jump = Math.max(US.s, tl.span / 50);
@@ -117,6 +123,22 @@ async function mount(view, args, query) {
     live: () => { player.live(); followNow(); },
   });
   window.keeppeek.timeline = tl;
+  let listing = 0;
+  const listInView = () => {
+    clearTimeout(listing);
+    listing = setTimeout(() => {
+      const shown = tl.shown.filter((e) => e.time_us >= tl.from && e.time_us <= tl.to);
+      inView.replaceChildren(...shown.slice(0, IN_VIEW_MAX).map((e) => h('li', {}, h('button.chip', {
+        type: 'button', 'data-event': e.event, onclick: () => seek(e.time_us - preRollUs),
+        'aria-label': `Play ${(e.labels || []).join(', ') || 'event'} at ${dateTime(e.time_us)} from before it` },
+      `${time(e.time_us)} · ${(e.labels || []).join(', ') || 'event'}`))),
+      ...(shown.length > IN_VIEW_MAX ? [h('li.muted', {}, `and ${shown.length - IN_VIEW_MAX} more: zoom in`)] : []));
+    }, 150);
+  };
+  const setEvents = tl.setEvents.bind(tl);
+  tl.setEvents = (events) => { setEvents(events); listInView(); };
+  const setLabels = tl.setLabels.bind(tl);
+  tl.setLabels = (labels) => { setLabels(labels); listInView(); };
   const narrow = matchMedia('(max-width: 700px)');
   const orient = () => tl.setVertical(narrow.matches);
   orient();

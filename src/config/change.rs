@@ -189,12 +189,15 @@ fn apply_one(doc: &mut DocumentMut, change: &Change) -> Result<(), Refusal> {
             table.insert("name", toml_edit::value(name.as_str()));
             cameras.push(table);
             let last = cameras.len() - 1;
-            write_camera(cameras.get_mut(last).expect("pushed"), set);
+            let table = cameras.get_mut(last).expect("pushed");
+            write_camera(table, set);
+            tidy(table);
             Ok(())
         }
         Change::ChangeCamera { name, set } => {
             let table = camera_mut(doc, name)?;
             write_camera(table, set);
+            tidy(table);
             Ok(())
         }
         Change::RemoveCamera { name } => {
@@ -205,9 +208,16 @@ fn apply_one(doc: &mut DocumentMut, change: &Change) -> Result<(), Refusal> {
         }
         Change::Set { key, value } => set_setting(doc, key, value.as_ref()),
         Change::Bulk { cameras: names, set } => {
+            let cameras = cameras_mut(doc)?;
+            // Each camera's place, found once (not a walk of the list per name).
+            let places: std::collections::HashMap<String, usize> = cameras
+                .iter()
+                .enumerate()
+                .filter_map(|(i, t)| Some((t.get("name")?.as_str()?.to_string(), i)))
+                .collect();
             for (j, name) in names.iter().enumerate() {
-                let table = camera_mut(doc, name).map_err(|(_, why)| (format!("cameras[{j}]"), why))?;
-                write_policy(table, set);
+                let i = *places.get(name).ok_or_else(|| (format!("cameras[{j}]"), no_camera(name).1))?;
+                write_policy(cameras.get_mut(i).expect("found"), set);
             }
             Ok(())
         }
@@ -320,7 +330,6 @@ fn write_camera(t: &mut Table, set: &CameraFields) {
         }
         None => {}
     }
-    tidy(t);
 }
 
 /// Lays out the camera's inline stream tables again (`{ url = "…", transport = "udp" }`)

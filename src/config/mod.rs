@@ -408,13 +408,25 @@ impl Config {
     /// are taken relative to `base_dir`.
     pub fn parse(text: &str, file: &str, base_dir: &Path) -> Result<Config, ConfigError> {
         let err = |key: String, reason: String| ConfigError { file: file.to_string(), key, reason };
-        let de = toml::Deserializer::parse(text).map_err(|e| err(toml_position(text, &e), e.message().to_string()))?;
-        let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
-            let key = e.path().to_string();
-            let inner = e.into_inner();
-            let key = if key == "." { toml_position(text, &inner) } else { key };
-            err(key, inner.message().trim().to_string())
-        })?;
+        // Read plainly first; only a file that fails is read again keeping the key path, for
+        // the message (tracking the path costs about as much as the rest of the read).
+        let raw: RawConfig = match toml::from_str(text) {
+            Ok(raw) => raw,
+            Err(_) => {
+                let de = toml::Deserializer::parse(text)
+                    .map_err(|e| err(toml_position(text, &e), e.message().to_string()))?;
+                let found: Result<RawConfig, _> = serde_path_to_error::deserialize(de);
+                match found {
+                    Ok(raw) => raw,
+                    Err(e) => {
+                        let key = e.path().to_string();
+                        let inner = e.into_inner();
+                        let key = if key == "." { toml_position(text, &inner) } else { key };
+                        return Err(err(key, inner.message().trim().to_string()));
+                    }
+                }
+            }
+        };
         raw.validate(base_dir).map_err(|(key, reason)| err(key, reason))
     }
 

@@ -6,7 +6,6 @@
 use std::path::Path;
 
 use serde::Serialize;
-use serde_json::{Value, json};
 use toml_edit::DocumentMut;
 
 use super::change::{self, ChangeSet, Refusal};
@@ -123,16 +122,43 @@ pub fn plan_on(
     })
 }
 
+/// A plan as answered: nothing secret in it. Serialized straight to text (`to_string`).
+#[derive(Serialize)]
+pub struct Answer<'a> {
+    base: u64,
+    diff: &'a [Diff],
+    effect: &'a Effect,
+    budget: BudgetAnswer,
+    changes_nothing: bool,
+}
+
+#[derive(Serialize)]
+struct BudgetAnswer {
+    before_bytes: u64,
+    after_bytes: u64,
+    allowed_bytes: u64,
+}
+
+impl std::fmt::Display for Answer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&serde_json::to_string(self).map_err(|_| std::fmt::Error)?)
+    }
+}
+
 impl Plan {
     /// The plan as answered: nothing secret in it.
-    pub fn answer(&self) -> Value {
-        json!({
-            "base": self.base,
-            "diff": self.diff,
-            "effect": self.effect,
-            "budget": { "before_bytes": self.budget_before, "after_bytes": self.budget_after, "allowed_bytes": self.budget_allowed },
-            "changes_nothing": self.diff.is_empty(),
-        })
+    pub fn answer(&self) -> Answer<'_> {
+        Answer {
+            base: self.base,
+            diff: &self.diff,
+            effect: &self.effect,
+            budget: BudgetAnswer {
+                before_bytes: self.budget_before,
+                after_bytes: self.budget_after,
+                allowed_bytes: self.budget_allowed,
+            },
+            changes_nothing: self.diff.is_empty(),
+        }
     }
 
     /// One line per change, for the revision's summary.

@@ -88,7 +88,7 @@ pub(super) async fn plan(ctx: &Ctx, who_: &Principal, parts: &Parts, body: Reque
     match r.file.plan(&current, &set) {
         Ok(p) => {
             tracing::info!(by = %who_.name(), base = current.rev, changes = p.diff.len(), "config planned");
-            json(StatusCode::OK, p.answer())
+            super::reply::with_type(StatusCode::OK, p.answer().to_string(), "application/json")
         }
         Err(e) => refused(ctx, e),
     }
@@ -110,7 +110,7 @@ pub(super) async fn apply(ctx: &Ctx, who_: &Principal, parts: &Parts, body: Requ
         Ok(p) => p,
         Err(e) => return refused(ctx, e),
     };
-    let answer = plan.answer();
+    let answer = serde_json::to_value(plan.answer()).unwrap_or_default();
     let (effect, config) = (plan.effect.clone(), plan.config.clone());
     let summary = plan.summary();
     let now_us = crate::clock::Clocks::wall_us(&crate::clock::RealClocks);

@@ -22,6 +22,8 @@ pub struct Current {
     pub config: Config,
     /// The text parsed for changes (once per revision, not once per plan).
     doc: toml_edit::DocumentMut,
+    /// The running file as a revision not stored yet (a first start, a change by hand).
+    unrecorded: Option<ConfigRevision>,
 }
 
 impl Current {
@@ -29,7 +31,7 @@ impl Current {
         // A file that `toml` read but `toml_edit` does not is left as an empty document: plans
         // on it fail with the validator's reason rather than the box failing to start.
         let doc = text.parse().unwrap_or_default();
-        Current { rev, text, config, doc }
+        Current { rev, text, config, doc, unrecorded: None }
     }
 }
 
@@ -69,8 +71,12 @@ impl ConfigFile {
         now_us: i64,
     ) -> Result<ConfigFile, CatalogError> {
         let digest = hash(&text);
-        let rev = match catalog.newest_config_revision()? {
-            Some(r) if r.hash == digest => r.rev,
+        let newest = catalog.newest_config_revision()?;
+        // Nothing is written here: a box that starts on a full disk must not have a catalog
+        // write fail before retention has made room. A file that is not the newest revision
+        // becomes one (numbered now, stored with the next change).
+        let (rev, unrecorded) = match newest {
+            Some(r) if r.hash == digest => (r.rev, None),
             newest => {
                 let summary = vec![
                     if newest.is_some() { "changed outside the web face" } else { "the first revision" }.to_string(),
@@ -83,14 +89,21 @@ impl ConfigFile {
                     summary,
                     text: text.clone(),
                 };
-                catalog.add_config_revision(&r)?
+                (newest.map_or(1, |n| n.rev + 1), Some(r))
             }
         };
-        Ok(ConfigFile {
-            path: path.to_path_buf(),
-            catalog,
-            current: Arc::new(Mutex::new(Current::new(rev, text, config))),
-        })
+        let mut current = Current::new(rev, text, config);
+        current.unrecorded = unrecorded;
+        Ok(ConfigFile { path: path.to_path_buf(), catalog, current: Arc::new(Mutex::new(current)) })
+    }
+
+    /// The revisions kept, newest first, the running file's included when it is not stored yet.
+    pub fn revisions(&self, current: &Current) -> Result<Vec<ConfigRevision>, CatalogError> {
+        let mut list = self.catalog.config_revisions()?;
+        if let Some(r) = &current.unrecorded {
+            list.insert(0, ConfigRevision { rev: current.rev, ..r.clone() });
+        }
+        Ok(list)
     }
 
     /// Holds the config for one plan or apply.
@@ -132,6 +145,11 @@ impl ConfigFile {
     /// Writes `plan` as the file (durably), then its revision by `by`; `current` follows.
     /// Returns the new revision.
     pub fn write(&self, current: &mut Current, plan: Plan, by: &str, now_us: i64) -> Result<u64, WriteError> {
+        // The file it replaces is kept as a revision first, if it is not yet.
+        if let Some(r) = &current.unrecorded {
+            self.catalog.add_config_revision(r).map_err(WriteError::Catalog)?;
+            current.unrecorded = None;
+        }
         crate::base::fs::write_synced(&self.path, plan.text.as_bytes()).map_err(WriteError::File)?;
         let r = ConfigRevision {
             rev: 0,

@@ -156,17 +156,16 @@ pub(super) async fn revisions(ctx: &Ctx) -> Reply {
         Ok(r) => r,
         Err(reply) => return reply,
     };
-    let current = r.file.lock().await.rev;
-    let catalog = ctx.services.catalog.clone();
-    match on_pool(move || catalog.config_revisions().map_err(|e| fail(&e))).await {
+    let current = r.file.lock().await;
+    match r.file.revisions(&current) {
         Ok(list) => {
             let list: Vec<Value> = list
                 .iter()
-                .map(|r| json!({ "rev": r.rev, "time_us": r.time_us, "by": r.by, "summary": r.summary, "current": r.rev == current }))
+                .map(|x| json!({ "rev": x.rev, "time_us": x.time_us, "by": x.by, "summary": x.summary, "current": x.rev == current.rev }))
                 .collect();
             json(StatusCode::OK, json!({ "revisions": list }))
         }
-        Err(reply) => reply,
+        Err(e) => fail(&e),
     }
 }
 

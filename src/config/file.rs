@@ -97,13 +97,10 @@ impl ConfigFile {
         Ok(ConfigFile { path: path.to_path_buf(), catalog, current: Arc::new(Mutex::new(current)) })
     }
 
-    /// The revisions kept, newest first, the running file's included when it is not stored yet.
-    pub fn revisions(&self, current: &Current) -> Result<Vec<ConfigRevision>, CatalogError> {
-        let mut list = self.catalog.config_revisions()?;
-        if let Some(r) = &current.unrecorded {
-            list.insert(0, ConfigRevision { rev: current.rev, ..r.clone() });
-        }
-        Ok(list)
+    /// The running file as a revision when it is not stored yet: it heads the list of
+    /// revisions the catalog keeps.
+    pub fn unrecorded(current: &Current) -> Option<ConfigRevision> {
+        current.unrecorded.as_ref().map(|r| ConfigRevision { rev: current.rev, ..r.clone() })
     }
 
     /// Holds the config for one plan or apply.

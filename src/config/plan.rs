@@ -9,7 +9,8 @@ use serde::Serialize;
 use toml_edit::DocumentMut;
 
 use super::change::{self, ChangeSet, Refusal};
-use super::{Camera, Config, Source};
+use super::snapshot::{address, transport};
+use super::{Camera, Config};
 use crate::budget;
 
 /// What a plan does to the running box.
@@ -184,21 +185,6 @@ fn show(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or("none")
 }
 
-fn source(s: &Source) -> String {
-    match s {
-        Source::Rtsp { url, .. } => url.to_string(),
-        Source::File { path } => format!("file://{}", path.display()),
-        Source::Builtin => "built-in".into(),
-    }
-}
-
-fn transport(s: &Source) -> Option<String> {
-    match s {
-        Source::Rtsp { transport, .. } => Some(format!("{transport:?}").to_lowercase()),
-        _ => None,
-    }
-}
-
 /// A camera's fields as the diff shows them; a password only as set or not.
 fn camera_fields(c: &Camera) -> Vec<(&'static str, Option<String>)> {
     vec![
@@ -208,9 +194,9 @@ fn camera_fields(c: &Camera) -> Vec<(&'static str, Option<String>)> {
         ("post_roll_s", Some((c.post_roll_ms / 1000).to_string())),
         ("username", c.username.clone()),
         ("password", c.password.as_ref().map(|_| "set".into())),
-        ("main.url", Some(source(&c.main))),
+        ("main.url", Some(address(&c.main))),
         ("main.transport", transport(&c.main)),
-        ("sub.url", c.sub.as_ref().map(source)),
+        ("sub.url", c.sub.as_ref().map(address)),
         ("sub.transport", c.sub.as_ref().and_then(transport)),
         ("frame_max_bytes", Some(c.frame_max_bytes.to_string())),
     ]

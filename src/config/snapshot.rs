@@ -6,14 +6,25 @@ use serde_json::{Value, json};
 
 use super::{Camera, Config, Source};
 
-fn source(s: &Source) -> Value {
+/// A stream's address as people read it (`rtsp://…`, `file://…`, `built-in`).
+pub fn address(s: &Source) -> String {
     match s {
-        Source::Rtsp { url, transport } => {
-            json!({ "url": url.as_str(), "transport": format!("{transport:?}").to_lowercase() })
-        }
-        Source::File { path } => json!({ "url": format!("file://{}", path.display()) }),
-        Source::Builtin => json!({ "url": "built-in" }),
+        Source::Rtsp { url, .. } => url.to_string(),
+        Source::File { path } => format!("file://{}", path.display()),
+        Source::Builtin => "built-in".into(),
     }
+}
+
+/// A stream's RTP transport (`tcp`, `udp`), for RTSP streams.
+pub fn transport(s: &Source) -> Option<String> {
+    match s {
+        Source::Rtsp { transport, .. } => Some(format!("{transport:?}").to_lowercase()),
+        _ => None,
+    }
+}
+
+fn source(s: &Source) -> Value {
+    json!({ "url": address(s), "transport": transport(s) })
 }
 
 /// A camera as the snapshot shows it: its password only as set or not.

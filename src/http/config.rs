@@ -156,17 +156,22 @@ pub(super) async fn revisions(ctx: &Ctx) -> Reply {
         Ok(r) => r,
         Err(reply) => return reply,
     };
-    let current = r.file.lock().await;
-    match r.file.revisions(&current) {
-        Ok(list) => {
-            let list: Vec<Value> = list
-                .iter()
-                .map(|x| json!({ "rev": x.rev, "time_us": x.time_us, "by": x.by, "summary": x.summary, "current": x.rev == current.rev }))
-                .collect();
-            json(StatusCode::OK, json!({ "revisions": list }))
-        }
-        Err(e) => fail(&e),
-    }
+    let (rev, unrecorded) = {
+        let current = r.file.lock().await;
+        (current.rev, crate::config::file::ConfigFile::unrecorded(&current))
+    };
+    // Up to CONFIG_REVISIONS_MAX whole files: read on the blocking pool.
+    let catalog = ctx.services.catalog.clone();
+    let kept = match on_pool(move || catalog.config_revisions().map_err(|e| fail(&e))).await {
+        Ok(kept) => kept,
+        Err(reply) => return reply,
+    };
+    let list: Vec<Value> = unrecorded
+        .iter()
+        .chain(&kept)
+        .map(|x| json!({ "rev": x.rev, "time_us": x.time_us, "by": x.by, "summary": x.summary, "current": x.rev == rev }))
+        .collect();
+    json(StatusCode::OK, json!({ "revisions": list }))
 }
 
 /// What `POST /api/cameras/probe` takes.

@@ -61,7 +61,7 @@ class Layer {
 
 export class Timeline {
   // `on`: seek(wallUs, final), event(e), window(from, to, byUser), step(dir), pause(),
-  // live(); each optional.
+  // live(), shown() (the events shown changed: new events or labels); each optional.
   constructor(root, on = {}) {
     this.on = on;
     this.vertical = false;
@@ -135,6 +135,7 @@ export class Timeline {
   filter() {
     const l = this.labels;
     this.shown = l ? this.events.filter((e) => (e.labels || []).some((x) => l.has(x))) : this.events;
+    if (this.on.shown) this.on.shown();
     this.schedule();
   }
 

@@ -121,6 +121,7 @@ async function mount(view, args, query) {
     },
     pause: () => player.togglePause(),
     live: () => { player.live(); followNow(); },
+    shown: () => listInView(),
   });
   window.keeppeek.timeline = tl;
   let listing = 0;
@@ -135,10 +136,6 @@ async function mount(view, args, query) {
       ...(shown.length > IN_VIEW_MAX ? [h('li.muted', {}, `and ${shown.length - IN_VIEW_MAX} more: zoom in`)] : []));
     }, 150);
   };
-  const setEvents = tl.setEvents.bind(tl);
-  tl.setEvents = (events) => { setEvents(events); listInView(); };
-  const setLabels = tl.setLabels.bind(tl);
-  tl.setLabels = (labels) => { setLabels(labels); listInView(); };
   const narrow = matchMedia('(max-width: 700px)');
   const orient = () => tl.setVertical(narrow.matches);
   orient();

@@ -173,7 +173,7 @@ impl Export {
     pub fn file_name(&self, stream: &StreamKey) -> String {
         let secs = self.wall_start_us.div_euclid(1_000_000);
         let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-        let (y, m, d) = civil_from_days(days);
+        let (y, m, d) = crate::clock::civil_from_days(days);
         format!(
             "{}-{}-{y:04}{m:02}{d:02}-{:02}{:02}{:02}Z.mp4",
             stream.camera,
@@ -252,32 +252,10 @@ impl Export {
     }
 }
 
-/// Days since 1970-01-01 to a (year, month, day) date, proleptic Gregorian (H. Hinnant's
-/// algorithm): the one date conversion KeepPeek needs, not worth a crate.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::base::StreamKind;
-
-    #[test]
-    fn dates_are_civil_utc() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
-        assert_eq!(civil_from_days(20_513), (2026, 3, 1));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
-    }
 
     #[test]
     fn a_range_of_more_fragments_than_the_ceiling_is_refused_before_any_file_is_read() {

@@ -215,6 +215,40 @@ pub const CONFIG_KEY_MAX_BYTES: usize = 128;
 /// under 3.5 KiB as JSON, so a page stays under 64 KiB.
 pub const CONFIG_PAGE_CAMERAS_MAX: usize = 16;
 
+/// How long a search for cameras (WS-Discovery) listens for answers after its probe: ONVIF
+/// devices answer within a random delay of up to 500 ms, Wi-Fi ones later.
+pub const DISCOVERY_WAIT_MS: u64 = 3_000;
+
+/// Devices one search lists; answers from more are counted and left out.
+pub const DISCOVERY_DEVICES_MAX: usize = 64;
+
+/// Interfaces (IPv4 addresses) one search probes on.
+pub const DISCOVERY_INTERFACES_MAX: usize = 8;
+
+/// Bytes of one WS-Discovery answer read (a camera's ProbeMatches is 1–3 KiB); a longer
+/// datagram is dropped.
+pub const DISCOVERY_DATAGRAM_MAX_BYTES: usize = 16 << 10;
+
+/// Searches for cameras running at once; another is refused with 503 until it ends.
+pub const DISCOVERIES_RUNNING_MAX: usize = 1;
+
+/// Bytes of one answer from a camera's ONVIF service read: a camera with 16 profiles
+/// answers GetProfiles in about 60 KiB.
+pub const ONVIF_RESPONSE_MAX_BYTES: usize = 256 << 10;
+
+/// XML nodes of one ONVIF document parsed, whatever its bytes.
+pub const ONVIF_XML_NODES_MAX: u32 = 20_000;
+
+/// The longest one ONVIF request waits, from connecting to the last byte of its answer.
+pub const ONVIF_REQUEST_TIMEOUT_MS: u64 = 4_000;
+
+/// The longest reading a camera's streams over ONVIF takes in all (clock, device,
+/// capabilities, profiles and two stream addresses).
+pub const ONVIF_QUERY_TIMEOUT_MS: u64 = 10_000;
+
+/// Media profiles of a camera read; the rest are left out (cameras have 2–4).
+pub const ONVIF_PROFILES_MAX: usize = 16;
+
 // ---- ingest timing ----
 
 /// Bound on TCP connect plus DESCRIBE: a camera that accepts and never answers is given up.

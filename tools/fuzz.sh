@@ -29,7 +29,7 @@ extra_args() {
     case "$1" in
         # A moof may be up to MOOF_MAX_BYTES (9600) long; inputs past libFuzzer's default
         # 4096-byte cap are needed to reach full 512-sample truns and the TooLarge check.
-        fmp4_read) echo "-max_len=16384" ;;
+        fmp4_read | onvif) echo "-max_len=16384" ;;
     esac
 }
 

@@ -18,7 +18,8 @@ Paths (fixtures from tools/make-fixtures.sh):
 
 Each path is one shared pipeline: the first client starts it at frame 0, later
 clients join mid-stream, as with a real camera. RTP over TCP (interleaved) and
-UDP are both offered. The server listens on 127.0.0.1 only.
+UDP are both offered. The server listens on 127.0.0.1 unless --address says
+otherwise; --alias serves a path under a second name too.
 
 With --ready-file, "ready\\n" is written to that file once the socket listens
 and the main loop runs, so a test can wait for the file instead of polling the
@@ -201,7 +202,7 @@ def fixture_path(fixtures, filename):
 
 def build_server(args):
     server = GstRtspServer.RTSPServer()
-    server.set_address("127.0.0.1")
+    server.set_address(args.address)
     server.set_service(str(args.port))
 
     auth_paths = set(args.auth_path or ["/h264-auth"])
@@ -230,6 +231,13 @@ def build_server(args):
     mounts = server.get_mount_points()
     paths = dict(PATHS)
     paths.update({p: v for p, v in BENCH_PATHS.items() if os.path.isfile(os.path.join(args.fixtures, v[0]))})
+    for alias in args.alias or []:
+        new, _, existing = alias.partition("=")
+        if existing not in paths or not new.startswith("/"):
+            sys.exit(f"rtsp-camera: --alias {alias!r}: give NEW=EXISTING, EXISTING one of {sorted(paths)}")
+        paths[new] = paths[existing]
+        if existing in auth_paths:
+            auth_paths.add(new)
     for path, (filename, codec, audio_filename) in paths.items():
         location = fixture_path(args.fixtures, filename)
         audio_location = fixture_path(args.fixtures, audio_filename) if audio_filename else None
@@ -266,7 +274,10 @@ def build_server(args):
 
 def main():
     p = argparse.ArgumentParser(description="Simulated RTSP IP camera serving looping fixture clips.")
-    p.add_argument("--port", type=int, required=True, help="TCP port to listen on (127.0.0.1)")
+    p.add_argument("--port", type=int, required=True, help="TCP port to listen on")
+    p.add_argument("--address", default="127.0.0.1", help="IPv4 address to listen on (default: %(default)s)")
+    p.add_argument("--alias", action="append", metavar="NEW=EXISTING",
+                   help="serve the path EXISTING at NEW too (an ONVIF device's stream address); repeatable")
     p.add_argument("--fixtures", default="fixtures",
                    help="directory with h264.264, h265.265, h264-long-gop.264, aac.adts"
                         " (default: %(default)s)")
@@ -288,7 +299,7 @@ def main():
 
     # attach() binds and listens; it returns 0 when the port is taken or invalid.
     if server.attach(None) == 0:
-        sys.exit(f"rtsp-camera: cannot listen on 127.0.0.1:{args.port}")
+        sys.exit(f"rtsp-camera: cannot listen on {args.address}:{args.port}")
 
     def on_signal():
         loop.quit()
@@ -306,7 +317,7 @@ def main():
             with open(tmp, "w") as f:
                 f.write("ready\n")
             os.replace(tmp, args.ready_file)
-        print(f"rtsp-camera: listening on rtsp://127.0.0.1:{server.get_bound_port()}"
+        print(f"rtsp-camera: listening on rtsp://{args.address}:{server.get_bound_port()}"
               f" ({', '.join(PATHS)})", flush=True)
         return GLib.SOURCE_REMOVE
 

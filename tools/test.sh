@@ -16,7 +16,7 @@ DEBIAN_PACKAGES=(
     qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross
     chromium
     qemu-system-arm u-boot-qemu squashfs-tools mtools dosfstools fdisk e2fsprogs cpio kmod
-    grub-common minisign
+    grub-common minisign iproute2
 )
 RUST_TARGETS=(aarch64-unknown-linux-musl)
 
@@ -54,6 +54,11 @@ cargo fmt --check
 
 step "fixtures"
 bash tools/make-fixtures.sh target/fixtures
+
+step "test peers"
+# An ONVIF device KeepPeek did not write (the crate oxvif's mock device), built once and
+# cached under target/peers; tools/onvif-camera.sh runs it in a network namespace.
+cargo build --release --locked --quiet --manifest-path tools/onvif-device/Cargo.toml --target-dir target/peers
 
 step "unit tests (host)"
 cargo test --lib --bins

@@ -25,7 +25,13 @@ pub struct Effect {
     /// Settings that cannot change while the box runs: keeppeek restarts cleanly to apply
     /// them (every camera with it).
     pub restart_box: Vec<String>,
+    /// Settings taken while the box runs ([`LIVE_SETTINGS`]).
+    pub live: Vec<String>,
 }
+
+/// The settings the running box takes without a restart: the retention caps (the flusher
+/// keeps them from the next message on and enforces them at once).
+pub const LIVE_SETTINGS: [&str; 2] = ["retention.stream_max_bytes", "retention.total_max_bytes"];
 
 /// The changes to one camera (`camera` none: the settings): (field, from, to), `None` for
 /// absent.
@@ -233,7 +239,9 @@ pub fn compare(old: &Config, new: &Config) -> (Vec<Diff>, Effect) {
         .map(|((key, from), (_, to))| (key.to_string(), Some(from), Some(to)))
         .collect();
     if !setting_changes.is_empty() {
-        effect.restart_box = setting_changes.iter().map(|(k, ..)| k.clone()).collect();
+        let (live, restart): (Vec<String>, Vec<String>) =
+            setting_changes.iter().map(|(k, ..)| k.clone()).partition(|k| LIVE_SETTINGS.contains(&k.as_str()));
+        (effect.live, effect.restart_box) = (live, restart);
         diff.push(Diff { camera: None, what: "changed", fields: setting_changes });
     }
     for c in &old.cameras {
@@ -309,7 +317,8 @@ main = { url = "rtsp://192.0.2.2/main" }
                 stop: vec!["porch".into()],
                 restart: vec!["yard".into()],
                 start: vec!["gate".into()],
-                restart_box: vec![]
+                restart_box: vec![],
+                live: vec![],
             }
         );
         let answer = p.answer().to_string();
@@ -324,6 +333,13 @@ main = { url = "rtsp://192.0.2.2/main" }
     fn settings_restart_the_box_and_a_budget_that_does_not_fit_is_refused() {
         let p = plan_of(r#"{"base":1,"changes":[{"op":"set","key":"webrtc.port","value":9000}]}"#).unwrap();
         assert_eq!(p.effect.restart_box, ["webrtc.port"]);
+        // The retention caps are taken live.
+        let p = plan_of(r#"{"base":1,"changes":[{"op":"set","key":"retention.stream_max_bytes","value":"2 GiB"}]}"#)
+            .unwrap();
+        assert_eq!(
+            (p.effect.restart_box.len(), p.effect.live.as_slice()),
+            (0, &["retention.stream_max_bytes".to_string()][..])
+        );
         let (field, why) =
             plan_of(r#"{"base":1,"changes":[{"op":"set","key":"ram_class","value":"64 MiB"}]}"#).err().unwrap();
         assert_eq!(field, "budget", "{why}");

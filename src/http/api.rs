@@ -14,7 +14,7 @@ use http::{Method, StatusCode};
 
 use super::reply::{Reply, RequestBody, error, text};
 use super::routes::{Access, Route};
-use super::{Ctx, accounts, config, events, health, live, media, metrics, system, ui};
+use super::{Ctx, accounts, config, discover, events, health, live, media, metrics, system, ui};
 use crate::auth::Principal;
 
 pub(super) async fn route(parts: Parts, body: RequestBody, ctx: &Ctx, peer: SocketAddr) -> Reply {
@@ -80,6 +80,8 @@ async fn handle(
         ConfigApply => config::apply(ctx, who, &parts, body).await,
         ConfigRevisions => config::revisions(ctx).await,
         CameraProbe => config::probe(ctx, who, &parts, body).await,
+        CameraDiscover => discover::search(ctx, who).await,
+        CameraOnvif => discover::onvif(ctx, who, &parts, body).await,
         Export(s) => match media::range(&parts) {
             Ok((from, to)) => media::export(ctx, &parts, s, from, to).await,
             Err(r) => r,

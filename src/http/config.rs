@@ -208,18 +208,32 @@ pub(super) async fn probe(ctx: &Ctx, who: &Principal, parts: &Parts, body: Reque
             return error_on(StatusCode::BAD_REQUEST, "invalid", &why, field);
         }
     }
-    let Ok(_permit) = ctx.probes.try_acquire() else {
-        let why = format!("{} probes are running: try again in a few seconds", limits::PROBES_RUNNING_MAX);
-        return error(StatusCode::SERVICE_UNAVAILABLE, "probes_busy", &why);
+    let _place = match probe_place(ctx) {
+        Ok(p) => p,
+        Err(reply) => return reply,
     };
     ctx.services.config_stats.probes.fetch_add(1, Ordering::Relaxed);
     let credentials = req.username.as_deref().zip(req.password.as_deref());
     let found = crate::ingest::probe::probe(&url, transport, credentials).await;
     tracing::info!(by = %who.name(), url = %url, ok = found.is_ok(), "camera probed");
-    match found {
-        Ok(found) => json(StatusCode::OK, json!({ "ok": true, "found": found })),
-        Err(f) => {
-            json(StatusCode::OK, json!({ "ok": false, "code": f.code(), "message": f.to_string(), "field": f.field() }))
+    tried("found", found.map_err(|f| (f.code(), f.to_string(), f.field())))
+}
+
+/// One of the [`limits::PROBES_RUNNING_MAX`] places of camera probes and ONVIF reads, or 503.
+pub(super) fn probe_place(ctx: &Ctx) -> Result<tokio::sync::SemaphorePermit<'_>, Reply> {
+    ctx.probes.try_acquire().map_err(|_| {
+        let why = format!("{} probes are running: try again in a few seconds", limits::PROBES_RUNNING_MAX);
+        error(StatusCode::SERVICE_UNAVAILABLE, "probes_busy", &why)
+    })
+}
+
+/// 200 with what a camera was found to be (`ok: true`, under `key`), or why not (`ok:
+/// false`, a code, a message and the form field it is about).
+pub(super) fn tried(key: &str, outcome: Result<impl serde::Serialize, (&str, String, &str)>) -> Reply {
+    match outcome {
+        Ok(found) => json(StatusCode::OK, json!({ "ok": true, key: found })),
+        Err((code, message, field)) => {
+            json(StatusCode::OK, json!({ "ok": false, "code": code, "message": message, "field": field }))
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `GET /api/health?offset&limit`: the recording health list, one row per configured
 //! stream: its state now, the share of the last 24 hours, 7 days and 30 days recorded, the
-//! gaps of the last day, the bytes stored and the oldest footage kept. Paged (at most
+//! gaps of the last day, the bytes stored and the oldest footage kept; and the disk's size,
+//! free space and reserve. Paged (at most
 //! [`limits::HEALTH_PAGE_ROWS_MAX`] rows): a box with 127 cameras answers a page as fast as
 //! one with 2, and only the page's streams touch the catalog (on the blocking pool).
 
@@ -106,7 +107,14 @@ pub(super) async fn page_of_streams(ctx: &Ctx, parts: &Parts) -> Reply {
             row
         })
         .collect();
-    reply::json(StatusCode::OK, json!({ "total": total, "offset": offset, "now_us": now_us, "rows": rows }))
+    // The filesystem the recordings are on: its size, what is free, and the reserve the
+    // disk-full rule keeps.
+    let disk = crate::base::fs::disk_space(&ctx.services.data_dir)
+        .map(|d| json!({ "total_bytes": d.total_bytes, "free_bytes": d.free_bytes, "reserve_bytes": d.reserve_bytes }));
+    reply::json(
+        StatusCode::OK,
+        json!({ "total": total, "offset": offset, "now_us": now_us, "rows": rows, "disk": disk }),
+    )
 }
 
 #[cfg(test)]

@@ -98,6 +98,8 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
         ("refused", &c.refused),
         ("stale_base", &c.conflicts),
         ("probed", &c.probes),
+        ("searched", &c.searches),
+        ("onvif_read", &c.onvif_reads),
     ]
     .into_iter()
     .map(|(outcome, v)| (format!("outcome=\"{outcome}\""), load(v)))
@@ -106,7 +108,7 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
         &mut out,
         "keeppeek_config_changes_total",
         "counter",
-        "Config change sets from the web face (planned, applied, refused for bad input, on a stale base) and camera probes.",
+        "Config change sets from the web face (planned, applied, refused for bad input, on a stale base), camera probes, searches for cameras and cameras read over ONVIF.",
         &outcomes,
     );
     if let Some(w) = &services.webrtc {

@@ -32,6 +32,7 @@ mod accounts;
 mod api;
 mod config;
 mod conns;
+mod discover;
 pub(crate) mod errors;
 pub mod events;
 mod guard;
@@ -123,6 +124,8 @@ pub struct ConfigStats {
     pub refused: std::sync::atomic::AtomicU64,
     pub conflicts: std::sync::atomic::AtomicU64,
     pub probes: std::sync::atomic::AtomicU64,
+    pub searches: std::sync::atomic::AtomicU64,
+    pub onvif_reads: std::sync::atomic::AtomicU64,
 }
 
 impl Services {
@@ -179,6 +182,8 @@ struct Ctx {
     exports: Arc<Semaphore>,
     /// Camera probes running: [`limits::PROBES_RUNNING_MAX`].
     probes: Semaphore,
+    /// Searches for cameras running: [`limits::DISCOVERIES_RUNNING_MAX`].
+    searches: Semaphore,
 }
 
 impl Ctx {
@@ -191,6 +196,7 @@ impl Ctx {
             waiting: 0.into(),
             exports: Arc::new(Semaphore::new(limits::EXPORTS_RUNNING_MAX)),
             probes: Semaphore::new(limits::PROBES_RUNNING_MAX),
+            searches: Semaphore::new(limits::DISCOVERIES_RUNNING_MAX),
         }
     }
 

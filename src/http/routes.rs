@@ -40,6 +40,8 @@ pub(crate) enum Route<'a> {
     ConfigApply,
     ConfigRevisions,
     CameraProbe,
+    CameraDiscover,
+    CameraOnvif,
     Export(StreamPath<'a>),
     Playlist(StreamPath<'a>),
     /// `…/exports/{from_us}-{to_us}.mp4`, the form HLS segments use.
@@ -107,6 +109,8 @@ impl<'a> Route<'a> {
             (&Method::POST, ["api", "config", "apply"]) => ConfigApply,
             (&Method::GET, ["api", "config", "revisions"]) => ConfigRevisions,
             (&Method::POST, ["api", "cameras", "probe"]) => CameraProbe,
+            (&Method::POST, ["api", "cameras", "discover"]) => CameraDiscover,
+            (&Method::POST, ["api", "cameras", "onvif"]) => CameraOnvif,
             (&Method::GET, ["api", "streams", c, k, "export.mp4"]) => Export(stream(c, k)?),
             (&Method::GET, ["api", "streams", c, k, "export.m3u8"]) => Playlist(stream(c, k)?),
             (&Method::GET, ["api", "streams", c, k, "exports", name]) => ExportNamed(stream(c, k)?, name),
@@ -155,7 +159,8 @@ impl<'a> Route<'a> {
                 Access::Scope(scope::ADMIN)
             }
             Users | UserPut | UserDelete(_) | Tokens | TokenCreate | TokenDelete(_) => Access::Scope(scope::ADMIN),
-            ConfigSnapshot | ConfigPlan | ConfigApply | ConfigRevisions | CameraProbe => Access::Scope(scope::ADMIN),
+            ConfigSnapshot | ConfigPlan | ConfigApply | ConfigRevisions | CameraProbe | CameraDiscover
+            | CameraOnvif => Access::Scope(scope::ADMIN),
         }
     }
 }
@@ -209,6 +214,8 @@ mod tests {
             ("POST", "/api/config/apply", admin),
             ("GET", "/api/config/revisions", admin),
             ("POST", "/api/cameras/probe", admin),
+            ("POST", "/api/cameras/discover", admin),
+            ("POST", "/api/cameras/onvif", admin),
         ];
         for (method, path, access) in table {
             let route = Route::parse(&method.parse().unwrap(), path).unwrap_or_else(|| panic!("{method} {path}"));

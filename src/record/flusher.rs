@@ -50,6 +50,8 @@ pub enum ToFlusher {
     /// admin's request); reply with (recordings deleted, bytes freed, recordings left because
     /// they reach outside the range or are still being written).
     DeleteRange { stream_id: u32, from_us: i64, to_us: i64, reply: SyncSender<(u64, u64, u64)> },
+    /// The retention caps changed (the web face): kept from now on, enforced at once.
+    SetCaps(Retention),
 }
 
 /// What the flusher has done, for `/metrics` and the benchmarks.
@@ -262,6 +264,15 @@ impl Flusher {
             ToFlusher::Stopping => self.stopping = true,
             ToFlusher::DeleteRange { stream_id, from_us, to_us, reply } => {
                 let _ = reply.send(self.delete_range(stream_id, from_us, to_us));
+            }
+            ToFlusher::SetCaps(caps) => {
+                info!(
+                    stream_max_bytes = caps.stream_max_bytes,
+                    total_max_bytes = caps.total_max_bytes,
+                    "retention caps changed"
+                );
+                self.caps = caps;
+                self.enforce_retention(false);
             }
         }
     }

@@ -216,7 +216,11 @@ impl Recorder {
     /// ingest pool's ceiling follows the recorded streams' frame ceilings, and the segment
     /// bounds and pre-roll shares of streams started from now on follow the new set. The
     /// streams already recording keep theirs; the pools' ceilings hold the sum.
+    /// New segments, pre-roll shares and the ingest pool follow `config`, and the flusher
+    /// keeps its retention caps from now on (segments being written keep their bounds).
     pub fn replan(&mut self, config: &Config) {
+        // Blocking at worst for one command's room in the flusher's queue.
+        let _ = self.flusher_tx.send(flusher::ToFlusher::SetCaps(config.retention));
         self.bounds = planned_bounds(config, &self.data_dir);
         self.history_shares = HistoryShares::plan(config);
         self.ingest_pool.set_max_bytes(usize::try_from(config.ingest_pool_bytes()).unwrap_or(usize::MAX));

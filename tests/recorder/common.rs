@@ -99,6 +99,41 @@ impl Drop for Camera {
     }
 }
 
+/// An ONVIF camera on a network namespace of its own (`tools/onvif-camera.sh`, as root):
+/// oxvif's mock device answering WS-Discovery and ONVIF at 10.213.N.2:8000, and the RTSP
+/// test camera at the stream address it gives (rtsp://10.213.N.2:554/mock/stream), both
+/// with [`CAMERA_USER`] and [`CAMERA_PASSWORD`]. Stopped, and its network removed, on drop.
+pub struct OnvifCamera {
+    child: Child,
+    pub address: String,
+}
+
+impl OnvifCamera {
+    pub fn start(n: u8) -> OnvifCamera {
+        let dir = tempfile::tempdir().unwrap();
+        let ready = dir.path().join("ready");
+        let child = Command::new(repo().join("tools/onvif-camera.sh"))
+            .args([&n.to_string(), CAMERA_USER, CAMERA_PASSWORD])
+            .arg(fixtures())
+            .arg(&ready)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("starting tools/onvif-camera.sh");
+        let mut cam = OnvifCamera { child, address: format!("10.213.{n}.2") };
+        let up = wait_until(Duration::from_secs(40), || ready.exists() || cam.child.try_wait().unwrap().is_some());
+        assert!(up && ready.exists(), "the ONVIF camera {n} did not become ready (as root? its peer built?)");
+        cam
+    }
+}
+
+impl Drop for OnvifCamera {
+    fn drop(&mut self) {
+        // SIGTERM: the script stops its peers and removes its network.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
 /// A running `keeppeek run`, with its config and log in a temporary directory.
 pub struct Daemon {
     child: Option<Child>,

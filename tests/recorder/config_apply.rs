@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::common::*;
 
 /// (status, JSON body) of an admin request.
-fn call(port: u16, admin: &(String, String), method: &str, path: &str, body: &Value) -> (u16, Value) {
+pub(crate) fn call(port: u16, admin: &(String, String), method: &str, path: &str, body: &Value) -> (u16, Value) {
     let body = if body.is_null() { String::new() } else { body.to_string() };
     let mut headers = vec![("cookie", admin.0.as_str()), ("x-csrf-token", admin.1.as_str())];
     if !body.is_empty() {
@@ -105,7 +105,7 @@ fn a_change_applies_live_and_the_cameras_it_does_not_touch_lose_no_frame() {
 
 /// A daemon recording two cameras from the fixture clip, each with a password, and its
 /// first admin's session.
-fn file_box() -> (tempfile::TempDir, u16, Daemon, (String, String)) {
+pub(crate) fn file_box() -> (tempfile::TempDir, u16, Daemon, (String, String)) {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let d = file_daemon(dir.path(), port);

@@ -209,6 +209,28 @@ export const CAMERA_PASSWORD = 's3cret';
 // The simulated IP camera (tools/rtsp-camera.py, gst-rtsp-server) on a free port, its
 // /h264-auth path behind CAMERA_USER and CAMERA_PASSWORD; stopped when the test ends.
 // Fails loudly when it cannot start.
+// An ONVIF camera on a network namespace of its own (tools/onvif-camera.sh, as root):
+// oxvif's mock device answering WS-Discovery and ONVIF at 10.213.N.2:8000, the RTSP test
+// camera at the stream address it gives. Stopped, and its network removed, after the test.
+export async function startOnvifCamera(t, n) {
+  const dir = mkdtempSync(join(tmpdir(), 'kp-onvif-'));
+  const ready = join(dir, 'ready');
+  const camera = spawn(join(repo, 'tools', 'onvif-camera.sh'), [String(n), CAMERA_USER, CAMERA_PASSWORD,
+    join(repo, 'target', 'fixtures'), ready], { stdio: ['ignore', 'ignore', 'inherit'] });
+  let exited = null;
+  camera.on('exit', (code) => { exited = code; });
+  t.after(() => new Promise((done) => {
+    if (exited !== null) return done();
+    camera.on('exit', done);
+    camera.kill('SIGTERM');
+  }));
+  await waitFor('the ONVIF camera ready', () => {
+    assert.equal(exited, null, 'tools/onvif-camera.sh exited: as root, with its peer built?');
+    return existsSync(ready);
+  }, 40000);
+  return { address: `10.213.${n}.2` };
+}
+
 export async function startRtspCamera(t) {
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'kp-cam-'));

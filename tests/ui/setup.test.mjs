@@ -1,38 +1,52 @@
-// Setting the box up from the browser alone, against the real binary and the RTSP test
-// camera (tools/rtsp-camera.py): a fresh box with no camera; the admin set up; the first
-// run opens the camera form; a probe with a wrong password says so next to the password,
-// with the right one it says what the camera sends; the camera is added after its plan is
-// reviewed and shows live; a viewer of it keeps its session while another camera is added;
-// its recording changes to events (the diff shown, then applied)
-// while it stays live; the revisions list who did what; it is removed. Nothing is edited
-// by hand and keeppeek never restarts. Desktop and phone, axe-core, screenshots in
-// target/ui/.
+// Setting the box up from the browser alone, against the real binary, an ONVIF camera it
+// did not write (oxvif's mock device, the crate `oxvif` 0.17, in a network namespace of its
+// own with the RTSP test camera at its stream address: tools/onvif-camera.sh) and the RTSP
+// test camera (tools/rtsp-camera.py): a fresh box with no camera; the admin set up; the
+// first run opens the camera form and searches the network, where WS-Discovery finds the
+// camera; its streams read over ONVIF with a wrong password say so next to the password,
+// with the right one they fill the form and a probe says what the camera sends; the camera
+// is added after its plan is reviewed, shows live and is marked as added; a viewer of it
+// keeps its session while another camera is added; its recording changes to events (the
+// diff shown, then applied) while it stays live; the revisions list who did what; the
+// storage tab shows the disk and how far back each stream reaches, and a retention cap
+// changes; it is removed. Nothing is edited by hand and keeppeek never restarts. Desktop
+// and phone, axe-core, screenshots in target/ui/.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { shots, startLiveKeeppeek, startRtspCamera, launchChromium, newPage, waitFor, sleep, go, setUpAdmin, countFrames,
-  checkA11y, checkNoSideScroll, camerasOf, CAMERA_USER, CAMERA_PASSWORD, PHONE, DESKTOP } from './harness.mjs';
+  checkA11y, checkNoSideScroll, camerasOf, startOnvifCamera, CAMERA_USER, CAMERA_PASSWORD, PHONE, DESKTOP } from './harness.mjs';
 
 test('a camera found working, added, watched, changed and removed from the browser alone', async (t) => {
+  const onvif = await startOnvifCamera(t, 2);
   const camera = await startRtspCamera(t);
   const box = await startLiveKeeppeek(t, [], [], []);
   const browser = await launchChromium(t);
   const page = await newPage(browser);
   await setUpAdmin(page, box.base, 0);
 
-  // The first run leads to the camera form.
+  // The first run leads to the camera form, and a search finds the camera on the network.
   await page.locator('form.camera-form').waitFor();
   assert.match(page.url(), /#\/settings$/);
+  const found = page.locator(`.found-row[data-address="${onvif.address}"]`);
+  await found.waitFor({ timeout: 15000 });
+  assert.match(await found.textContent(), /Porch-2.*MockCam-4K/);
+  await page.screenshot({ path: join(shots, 'settings-found.png'), fullPage: true });
+  await found.locator('button').click();
+  await page.locator('form.camera-form[aria-label="Add Porch-2"]').waitFor();
+  assert.equal(await page.inputValue('[name=name]'), 'porch-2');
   await page.fill('[name=name]', 'porch');
-  await page.fill('[name="main.url"]', camera.url('/h264-auth'));
+  // Its streams, read over ONVIF: a wrong password is named; the right one fills the form,
+  // and the probe that follows says what the camera sends.
   await page.fill('[name=username]', CAMERA_USER);
   await page.fill('[name=password]', 'not the password');
-  await page.click('text=Test connection');
+  await page.click('button:text-is("Read its streams")');
   const passwordError = page.locator('label.field:has([name=password]) .field-error');
   await waitFor('the wrong password named', async () => /user name and password/.test(await passwordError.textContent()));
   await page.fill('[name=password]', CAMERA_PASSWORD);
-  await page.click('text=Test connection');
-  await page.locator('.probe-result[data-ok=true]').waitFor({ timeout: 15000 });
+  await page.click('button:text-is("Read its streams")');
+  await page.locator('.probe-result[data-ok=true]').waitFor({ timeout: 20000 });
+  assert.equal(await page.inputValue('[name="main.url"]'), `rtsp://${onvif.address}:554/mock/stream`);
   assert.match(await page.locator('.probe-result').textContent(), /H\.264 640×360 at 15 fps/);
   await checkA11y(page, 'the camera form');
   await page.screenshot({ path: join(shots, 'settings-add-camera.png'), fullPage: true });
@@ -47,6 +61,7 @@ test('a camera found working, added, watched, changed and removed from the brows
   await page.click('.plan button.primary');
   await waitFor('applied', async () => /Applied: revision 2/.test(await page.locator('#message').textContent()));
   await page.locator('.camera-row[data-camera=porch]').waitFor();
+  await waitFor('marked as added', async () => /Added as porch/.test(await found.textContent()));
   await waitFor('the camera connected', async () => (await camerasOf(page)).some((c) => c.camera === 'porch' && c.streams[0].connected), 20000);
   await go(page, '#/live', '.tile[data-camera=porch] video');
   const frames = await countFrames(page, '.tile[data-camera=porch] video');
@@ -88,7 +103,7 @@ test('a camera found working, added, watched, changed and removed from the brows
   await waitFor('recording around events', async () => (await camerasOf(page)).find((c) => c.camera === 'porch')?.streams[0].record_mode === 'events');
 
   // The revisions: who did what, on a phone too.
-  await go(page, '#/settings/recording', '.revisions-list li');
+  await go(page, '#/settings/revisions', '.revisions-list li');
   const revisions = await page.locator('.revisions-list > li').allTextContents();
   assert.equal(revisions.length, 4);
   assert.match(revisions[0], /Revision 4 · user:root/);
@@ -96,13 +111,34 @@ test('a camera found working, added, watched, changed and removed from the brows
   assert.match(revisions[1], /gate: added/);
   assert.match(revisions[3], /the file/);
   await page.setViewportSize(PHONE);
-  await checkNoSideScroll(page, 'recording settings at 390 px');
-  await checkA11y(page, 'recording settings on a phone');
+  await checkNoSideScroll(page, 'revisions at 390 px');
+  await checkA11y(page, 'revisions on a phone');
   await page.screenshot({ path: join(shots, 'settings-revisions-phone.png'), fullPage: true });
   await go(page, '#/settings', '.camera-row[data-camera=porch]');
   await checkNoSideScroll(page, 'camera settings at 390 px');
   await page.screenshot({ path: join(shots, 'settings-cameras-phone.png'), fullPage: true });
   await page.setViewportSize(DESKTOP);
+
+  // Storage: the disk, how far back each stream reaches, and a retention cap changed.
+  await go(page, '#/settings/storage', 'table.reach tr[data-stream="porch/main"]');
+  assert.match(await page.locator('#disk-title + meter + p').textContent(), /used of .* free · recordings/);
+  assert.doesNotMatch(await page.locator('tr[data-stream="porch/main"]').textContent(), /—/);
+  await page.fill('[name="retention.stream_max_bytes"]', '0.5');
+  await page.click('text=Review the change');
+  await page.locator('.plan').waitFor();
+  const capDiff = await page.locator('.plan .diff').textContent();
+  assert.match(capDiff, /retention\.stream_max_bytes 1\.1 GB → 500 MB/);
+  assert.doesNotMatch(capDiff, /total_max_bytes/, 'only what was changed');
+  assert.match(await page.locator('.plan').textContent(), /Taken at once, with no camera paused/);
+  await checkA11y(page, 'storage settings');
+  await page.screenshot({ path: join(shots, 'settings-storage.png'), fullPage: true });
+  await page.click('.plan button.primary');
+  await waitFor('applied', async () => /Applied: revision 5/.test(await page.locator('#message').textContent()));
+  await page.setViewportSize(PHONE);
+  await checkNoSideScroll(page, 'storage at 390 px');
+  await page.screenshot({ path: join(shots, 'settings-storage-phone.png'), fullPage: true });
+  await page.setViewportSize(DESKTOP);
+  await go(page, '#/settings', '.camera-row[data-camera=porch]');
 
   // Removed, after a confirmation and its plan.
   await page.click('button[aria-label="Remove porch"]');

@@ -34,17 +34,18 @@ export function fieldOf(key) {
 
 // One line per change of a plan's diff, for people.
 export function describe(diff) {
-  const show = (v) => (v == null ? 'none' : v);
+  const show = (v, f) => (v == null ? 'none' : /_bytes$/.test(f) && /^\d+$/.test(v) ? bytes(Number(v)) : v);
   return diff.flatMap((d) => {
     const who = d.camera ? `${d.camera}: ` : 'Settings: ';
     if (d.what === 'added') return [`${who}added (${d.fields.map(([f, , to]) => `${f} ${to}`).join(', ')})`];
     if (d.what === 'removed') return [`${who}removed (its recordings stay until retention takes them)`];
-    return d.fields.map(([f, from, to]) => `${who}${f} ${show(from)} → ${show(to)}`);
+    return d.fields.map(([f, from, to]) => `${who}${f} ${show(from, f)} → ${show(to, f)}`);
   });
 }
 
 function effects(e) {
   const out = [];
+  if (e.live.length) out.push(`Taken at once, with no camera paused: ${e.live.join(', ')}.`);
   if (e.restart_box.length) out.push(`KeepPeek restarts to apply ${e.restart_box.join(', ')}: every camera pauses for a few seconds.`);
   if (e.restart.length) out.push(`Restart: ${e.restart.join(', ')} (the others record on).`);
   if (e.start.length) out.push(`Start: ${e.start.join(', ')}.`);

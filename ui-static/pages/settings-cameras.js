@@ -1,6 +1,8 @@
-// Settings → Cameras: every camera with its latest keyframe, added with its credentials
-// after a probe says what it sends, changed, or removed (asked first). Every change is a
-// plan reviewed before it is applied (lib/config.js); cameras not changed record on.
+// Settings → Cameras: the cameras found on the network (ONVIF WS-Discovery), their stream
+// addresses read over ONVIF with their credentials; every camera with its latest keyframe,
+// added with its credentials after a probe says what it sends, changed, or removed (asked
+// first). Every change is a plan reviewed before it is applied (lib/config.js); cameras not
+// changed record on.
 import { h, field, confirmDialog } from '../lib/dom.js';
 import { api } from '../lib/api.js';
 import { snapshot, review, refuse } from '../lib/config.js';
@@ -11,11 +13,17 @@ function select(name, options, value) {
   return h('select', { name }, ...options.map(([v, text]) => h('option', { value: v, selected: v === value }, text)));
 }
 
-// The camera form: empty to add one, filled to change `camera`.
-function cameraForm(camera, onDone) {
+// A camera's name from what it calls itself: lower case letters, digits, - and _.
+function nameOf(text) {
+  return (text || '').toLowerCase().replace(/[^a-z0-9_-]+/g, '-').replace(/^-+|-+$/g, '').slice(0, 32);
+}
+
+// The camera form: empty to add one, filled to change `camera`; for a camera `found` on the
+// network, its streams are read over ONVIF once its credentials are typed.
+function cameraForm(camera, onDone, found) {
   const adding = !camera;
   const name = h('input', { name: 'name', required: true, autocomplete: 'off', pattern: '[a-z0-9_][a-z0-9_\\-]*', maxLength: 32,
-    value: camera ? camera.name : '', readOnly: !adding });
+    value: camera ? camera.name : nameOf(found && found.name), readOnly: !adding });
   const url = h('input', { name: 'main.url', required: true, type: 'url', placeholder: 'rtsp://192.168.1.20:554/stream1',
     value: camera ? camera.main.url : '', autocomplete: 'off' });
   const subUrl = h('input', { name: 'sub.url', type: 'url', placeholder: 'optional: rtsp://192.168.1.20:554/stream2',
@@ -28,8 +36,11 @@ function cameraForm(camera, onDone) {
   const record = select('record', MODES, camera ? camera.record : 'continuous');
   const result = h('p.probe-result', { role: 'status' });
   const panel = h('div.plan-slot');
-  const form = h('form.camera-form', { 'aria-label': adding ? 'Add a camera' : `Change ${camera.name}` },
-    h('h3', {}, adding ? 'Add a camera' : `Change ${camera.name}`),
+  const title = found ? `Add ${found.name || found.address}` : adding ? 'Add a camera' : `Change ${camera.name}`;
+  const form = h('form.camera-form', { 'aria-label': title },
+    h('h3', {}, title),
+    found ? h('p.muted', {}, `Found on your network at ${found.address}${found.hardware ? ` (${found.hardware})` : ''}. `
+      + 'Type its user name and password, then read its streams.') : null,
     h('div.form-grid', {},
       field('Name', name, adding ? 'Lower case letters, digits, - and _: it names its folder.' : null),
       field('Stream address', url, 'The main stream’s RTSP address, without user name or password.'),
@@ -40,6 +51,7 @@ function cameraForm(camera, onDone) {
       field('Record', record)),
     result,
     h('div.toolbar', {},
+      found ? h('button', { type: 'button', onclick: () => readStreams() }, 'Read its streams') : null,
       h('button', { type: 'button', onclick: () => test() }, 'Test connection'),
       h('button.primary', { type: 'submit' }, adding ? 'Review and add' : 'Review the change'),
       h('button', { type: 'button', onclick: () => onDone(false) }, 'Cancel')),
@@ -76,6 +88,30 @@ function cameraForm(camera, onDone) {
     }
   }
 
+  // Asks the box to read the found camera's stream addresses over ONVIF, then tests them.
+  async function readStreams() {
+    clearErrors();
+    result.dataset.ok = '';
+    result.textContent = 'Reading the camera’s streams…';
+    try {
+      const r = await api('POST', '/api/cameras/onvif', { address: found.device_url, username: username.value, password: password.value });
+      if (!r.ok) {
+        result.dataset.ok = 'false';
+        result.textContent = '';
+        refuse({ field: r.field === 'address' ? 'main.url' : r.field, message: r.message }, form);
+        return;
+      }
+      url.value = r.streams.main;
+      subUrl.value = r.streams.sub || '';
+      const d = r.streams.device;
+      result.textContent = `${[d.manufacturer, d.model].filter(Boolean).join(' ') || 'The camera'}: ${r.streams.profiles.length} profiles. Testing its main stream…`;
+      await test();
+    } catch (e) {
+      result.textContent = '';
+      refuse({ field: e.field === 'address' ? 'main.url' : e.field, message: e.message }, form);
+    }
+  }
+
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     clearErrors();
@@ -100,13 +136,51 @@ function cameraForm(camera, onDone) {
   return form;
 }
 
+// The host a camera's stream address names.
+function hostOf(address) {
+  try { return new URL(address).hostname.replace(/^\[|\]$/g, ''); } catch { return null; }
+}
+
 export async function camerasSection() {
   const section = h('section.card.wide', { 'aria-labelledby': 'cameras-title' });
   const list = h('ul.camera-list', { 'aria-label': 'Cameras' });
   const slot = h('div.form-slot');
   const addButton = h('button.primary', { type: 'button', onclick: () => open(null) }, 'Add a camera');
+  const foundList = h('ul.found-list', { 'aria-label': 'Cameras found on your network' });
+  const searchState = h('p.muted.search-state', { role: 'status' });
+  const searchButton = h('button', { type: 'button', onclick: () => search() }, 'Search the network');
+  let found = [];
+  let cameras = [];
+  // The cameras found, each marked when a camera of the config is at its address.
+  function showFound() {
+    foundList.replaceChildren(...found.map((f) => {
+      const added = cameras.find((c) => [c.main, c.sub].some((s) => s && hostOf(s.url) === f.address));
+      return h('li.found-row', { 'data-address': f.address },
+        h('div.camera-text', {}, h('strong', {}, f.name || 'ONVIF camera'),
+          h('span.muted', {}, [f.hardware, f.address].filter(Boolean).join(' · '))),
+        added ? h('span.badge', {}, `Added as ${added.name}`)
+          : h('button', { type: 'button', 'aria-label': `Add ${f.name || f.address}`, onclick: () => open(null, f) }, 'Add'));
+    }));
+  }
+  async function search() {
+    searchButton.disabled = true;
+    searchState.textContent = 'Searching your network for cameras…';
+    try {
+      const r = await api('POST', '/api/cameras/discover');
+      found = r.found;
+      showFound();
+      searchState.textContent = found.length ? `${found.length === 1 ? 'One camera' : `${found.length} cameras`} answered.`
+        : 'No camera answered. Cameras without ONVIF, or on another network, are added by their address.';
+    } catch (e) {
+      searchState.textContent = e.message;
+    } finally {
+      searchButton.disabled = false;
+    }
+  }
   async function refresh() {
     const config = await snapshot();
+    cameras = config.cameras;
+    showFound();
     list.replaceChildren(...config.cameras.map((c) => h('li.camera-row', { 'data-camera': c.name },
       h('video.thumb', { src: `/api/streams/${encodeURIComponent(c.name)}/main/poster.mp4`, muted: true, preload: 'metadata', 'aria-hidden': 'true' }),
       h('div.camera-text', {}, h('strong', {}, c.name), h('span.muted', {}, c.main.url),
@@ -117,14 +191,15 @@ export async function camerasSection() {
     if (!config.cameras.length) list.append(h('li.empty', {}, 'No cameras yet: add the first one.'));
     return config;
   }
-  function open(camera) {
+  function open(camera, foundCamera) {
     slot.replaceChildren(cameraForm(camera, async (changed) => {
       slot.replaceChildren();
       addButton.hidden = false;
       if (changed) await refresh();
-    }));
+    }, foundCamera));
     addButton.hidden = true;
-    slot.querySelector('input:not([readonly])').focus();
+    slot.querySelector(foundCamera ? '[name=username]' : 'input:not([readonly])').focus();
+    slot.scrollIntoView({ block: 'nearest' });
   }
   async function remove(c, rev) {
     if (!await confirmDialog(`Remove ${c.name}?`, 'It stops recording now. What it recorded stays until retention takes it.', 'Remove')) return;
@@ -132,7 +207,11 @@ export async function camerasSection() {
     slot.replaceChildren(panel);
     if (await review(panel, rev, [{ op: 'remove_camera', name: c.name }])) await refresh();
   }
-  section.append(h('div.section-head', {}, h('h2', { id: 'cameras-title' }, 'Cameras'), addButton), list, slot);
+  section.append(h('div.section-head', {}, h('h2', { id: 'cameras-title' }, 'Cameras'), addButton),
+    h('div.found', {}, h('div.section-head', {}, h('h3', {}, 'Found on your network'), searchButton), searchState, foundList),
+    list, slot);
   const config = await refresh();
+  // A box with no camera yet looks for some at once.
+  if (!config.cameras.length) search();
   return { section, config, open };
 }

@@ -1,14 +1,17 @@
-// Settings, in tabs: Cameras (#/settings: add, test, change, remove), Recording (several
-// cameras at once, and the revisions of every change) and Accounts (users and API tokens).
+// Settings, in tabs: Cameras (#/settings: found on the network, add, test, change, remove),
+// Recording (several cameras at once), Storage (the disk, retention, how far back footage
+// reaches), Revisions (every change, each a rollback away) and Accounts (users and API
+// tokens).
 // Every change to the cameras is reviewed as a plan before it is applied; removing asks
 // first; the box's refusals are shown next to the field they name.
 import { h, field, showFieldError, confirmDialog } from '../lib/dom.js';
 import { api, get, request, say, session } from '../lib/api.js';
 import { ago } from '../lib/format.js';
 import { camerasSection } from './settings-cameras.js';
+import { storageSection } from './settings-storage.js';
 import { recordingSection, revisionsSection } from './settings-recording.js';
 
-const TABS = [['cameras', 'Cameras'], ['recording', 'Recording'], ['accounts', 'Accounts']];
+const TABS = [['cameras', 'Cameras'], ['recording', 'Recording'], ['storage', 'Storage'], ['revisions', 'Revisions'], ['accounts', 'Accounts']];
 
 const SCOPES = [['view', 'watch and search'], ['events:write', 'send events'], ['metrics', 'read metrics'], ['admin', 'everything']];
 
@@ -104,7 +107,13 @@ async function mount(view, args, query) {
     // The first run (or a link that asks): the form to add a camera, open.
     if (query.get('add') || !config.cameras.length) open(null);
   } else if (tab === 'recording') {
-    const redraw = async () => body.replaceChildren(await recordingSection(redraw), await revisionsSection(redraw));
+    const redraw = async () => body.replaceChildren(await recordingSection(redraw));
+    await redraw();
+  } else if (tab === 'storage') {
+    const redraw = async () => body.replaceChildren(...await storageSection(redraw));
+    await redraw();
+  } else if (tab === 'revisions') {
+    const redraw = async () => body.replaceChildren(await revisionsSection(redraw));
     await redraw();
   } else {
     body.append(await usersSection(), await tokensSection());

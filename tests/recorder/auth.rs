@@ -78,6 +78,9 @@ fn the_auth_matrix_over_every_route() {
         ("GET", "/api/config/revisions", "", "admin"),
         ("POST", "/api/config/plan", r#"{"base":1,"changes":[]}"#, "admin"),
         ("POST", "/api/config/apply", r#"{"base":1,"changes":[]}"#, "admin"),
+        ("POST", "/api/cameras/probe", r#"{"url":"rtsp://127.0.0.1:1/x"}"#, "admin"),
+        ("POST", "/api/cameras/onvif", r#"{"address":"127.0.0.1:1","username":"u","password":"p"}"#, "admin"),
+        ("POST", "/api/cameras/discover", "", "admin"),
     ];
     for &(method, path, body, needs) in routes {
         let call = |headers: &[(&str, &str)]| request(port, method, path, headers, body).0;
@@ -110,7 +113,7 @@ fn the_auth_matrix_over_every_route() {
         // A stream never recorded is a 404, past the auth check.
         let ok = if path.ends_with("/999") || path.contains("/streams/") {
             404
-        } else if method == "POST" && !path.starts_with("/api/config/") {
+        } else if method == "POST" && !path.starts_with("/api/config/") && !path.starts_with("/api/cameras/") {
             201
         } else {
             200

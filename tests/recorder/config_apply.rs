@@ -68,7 +68,10 @@ fn a_change_applies_live_and_the_cameras_it_does_not_touch_lose_no_frame() {
     ]});
     let (code, plan) = call(port, &admin, "POST", "/api/config/plan", &changes);
     assert_eq!(code, 200, "{plan}");
-    assert_eq!(plan["effect"], json!({ "stop": [], "restart": ["c1"], "start": ["c5"], "restart_box": [], "live": [] }));
+    assert_eq!(
+        plan["effect"],
+        json!({ "stop": [], "restart": ["c1"], "start": ["c5"], "restart_box": [], "live": [] })
+    );
     assert!(plan["diff"].to_string().contains(r#"["main.transport","tcp","udp"]"#), "{plan}");
     let applied = Instant::now();
     let (code, answer) = call(port, &admin, "POST", "/api/config/apply", &changes);

@@ -112,7 +112,13 @@ export async function waitConnected(page, streams) {
 // connected (0: no wait).
 export async function setUpAdmin(page, base, streams = 1) {
   await page.goto(base);
-  await page.locator('#setup-username').waitFor();
+  try {
+    await page.locator('#setup-username').waitFor();
+  } catch (e) {
+    // What the page showed instead, for the failure's reader.
+    await page.screenshot({ path: join(shots, 'failed-setup.png') }).catch(() => {});
+    throw new Error(`no setup form at ${page.url()}: ${(await page.locator('body').innerText().catch(() => '?')).slice(0, 300)}`);
+  }
   await page.fill('#setup-username', 'root');
   await page.fill('#setup-password', 'correct horse battery');
   await page.click('#setup-form button[type=submit]');

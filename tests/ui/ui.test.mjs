@@ -19,7 +19,9 @@ const PAGES = [
   ['events', '#/events', '.more'],
   ['health', '#/health', 'table.health tbody tr'],
   ['settings', '#/settings', '.camera-list'],
-  ['recording', '#/settings/recording', '.revisions-list li'],
+  ['recording', '#/settings/recording', '.bulk-form'],
+  ['storage', '#/settings/storage', 'table.reach'],
+  ['revisions', '#/settings/revisions', '.revisions-list li'],
   ['accounts', '#/settings/accounts', '#user-form'],
   ['system', '#/system', '#system-status'],
 ];

@@ -50,6 +50,18 @@ impl Cameras {
         Some(on_events.map(|r| r.trigger.clone()).collect())
     }
 
+    /// The triggers of `camera`'s recorded streams, whatever their mode (an event asks each
+    /// to make its footage durable early).
+    pub fn recorded_triggers(&self, camera: &str) -> Vec<Arc<Trigger>> {
+        let streams = self.streams.read().expect("cameras lock");
+        streams
+            .iter()
+            .filter(|s| s.key.of(camera))
+            .filter_map(|s| s.recording.as_ref())
+            .map(|r| r.trigger.clone())
+            .collect()
+    }
+
     /// Adds a camera's streams (after those running).
     pub fn add(&self, streams: impl IntoIterator<Item = RunningStream>) {
         self.streams.write().expect("cameras lock").extend(streams.into_iter().map(Arc::new));

@@ -249,6 +249,11 @@ pub const ONVIF_QUERY_TIMEOUT_MS: u64 = 10_000;
 /// Media profiles of a camera read; the rest are left out (cameras have 2–4).
 pub const ONVIF_PROFILES_MAX: usize = 16;
 
+/// The soonest a stream's footage is flushed early again after an event asked for it (a
+/// later ask waits for this, it is not dropped): an event storm cannot become a write
+/// storm on flash. Each early flush is one fragment header and one catalog commit.
+pub const EVENT_FLUSH_MIN_INTERVAL_MS: u64 = 2_000;
+
 // ---- ingest timing ----
 
 /// Bound on TCP connect plus DESCRIBE: a camera that accepts and never answers is given up.

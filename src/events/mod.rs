@@ -167,6 +167,7 @@ impl Events {
         let (arrived_us, arrived_mono_us) = (clocks.wall_us(), clocks.mono_us());
         let e = envelope::parse(envelope, arrived_us)?;
         let triggers = self.cameras.triggers(&e.camera).ok_or_else(|| IntakeError::UnknownCamera(e.camera.clone()))?;
+        let recorded = self.cameras.recorded_triggers(&e.camera);
         let snapshot = match snapshot {
             Some(b) if b.len() > limits::EVENT_JPEG_MAX_BYTES => return Err(IntakeError::JpegTooLarge),
             Some(b) => Some((jpeg::check(&b)?, b)),
@@ -195,13 +196,20 @@ impl Events {
         if let Some(r) = &stored {
             self.stats.snapshot_bytes.fetch_add(r.snapshot.as_ref().map_or(0, |s| s.bytes), Ordering::Relaxed);
         }
+        // The event's moment on the monotonic clock: no later than now, and no earlier than
+        // the history reaches back for late events.
+        let at_mono_us = event_mono_us(arrived_us, arrived_mono_us, time_us);
         if record && !accepted.replayed {
-            // The event's moment on the monotonic clock: no later than now, and no earlier
-            // than the history reaches back for late events.
-            let at_mono_us = event_mono_us(arrived_us, arrived_mono_us, time_us);
             for t in triggers {
                 t.fire(at_mono_us);
                 self.stats.triggers.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if stored.is_some() {
+            // The footage of its moment is made durable without waiting for the flush
+            // interval; this answer does not wait for it.
+            for t in recorded {
+                t.ask_durable(at_mono_us);
             }
         }
         Ok(accepted)

@@ -227,6 +227,11 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
             ("keeppeek_file_sync_errors_total", "File syncs that failed.", &f.sync_errors),
             ("keeppeek_retention_recordings_deleted_total", "Recordings deleted by retention.", &f.recordings_deleted),
             ("keeppeek_retention_bytes_deleted_total", "Bytes deleted by retention.", &f.bytes_deleted),
+            (
+                "keeppeek_catalog_early_flushes_total",
+                "Flushes an event asked for before the interval.",
+                &f.early_flushes,
+            ),
         ] {
             family(&mut out, name, "counter", help, &one(load(v)));
         }
@@ -277,7 +282,7 @@ fn streams(out: &mut String, services: &Services) {
     let rec = |i: usize, f: fn(&crate::record::stream::RecorderStats) -> &AtomicU64| {
         streams[i].recording.as_ref().map(|r| load(f(&r.stats)))
     };
-    let counters: [PerStream; 18] = [
+    let counters: [PerStream; 20] = [
         ("keeppeek_stream_sessions_total", "Camera sessions started.", &|i| Some(snapshots[i].sessions_started)),
         ("keeppeek_stream_frames_total", "Video frames received.", &|i| Some(snapshots[i].frames_received)),
         ("keeppeek_stream_frames_oversized_total", "Frames over the frame ceiling, dropped.", &|i| {
@@ -296,6 +301,14 @@ fn streams(out: &mut String, services: &Services) {
             "Fragments ended before their GOP did: at the room kept for their header or a fragment ceiling.",
             &|i| rec(i, |r| &r.fragments_cut_short),
         ),
+        (
+            "keeppeek_recorder_early_flushes_total",
+            "Times an event had the stream's footage made durable before the flush interval.",
+            &|i| rec(i, |r| &r.early_flushes),
+        ),
+        ("keeppeek_recorder_fragments_cut_for_events_total", "Fragments ended early for an event's footage.", &|i| {
+            rec(i, |r| &r.fragments_cut_for_events)
+        }),
         ("keeppeek_recorder_frame_writes_total", "Writes of frames tried (a writer's turn's in one).", &|i| {
             rec(i, |r| &r.frame_writes)
         }),

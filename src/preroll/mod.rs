@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 use crate::limits;
 use crate::media::Frame;
@@ -316,26 +316,58 @@ pub enum Mode {
 }
 
 /// Events that asked a stream to record: the earliest and latest event times not yet taken
-/// by its recorder, monotonic µs. Shared between the event intake and the recorder thread;
-/// lock-free, so firing never waits on the recorder.
+/// by its recorder, monotonic µs. And events that asked for its footage to be made durable
+/// early: now, and again once their post-roll is written. Shared between the event intake
+/// and the recorder thread; lock-free, so firing never waits on the recorder.
 #[derive(Debug)]
 pub struct Trigger {
     first_mono_us: AtomicI64,
     last_mono_us: AtomicI64,
     pub fired: AtomicU64,
+    /// The camera's post-roll: how long after an event its footage is flushed again.
+    post_roll_us: i64,
+    durable_now: AtomicBool,
+    /// When the last event's post-roll ends (monotonic µs), `i64::MIN` for none.
+    durable_at_mono_us: AtomicI64,
 }
 
 impl Default for Trigger {
     fn default() -> Self {
-        Trigger {
-            first_mono_us: AtomicI64::new(i64::MAX),
-            last_mono_us: AtomicI64::new(i64::MIN),
-            fired: AtomicU64::new(0),
-        }
+        Trigger::new(0)
     }
 }
 
 impl Trigger {
+    /// A stream's trigger, for a camera whose post-roll is `post_roll_ms`.
+    pub fn new(post_roll_ms: u32) -> Trigger {
+        Trigger {
+            first_mono_us: AtomicI64::new(i64::MAX),
+            last_mono_us: AtomicI64::new(i64::MIN),
+            fired: AtomicU64::new(0),
+            post_roll_us: i64::from(post_roll_ms) * 1000,
+            durable_now: AtomicBool::new(false),
+            durable_at_mono_us: AtomicI64::new(i64::MIN),
+        }
+    }
+
+    /// An event of monotonic time `mono_us` was acknowledged: the stream's footage should be
+    /// made durable at once, and again once its post-roll is written.
+    pub fn ask_durable(&self, mono_us: i64) {
+        self.durable_at_mono_us.fetch_max(mono_us.saturating_add(self.post_roll_us), Ordering::AcqRel);
+        self.durable_now.store(true, Ordering::Release);
+    }
+
+    /// Whether an event asks for the footage to be made durable, at a frame received at
+    /// `now_mono_us`: one just acknowledged, or the end of a post-roll reached.
+    pub fn take_durable(&self, now_mono_us: i64) -> bool {
+        let now = self.durable_now.load(Ordering::Acquire) && self.durable_now.swap(false, Ordering::AcqRel);
+        let at = self.durable_at_mono_us.load(Ordering::Acquire);
+        let post_roll_over = at != i64::MIN
+            && now_mono_us >= at
+            && self.durable_at_mono_us.compare_exchange(at, i64::MIN, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        now || post_roll_over
+    }
+
     /// An event happened at monotonic time `mono_us`.
     pub fn fire(&self, mono_us: i64) {
         self.last_mono_us.fetch_max(mono_us, Ordering::AcqRel);
@@ -415,6 +447,10 @@ impl Admission {
     /// The trigger events fire for this stream.
     pub fn trigger(&self) -> Arc<Trigger> {
         self.trigger.clone()
+    }
+
+    pub fn trigger_ref(&self) -> &Trigger {
+        &self.trigger
     }
 
     pub fn history(&self) -> Option<&History> {
@@ -777,5 +813,20 @@ mod tests {
         assert_eq!(w, (0..30).collect::<Vec<_>>());
         let (w, _) = admit(Mode::Off, 30, 10, &[5]);
         assert!(w.is_empty());
+    }
+
+    #[test]
+    fn an_event_asks_for_durable_footage_now_and_after_its_post_roll() {
+        let t = Trigger::new(5_000);
+        assert!(!t.take_durable(0));
+        t.ask_durable(1_000_000);
+        t.ask_durable(2_000_000);
+        // Once now, for both events.
+        assert!(t.take_durable(1_100_000));
+        assert!(!t.take_durable(1_200_000));
+        // Then when the last one's post-roll has been written.
+        assert!(!t.take_durable(6_999_999));
+        assert!(t.take_durable(7_000_000));
+        assert!(!t.take_durable(8_000_000));
     }
 }

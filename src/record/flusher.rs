@@ -52,6 +52,10 @@ pub enum ToFlusher {
     DeleteRange { stream_id: u32, from_us: i64, to_us: i64, reply: SyncSender<(u64, u64, u64)> },
     /// The retention caps changed (the web face): kept from now on, enforced at once.
     SetCaps(Retention),
+    /// An event asked for a stream's footage to be durable: sync and commit what is pending
+    /// now, without waiting for the interval. Its recorder sends it at most once per
+    /// [`limits::EVENT_FLUSH_MIN_INTERVAL_MS`], after the fragment it closed early.
+    Durable,
 }
 
 /// What the flusher has done, for `/metrics` and the benchmarks.
@@ -63,6 +67,8 @@ pub struct FlusherStats {
     pub sync_errors: AtomicU64,
     pub recordings_deleted: AtomicU64,
     pub bytes_deleted: AtomicU64,
+    /// Flushes an event asked for ([`ToFlusher::Durable`]) before the interval.
+    pub early_flushes: AtomicU64,
 }
 
 pub struct Flusher {
@@ -264,6 +270,10 @@ impl Flusher {
             ToFlusher::Stopping => self.stopping = true,
             ToFlusher::DeleteRange { stream_id, from_us, to_us, reply } => {
                 let _ = reply.send(self.delete_range(stream_id, from_us, to_us));
+            }
+            ToFlusher::Durable => {
+                self.stats.early_flushes.fetch_add(1, Ordering::Relaxed);
+                self.flush();
             }
             ToFlusher::SetCaps(caps) => {
                 info!(

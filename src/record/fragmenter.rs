@@ -162,6 +162,10 @@ pub struct Fragmenter {
     pending_audio_bytes: usize,
     /// Fragments ended before their GOP did.
     cut_short: u64,
+    /// The open fragment ends before the next frame ([`Fragmenter::cut_at_next_frame`]).
+    cut_asked: bool,
+    /// Fragments ended early for an event's footage to be made durable.
+    cut_for_events: u64,
     last_pts_90k: i64,
     last_duration_90k: i64,
     skipped: Skipped,
@@ -185,6 +189,8 @@ impl Fragmenter {
             pending_audio: Vec::new(),
             pending_audio_bytes: 0,
             cut_short: 0,
+            cut_asked: false,
+            cut_for_events: 0,
             last_pts_90k: 0,
             last_duration_90k: FALLBACK_FRAME_DURATION_90K,
             skipped: Skipped::default(),
@@ -208,6 +214,17 @@ impl Fragmenter {
     /// [`limits::FRAGMENT_AUDIO_MAX_BYTES`].
     pub fn cut_short(&self) -> u64 {
         self.cut_short
+    }
+
+    /// Ends the open fragment before the next frame, so that what is written so far can be
+    /// made durable (an event asked). Not counted in [`Fragmenter::cut_short`].
+    pub fn cut_at_next_frame(&mut self) {
+        self.cut_asked = true;
+    }
+
+    /// Fragments ended early for an event.
+    pub fn cut_for_events(&self) -> u64 {
+        self.cut_for_events
     }
 
     /// True while a run is being recorded.
@@ -248,6 +265,7 @@ impl Fragmenter {
         }
         let params_changed =
             self.segment.as_ref().is_some_and(|s| !Arc::ptr_eq(&s.params, &frame.params) && *s.params != *frame.params);
+        let asked = std::mem::take(&mut self.cut_asked);
         if let Some(first) = self.pending.first() {
             let gop_ends = frame.is_key || params_changed;
             let full = frame.pts_90k - first.pts_90k >= limits::FRAGMENT_MAX_DURATION_90K
@@ -255,8 +273,9 @@ impl Fragmenter {
                 || self.pending_audio.len() + self.audio_spare >= self.capacity.1
                 || self.pending_audio_bytes >= limits::FRAGMENT_AUDIO_MAX_BYTES / 2
                 || self.pending_bytes + frame.data.len() > limits::FRAGMENT_MAX_BYTES;
-            if gop_ends || full {
-                self.cut_short += u64::from(!gop_ends);
+            if gop_ends || full || asked {
+                self.cut_short += u64::from(!gop_ends && full);
+                self.cut_for_events += u64::from(!gop_ends && !full);
                 self.emit_fragment(frame.pts_90k, frame.received_mono_us, out);
             }
         }
@@ -500,6 +519,32 @@ mod tests {
             assert_eq!(w[0].wall_end_us, w[1].wall_start_us);
         }
         assert_eq!(frags[0].wall_start_us, WALL0);
+    }
+
+    #[test]
+    fn a_fragment_asked_to_end_ends_before_the_next_frame_and_loses_none() {
+        let p = params(640);
+        let mut fr = Fragmenter::new(bounds(), true);
+        let mut out = Vec::new();
+        for i in 0..20 {
+            if i == 4 {
+                fr.cut_at_next_frame();
+            }
+            fr.push(frame(i, 15, &p), &mut out);
+        }
+        let frags = fragments(&out);
+        // Frames 0-3, then 4-14 (the GOP's rest), asked once only.
+        assert_eq!(frags.iter().map(|f| f.samples.len()).collect::<Vec<_>>(), [4, 11]);
+        assert!(!frags[1].samples[0].is_key);
+        assert_eq!((fr.cut_for_events(), fr.cut_short()), (1, 0));
+        // Asked just before a keyframe: the GOP ends there anyway, nothing counted.
+        for i in 20..30 {
+            fr.push(frame(i, 15, &p), &mut out);
+        }
+        fr.cut_at_next_frame();
+        fr.push(frame(30, 15, &p), &mut out);
+        assert_eq!(fragments(&out).last().unwrap().samples.len(), 15);
+        assert_eq!(fr.cut_for_events(), 1);
     }
 
     #[test]

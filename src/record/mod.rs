@@ -69,7 +69,8 @@ pub struct RecordingWatch {
     pub post_roll_ms: u32,
     pub queue: Arc<QueueStats>,
     pub stats: Arc<RecorderStats>,
-    /// Fired by events; the stream's recorder takes it (events mode only).
+    /// Fired by events; the stream's recorder takes it (recording in events mode only;
+    /// making footage durable early in every mode).
     pub trigger: Arc<Trigger>,
     pub admission: Arc<AdmissionStats>,
     /// The pre-roll history's counters, when there is a history.
@@ -344,7 +345,7 @@ impl Recorder {
 /// A stream's admission: its mode, and for events with a pre-roll its history, allocated
 /// here, before the stream starts.
 fn admission_for(camera: &Camera, mode: RecordMode, max_bytes: usize, pool: &Arc<HistoryPool>) -> Admission {
-    let trigger = Arc::new(Trigger::default());
+    let trigger = Arc::new(Trigger::new(camera.post_roll_ms));
     let mode = match mode {
         RecordMode::Continuous => Mode::Continuous,
         RecordMode::Off => Mode::Off,

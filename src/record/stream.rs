@@ -67,6 +67,10 @@ pub struct RecorderStats {
     pub frame_writes: AtomicU64,
     pub disk_full: AtomicU64,
     pub write_errors: AtomicU64,
+    /// Times an event had this stream's footage made durable early (at most one per
+    /// [`limits::EVENT_FLUSH_MIN_INTERVAL_MS`]), and the fragments ended early for it.
+    pub early_flushes: AtomicU64,
+    pub fragments_cut_for_events: AtomicU64,
 }
 
 /// An open segment file.
@@ -125,6 +129,18 @@ pub struct StreamRecorder {
     /// anything else is written, or when the batch's ceilings are reached).
     unwritten: Vec<Frame>,
     unwritten_bytes: usize,
+    durable: Durable,
+}
+
+/// Where a stream is in making its footage durable early for events.
+#[derive(Default)]
+struct Durable {
+    /// An event asked; waits for [`limits::EVENT_FLUSH_MIN_INTERVAL_MS`] since the last.
+    asked: bool,
+    /// The open fragment ends at the next frame, after which the flusher is told.
+    armed: bool,
+    /// When the last early flush was armed (monotonic µs).
+    last_mono_us: Option<i64>,
 }
 
 impl StreamRecorder {
@@ -153,6 +169,7 @@ impl StreamRecorder {
             live: None,
             unwritten: Vec::new(),
             unwritten_bytes: 0,
+            durable: Durable::default(),
         }
     }
 
@@ -171,9 +188,17 @@ impl StreamRecorder {
     /// Records one message from the stream's queue.
     pub(crate) fn take(&mut self, msg: StreamMsg, admission: &mut Admission) {
         let mut events = std::mem::take(&mut self.events);
+        // The frame this message brings, when an early flush is armed, ends the fragment
+        // before it: the flusher is told once that fragment is sent.
+        let mut tell_flusher = false;
+        let mut now_mono_us = None;
         match msg {
             StreamMsg::Frame { frame, after_gap } => {
+                now_mono_us = Some(frame.received_mono_us);
+                self.durable.asked |= admission.trigger_ref().take_durable(frame.received_mono_us);
+                tell_flusher = std::mem::take(&mut self.durable.armed);
                 let fragmenter = &mut self.fragmenter;
+                let mut finished = false;
                 admission.frame(frame, after_gap, &mut |out| match out {
                     Out::Frame { frame, after_gap } => {
                         if after_gap {
@@ -181,8 +206,13 @@ impl StreamRecorder {
                         }
                         fragmenter.push(frame, &mut events);
                     }
-                    Out::Finish => fragmenter.finish(&mut events),
+                    Out::Finish => {
+                        fragmenter.finish(&mut events);
+                        finished = true;
+                    }
                 });
+                // An event recording ends with its post-roll written: made durable too.
+                self.durable.asked |= finished;
             }
             // Audio is not held in the pre-roll, so event recordings are video only:
             // live audio would not line up with pre-roll video in one fragment.
@@ -197,7 +227,31 @@ impl StreamRecorder {
         // vector keeps room for a turn's usual few, which the budget counts.
         events.shrink_to(EVENTS_KEPT);
         self.events = events;
+        if tell_flusher {
+            // After the fragment just sent: the flusher syncs and commits it with the rest.
+            if self.flusher.send(ToFlusher::Durable).is_ok() {
+                self.stats.early_flushes.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if let Some(now) = now_mono_us {
+            self.arm_early_flush(now);
+        }
         self.stats.fragments_cut_short.store(self.fragmenter.cut_short(), Ordering::Relaxed);
+        self.stats.fragments_cut_for_events.store(self.fragmenter.cut_for_events(), Ordering::Relaxed);
+    }
+
+    /// Arms an early flush an event asked for, unless one was armed less than
+    /// [`limits::EVENT_FLUSH_MIN_INTERVAL_MS`] ago (then it waits).
+    fn arm_early_flush(&mut self, now_mono_us: i64) {
+        let d = &mut self.durable;
+        let spaced =
+            d.last_mono_us.is_none_or(|last| now_mono_us - last >= limits::EVENT_FLUSH_MIN_INTERVAL_MS as i64 * 1000);
+        if d.asked && !d.armed && spaced {
+            d.asked = false;
+            d.armed = true;
+            d.last_mono_us = Some(now_mono_us);
+            self.fragmenter.cut_at_next_frame();
+        }
     }
 
     /// Closes what is open: the queue has closed.

@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -73,27 +73,35 @@ fn snapshot(n: usize) -> Vec<u8> {
 }
 
 /// A daemon with a web face and camera `front` (the fixture file) recorded on events, `extra`
-/// config lines before its tables; its first admin set up, and an `events:write` and a `view`
-/// token.
+/// config lines before its tables; its first admin set up, and an `events:write`, a `view`
+/// and a `metrics` token.
 struct EventsBox {
     dir: tempfile::TempDir,
     port: u16,
     daemon: Daemon,
     writer: String,
     viewer: String,
+    metrics: String,
 }
 
 fn events_box(extra: &str) -> EventsBox {
+    let clip = fixtures().join("h264.mp4");
+    let camera = format!(
+        "[[cameras]]\nname = \"front\"\nrecord = \"events\"\nmain = {{ url = \"file://{}\" }}\n",
+        clip.display()
+    );
+    events_box_of(&format!("flush_interval_s = 1\n{extra}"), &camera)
+}
+
+/// A box with `top` settings and `cameras`, its admin's writer and viewer tokens.
+fn events_box_of(top: &str, cameras: &str) -> EventsBox {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let clip = fixtures().join("h264.mp4");
     write_config(
         dir.path(),
         &format!(
-            "listen = \"127.0.0.1:{port}\"\nflush_interval_s = 1\n{extra}\
-             [retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n\
-             [[cameras]]\nname = \"front\"\nrecord = \"events\"\nmain = {{ url = \"file://{}\" }}\n",
-            clip.display()
+            "listen = \"127.0.0.1:{port}\"\n{top}\
+             [retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n{cameras}"
         ),
     );
     let daemon = Daemon::start(dir.path());
@@ -101,7 +109,8 @@ fn events_box(extra: &str) -> EventsBox {
     let admin = setup_admin(port);
     let writer = make_token(port, &admin, r#""events:write""#);
     let viewer = make_token(port, &admin, r#""view""#);
-    EventsBox { dir, port, daemon, writer, viewer }
+    let metrics = make_token(port, &admin, r#""metrics""#);
+    EventsBox { dir, port, daemon, writer, viewer, metrics }
 }
 
 fn snapshot_files(data: &Path) -> usize {
@@ -114,7 +123,7 @@ fn snapshot_files(data: &Path) -> usize {
 
 #[test]
 fn twenty_revisions_with_4k_snapshots_survive_kill_9_and_keys_are_not_stored_twice() {
-    let EventsBox { dir, port, daemon: mut d, writer, viewer } = events_box("");
+    let EventsBox { dir, port, daemon: mut d, writer, viewer, .. } = events_box("");
     // Some pre-roll first, so the event's recording reaches back before it.
     let connected = wait_until(Duration::from_secs(20), || {
         get_json(port, &viewer, "/api/cameras")[0]["streams"][0]["connected"].as_bool() == Some(true)
@@ -193,7 +202,7 @@ fn twenty_revisions_with_4k_snapshots_survive_kill_9_and_keys_are_not_stored_twi
 
 #[test]
 fn bad_events_get_clear_errors_and_nothing_is_stored() {
-    let EventsBox { dir, port, daemon: _d, writer, viewer } = events_box("");
+    let EventsBox { dir, port, daemon: _d, writer, viewer, .. } = events_box("");
     let good = snapshot(1);
     let envelope = r#"{"camera":"front","labels":["car"]}"#;
     // A whole 1x1 PNG: a real picture, just not a JPEG.
@@ -291,7 +300,7 @@ fn bad_events_get_clear_errors_and_nothing_is_stored() {
 
 #[test]
 fn past_the_snapshot_cap_the_oldest_events_go_with_their_files() {
-    let EventsBox { dir, port, daemon: _d, writer, viewer } = events_box("[events]\nmax_bytes = \"1 MiB\"\n");
+    let EventsBox { dir, port, daemon: _d, writer, viewer, .. } = events_box("[events]\nmax_bytes = \"1 MiB\"\n");
     for n in 1..=5 {
         let e = format!(r#"{{"camera":"front","text":"event {n}","record":false}}"#);
         assert_eq!(post_event(port, &writer, &e, Some(&snapshot(n))).0, 201);
@@ -307,7 +316,7 @@ fn past_the_snapshot_cap_the_oldest_events_go_with_their_files() {
 
 #[test]
 fn search_by_camera_label_words_and_time_in_pages() {
-    let EventsBox { dir: _dir, port, daemon: _d, writer, viewer } = events_box("");
+    let EventsBox { dir: _dir, port, daemon: _d, writer, viewer, .. } = events_box("");
     let t0 = wall_us() - 3_600_000_000;
     for i in 0..12i64 {
         let label = if i % 2 == 0 { "person" } else { "car" };
@@ -342,23 +351,12 @@ fn search_by_camera_label_words_and_time_in_pages() {
 #[test]
 fn an_event_recording_starts_at_the_keyframe_at_or_before_the_event_minus_the_pre_roll() {
     let cam = Camera::start();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    write_config(
-        dir.path(),
-        &format!(
-            "listen = \"127.0.0.1:{port}\"\nflush_interval_s = 1\n\
-             [retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n\
-             [[cameras]]\nname = \"door\"\nrecord = \"events\"\npre_roll_s = 5\npost_roll_s = 2\n\
-             main = {{ url = \"{}\" }}\n",
-            cam.url("/h264-long-gop")
-        ),
+    let cameras = format!(
+        "[[cameras]]\nname = \"door\"\nrecord = \"events\"\npre_roll_s = 5\npost_roll_s = 2\nmain = {{ url = \"{}\" }}\n",
+        cam.url("/h264-long-gop")
     );
-    let mut d = Daemon::start(dir.path());
-    d.wait_log("web face listening", 1, Duration::from_secs(20));
-    let admin = setup_admin(port);
-    let writer = make_token(port, &admin, r#""events:write""#);
-    let metrics = make_token(port, &admin, r#""metrics""#);
+    let EventsBox { dir: _dir, port, daemon: mut d, writer, metrics, .. } =
+        events_box_of("flush_interval_s = 1\n", &cameras);
     let stream = |name: &str| sample(port, &metrics, &format!("{name}{{stream=\"door/main\"}}"));
     let up = wait_until(Duration::from_secs(20), || stream("keeppeek_stream_connected") == Some(1));
     assert!(up, "the camera connects: {}", d.log_text());
@@ -450,4 +448,76 @@ fn pre_roll_caps_hold_in_the_daemon_and_a_disabled_pre_roll_holds_nothing() {
         assert_eq!(of("keeppeek_preroll_bytes", stream), None, "{stream} has no history");
     }
     assert_eq!(of("keeppeek_event_recordings_total", "off"), Some(0));
+}
+
+/// The footage of an acknowledged event is made durable at once, not at the next flush:
+/// with a flush interval of a minute, a camera recording around events (10 s GOPs, the
+/// hardest case: its fragment would otherwise close only at the GOP's end) and one
+/// recording always have the event's moment committed within seconds, and the event's
+/// keyframe resolves. An event storm asks for at most one early flush per stream per
+/// EVENT_FLUSH_MIN_INTERVAL_MS.
+#[test]
+fn an_acknowledged_events_footage_is_durable_at_once_whatever_the_flush_interval() {
+    let cam = Camera::start();
+    let cameras = format!(
+        "[[cameras]]\nname = \"door\"\nrecord = \"events\"\npre_roll_s = 5\npost_roll_s = 2\nmain = {{ url = \"{}\" }}\n\
+         [[cameras]]\nname = \"yard\"\npost_roll_s = 3\nmain = {{ url = \"{}\" }}\n",
+        cam.url("/h264-long-gop"),
+        cam.url("/h264")
+    );
+    let EventsBox { dir: _dir, port, daemon: d, writer, viewer, metrics } =
+        events_box_of("flush_interval_s = 60\n", &cameras);
+    let stream = |name: &str, s: &str| sample(port, &metrics, &format!("{name}{{stream=\"{s}\"}}"));
+    let up = wait_until(Duration::from_secs(20), || {
+        ["door/main", "yard/main"].iter().all(|s| stream("keeppeek_stream_connected", s) == Some(1))
+    });
+    assert!(up, "the cameras connect: {}", d.log_text());
+    // The history reaches back to a keyframe before the pre-roll.
+    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(sample(port, &metrics, "keeppeek_catalog_early_flushes_total"), Some(0));
+
+    for camera in ["door", "yard"] {
+        let event_us = wall_us();
+        let e = format!(r#"{{"camera":"{camera}","time_us":{event_us},"labels":["person"]}}"#);
+        let (code, answer) = post_event(port, &writer, &e, None);
+        assert_eq!(code, 201, "{answer}");
+        let acked = Instant::now();
+        let path = format!(
+            "/api/streams/{camera}/main/recordings?from_us={}&to_us={}",
+            event_us - 60_000_000,
+            event_us + 60_000_000
+        );
+        let durable = wait_until(Duration::from_secs(10), || {
+            get_json(port, &viewer, &path)["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["end_us"].as_i64() >= Some(event_us))
+        });
+        let took = acked.elapsed();
+        assert!(durable, "{camera}: the event's moment committed: {}", d.log_text());
+        eprintln!("{camera}: the event's footage durable {} ms after its answer", took.as_millis());
+        assert!(took < Duration::from_secs(3), "{camera}: {took:?}, not the 60 s flush interval");
+        let id = answer["id"].as_u64().unwrap();
+        let (code, _) = get_bytes(port, &viewer, &format!("/api/events/{id}/keyframe"));
+        assert_eq!(code, 200, "{camera}: the event's keyframe is on disk");
+        assert!(stream("keeppeek_recorder_early_flushes_total", &format!("{camera}/main")) >= Some(1));
+    }
+
+    // A storm: 40 events in 4 s on the yard. Its recorder flushes early at most once per
+    // EVENT_FLUSH_MIN_INTERVAL_MS (2 s), and again for the post-roll.
+    let before = stream("keeppeek_recorder_early_flushes_total", "yard/main").unwrap();
+    let storm = Instant::now();
+    for i in 0..40 {
+        let e = format!(r#"{{"camera":"yard","time_us":{},"labels":["car"],"id":"storm-{i}"}}"#, wall_us());
+        assert_eq!(post_event(port, &writer, &e, None).0, 201);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Past the storm, its post-roll (3 s) and the interval.
+    std::thread::sleep(Duration::from_secs(6));
+    let flushes = stream("keeppeek_recorder_early_flushes_total", "yard/main").unwrap() - before;
+    let spell_ms = storm.elapsed().as_millis() as u64;
+    let most = spell_ms / 2_000 + 1;
+    eprintln!("storm: {flushes} early flushes of yard/main in {spell_ms} ms (at most {most})");
+    assert!((2..=most).contains(&flushes), "{flushes} early flushes in {spell_ms} ms");
 }

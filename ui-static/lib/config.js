@@ -37,7 +37,7 @@ export function describe(diff) {
   const show = (v, f) => (v == null ? 'none' : /_bytes$/.test(f) && /^\d+$/.test(v) ? bytes(Number(v)) : v);
   return diff.flatMap((d) => {
     const who = d.camera ? `${d.camera}: ` : 'Settings: ';
-    if (d.what === 'added') return [`${who}added (${d.fields.map(([f, , to]) => `${f} ${to}`).join(', ')})`];
+    if (d.what === 'added') return [`${who}added (${d.fields.map(([f, , to]) => `${f} ${show(to, f)}`).join(', ')})`];
     if (d.what === 'removed') return [`${who}removed (its recordings stay until retention takes them)`];
     return d.fields.map(([f, from, to]) => `${who}${f} ${show(from, f)} → ${show(to, f)}`);
   });

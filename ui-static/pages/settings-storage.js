@@ -61,7 +61,6 @@ export async function storageSection(onApplied) {
 
   const now = nowUs();
   const table = h('table.reach', {},
-    h('caption.muted', {}, 'How far back each stream’s footage reaches, and its share of the stream cap.'),
     h('thead', {}, h('tr', {}, ...['Stream', 'Stored', 'Of its cap', 'Reaches back'].map((t) => h('th', { scope: 'col' }, t)))),
     h('tbody', {}, ...rows.map((r) => h('tr', { 'data-stream': `${r.camera}/${r.stream}` },
       h('th', { scope: 'row' }, r.camera, h('span.muted', {}, ` ${r.stream}`)),
@@ -69,6 +68,7 @@ export async function storageSection(onApplied) {
       h('td', {}, r.bytes ? percent(r.bytes / caps.stream_max_bytes) : '—'),
       h('td', {}, r.oldest_us ? duration(now - r.oldest_us) : 'nothing yet')))));
   const reachCard = h('section.card.wide', { 'aria-labelledby': 'reach-title' }, h('h2', { id: 'reach-title' }, 'Footage kept'),
+    h('p.muted', {}, 'How far back each stream’s footage reaches, and its share of the stream cap.'),
     rows.length ? h('div.table-scroll', { tabIndex: 0, role: 'region', 'aria-label': 'Footage kept per stream' }, table)
       : h('p.empty', {}, 'No camera yet.'));
   return [diskCard, capsCard, reachCard];

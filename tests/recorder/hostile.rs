@@ -234,13 +234,12 @@ fn a_login_flood_is_limited_in_time_and_memory() {
         assert_eq!(login_from(Ipv4Addr::new(127, 5, 0, i), port, user, "wrong password"), 401);
         t.elapsed()
     };
-    let median = |mut v: Vec<Duration>| {
-        v.sort();
-        v[v.len() / 2]
-    };
-    // Side by side, so that whatever else the machine does weighs on both alike.
+    // Side by side, so that whatever else the machine does weighs on both alike; the
+    // fastest of each is the work itself (a median still moves with a busy machine: 30 ms
+    // against 19 ms once, with the other integration tests beside it).
+    let fastest = |v: Vec<Duration>| v.into_iter().min().expect("timed");
     let (known, unknown): (Vec<_>, Vec<_>) = (0..15).map(|i| (timed("root", i), timed("nobody", 100 + i))).unzip();
-    let (known, unknown) = (median(known), median(unknown));
+    let (known, unknown) = (fastest(known), fastest(unknown));
     let (lo, hi) = (known.min(unknown), known.max(unknown));
     assert!(hi.as_secs_f64() < lo.as_secs_f64() * 1.3, "known {known:?}, unknown {unknown:?}");
 

@@ -444,12 +444,8 @@ impl Admission {
         }
     }
 
-    /// The trigger events fire for this stream.
-    pub fn trigger(&self) -> Arc<Trigger> {
-        self.trigger.clone()
-    }
-
-    pub fn trigger_ref(&self) -> &Trigger {
+    /// The trigger events fire for this stream (read by its recorder at every frame).
+    pub fn trigger(&self) -> &Arc<Trigger> {
         &self.trigger
     }
 

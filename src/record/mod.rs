@@ -216,9 +216,8 @@ impl Recorder {
     /// Follows a new plan while the box runs (`config` with a camera added or removed): the
     /// ingest pool's ceiling follows the recorded streams' frame ceilings, and the segment
     /// bounds and pre-roll shares of streams started from now on follow the new set. The
-    /// streams already recording keep theirs; the pools' ceilings hold the sum.
-    /// New segments, pre-roll shares and the ingest pool follow `config`, and the flusher
-    /// keeps its retention caps from now on (segments being written keep their bounds).
+    /// streams already recording keep theirs; the pools' ceilings hold the sum. The flusher
+    /// keeps the config's retention caps from its next message on.
     pub fn replan(&mut self, config: &Config) {
         // Blocking at worst for one command's room in the flusher's queue.
         let _ = self.flusher_tx.send(flusher::ToFlusher::SetCaps(config.retention));
@@ -262,7 +261,7 @@ impl Recorder {
                 post_roll_ms: if mode == RecordMode::Events { camera.post_roll_ms } else { 0 },
                 queue,
                 stats: rec.stats.clone(),
-                trigger: admission.trigger(),
+                trigger: admission.trigger().clone(),
                 admission: admission.stats.clone(),
                 history: admission.history().map(|h| h.stats.clone()),
             };

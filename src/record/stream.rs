@@ -195,7 +195,7 @@ impl StreamRecorder {
         match msg {
             StreamMsg::Frame { frame, after_gap } => {
                 now_mono_us = Some(frame.received_mono_us);
-                self.durable.asked |= admission.trigger_ref().take_durable(frame.received_mono_us);
+                self.durable.asked |= admission.trigger().take_durable(frame.received_mono_us);
                 tell_flusher = std::mem::take(&mut self.durable.armed);
                 let fragmenter = &mut self.fragmenter;
                 let mut finished = false;

@@ -94,6 +94,10 @@ export async function newPage(browser, options = {}) {
   const page = await context.newPage();
   page.errors = [];
   page.on('pageerror', (e) => page.errors.push(String(e)));
+  // Requests that failed or were refused, for a failure's message.
+  page.trouble = [];
+  page.on('requestfailed', (r) => page.trouble.push(`${r.method()} ${r.url()}: ${r.failure()?.errorText}`));
+  page.on('response', (r) => { if (r.status() >= 500) page.trouble.push(`${r.request().method()} ${r.url()}: ${r.status()}`); });
   return page;
 }
 
@@ -117,7 +121,8 @@ export async function setUpAdmin(page, base, streams = 1) {
   } catch (e) {
     // What the page showed instead, for the failure's reader.
     await page.screenshot({ path: join(shots, 'failed-setup.png') }).catch(() => {});
-    throw new Error(`no setup form at ${page.url()}: ${(await page.locator('body').innerText().catch(() => '?')).slice(0, 300)}`);
+    const shown = (await page.locator('body').innerText().catch(() => '?')).slice(0, 300);
+    throw new Error(`no setup form at ${page.url()}: ${shown}; errors ${JSON.stringify(page.errors)}; requests ${JSON.stringify(page.trouble)}`);
   }
   await page.fill('#setup-username', 'root');
   await page.fill('#setup-password', 'correct horse battery');

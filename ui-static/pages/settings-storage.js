@@ -33,15 +33,17 @@ export async function storageSection(onApplied) {
       h('p.muted', {}, `KeepPeek keeps ${bytes(disk.reserve_bytes)} free: when the disk is fuller, the oldest footage goes first, whatever the caps say.`),
     ] : h('p.muted', {}, 'The disk’s size could not be read.'));
 
+  // The caps in GB as the fields show them, to a megabyte (1 GiB reads 1.074).
+  const inGb = (n) => String(+(n / GB).toFixed(3));
   const streamCap = h('input', { name: 'retention.stream_max_bytes', type: 'number', min: 0.001, step: 'any', required: true,
-    defaultValue: String(+(caps.stream_max_bytes / GB).toFixed(3)) });
+    defaultValue: inGb(caps.stream_max_bytes) });
   const totalCap = h('input', { name: 'retention.total_max_bytes', type: 'number', min: 0.001, step: 'any', required: true,
-    defaultValue: String(+(caps.total_max_bytes / GB).toFixed(3)) });
+    defaultValue: inGb(caps.total_max_bytes) });
   const panel = h('div.plan-slot');
   const form = h('form.caps-form', { 'aria-label': 'Retention caps' },
     h('div.form-grid', {},
-      field('Each stream keeps at most (GB)', streamCap, `Now ${bytes(caps.stream_max_bytes)}. Older footage of a stream goes past it.`),
-      field('All recordings at most (GB)', totalCap, `Now ${bytes(caps.total_max_bytes)}. The oldest footage of any stream goes past it.`)),
+      field('Each stream keeps at most (GB)', streamCap, `Now ${inGb(caps.stream_max_bytes)} GB. A stream’s oldest footage goes past it.`),
+      field('All recordings at most (GB)', totalCap, `Now ${inGb(caps.total_max_bytes)} GB. The oldest footage of any stream goes past it.`)),
     h('div.toolbar', {}, h('button.primary', { type: 'submit' }, 'Review the change')),
     panel);
   form.addEventListener('submit', async (e) => {

@@ -309,6 +309,7 @@ fn publication(work: &Path, smoke: bool) -> Value {
         Some(Arc::new(handle.clone())),
         u64::MAX,
         keeppeek::clock::RealClocks::shared(),
+        Arc::default(),
     );
     let (mut durable, mut fanned, mut baseline) = (Vec::new(), Vec::new(), Vec::new());
     for k in 0..events_n {
@@ -469,7 +470,15 @@ fn lookup_events(catalog: &Catalog, streams: u32, span_s: u32, n: u64) -> Vec<(u
         let t = WALL0 + (rand() % (u64::from(span_s) * 1_000_000)) as i64;
         let json = format!(r#"{{"camera":"cam{cam}","time_us":{t},"labels":["person"]}}"#);
         let envelope = keeppeek::events::envelope::parse(json.as_bytes(), 0).unwrap();
-        records.push(EventRecord { id, rev: 1, principal: "token:1".into(), received_us: t, envelope, snapshot: None });
+        records.push(EventRecord {
+            id,
+            rev: 1,
+            principal: "token:1".into(),
+            received_us: t,
+            envelope,
+            snapshot: None,
+            hold: None,
+        });
         model.push((id, cam, t));
     }
     for chunk in records.chunks(5_000) {

@@ -130,6 +130,14 @@ pub fn compute(config: &Config) -> Budget {
             bytes: limits::CATALOG_PENDING_FRAGMENTS_MAX as u64 * 256,
             why: format!("{} rows × 256 B (CATALOG_PENDING_FRAGMENTS_MAX)", limits::CATALOG_PENDING_FRAGMENTS_MAX),
         },
+        Line {
+            component: "event holds",
+            bytes: limits::EVENT_HOLD_SPANS_MAX as u64 * 128,
+            why: format!(
+                "{} held spans × 128 B with their map's nodes (EVENT_HOLD_SPANS_MAX)",
+                limits::EVENT_HOLD_SPANS_MAX
+            ),
+        },
         thread_stacks(writers),
         Line {
             component: "exports",
@@ -265,6 +273,7 @@ pub fn typical_camera() -> Camera {
         record_sub: RecordMode::Continuous,
         pre_roll_ms: crate::config::PRE_ROLL_DEFAULT_S * 1000,
         post_roll_ms: crate::config::POST_ROLL_DEFAULT_S * 1000,
+        keep_event_footage_days: crate::config::KEEP_EVENT_FOOTAGE_DAYS_DEFAULT,
         username: None,
         password: None,
         main: Source::Rtsp { url: url("main"), transport: Transport::Tcp },
@@ -351,6 +360,7 @@ mod tests {
                 record_sub: record,
                 pre_roll_ms: 5000,
                 post_roll_ms: 10_000,
+                keep_event_footage_days: 14,
                 username: None,
                 password: None,
                 main: Source::Builtin,

@@ -50,6 +50,13 @@ impl Cameras {
         Some(on_events.map(|r| r.trigger.clone()).collect())
     }
 
+    /// What an event of `camera` holds: its recorded streams' policy (one per camera), none
+    /// when nothing of it is recorded.
+    pub fn hold_policy(&self, camera: &str) -> Option<crate::record::HoldPolicy> {
+        let streams = self.streams.read().expect("cameras lock");
+        streams.iter().filter(|s| s.key.of(camera)).find_map(|s| s.recording.as_ref()).map(|r| r.hold)
+    }
+
     /// The triggers of `camera`'s recorded streams, whatever their mode (an event asks each
     /// to make its footage durable early).
     pub fn recorded_triggers(&self, camera: &str) -> Vec<Arc<Trigger>> {

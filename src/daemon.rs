@@ -175,9 +175,9 @@ pub async fn start(
     let catalog = Arc::new(Catalog::open(&data_dir.join(CATALOG_FILE))?);
     let cameras = Arc::new(Cameras::default());
     let webrtc = bind_live_view(&config, &catalog, &cameras).await?;
-    recover(&catalog, &data_dir)?;
     // Every room reads time through this one handle.
     let clocks = crate::clock::RealClocks::shared();
+    recover(&catalog, &data_dir, crate::clock::Clocks::wall_us(&*clocks))?;
     let recorder = Recorder::start(&config, catalog.clone(), clocks.clone())?;
     let live_view = webrtc.as_ref().map(|(_, handle)| Arc::new(handle.clone()) as Arc<dyn crate::events::NoticeSink>);
     let events = Arc::new(crate::events::Events::new(
@@ -187,6 +187,7 @@ pub async fn start(
         live_view,
         config.events_max_bytes,
         clocks.clone(),
+        recorder.holds.clone(),
     ));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     // The config file and its revisions, when there is a file (the demo has none).
@@ -285,8 +286,8 @@ async fn bind_live_view(
 }
 
 /// Puts the catalog and the files back in agreement after a crash or a power cut.
-fn recover(catalog: &Catalog, data_dir: &std::path::Path) -> Result<(), DaemonError> {
-    recovery::recover(catalog, data_dir)?;
+fn recover(catalog: &Catalog, data_dir: &std::path::Path, now_us: i64) -> Result<(), DaemonError> {
+    recovery::recover(catalog, data_dir, now_us)?;
     let orphans = crate::events::recover(catalog, data_dir)?;
     if orphans > 0 {
         info!(orphans, "deleted event snapshots no event names (a crash before their commit)");

@@ -159,6 +159,25 @@ pub const FLUSH_INTERVAL_MAX_S: u64 = 300;
 /// would hold only a few fragments each.
 pub const RETENTION_MIN_BYTES: u64 = 1 << 20;
 
+/// The largest share of a stream's retention cap that events may hold against retention
+/// (`retention.held_max_percent`): the rest always takes new video.
+pub const EVENT_HELD_MAX_PERCENT: u8 = 90;
+
+/// The longest a camera may keep its events' footage (`keep_event_footage_days`).
+pub const EVENT_FOOTAGE_KEEP_MAX_DAYS: u32 = 3650;
+
+/// Spans of held footage kept in memory, every camera together (overlapping holds of a
+/// camera are one span); past this the oldest span lapses. 48 bytes each.
+pub const EVENT_HOLD_SPANS_MAX: usize = 20_000;
+
+/// How long reopening the catalog after an I/O error waits for operations under way to let
+/// go of it; past this it tries again at the next flush.
+pub const CATALOG_REOPEN_WAIT_MS: u64 = 2_000;
+
+/// Spans of lost footage the catalog keeps with their reason (`losses`); past this the
+/// first goes. About 40 bytes each on disk.
+pub const LOSS_SPANS_MAX: u64 = 100_000;
+
 /// Bytes kept free on the data filesystem: retention deletes before the disk is full so a
 /// write rarely meets ENOSPC at all.
 pub const DISK_RESERVE_BYTES: u64 = 64 << 20;

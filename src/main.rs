@@ -278,7 +278,12 @@ fn dispatch(command: Command) -> Result<(), String> {
         Command::Check { config } => {
             let c = Config::load(&config).map_err(|e| e.to_string())?;
             let catalog = open_catalog(&c.data_dir)?;
-            let v = keeppeek::record::verify::check(&catalog, &c.data_dir).map_err(|e| e.to_string())?;
+            let v = keeppeek::record::verify::check(
+                &catalog,
+                &c.data_dir,
+                keeppeek::clock::Clocks::wall_us(&keeppeek::clock::RealClocks),
+            )
+            .map_err(|e| e.to_string())?;
             println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
             if v.problems.is_empty() { Ok(()) } else { Err(format!("{} problems", v.problems.len())) }
         }

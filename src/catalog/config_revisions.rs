@@ -43,7 +43,7 @@ impl Catalog {
     /// returns its number.
     pub fn add_config_revision(&self, r: &ConfigRevision) -> Result<u64, CatalogError> {
         let json = serde_json::to_vec(r).expect("a revision serializes");
-        let mut txn = self.db.begin_write().storage()?;
+        let mut txn = self.db()?.begin_write().storage()?;
         txn.set_durability(Durability::Immediate).storage()?;
         let rev = {
             let mut t = txn.open_table(CONFIG_REVISIONS).storage()?;
@@ -59,7 +59,7 @@ impl Catalog {
 
     /// The kept revisions, newest first.
     pub fn config_revisions(&self) -> Result<Vec<ConfigRevision>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(CONFIG_REVISIONS).storage()?;
         let mut out = Vec::new();
         for entry in t.iter().storage()?.rev() {
@@ -71,14 +71,14 @@ impl Catalog {
 
     /// Revision `rev`, if it is kept.
     pub fn config_revision(&self, rev: u64) -> Result<Option<ConfigRevision>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(CONFIG_REVISIONS).storage()?;
         t.get(rev).storage()?.map(|v| decode(rev, v.value())).transpose()
     }
 
     /// The newest revision.
     pub fn newest_config_revision(&self) -> Result<Option<ConfigRevision>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(CONFIG_REVISIONS).storage()?;
         t.last().storage()?.map(|(k, v)| decode(k.value(), v.value())).transpose()
     }

@@ -11,6 +11,9 @@
 //!   the latest revision: a revision that moves an event in time or changes its labels
 //!   moves its index rows in the same transaction.
 //!
+//! - `event_holds`: (camera, from µs, event id) → (to µs, until µs): the footage the latest
+//!   revision holds against ordinary retention ([`Hold`]), moved with the index rows.
+//!
 //! An event's snapshot is a file under `events/` written and synced before the commit that
 //! names it ([`EventRecord::snapshot`]); recovery deletes snapshot files no revision names.
 
@@ -27,6 +30,35 @@ pub(super) const EVENT_KEYS: TableDefinition<(&str, &str), (u64, u32)> = TableDe
 pub(super) const EVENTS_BY_TIME: TableDefinition<(i64, u64), ()> = TableDefinition::new("events_by_time");
 pub(super) const EVENTS_BY_CAMERA: TableDefinition<(&str, i64, u64), ()> = TableDefinition::new("events_by_camera");
 pub(super) const EVENT_TERMS: TableDefinition<(&str, i64, u64), ()> = TableDefinition::new("event_terms");
+pub(super) const EVENT_HOLDS: TableDefinition<(&str, i64, u64), (i64, i64)> = TableDefinition::new("event_holds");
+
+/// The footage an event holds against ordinary retention: its camera's recordings from its
+/// pre-roll to its post-roll, until a time (its arrival and the camera's
+/// `keep_event_footage_days`). Decided by the intake from the camera's config when it is
+/// stored; a revision decides again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    pub from_us: i64,
+    pub to_us: i64,
+    pub until_us: i64,
+}
+
+/// What trimming to the caps let go.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Trimmed {
+    /// Snapshot files to delete.
+    pub files: Vec<String>,
+    /// Cameras of events that held footage: their holds are to be built again.
+    pub held_cameras: std::collections::BTreeSet<String>,
+}
+
+/// One event's hold, as [`Catalog::event_holds`] lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HoldRow {
+    pub event: u64,
+    pub camera: String,
+    pub hold: Hold,
+}
 
 /// A snapshot file of one revision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,6 +167,8 @@ pub struct EventRecord {
     pub envelope: EventFields,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<Snapshot>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<Hold>,
 }
 
 impl EventRecord {
@@ -191,7 +225,7 @@ impl Catalog {
     /// its idempotency key was seen before. The caller holds the event writer's lock from
     /// here until [`Catalog::put_event`].
     pub fn plan_event(&self, principal: &str, e: &EventFields) -> Result<Planned, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         if let Some(key) = &e.idempotency_key {
             let keys = txn.open_table(EVENT_KEYS).storage()?;
             if let Some(v) = keys.get((principal, key.as_str())).storage()? {
@@ -225,7 +259,7 @@ impl Catalog {
 
     /// [`Catalog::put_event`] for many revisions, in one durable commit (an import).
     pub fn put_events(&self, records: &[EventRecord]) -> Result<(), CatalogError> {
-        let mut txn = self.db.begin_write().storage()?;
+        let mut txn = self.db()?.begin_write().storage()?;
         txn.set_durability(Durability::Immediate).storage()?;
         for r in records {
             let mut events = txn.open_table(EVENTS).storage()?;
@@ -265,7 +299,7 @@ impl Catalog {
 
     /// Events kept and the bytes of their snapshots.
     pub fn event_totals(&self) -> Result<(u64, u64), CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let meta = txn.open_table(super::META).storage()?;
         let get = |k: &str| -> Result<u64, CatalogError> { Ok(meta.get(k).storage()?.map_or(0, |v| v.value())) };
         Ok((get("event_count")?, get("event_snapshot_bytes")?))
@@ -274,14 +308,15 @@ impl Catalog {
     /// Deletes the oldest events (every revision, index row, sender id and key) until at
     /// most `max_events` remain and their snapshots take at most `max_bytes`, in one durable
     /// commit; returns the snapshot files to delete (a crash before they are gone leaves
-    /// files no revision names, which recovery deletes).
-    pub fn trim_events(&self, max_events: u64, max_bytes: u64) -> Result<Vec<String>, CatalogError> {
+    /// files no revision names, which recovery deletes) and the cameras whose holds changed.
+    pub fn trim_events(&self, max_events: u64, max_bytes: u64) -> Result<Trimmed, CatalogError> {
         let (mut count, mut bytes) = self.event_totals()?;
+        let mut out = Trimmed::default();
         if count <= max_events && bytes <= max_bytes {
-            return Ok(Vec::new());
+            return Ok(out);
         }
-        let mut files = Vec::new();
-        let mut txn = self.db.begin_write().storage()?;
+        let files = &mut out.files;
+        let mut txn = self.db()?.begin_write().storage()?;
         txn.set_durability(Durability::Immediate).storage()?;
         {
             let mut events = txn.open_table(EVENTS).storage()?;
@@ -293,30 +328,16 @@ impl Catalog {
                 if count <= max_events && bytes <= max_bytes {
                     break;
                 }
-                let Some((id, latest)) = events.first().storage()?.map(|(k, v)| (k.value(), v.value().to_vec())) else {
+                let Some(id) = events.first().storage()?.map(|(k, _)| k.value()) else {
                     break;
                 };
-                let latest = EventRecord::decode(&latest)?;
-                let revs: Vec<EventRecord> = revisions
-                    .range((id, 0)..=(id, u32::MAX))
-                    .storage()?
-                    .map(|e| -> Result<EventRecord, CatalogError> { Ok(EventRecord::decode(e.storage()?.1.value())?) })
-                    .collect::<Result<_, _>>()?;
-                for r in &revs {
-                    revisions.remove((id, r.rev)).storage()?;
-                    if let Some(snap) = &r.snapshot {
-                        bytes = bytes.saturating_sub(snap.bytes);
-                        files.push(snap.path.clone());
-                    }
-                    if let Some(key) = &r.envelope.idempotency_key {
-                        keys.remove((r.principal.as_str(), key.as_str())).storage()?;
-                    }
-                    if let Some(source) = &r.envelope.id {
-                        ids.remove((r.principal.as_str(), source.as_str())).storage()?;
-                    }
+                let mut tables =
+                    EventTables { events: &mut events, revisions: &mut revisions, ids: &mut ids, keys: &mut keys };
+                let (latest, freed) = remove_event(&txn, &mut tables, id, files)?;
+                if latest.hold.is_some() {
+                    out.held_cameras.insert(latest.envelope.camera);
                 }
-                events.remove(id).storage()?;
-                unindex(&txn, &latest)?;
+                bytes = bytes.saturating_sub(freed);
                 count = count.saturating_sub(1);
             }
             let mut meta = txn.open_table(super::META).storage()?;
@@ -324,26 +345,75 @@ impl Catalog {
             meta.insert("event_snapshot_bytes", bytes).storage()?;
         }
         txn.commit().storage()?;
-        Ok(files)
+        Ok(out)
+    }
+
+    /// Deletes event `id` (an admin's request): every revision, index row, sender id, key
+    /// and its hold, in one durable commit. Returns the latest revision and the snapshot
+    /// files to delete (a crash before they go leaves files recovery deletes), or none when
+    /// there is no such event.
+    pub fn delete_event(&self, id: u64) -> Result<Option<(EventRecord, Vec<String>)>, CatalogError> {
+        let mut files = Vec::new();
+        let mut txn = self.db()?.begin_write().storage()?;
+        txn.set_durability(Durability::Immediate).storage()?;
+        let latest = {
+            let mut events = txn.open_table(EVENTS).storage()?;
+            if events.get(id).storage()?.is_none() {
+                return Ok(None);
+            }
+            let mut revisions = txn.open_table(EVENT_REVISIONS).storage()?;
+            let mut ids = txn.open_table(EVENT_SOURCE_IDS).storage()?;
+            let mut keys = txn.open_table(EVENT_KEYS).storage()?;
+            let mut tables =
+                EventTables { events: &mut events, revisions: &mut revisions, ids: &mut ids, keys: &mut keys };
+            let (latest, freed) = remove_event(&txn, &mut tables, id, &mut files)?;
+            let mut meta = txn.open_table(super::META).storage()?;
+            bump(&mut meta, "event_count", 1, false)?;
+            bump(&mut meta, "event_snapshot_bytes", freed, false)?;
+            latest
+        };
+        txn.commit().storage()?;
+        Ok(Some((latest, files)))
+    }
+
+    /// The holds of camera `camera` (every camera's with none) that last past `now_us`.
+    /// Bounded by the events kept ([`limits::EVENTS_MAX`]); the caller keeps what fits.
+    pub fn event_holds(&self, camera: Option<&str>, now_us: i64) -> Result<Vec<HoldRow>, CatalogError> {
+        let txn = self.db()?.begin_read().storage()?;
+        let t = txn.open_table(EVENT_HOLDS).storage()?;
+        let rows = match camera {
+            Some(c) => t.range((c, i64::MIN, 0)..=(c, i64::MAX, u64::MAX)).storage()?,
+            None => t.range::<(&str, i64, u64)>(..).storage()?,
+        };
+        let mut out = Vec::new();
+        for entry in rows {
+            let (k, v) = entry.storage()?;
+            let (camera, from_us, event) = k.value();
+            let (to_us, until_us) = v.value();
+            if until_us > now_us {
+                out.push(HoldRow { event, camera: camera.to_string(), hold: Hold { from_us, to_us, until_us } });
+            }
+        }
+        Ok(out)
     }
 
     /// The latest revision of event `id`.
     pub fn event(&self, id: u64) -> Result<Option<EventRecord>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(EVENTS).storage()?;
         Ok(t.get(id).storage()?.map(|v| EventRecord::decode(v.value())).transpose()?)
     }
 
     /// One revision of event `id`.
     pub fn event_revision(&self, id: u64, rev: u32) -> Result<Option<EventRecord>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(EVENT_REVISIONS).storage()?;
         Ok(t.get((id, rev)).storage()?.map(|v| EventRecord::decode(v.value())).transpose()?)
     }
 
     /// Event `id`'s revisions after revision `after`, oldest first, at most `limit`.
     pub fn event_revisions(&self, id: u64, after: u32, limit: usize) -> Result<Vec<EventRecord>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(EVENT_REVISIONS).storage()?;
         let mut out = Vec::new();
         let Some(first) = after.checked_add(1) else { return Ok(out) };
@@ -363,7 +433,7 @@ impl Catalog {
     /// by point lookups, looking at no more than [`limits::EVENT_SEARCH_SCAN_MAX`] index rows;
     /// past that the page ends early with `next` set.
     pub fn search_events(&self, q: &EventQuery) -> Result<EventPage, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let terms = txn.open_table(EVENT_TERMS).storage()?;
         let cameras = txn.open_table(EVENTS_BY_CAMERA).storage()?;
         let times = txn.open_table(EVENTS_BY_TIME).storage()?;
@@ -446,6 +516,51 @@ fn bump(meta: &mut redb::Table<'_, &str, u64>, key: &str, by: u64, add: bool) ->
     Ok(())
 }
 
+/// The tables one event's rows live in, opened once by the caller.
+struct EventTables<'a, 't> {
+    events: &'a mut redb::Table<'t, u64, &'static [u8]>,
+    revisions: &'a mut redb::Table<'t, (u64, u32), &'static [u8]>,
+    ids: &'a mut redb::Table<'t, (&'static str, &'static str), u64>,
+    keys: &'a mut redb::Table<'t, (&'static str, &'static str), (u64, u32)>,
+}
+
+/// Removes event `id` (which exists): every revision, its sender id and keys, the latest
+/// revision's index rows and hold. Adds its snapshot files to `files`; returns the latest
+/// revision and the snapshot bytes freed. The caller keeps the totals.
+fn remove_event(
+    txn: &redb::WriteTransaction,
+    t: &mut EventTables<'_, '_>,
+    id: u64,
+    files: &mut Vec<String>,
+) -> Result<(EventRecord, u64), CatalogError> {
+    let latest = match t.events.remove(id).storage()? {
+        Some(v) => EventRecord::decode(v.value())?,
+        None => return Err(CatalogError::NoEvent(id)),
+    };
+    let revs: Vec<EventRecord> = t
+        .revisions
+        .range((id, 0)..=(id, u32::MAX))
+        .storage()?
+        .map(|e| -> Result<EventRecord, CatalogError> { Ok(EventRecord::decode(e.storage()?.1.value())?) })
+        .collect::<Result<_, _>>()?;
+    let mut freed = 0;
+    for r in &revs {
+        t.revisions.remove((id, r.rev)).storage()?;
+        if let Some(snap) = &r.snapshot {
+            freed += snap.bytes;
+            files.push(snap.path.clone());
+        }
+        if let Some(key) = &r.envelope.idempotency_key {
+            t.keys.remove((r.principal.as_str(), key.as_str())).storage()?;
+        }
+        if let Some(source) = &r.envelope.id {
+            t.ids.remove((r.principal.as_str(), source.as_str())).storage()?;
+        }
+    }
+    unindex(txn, &latest)?;
+    Ok((latest, freed))
+}
+
 /// A search condition kept in an index.
 enum Filter<'a> {
     Term(&'a str),
@@ -497,6 +612,10 @@ fn index(txn: &redb::WriteTransaction, r: &EventRecord) -> Result<(), CatalogErr
     for term in r.envelope.terms() {
         terms.insert((term.as_str(), t, id), ()).storage()?;
     }
+    if let Some(h) = &r.hold {
+        let mut holds = txn.open_table(EVENT_HOLDS).storage()?;
+        holds.insert((r.envelope.camera.as_str(), h.from_us, id), (h.to_us, h.until_us)).storage()?;
+    }
     Ok(())
 }
 
@@ -508,6 +627,9 @@ fn unindex(txn: &redb::WriteTransaction, r: &EventRecord) -> Result<(), CatalogE
     let mut terms = txn.open_table(EVENT_TERMS).storage()?;
     for term in r.envelope.terms() {
         terms.remove((term.as_str(), t, id)).storage()?;
+    }
+    if let Some(h) = &r.hold {
+        txn.open_table(EVENT_HOLDS).storage()?.remove((r.envelope.camera.as_str(), h.from_us, id)).storage()?;
     }
     Ok(())
 }
@@ -535,6 +657,7 @@ mod tests {
                 received_us: T0,
                 envelope: e,
                 snapshot: None,
+                hold: None,
             };
             cat.put_event(&r).unwrap();
         }
@@ -593,13 +716,14 @@ mod tests {
                 received_us: T0,
                 envelope: e,
                 snapshot: Some(Snapshot { path: format!("s{i}"), bytes: 100, width: 1, height: 1 }),
+                hold: None,
             };
             cat.put_event(&r).unwrap();
         }
         assert_eq!(cat.event_totals().unwrap(), (6, 600));
-        assert!(cat.trim_events(6, 600).unwrap().is_empty(), "under both caps");
-        assert_eq!(cat.trim_events(4, 600).unwrap(), ["s0", "s1"], "by count, oldest first");
-        assert_eq!(cat.trim_events(10, 250).unwrap(), ["s2", "s3"], "by bytes");
+        assert!(cat.trim_events(6, 600).unwrap().files.is_empty(), "under both caps");
+        assert_eq!(cat.trim_events(4, 600).unwrap().files, ["s0", "s1"], "by count, oldest first");
+        assert_eq!(cat.trim_events(10, 250).unwrap().files, ["s2", "s3"], "by bytes");
         assert_eq!(cat.event_totals().unwrap(), (2, 200));
         assert!(cat.event(1).unwrap().is_none() && cat.event(5).unwrap().is_some());
         let q = EventQuery {
@@ -628,6 +752,7 @@ mod tests {
                 received_us: T0,
                 envelope: envelope(serde_json::json!({"id": "d1", "camera": "front"})),
                 snapshot: None,
+                hold: None,
             })
             .collect();
         cat.put_events(&revs).unwrap();
@@ -655,6 +780,7 @@ mod tests {
                 received_us: T0,
                 envelope: envelope(serde_json::json!({"camera": "front"})),
                 snapshot: None,
+                hold: None,
             })
             .collect();
         cat.put_events(&all).unwrap();
@@ -710,7 +836,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();
         let n = 2 * limits::EVENT_SEARCH_SCAN_MAX as i64 + 10;
-        let mut txn = cat.db.begin_write().unwrap();
+        let mut txn = cat.db().unwrap().begin_write().unwrap();
         txn.set_durability(Durability::None).unwrap();
         for i in 0..n {
             let r = EventRecord {
@@ -722,6 +848,7 @@ mod tests {
                     serde_json::json!({"camera": "front", "time_us": T0 + i, "labels": if i < 3 { vec!["rare"] } else { vec![if i % 2 == 0 { "even" } else { "odd" }, "common"] }}),
                 ),
                 snapshot: None,
+                hold: None,
             };
             txn.open_table(EVENTS).unwrap().insert(r.id, r.encode().as_slice()).unwrap();
             index(&txn, &r).unwrap();

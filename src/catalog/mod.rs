@@ -24,14 +24,18 @@
 pub mod config_revisions;
 pub mod coverage;
 pub mod events;
+pub mod losses;
 pub mod rows;
 mod runs;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
 pub use coverage::Bucket;
+pub use losses::Loss;
 pub use rows::{FragmentRow, RecordingRow, RowError};
 pub use runs::{Run, Runs};
 
@@ -66,8 +70,21 @@ pub enum CatalogError {
     Schema { found: u64 },
     #[error("catalog has no recording {0}")]
     NoRecording(u64),
+    #[error("catalog has no event {0}")]
+    NoEvent(u64),
+    #[error("catalog is closed after an I/O error; it opens again at the next flush")]
+    Closed,
+    #[error("catalog is busy reopening")]
+    Busy,
     #[error("path of {len_bytes} bytes exceeds the maximum of {max} (RECORDING_PATH_MAX_BYTES)", max = limits::RECORDING_PATH_MAX_BYTES)]
     PathTooLong { len_bytes: usize },
+}
+
+impl CatalogError {
+    /// An I/O error (or redb refusing after one): the catalog must be opened again.
+    pub fn is_io(&self) -> bool {
+        matches!(self, CatalogError::Storage(redb::Error::Io(_) | redb::Error::PreviousIo) | CatalogError::Closed)
+    }
 }
 
 /// Maps redb's per-operation errors into [`CatalogError`].
@@ -116,22 +133,75 @@ impl Batch {
 }
 
 /// The open catalog.
+///
+/// After an I/O error (a full disk, a failing card) redb refuses every later operation
+/// until the database is closed and opened again; [`Catalog::reopen`] does that in place,
+/// so the box need not restart to record again once space is freed.
 pub struct Catalog {
-    db: Database,
+    /// None between a failed reopen and the next.
+    db: RwLock<Option<Arc<Database>>>,
+    path: PathBuf,
+    /// Times the catalog was opened again after an I/O error.
+    pub reopens: AtomicU64,
+}
+
+fn open_db(path: &Path) -> Result<Database, CatalogError> {
+    Database::builder().set_cache_size(limits::CATALOG_CACHE_BYTES).create(path).storage()
 }
 
 impl Catalog {
     /// Opens (or creates) the catalog file, with the page cache bounded by
     /// [`limits::CATALOG_CACHE_BYTES`]. After an unclean shutdown redb repairs the file here.
     pub fn open(path: &Path) -> Result<Catalog, CatalogError> {
-        let db = Database::builder().set_cache_size(limits::CATALOG_CACHE_BYTES).create(path).storage()?;
-        let me = Catalog { db };
+        let db = open_db(path)?;
+        let me = Catalog { db: RwLock::new(Some(Arc::new(db))), path: path.to_path_buf(), reopens: AtomicU64::new(0) };
         me.init_schema()?;
         Ok(me)
     }
 
+    /// The database, for one operation.
+    fn db(&self) -> Result<Arc<Database>, CatalogError> {
+        self.db.read().unwrap_or_else(PoisonError::into_inner).clone().ok_or(CatalogError::Closed)
+    }
+
+    /// Whether the catalog is closed after a reopen failed (its operations fail until the
+    /// next [`Catalog::reopen`] succeeds).
+    pub fn is_closed(&self) -> bool {
+        self.db.read().unwrap_or_else(PoisonError::into_inner).is_none()
+    }
+
+    /// Closes the database and opens it again (redb repairs it if it must): what an I/O
+    /// error asks for. Operations already under way finish first (each holds the database
+    /// only for its own call); if they do not within [`limits::CATALOG_REOPEN_WAIT_MS`] the
+    /// catalog stays as it was and the caller tries again later.
+    pub fn reopen(&self) -> Result<(), CatalogError> {
+        let mut slot = self.db.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(mut held) = slot.take() {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(limits::CATALOG_REOPEN_WAIT_MS);
+            let db = loop {
+                match Arc::try_unwrap(held) {
+                    Ok(db) => break db,
+                    Err(back) if std::time::Instant::now() >= deadline => {
+                        *slot = Some(back);
+                        return Err(CatalogError::Busy);
+                    }
+                    Err(back) => {
+                        held = back;
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                }
+            };
+            // It failed with I/O already; closing only releases the file.
+            let _ = db.close();
+        }
+        let db = open_db(&self.path)?;
+        *slot = Some(Arc::new(db));
+        self.reopens.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn init_schema(&self) -> Result<(), CatalogError> {
-        let txn = self.db.begin_write().storage()?;
+        let txn = self.db()?.begin_write().storage()?;
         {
             let mut meta = txn.open_table(META).storage()?;
             let found = meta.get("schema_version").storage()?.map(|v| v.value());
@@ -158,6 +228,8 @@ impl Catalog {
             txn.open_table(events::EVENTS_BY_TIME).storage()?;
             txn.open_table(events::EVENTS_BY_CAMERA).storage()?;
             txn.open_table(events::EVENT_TERMS).storage()?;
+            txn.open_table(events::EVENT_HOLDS).storage()?;
+            txn.open_table(losses::LOSSES).storage()?;
         }
         txn.commit().storage()
     }
@@ -166,7 +238,7 @@ impl Catalog {
     pub fn stream_id(&self, key: &StreamKey) -> Result<u32, CatalogError> {
         let name = key.name();
         let name = name.as_str();
-        let txn = self.db.begin_write().storage()?;
+        let txn = self.db()?.begin_write().storage()?;
         let id = {
             let mut streams = txn.open_table(STREAMS).storage()?;
             let mut found = None;
@@ -192,7 +264,7 @@ impl Catalog {
 
     /// All streams, by id.
     pub fn streams(&self) -> Result<Vec<(u32, String)>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(STREAMS).storage()?;
         let mut out = Vec::new();
         for entry in t.iter().storage()? {
@@ -208,7 +280,7 @@ impl Catalog {
     }
 
     fn bump(&self, key: &str) -> Result<u64, CatalogError> {
-        let txn = self.db.begin_write().storage()?;
+        let txn = self.db()?.begin_write().storage()?;
         let id = {
             let mut meta = txn.open_table(META).storage()?;
             let id = meta.get(key).storage()?.map_or(1, |v| v.value());
@@ -226,7 +298,7 @@ impl Catalog {
         mut row: RecordingRow,
         make_path: impl FnOnce(u64) -> String,
     ) -> Result<(u64, RecordingRow), CatalogError> {
-        let mut txn = self.db.begin_write().storage()?;
+        let mut txn = self.db()?.begin_write().storage()?;
         txn.set_durability(Durability::Immediate).storage()?;
         let id = {
             let mut meta = txn.open_table(META).storage()?;
@@ -247,7 +319,7 @@ impl Catalog {
     /// Applies a batch in one durable commit. The caller has fsynced every byte its fragment
     /// rows point at.
     pub fn commit(&self, batch: &Batch) -> Result<(), CatalogError> {
-        let mut txn = self.db.begin_write().storage()?;
+        let mut txn = self.db()?.begin_write().storage()?;
         txn.set_durability(Durability::Immediate).storage()?;
         {
             let mut frags = txn.open_table(FRAGMENTS).storage()?;
@@ -287,11 +359,11 @@ impl Catalog {
         txn.commit().storage()
     }
 
-    /// Drops a recording's rows and lists its file as garbage, in one durable commit.
-    /// Returns the row that was dropped. The caller deletes the file, then reports it in a
-    /// later batch's `garbage_done`.
-    pub fn delete_recording(&self, id: u64) -> Result<RecordingRow, CatalogError> {
-        let mut txn = self.db.begin_write().storage()?;
+    /// Drops a recording's rows, lists its file as garbage and notes why its span is gone,
+    /// in one durable commit. Returns the row that was dropped. The caller deletes the file,
+    /// then reports it in a later batch's `garbage_done`.
+    pub fn delete_recording(&self, id: u64, why: Loss) -> Result<RecordingRow, CatalogError> {
+        let mut txn = self.db()?.begin_write().storage()?;
         txn.set_durability(Durability::Immediate).storage()?;
         let row = {
             let mut recs = txn.open_table(RECORDINGS).storage()?;
@@ -316,6 +388,8 @@ impl Catalog {
             .storage()?;
             let mut garbage = txn.open_table(GARBAGE).storage()?;
             garbage.insert(row.path.as_str(), ()).storage()?;
+            let mut spans = txn.open_table(losses::LOSSES).storage()?;
+            losses::note(&mut spans, row.stream_id, row.wall_start_us, row.wall_end_us, why)?;
             row
         };
         txn.commit().storage()?;
@@ -324,7 +398,7 @@ impl Catalog {
 
     /// A stream's coverage summaries for the hours from `from_us` to `to_us`, in order.
     pub fn coverage(&self, stream_id: u32, from_us: i64, to_us: i64) -> Result<Vec<(i64, Bucket)>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(COVERAGE).storage()?;
         let mut out = Vec::new();
         for entry in t.range((stream_id, coverage::bucket_of(from_us))..=(stream_id, to_us)).storage()? {
@@ -372,7 +446,7 @@ impl Catalog {
 
     /// Adds or replaces a user (durably).
     pub fn put_user(&self, name: &str, role: u8, phc: &str) -> Result<(), CatalogError> {
-        let mut txn = self.db.begin_write().storage()?;
+        let mut txn = self.db()?.begin_write().storage()?;
         txn.set_durability(Durability::Immediate).storage()?;
         txn.open_table(USERS).storage()?.insert(name, (role, phc)).storage()?;
         txn.commit().storage()
@@ -380,7 +454,7 @@ impl Catalog {
 
     /// A user's role and password hash.
     pub fn user(&self, name: &str) -> Result<Option<(u8, String)>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(USERS).storage()?;
         Ok(t.get(name).storage()?.map(|v| {
             let (role, phc) = v.value();
@@ -390,7 +464,7 @@ impl Catalog {
 
     /// Every user with their role.
     pub fn users(&self) -> Result<Vec<(String, u8)>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(USERS).storage()?;
         let mut out = Vec::new();
         for entry in t.iter().storage()? {
@@ -402,7 +476,7 @@ impl Catalog {
 
     /// Removes a user; false if there was none.
     pub fn delete_user(&self, name: &str) -> Result<bool, CatalogError> {
-        let mut txn = self.db.begin_write().storage()?;
+        let mut txn = self.db()?.begin_write().storage()?;
         txn.set_durability(Durability::Immediate).storage()?;
         let found = txn.open_table(USERS).storage()?.remove(name).storage()?.is_some();
         txn.commit().storage()?;
@@ -417,7 +491,7 @@ impl Catalog {
         scopes: u8,
         created_us: i64,
     ) -> Result<u64, CatalogError> {
-        let mut txn = self.db.begin_write().storage()?;
+        let mut txn = self.db()?.begin_write().storage()?;
         txn.set_durability(Durability::Immediate).storage()?;
         let id = {
             let mut meta = txn.open_table(META).storage()?;
@@ -435,7 +509,7 @@ impl Catalog {
 
     /// A token's name, secret hash and scopes.
     pub fn token(&self, id: u64) -> Result<Option<(String, Vec<u8>, u8)>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(TOKENS).storage()?;
         Ok(t.get(id).storage()?.map(|v| {
             let (name, hash, scopes, _) = v.value();
@@ -445,7 +519,7 @@ impl Catalog {
 
     /// Every token: id, name, scopes, created µs.
     pub fn tokens(&self) -> Result<Vec<(u64, String, u8, i64)>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(TOKENS).storage()?;
         let mut out = Vec::new();
         for entry in t.iter().storage()? {
@@ -458,7 +532,7 @@ impl Catalog {
 
     /// Revokes a token; false if there was none.
     pub fn delete_token(&self, id: u64) -> Result<bool, CatalogError> {
-        let mut txn = self.db.begin_write().storage()?;
+        let mut txn = self.db()?.begin_write().storage()?;
         txn.set_durability(Durability::Immediate).storage()?;
         let found = txn.open_table(TOKENS).storage()?.remove(id).storage()?.is_some();
         txn.commit().storage()?;
@@ -467,7 +541,7 @@ impl Catalog {
 
     /// Lists a file as garbage without any rows (a file the catalog never knew).
     pub fn add_garbage(&self, path: &str) -> Result<(), CatalogError> {
-        let mut txn = self.db.begin_write().storage()?;
+        let mut txn = self.db()?.begin_write().storage()?;
         txn.set_durability(Durability::Immediate).storage()?;
         txn.open_table(GARBAGE).storage()?.insert(path, ()).storage()?;
         txn.commit().storage()
@@ -475,7 +549,7 @@ impl Catalog {
 
     /// Files waiting to be deleted.
     pub fn garbage(&self) -> Result<Vec<String>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(GARBAGE).storage()?;
         let mut out = Vec::new();
         for entry in t.iter().storage()? {
@@ -486,7 +560,7 @@ impl Catalog {
 
     /// All recordings, oldest first.
     pub fn recordings(&self) -> Result<Vec<(u64, RecordingRow)>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(RECORDINGS).storage()?;
         let mut out = Vec::new();
         for entry in t.iter().storage()? {
@@ -498,7 +572,7 @@ impl Catalog {
 
     /// One recording's row.
     pub fn recording(&self, id: u64) -> Result<Option<RecordingRow>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(RECORDINGS).storage()?;
         t.get(id).storage()?.map(|v| RecordingRow::decode(v.value())).transpose().map_err(Into::into)
     }
@@ -512,7 +586,7 @@ impl Catalog {
         back_us: i64,
         ahead_us: i64,
     ) -> Result<Option<(u64, Keyframe)>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(KEYFRAMES).storage()?;
         type Entry<'a> = (redb::AccessGuard<'a, (u32, i64)>, redb::AccessGuard<'a, (u64, u64)>);
         let pick =
@@ -533,7 +607,7 @@ impl Catalog {
 
     /// One recording's fragments, in order.
     pub fn fragments(&self, id: u64) -> Result<Vec<(u32, FragmentRow)>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(FRAGMENTS).storage()?;
         let mut out = Vec::new();
         for entry in t.range((id, 0)..=(id, u32::MAX)).storage()? {
@@ -545,7 +619,7 @@ impl Catalog {
 
     /// A stream's keyframes in a wall-time range.
     pub fn keyframes(&self, stream_id: u32, from_us: i64, to_us: i64) -> Result<Vec<(u64, Keyframe)>, CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(KEYFRAMES).storage()?;
         let mut out = Vec::new();
         for entry in t.range((stream_id, from_us)..=(stream_id, to_us)).storage()? {
@@ -579,6 +653,26 @@ fn add_coverage(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reopened_catalog_keeps_its_rows_and_waits_for_operations_at_most_catalog_reopen_wait_ms() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();
+        let key = StreamKey::new("front", crate::base::StreamKind::Main);
+        let id = cat.stream_id(&key).unwrap();
+        cat.reopen().unwrap();
+        assert_eq!(cat.stream_id(&key).unwrap(), id, "the rows are there");
+        assert_eq!(cat.reopens.load(Ordering::Relaxed), 1);
+        // An operation under way holds the database: reopening waits for it, then gives up.
+        let held = cat.db().unwrap();
+        let t = std::time::Instant::now();
+        assert!(matches!(cat.reopen(), Err(CatalogError::Busy)));
+        assert!(t.elapsed() >= std::time::Duration::from_millis(limits::CATALOG_REOPEN_WAIT_MS));
+        assert!(!cat.is_closed(), "left as it was");
+        drop(held);
+        cat.reopen().unwrap();
+        assert_eq!(cat.streams().unwrap().len(), 1);
+    }
     use crate::base::StreamKind;
 
     fn row(stream_id: u32) -> RecordingRow {
@@ -624,7 +718,7 @@ mod tests {
             .unwrap();
         assert_eq!(cat.coverage(s, 0, i64::MAX).unwrap(), vec![(hour, covered)]);
 
-        assert_eq!(cat.delete_recording(id).unwrap(), r);
+        assert_eq!(cat.delete_recording(id, Loss::Retention).unwrap(), r);
         assert!(cat.recordings().unwrap().is_empty());
         assert!(cat.fragments(id).unwrap().is_empty());
         assert!(cat.keyframes(s, 0, i64::MAX).unwrap().is_empty());
@@ -632,7 +726,7 @@ mod tests {
         assert_eq!(cat.garbage().unwrap(), vec![r.path.clone()]);
         cat.commit(&Batch { garbage_done: vec![r.path], ..Batch::default() }).unwrap();
         assert!(cat.garbage().unwrap().is_empty());
-        assert!(matches!(cat.delete_recording(id), Err(CatalogError::NoRecording(_))));
+        assert!(matches!(cat.delete_recording(id, Loss::Retention), Err(CatalogError::NoRecording(_))));
     }
 
     #[test]

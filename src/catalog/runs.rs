@@ -32,7 +32,7 @@ impl Catalog {
     /// [`Catalog::stream_id`] creates ids).
     pub fn find_stream(&self, key: &StreamKey) -> Result<Option<u32>, CatalogError> {
         let name = key.name();
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(STREAMS).storage()?;
         for entry in t.iter().storage()? {
             let (k, v) = entry.storage()?;
@@ -97,7 +97,7 @@ impl Catalog {
         to_us: i64,
         mut each: impl FnMut(u64, RecordingRow) -> bool,
     ) -> Result<(), CatalogError> {
-        let txn = self.db.begin_read().storage()?;
+        let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(RECORDINGS).storage()?;
         for entry in t.iter().storage()? {
             let (k, v) = entry.storage()?;

@@ -55,6 +55,7 @@ pub struct CameraFields {
     pub record: Option<String>,
     pub pre_roll_s: Option<u32>,
     pub post_roll_s: Option<u32>,
+    pub keep_event_footage_days: Option<u32>,
     #[serde(default, deserialize_with = "present")]
     pub username: Option<Option<String>>,
     #[serde(default, deserialize_with = "present")]
@@ -310,6 +311,9 @@ fn write_camera(t: &mut Table, set: &CameraFields) {
     }
     if let Some(s) = set.post_roll_s {
         put(t, "post_roll_s", Some(Value::from(i64::from(s))));
+    }
+    if let Some(d) = set.keep_event_footage_days {
+        put(t, "keep_event_footage_days", Some(Value::from(i64::from(d))));
     }
     if let Some(u) = &set.username {
         put(t, "username", u.as_deref().map(text));

@@ -97,6 +97,8 @@ pub struct Camera {
     /// Of event recordings: how far before the first event and after the last they reach.
     pub pre_roll_ms: u32,
     pub post_roll_ms: u32,
+    /// How long its events' footage is held against ordinary retention; 0: not held.
+    pub keep_event_footage_days: u32,
     pub username: Option<String>,
     pub password: Option<String>,
     pub main: Source,
@@ -160,7 +162,21 @@ pub const POST_ROLL_DEFAULT_S: u32 = 10;
 pub struct Retention {
     pub stream_max_bytes: u64,
     pub total_max_bytes: u64,
+    /// The share of a stream's cap its events' footage may hold against retention.
+    pub held_max_percent: u8,
 }
+
+impl Retention {
+    /// The bytes of one stream that holds may keep.
+    pub fn held_max_bytes(&self) -> u64 {
+        self.stream_max_bytes / 100 * u64::from(self.held_max_percent)
+    }
+}
+
+/// Default share of a stream's cap events may hold.
+pub const HELD_MAX_PERCENT_DEFAULT: u8 = 50;
+/// Default days a camera keeps its events' footage against ordinary retention.
+pub const KEEP_EVENT_FOOTAGE_DAYS_DEFAULT: u32 = 14;
 
 /// A validated config.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -313,6 +329,8 @@ fn default_webrtc_port() -> u16 {
 struct RawRetention {
     stream_max_bytes: RawBytes,
     total_max_bytes: RawBytes,
+    #[serde(default = "default_held_max_percent")]
+    held_max_percent: u8,
 }
 
 #[derive(Deserialize)]
@@ -325,6 +343,8 @@ struct RawCamera {
     pre_roll_s: u32,
     #[serde(default = "default_post_roll_s")]
     post_roll_s: u32,
+    #[serde(default = "default_keep_event_footage_days")]
+    keep_event_footage_days: u32,
     username: Option<String>,
     password: Option<String>,
     main: RawStream,
@@ -365,6 +385,12 @@ fn default_pre_roll_s() -> u32 {
 }
 fn default_post_roll_s() -> u32 {
     POST_ROLL_DEFAULT_S
+}
+fn default_held_max_percent() -> u8 {
+    HELD_MAX_PERCENT_DEFAULT
+}
+fn default_keep_event_footage_days() -> u32 {
+    KEEP_EVENT_FOOTAGE_DAYS_DEFAULT
 }
 fn default_ram_class() -> RawBytes {
     RawBytes::Number(1 << 30)
@@ -438,7 +464,11 @@ impl Config {
             flush_interval_s: FLUSH_INTERVAL_DEFAULT_S,
             require_sane_clock: false,
             ram_class_bytes: 1 << 30,
-            retention: Retention { stream_max_bytes: 1 << 30, total_max_bytes: 1 << 30 },
+            retention: Retention {
+                stream_max_bytes: 1 << 30,
+                total_max_bytes: 1 << 30,
+                held_max_percent: HELD_MAX_PERCENT_DEFAULT,
+            },
             // The demo is watched from the box itself as often as from the LAN.
             webrtc: Webrtc { port: WEBRTC_PORT_DEFAULT, loopback: true },
             preroll: Preroll::for_ram_class(1 << 30),
@@ -450,6 +480,7 @@ impl Config {
                 record_sub: RecordMode::Continuous,
                 pre_roll_ms: PRE_ROLL_DEFAULT_S * 1000,
                 post_roll_ms: POST_ROLL_DEFAULT_S * 1000,
+                keep_event_footage_days: KEEP_EVENT_FOOTAGE_DAYS_DEFAULT,
                 username: None,
                 password: None,
                 main: Source::Builtin,
@@ -499,7 +530,14 @@ impl RawConfig {
         let retention = Retention {
             stream_max_bytes: self.retention.stream_max_bytes.resolve("retention.stream_max_bytes")?,
             total_max_bytes: self.retention.total_max_bytes.resolve("retention.total_max_bytes")?,
+            held_max_percent: self.retention.held_max_percent,
         };
+        if retention.held_max_percent > limits::EVENT_HELD_MAX_PERCENT {
+            return Err((
+                "retention.held_max_percent".into(),
+                format!("at most {} (EVENT_HELD_MAX_PERCENT)", limits::EVENT_HELD_MAX_PERCENT),
+            ));
+        }
         // A segment is an eighth of the cap (record::segment_bounds); below this floor a
         // segment would be a handful of fragments.
         let floor = limits::RETENTION_MIN_BYTES;
@@ -642,6 +680,12 @@ impl RawCamera {
                 format!("at most {} s (POSTROLL_MAX_MS)", limits::POSTROLL_MAX_MS / 1000),
             ));
         }
+        if self.keep_event_footage_days > limits::EVENT_FOOTAGE_KEEP_MAX_DAYS {
+            return Err((
+                format!("{at}.keep_event_footage_days"),
+                format!("at most {} days (EVENT_FOOTAGE_KEEP_MAX_DAYS)", limits::EVENT_FOOTAGE_KEEP_MAX_DAYS),
+            ));
+        }
         let main = self.main.validate(&format!("{at}.main"), base_dir)?;
         let sub = self.sub.map(|s| s.validate(&format!("{at}.sub"), base_dir)).transpose()?;
         let frame_max_bytes = match &self.frame_max_bytes {
@@ -668,6 +712,7 @@ impl RawCamera {
             record_sub: sub_mode,
             pre_roll_ms: self.pre_roll_s * 1000,
             post_roll_ms: self.post_roll_s * 1000,
+            keep_event_footage_days: self.keep_event_footage_days,
             username: self.username,
             password: self.password,
             main,
@@ -765,6 +810,20 @@ main = { url = "file:///clips/a.mp4" }
     }
 
     #[test]
+    fn event_footage_is_kept_two_weeks_on_half_a_streams_cap_unless_set_up_to_the_ceilings() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.cameras[0].keep_event_footage_days, KEEP_EVENT_FOOTAGE_DAYS_DEFAULT);
+        assert_eq!(c.retention.held_max_percent, HELD_MAX_PERCENT_DEFAULT);
+        assert_eq!(c.retention.held_max_bytes(), (1 << 30) / 100 * 50);
+        let most = GOOD
+            .replacen("name = \"file-cam\"", "name = \"file-cam\"\nkeep_event_footage_days = 3650", 1)
+            .replacen("total_max_bytes = 4294967296", "total_max_bytes = 4294967296\nheld_max_percent = 90", 1);
+        let c = parse(&most).unwrap();
+        assert_eq!(c.cameras[1].keep_event_footage_days, limits::EVENT_FOOTAGE_KEEP_MAX_DAYS);
+        assert_eq!(c.retention.held_max_percent, limits::EVENT_HELD_MAX_PERCENT);
+    }
+
+    #[test]
     fn recording_modes_per_camera_and_per_stream_with_pre_and_post_roll() {
         let text = GOOD
             .replace("password = \"pw\"", "password = \"pw\"\nrecord = \"events\"\npre_roll_s = 8\npost_roll_s = 0")
@@ -827,6 +886,16 @@ main = { url = "file:///clips/a.mp4" }
                 "name = \"file-cam\"",
                 "name = \"file-cam\"\npost_roll_s = 4294967295",
                 "cameras[1].post_roll_s: at most 600 s",
+            ),
+            (
+                "name = \"file-cam\"",
+                "name = \"file-cam\"\nkeep_event_footage_days = 3651",
+                "cameras[1].keep_event_footage_days: at most 3650 days (EVENT_FOOTAGE_KEEP_MAX_DAYS)",
+            ),
+            (
+                "total_max_bytes = 4294967296",
+                "total_max_bytes = 4294967296\nheld_max_percent = 91",
+                "retention.held_max_percent: at most 90 (EVENT_HELD_MAX_PERCENT)",
             ),
             (
                 "data_dir = \"data\"",

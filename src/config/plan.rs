@@ -29,9 +29,11 @@ pub struct Effect {
     pub live: Vec<String>,
 }
 
-/// The settings the running box takes without a restart: the retention caps (the flusher
-/// keeps them from the next message on and enforces them at once).
-pub const LIVE_SETTINGS: [&str; 2] = ["retention.stream_max_bytes", "retention.total_max_bytes"];
+/// The settings the running box takes without a restart: the retention caps and the share
+/// events may hold (the flusher keeps them from the next message on and enforces them at
+/// once).
+pub const LIVE_SETTINGS: [&str; 3] =
+    ["retention.stream_max_bytes", "retention.total_max_bytes", "retention.held_max_percent"];
 
 /// The changes to one camera (`camera` none: the settings): (field, from, to), `None` for
 /// absent.
@@ -198,6 +200,7 @@ fn camera_fields(c: &Camera) -> Vec<(&'static str, Option<String>)> {
         ("sub.record", c.sub.as_ref().map(|_| c.record_sub.name().into())),
         ("pre_roll_s", Some((c.pre_roll_ms / 1000).to_string())),
         ("post_roll_s", Some((c.post_roll_ms / 1000).to_string())),
+        ("keep_event_footage_days", Some(c.keep_event_footage_days.to_string())),
         ("username", c.username.clone()),
         ("password", c.password.as_ref().map(|_| "set".into())),
         ("main.url", Some(address(&c.main))),
@@ -219,6 +222,7 @@ fn settings(c: &Config) -> Vec<(&'static str, String)> {
         ("ram_class", c.ram_class_bytes.to_string()),
         ("retention.stream_max_bytes", c.retention.stream_max_bytes.to_string()),
         ("retention.total_max_bytes", c.retention.total_max_bytes.to_string()),
+        ("retention.held_max_percent", c.retention.held_max_percent.to_string()),
         ("webrtc.port", c.webrtc.port.to_string()),
         ("webrtc.loopback", c.webrtc.loopback.to_string()),
         ("preroll.stream_max_bytes", c.preroll.stream_max_bytes.to_string()),

@@ -8,7 +8,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use crate::base::{StreamKey, StreamKind};
-use crate::catalog::{Catalog, CatalogError};
+use crate::catalog::{Catalog, CatalogError, Keyframe, RecordingRow};
 use crate::limits;
 use crate::media::fmp4::{SampleEntry, TrackRun, fragment_header_buffer, write_fragment_header};
 use crate::media::fmp4_read::{ReadError, SegmentReader};
@@ -47,26 +47,32 @@ pub struct KeyframeAt {
 /// stream), the last keyframe at or before the event.
 pub fn resolve(catalog: &Catalog, data_dir: &Path, id: u64) -> Result<KeyframeAt, KeyframeError> {
     let event = catalog.event(id)?.ok_or(KeyframeError::NoEvent)?;
-    let time = event.envelope.time();
+    let (row, kf) =
+        find(catalog, &event.envelope.camera, event.envelope.time())?.ok_or(KeyframeError::NothingRecorded)?;
+    Ok(KeyframeAt {
+        path: data_dir.join(&row.path),
+        file_bytes: row.bytes,
+        fragment_start_byte: kf.fragment_start_byte,
+        wall_us: kf.wall_us,
+    })
+}
+
+/// `camera`'s last keyframe at or before `time_us` in a recording that reaches that time,
+/// with its recording: the main stream's, else the sub stream's.
+pub fn find(catalog: &Catalog, camera: &str, time_us: i64) -> Result<Option<(RecordingRow, Keyframe)>, CatalogError> {
     for kind in [StreamKind::Main, StreamKind::Sub] {
-        let key = StreamKey::new(&event.envelope.camera, kind);
-        let Some(stream_id) = catalog.find_stream(&key)? else { continue };
+        let Some(stream_id) = catalog.find_stream(&StreamKey::new(camera, kind))? else { continue };
         let back_us = limits::EVENT_KEYFRAME_BACK_MS as i64 * 1000;
-        let Some((rec, kf)) = catalog.keyframe_near(stream_id, time, back_us, 0)? else { continue };
+        let Some((rec, kf)) = catalog.keyframe_near(stream_id, time_us, back_us, 0)? else { continue };
         let Some(row) = catalog.recording(rec)? else { continue };
         // Only a recording that reaches the event's time shows it (not one that ended
         // before: its last picture is of something else).
-        if row.wall_end_us < time {
+        if row.wall_end_us < time_us {
             continue;
         }
-        return Ok(KeyframeAt {
-            path: data_dir.join(&row.path),
-            file_bytes: row.bytes,
-            fragment_start_byte: kf.fragment_start_byte,
-            wall_us: kf.wall_us,
-        });
+        return Ok(Some((row, kf)));
     }
-    Err(KeyframeError::NothingRecorded)
+    Ok(None)
 }
 
 /// The newest keyframe kept of stream `key`: a camera's poster while its live view
@@ -142,7 +148,15 @@ mod tests {
     fn event(cat: &Catalog, id: u64, camera: &str, time_us: i64) {
         let json = format!(r#"{{"camera":"{camera}","time_us":{time_us}}}"#);
         let envelope = crate::events::envelope::parse(json.as_bytes(), 0).unwrap();
-        let r = EventRecord { id, rev: 1, principal: "token:1".into(), received_us: time_us, envelope, snapshot: None };
+        let r = EventRecord {
+            id,
+            rev: 1,
+            principal: "token:1".into(),
+            received_us: time_us,
+            envelope,
+            snapshot: None,
+            hold: None,
+        };
         cat.put_event(&r).unwrap();
     }
 

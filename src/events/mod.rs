@@ -1,5 +1,5 @@
 //! Events from external analysis: intake (envelope + JPEG), durable storage, recording
-//! triggers, and the files' recovery.
+//! triggers, holds on their footage, deletion, and the files' recovery.
 //!
 //! An event is acknowledged only once it is durable: its snapshot file is written under a
 //! temporary name, synced, renamed and its directory synced; then one `Immediate` catalog
@@ -8,6 +8,7 @@
 //! the commit leaves at most a snapshot file no revision names, which [`recover`] deletes.
 
 pub mod envelope;
+pub mod footage;
 pub mod jpeg;
 pub mod keyframe;
 
@@ -22,10 +23,11 @@ use tracing::warn;
 use crate::base::fs::{sync_dir, write_synced};
 use crate::base::{BytePool, Charge};
 use crate::cameras::Cameras;
-use crate::catalog::events::{EventFields, EventRecord, Planned, Snapshot};
+use crate::catalog::events::{EventFields, EventRecord, Hold, Planned, Snapshot};
 use crate::catalog::{Catalog, CatalogError};
 use crate::clock::SharedClocks;
 use crate::limits;
+use crate::record::holds::Holds;
 use envelope::EnvelopeError;
 use jpeg::JpegError;
 
@@ -101,6 +103,8 @@ pub struct Events {
     live: Option<Arc<dyn NoticeSink>>,
     /// When events arrive.
     clocks: SharedClocks,
+    /// What events hold against retention.
+    holds: Arc<Holds>,
     pub stats: EventStats,
 }
 
@@ -112,6 +116,7 @@ impl Events {
         live: Option<Arc<dyn NoticeSink>>,
         snapshots_max_bytes: u64,
         clocks: SharedClocks,
+        holds: Arc<Holds>,
     ) -> Events {
         Events {
             catalog,
@@ -123,8 +128,14 @@ impl Events {
             caps: (limits::EVENTS_MAX, snapshots_max_bytes),
             live,
             clocks,
+            holds,
             stats: EventStats::default(),
         }
+    }
+
+    /// What events hold against retention.
+    pub fn holds(&self) -> &Arc<Holds> {
+        &self.holds
     }
 
     /// A place for one upload whose body is at most `body_bytes` (twice that, for the body
@@ -168,6 +179,10 @@ impl Events {
         let e = envelope::parse(envelope, arrived_us)?;
         let triggers = self.cameras.triggers(&e.camera).ok_or_else(|| IntakeError::UnknownCamera(e.camera.clone()))?;
         let recorded = self.cameras.recorded_triggers(&e.camera);
+        let hold = match e.record {
+            true => self.cameras.hold_policy(&e.camera).and_then(|p| p.hold(e.time(), e.end_us, arrived_us)),
+            false => None,
+        };
         let snapshot = match snapshot {
             Some(b) if b.len() > limits::EVENT_JPEG_MAX_BYTES => return Err(IntakeError::JpegTooLarge),
             Some(b) => Some((jpeg::check(&b)?, b)),
@@ -181,20 +196,24 @@ impl Events {
         // so subscribers see revisions in the order they were stored.
         let (writer, catalog, data_dir) = (self.writer.clone(), self.catalog.clone(), self.data_dir.clone());
         let (principal, live, caps) = (principal.to_string(), self.live.clone(), self.caps);
+        let (holds, now_us) = (self.holds.clone(), arrived_us);
         let stored = tokio::task::spawn_blocking(move || {
             let _turn = writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let (accepted, stored) = store(&catalog, &data_dir, principal, e, arrived_us, snapshot)?;
+            let (accepted, stored) = store(&catalog, &data_dir, principal, e, arrived_us, snapshot, hold)?;
             if let (Some(r), Some(live)) = (&stored, &live) {
                 live.publish(Notice::of(r));
             }
             if stored.is_some() {
-                trim(&catalog, &data_dir, caps);
+                trim(&catalog, &data_dir, caps, &holds, now_us);
             }
             Ok::<_, IntakeError>((accepted, stored))
         });
         let (accepted, stored) = stored.await.map_err(|e| IntakeError::Storage(e.to_string()))??;
         if let Some(r) = &stored {
             self.stats.snapshot_bytes.fetch_add(r.snapshot.as_ref().map_or(0, |s| s.bytes), Ordering::Relaxed);
+            if let Some(h) = r.hold {
+                self.holds.add(&r.envelope.camera, h);
+            }
         }
         // The event's moment on the monotonic clock: no later than now, and no earlier than
         // the history reaches back for late events.
@@ -213,6 +232,26 @@ impl Events {
             }
         }
         Ok(accepted)
+    }
+}
+
+impl Events {
+    /// Deletes event `id` (an admin's request): every revision and snapshot, and its hold on
+    /// its footage. Takes the writers' turn like a new event. Returns the deleted event's
+    /// latest revision, none when there was no such event.
+    pub async fn delete(&self, id: u64) -> Result<Option<EventRecord>, IntakeError> {
+        let (writer, catalog, data_dir) = (self.writer.clone(), self.catalog.clone(), self.data_dir.clone());
+        let (holds, now_us) = (self.holds.clone(), self.clocks.wall_us());
+        let done = tokio::task::spawn_blocking(move || {
+            let _turn = writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let Some((latest, files)) = catalog.delete_event(id)? else { return Ok(None) };
+            remove_files(&data_dir, &files);
+            if latest.hold.is_some() {
+                reload_holds(&catalog, &holds, &latest.envelope.camera, now_us);
+            }
+            Ok::<_, IntakeError>(Some(latest))
+        });
+        done.await.map_err(|e| IntakeError::Storage(e.to_string()))?
     }
 }
 
@@ -261,18 +300,33 @@ pub trait NoticeSink: Send + Sync {
     fn publish(&self, notice: Notice);
 }
 
-/// Lets the oldest events go past the caps (count, snapshot bytes), then their files. A
-/// failure is logged: the event just stored stands, and the next one tries again.
-fn trim(catalog: &Catalog, data_dir: &Path, (max_events, max_bytes): (u64, u64)) {
+/// Lets the oldest events go past the caps (count, snapshot bytes), then their files and
+/// holds. A failure is logged: the event just stored stands, and the next one tries again.
+fn trim(catalog: &Catalog, data_dir: &Path, (max_events, max_bytes): (u64, u64), holds: &Holds, now_us: i64) {
     match catalog.trim_events(max_events, max_bytes) {
-        Ok(files) => {
-            for rel in files {
-                if let Err(e) = std::fs::remove_file(data_dir.join(&rel)) {
-                    warn!("removing {rel}: {e}");
-                }
+        Ok(trimmed) => {
+            remove_files(data_dir, &trimmed.files);
+            for camera in &trimmed.held_cameras {
+                reload_holds(catalog, holds, camera, now_us);
             }
         }
         Err(e) => warn!("letting old events go: {e}"),
+    }
+}
+
+fn remove_files(data_dir: &Path, files: &[String]) {
+    for rel in files {
+        if let Err(e) = std::fs::remove_file(data_dir.join(rel)) {
+            warn!("removing {rel}: {e}");
+        }
+    }
+}
+
+/// Builds `camera`'s holds again from the catalog, after one was released.
+fn reload_holds(catalog: &Catalog, holds: &Holds, camera: &str, now_us: i64) {
+    match catalog.event_holds(Some(camera), now_us) {
+        Ok(rows) => holds.reload_camera(camera, rows),
+        Err(e) => warn!("reading {camera}'s holds again (they stay as they were until the next start): {e}"),
     }
 }
 
@@ -290,6 +344,7 @@ fn store(
     e: EventFields,
     received_us: i64,
     snapshot: Option<(jpeg::JpegInfo, Bytes)>,
+    hold: Option<Hold>,
 ) -> Result<(Accepted, Option<EventRecord>), IntakeError> {
     let next = match catalog.plan_event(&principal, &e)? {
         Planned::Replay(n) => return Ok((Accepted { id: n.id, rev: n.rev, replayed: true }, None)),
@@ -304,7 +359,7 @@ fn store(
         }
         None => None,
     };
-    let r = EventRecord { id: next.id, rev: next.rev, principal, received_us, envelope: e, snapshot };
+    let r = EventRecord { id: next.id, rev: next.rev, principal, received_us, envelope: e, snapshot, hold };
     if let Err(err) = catalog.put_event(&r) {
         if let Some(s) = &r.snapshot {
             let _ = std::fs::remove_file(data_dir.join(&s.path));
@@ -380,8 +435,15 @@ mod tests {
     async fn uploads_past_their_ceiling_are_refused_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
-        let events =
-            Events::new(catalog, dir.path().into(), Arc::default(), None, u64::MAX, crate::clock::RealClocks::shared());
+        let events = Events::new(
+            catalog,
+            dir.path().into(),
+            Arc::default(),
+            None,
+            u64::MAX,
+            crate::clock::RealClocks::shared(),
+            Arc::default(),
+        );
         let slots: Vec<_> = (0..limits::EVENT_UPLOADS_MAX).map(|_| events.upload_slot(1000).unwrap()).collect();
         assert!(matches!(events.upload_slot(1000), Err(IntakeError::Busy)), "every place taken");
         drop(slots);

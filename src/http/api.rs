@@ -99,6 +99,7 @@ async fn handle(
         EventRevisions(id) => events::revisions(ctx, &parts, id).await,
         EventKeyframe(id) => events::keyframe(ctx, id).await,
         EventSnapshot(id) => events::snapshot(ctx, &parts, id).await,
+        EventDelete(id) => events::delete(ctx, who, id).await,
         System => system::status(ctx),
         SystemUpdate => system::update(ctx, &parts, body).await,
         SystemReboot => system::reboot(ctx),

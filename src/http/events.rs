@@ -18,6 +18,7 @@ use crate::base::{StreamKey, StreamKind};
 use crate::catalog::events::query_term;
 use crate::catalog::events::{EventQuery, EventRecord};
 use crate::events::IntakeError;
+use crate::events::footage::{Footage, footage};
 use crate::limits;
 
 /// Why a body could not be split into an envelope and a snapshot.
@@ -134,9 +135,10 @@ pub(super) async fn intake(ctx: &Ctx, who: &Principal, parts: &Parts, body: Requ
     }
 }
 
-/// An event as the API shows it: the envelope, where its snapshot and its keyframe are, and
-/// where playback of its recording starts (the camera's pre-roll before it).
-fn event_json(ctx: &Ctx, r: &EventRecord) -> serde_json::Value {
+/// An event as the API shows it: the envelope, where its snapshot and its keyframe are,
+/// where playback of its recording starts (the camera's pre-roll before it), and what became
+/// of its footage when asked.
+fn event_json(ctx: &Ctx, r: &EventRecord, footage: Option<Footage>) -> serde_json::Value {
     let mut v = serde_json::to_value(&r.envelope).unwrap_or_default();
     let camera = &r.envelope.camera;
     let main = ctx.services.cameras.stream(&StreamKey::new(camera, StreamKind::Main));
@@ -151,6 +153,12 @@ fn event_json(ctx: &Ctx, r: &EventRecord) -> serde_json::Value {
         o.insert("rev".into(), json!(r.rev));
         o.insert("received_us".into(), json!(r.received_us));
         o.insert("from".into(), json!(r.principal));
+        if let Some(f) = footage {
+            o.insert("footage".into(), json!(f));
+        }
+        if let Some(h) = &r.hold {
+            o.insert("hold".into(), json!(h));
+        }
         if let Some(s) = &r.snapshot {
             o.insert(
                 "snapshot".into(),
@@ -201,10 +209,17 @@ pub(super) async fn search(ctx: &Ctx, parts: &Parts) -> Reply {
         Ok(q) => q,
         Err(m) => return error(StatusCode::BAD_REQUEST, "bad_query", &m),
     };
-    let catalog = ctx.services.catalog.clone();
-    match on_pool(move || catalog.search_events(&q).map_err(|e| fail(&e))).await {
-        Ok(page) => {
-            let events: Vec<_> = page.events.iter().map(|e| event_json(ctx, e)).collect();
+    let (catalog, holds) = (ctx.services.catalog.clone(), ctx.services.events.holds().clone());
+    let found = on_pool(move || {
+        let page = catalog.search_events(&q).map_err(|e| fail(&e))?;
+        let now_us = crate::clock::Clocks::wall_us(&crate::clock::RealClocks);
+        let of = |e| footage(&catalog, &holds, e, now_us).map_err(|e| fail(&e));
+        let footage = page.events.iter().map(of).collect::<Result<Vec<_>, _>>()?;
+        Ok((page, footage))
+    });
+    match found.await {
+        Ok((page, footage)) => {
+            let events: Vec<_> = page.events.iter().zip(footage).map(|(e, f)| event_json(ctx, e, Some(f))).collect();
             let next = page.next.map(|(t, id)| format!("{t}_{id}"));
             json(StatusCode::OK, json!({ "events": events, "next": next }))
         }
@@ -239,14 +254,23 @@ pub(super) async fn revisions(ctx: &Ctx, parts: &Parts, id: &str) -> Reply {
         Ok(after) => after.unwrap_or(0),
         Err(r) => return r,
     };
-    let catalog = ctx.services.catalog.clone();
+    let (catalog, holds) = (ctx.services.catalog.clone(), ctx.services.events.holds().clone());
     let limit = limits::EVENT_REVISIONS_PAGE_MAX;
-    match on_pool(move || catalog.event_revisions(id, after, limit).map_err(|e| fail(&e))).await {
-        Ok(revs) if revs.is_empty() && after == 0 => error(StatusCode::NOT_FOUND, "not_found", "no such event"),
-        Ok(revs) => {
+    let found = on_pool(move || {
+        let read = || -> Result<_, crate::catalog::CatalogError> {
+            let revs = catalog.event_revisions(id, after, limit)?;
+            let now_us = crate::clock::Clocks::wall_us(&crate::clock::RealClocks);
+            let footage = catalog.event(id)?.map(|r| footage(&catalog, &holds, &r, now_us)).transpose()?;
+            Ok((revs, footage))
+        };
+        read().map_err(|e| fail(&e))
+    });
+    match found.await {
+        Ok((revs, _)) if revs.is_empty() && after == 0 => error(StatusCode::NOT_FOUND, "not_found", "no such event"),
+        Ok((revs, footage)) => {
             let next = (revs.len() == limit).then(|| revs.last().map(|r| r.rev)).flatten();
-            let list: Vec<_> = revs.iter().map(|e| event_json(ctx, e)).collect();
-            json(StatusCode::OK, json!({ "revisions": list, "next_rev": next }))
+            let list: Vec<_> = revs.iter().map(|e| event_json(ctx, e, None)).collect();
+            json(StatusCode::OK, json!({ "revisions": list, "next_rev": next, "footage": footage }))
         }
         Err(r) => r,
     }
@@ -287,6 +311,23 @@ pub(super) async fn snapshot(ctx: &Ctx, parts: &Parts, id: &str) -> Reply {
             r
         }
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "storage", &format!("{}: {e}", snap.path)),
+    }
+}
+
+/// `DELETE /api/events/{id}` (admin): the event, every revision and snapshot, and its hold
+/// on its footage (the footage itself stays, to ordinary retention).
+pub(super) async fn delete(ctx: &Ctx, who: &Principal, id: &str) -> Reply {
+    let id = match event_id(id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    match ctx.services.events.delete(id).await {
+        Ok(Some(r)) => {
+            tracing::info!(by = %who.name(), event = id, camera = %r.envelope.camera, held = r.hold.is_some(), "event deleted");
+            json(StatusCode::OK, json!({ "deleted": id, "released_hold": r.hold.is_some() }))
+        }
+        Ok(None) => error(StatusCode::NOT_FOUND, "not_found", "no such event"),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "storage", &e.to_string()),
     }
 }
 

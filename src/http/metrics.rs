@@ -232,8 +232,26 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
                 "Flushes an event asked for before the interval.",
                 &f.early_flushes,
             ),
+            (
+                "keeppeek_retention_held_deleted_total",
+                "Recordings events held that were deleted all the same (a full disk, the total cap).",
+                &f.held_deleted,
+            ),
         ] {
             family(&mut out, name, "counter", help, &one(load(v)));
+        }
+        family(
+            &mut out,
+            "keeppeek_catalog_reopens_total",
+            "counter",
+            "Times the catalog was opened again after an I/O error.",
+            &one(services.catalog.reopens.load(std::sync::atomic::Ordering::Relaxed)),
+        );
+        for (name, help, v) in [
+            ("keeppeek_retention_held_recordings", "Recordings events hold against retention.", &f.held_recordings),
+            ("keeppeek_retention_held_bytes", "Bytes of the recordings events hold against retention.", &f.held_bytes),
+        ] {
+            family(&mut out, name, "gauge", help, &one(load(v)));
         }
     }
     out

@@ -141,7 +141,8 @@ impl Services {
         config.cameras.clear();
         // Keeps what it is given: the catalog may hold anything (a benchmark's month of
         // rows), and only a full disk makes the flusher delete.
-        config.retention = crate::config::Retention { stream_max_bytes: u64::MAX, total_max_bytes: u64::MAX };
+        config.retention =
+            crate::config::Retention { stream_max_bytes: u64::MAX, total_max_bytes: u64::MAX, held_max_percent: 50 };
         let clocks = crate::clock::RealClocks::shared();
         // The flusher thread ends once the last handle to it (this one's) is gone.
         let recorder = crate::record::Recorder::start(&config, catalog.clone(), clocks.clone())?;
@@ -152,6 +153,7 @@ impl Services {
             None,
             config.events_max_bytes,
             clocks,
+            recorder.holds.clone(),
         );
         let events = Arc::new(events);
         Ok(Services {

@@ -54,6 +54,7 @@ pub(crate) enum Route<'a> {
     EventRevisions(&'a str),
     EventKeyframe(&'a str),
     EventSnapshot(&'a str),
+    EventDelete(&'a str),
     System,
     SystemUpdate,
     SystemReboot,
@@ -122,6 +123,7 @@ impl<'a> Route<'a> {
             (&Method::GET, ["api", "events", id]) => EventRevisions(id),
             (&Method::GET, ["api", "events", id, "keyframe"]) => EventKeyframe(id),
             (&Method::GET, ["api", "events", id, "snapshot"]) => EventSnapshot(id),
+            (&Method::DELETE, ["api", "events", id]) => EventDelete(id),
             (&Method::GET, ["api", "system"]) => System,
             (&Method::POST, ["api", "system", "update"]) => SystemUpdate,
             (&Method::POST, ["api", "system", "reboot"]) => SystemReboot,
@@ -155,7 +157,7 @@ impl<'a> Route<'a> {
                 Access::Scope(scope::VIEW)
             }
             EventIntake => Access::Scope(scope::EVENTS_WRITE),
-            DeleteRecordings(_) | SystemUpdate | SystemReboot | SystemFactoryReset | SupportBundle => {
+            DeleteRecordings(_) | EventDelete(_) | SystemUpdate | SystemReboot | SystemFactoryReset | SupportBundle => {
                 Access::Scope(scope::ADMIN)
             }
             Users | UserPut | UserDelete(_) | Tokens | TokenCreate | TokenDelete(_) => Access::Scope(scope::ADMIN),
@@ -196,6 +198,7 @@ mod tests {
             ("GET", "/api/events/7", view),
             ("GET", "/api/events/7/keyframe", view),
             ("GET", "/api/events/7/snapshot", view),
+            ("DELETE", "/api/events/7", admin),
             ("GET", "/api/system", view),
             ("POST", "/api/system/update", admin),
             ("POST", "/api/system/reboot", admin),

@@ -10,8 +10,9 @@
 //! Rows wait in memory between flushes rather than in non-durable redb commits: each redb
 //! commit rewrites B-tree pages, and on flash those writes would rival the video's own.
 //!
-//! Deletion: drop rows and list the file as garbage (one durable commit), unlink, then
-//! unlist it with the next commit.
+//! Deletion: drop rows and list the file as garbage (one durable commit, which also notes
+//! why the span is gone), unlink, then unlist it with the next commit. Retention deletes
+//! the recordings events hold last ([`super::holds`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -22,9 +23,11 @@ use std::time::Duration;
 
 use tracing::{debug, error, info, warn};
 
+use super::holds::Holds;
 use super::retention::{self, Entry, Index};
+use crate::base::StreamKey;
 use crate::base::fs::{disk_space, sync_dir};
-use crate::catalog::{Batch, Catalog, FragmentRow, Keyframe, RecordingRow};
+use crate::catalog::{Batch, Catalog, FragmentRow, Keyframe, Loss, RecordingRow};
 use crate::clock::SharedClocks;
 use crate::config::Retention;
 use crate::limits;
@@ -69,6 +72,11 @@ pub struct FlusherStats {
     pub bytes_deleted: AtomicU64,
     /// Flushes an event asked for ([`ToFlusher::Durable`]) before the interval.
     pub early_flushes: AtomicU64,
+    /// Recordings and bytes held by events at the last retention pass.
+    pub held_recordings: AtomicU64,
+    pub held_bytes: AtomicU64,
+    /// Recordings deleted while events held them (the disk's reserve, or the total cap).
+    pub held_deleted: AtomicU64,
 }
 
 pub struct Flusher {
@@ -100,6 +108,10 @@ pub struct Flusher {
     clocks: SharedClocks,
     /// The monotonic µs of the next flush.
     next_flush_us: i64,
+    /// What events hold against retention.
+    holds: Arc<Holds>,
+    /// The camera of each stream, for holds (from the catalog's streams).
+    camera_of: BTreeMap<u32, String>,
 }
 
 impl Flusher {
@@ -109,6 +121,7 @@ impl Flusher {
         interval: Duration,
         caps: Retention,
         clocks: SharedClocks,
+        holds: Arc<Holds>,
     ) -> Result<Self, crate::catalog::CatalogError> {
         let rows = catalog.recordings()?;
         let mut me = Flusher {
@@ -132,11 +145,14 @@ impl Flusher {
             stats: Arc::default(),
             clocks,
             next_flush_us: 0,
+            holds,
+            camera_of: BTreeMap::new(),
         };
         for (id, r) in rows {
-            me.index_insert(id, Entry { stream_id: r.stream_id, bytes: r.bytes, open: r.open });
+            me.index_insert(id, entry(&r));
             me.paths.insert(id, r.path);
         }
+        me.name_streams();
         Ok(me)
     }
 
@@ -146,7 +162,7 @@ impl Flusher {
 
     /// The length of each table the flusher keeps in memory, for the soak to bound.
     #[cfg(test)]
-    pub(crate) fn table_lens(&self) -> [(&'static str, usize); 11] {
+    pub(crate) fn table_lens(&self) -> [(&'static str, usize); 13] {
         [
             ("fragments", self.fragments.len()),
             ("keyframes", self.keyframes.len()),
@@ -159,6 +175,8 @@ impl Flusher {
             ("paths", self.paths.len()),
             ("committed", self.committed.len()),
             ("poisoned", self.poisoned.len()),
+            ("camera_of", self.camera_of.len()),
+            ("holds", self.holds.len()),
         ]
     }
 
@@ -193,9 +211,26 @@ impl Flusher {
         }
     }
 
+    /// Learns the camera of every stream the catalog names (once at start, then for each
+    /// stream not seen before).
+    fn name_streams(&mut self) {
+        match self.catalog.streams() {
+            Ok(streams) => {
+                for (id, name) in streams {
+                    if let Some(key) = StreamKey::parse(&name) {
+                        self.camera_of.insert(id, key.camera.to_string());
+                    }
+                }
+            }
+            Err(e) => warn!("cannot read the streams' names; holds wait for them: {e}"),
+        }
+    }
+
     fn track(&mut self, rec_id: u64, recording: RecordingRow) {
-        let entry = Entry { stream_id: recording.stream_id, bytes: recording.bytes, open: recording.open };
-        self.index_insert(rec_id, entry);
+        if !self.camera_of.contains_key(&recording.stream_id) {
+            self.name_streams();
+        }
+        self.index_insert(rec_id, entry(&recording));
         self.paths.insert(rec_id, recording.path.clone());
         self.recordings.insert(rec_id, recording);
     }
@@ -289,6 +324,9 @@ impl Flusher {
 
     /// Syncs what was written and commits its rows.
     fn flush(&mut self) {
+        if self.catalog.is_closed() {
+            self.reopen_catalog();
+        }
         if self.fragments.is_empty() && self.recordings.is_empty() && self.garbage_done.is_empty() {
             return;
         }
@@ -342,6 +380,9 @@ impl Flusher {
             Err(e) => {
                 self.stats.commit_errors.fetch_add(1, Ordering::Relaxed);
                 error!("catalog commit failed, retrying at the next flush: {e}");
+                if e.is_io() {
+                    self.reopen_catalog();
+                }
                 if batch.fragments.len() < limits::CATALOG_PENDING_FRAGMENTS_MAX {
                     self.fragments = batch.fragments;
                     self.keyframes = batch.keyframes;
@@ -369,20 +410,28 @@ impl Flusher {
                 self.track(rec_id, row);
             }
             _ => {
-                self.forget(rec_id);
+                self.forget(rec_id, Loss::WriteError);
             }
         }
     }
 
     /// Deletes a recording's rows and file (through the garbage list) and every trace of it
     /// here.
-    fn forget(&mut self, rec_id: u64) -> Option<RecordingRow> {
+    fn forget(&mut self, rec_id: u64, why: Loss) -> Option<RecordingRow> {
         self.drop_pending(rec_id);
         self.recordings.remove(&rec_id);
         self.committed.remove(&rec_id);
         self.poisoned.remove(&rec_id);
         self.index_remove(rec_id);
-        let row = match self.catalog.delete_recording(rec_id) {
+        let deleted = match self.catalog.delete_recording(rec_id, why) {
+            Err(e) if e.is_io() => {
+                warn!(recording = rec_id, "cannot delete ({e}); opening the catalog again to retry");
+                self.reopen_catalog();
+                self.catalog.delete_recording(rec_id, why)
+            }
+            other => other,
+        };
+        let row = match deleted {
             Ok(row) => row,
             Err(e) => {
                 error!(recording = rec_id, "cannot delete: {e}");
@@ -401,6 +450,15 @@ impl Flusher {
             }
         }
         Some(row)
+    }
+
+    /// Opens the catalog again after an I/O error (redb refuses every operation after one
+    /// until then); a failure is logged, and the next flush tries again.
+    fn reopen_catalog(&mut self) {
+        match self.catalog.reopen() {
+            Ok(()) => warn!("catalog opened again after an I/O error"),
+            Err(e) => error!("cannot open the catalog again (the next flush tries again): {e}"),
+        }
     }
 
     /// Deletes the closed recordings of a stream wholly within `[from_us, to_us]`, through the
@@ -423,7 +481,7 @@ impl Flusher {
                 kept += 1;
                 continue;
             }
-            if let Some(row) = self.forget(*id) {
+            if let Some(row) = self.forget(*id, Loss::Deleted) {
                 deleted += 1;
                 bytes += row.bytes;
                 info!(recording = id, "deleted on request: {}", row.path);
@@ -437,12 +495,23 @@ impl Flusher {
     /// delete at least the oldest closed recording. Returns the bytes freed.
     fn enforce_retention(&mut self, urgent: bool) -> u64 {
         let disk = disk_space(&self.data_dir);
-        let mut doomed = retention::plan(&self.index, &self.caps, disk, self.stopping && !urgent);
+        let now_us = self.clocks.wall_us();
+        let held = self.holds.held(&self.index, &self.camera_of, self.caps.held_max_bytes(), now_us);
+        let held_bytes: u64 = held.iter().filter_map(|id| self.index.get(id)).map(|e| e.bytes).sum();
+        self.stats.held_recordings.store(held.len() as u64, Ordering::Relaxed);
+        self.stats.held_bytes.store(held_bytes, Ordering::Relaxed);
+        let mut doomed = retention::plan(&self.index, &self.caps, disk, self.stopping && !urgent, &held);
         if urgent && doomed.is_empty() {
-            doomed.extend(self.index.iter().find(|(_, e)| !e.open).map(|(&id, _)| id));
+            let oldest = self.index.iter().filter(|(id, e)| !e.open && !held.contains(id)).map(|(&id, _)| id).next();
+            let oldest = oldest.or_else(|| self.index.iter().find(|(_, e)| !e.open).map(|(&id, _)| id));
+            doomed.extend(oldest.map(|id| (id, Loss::DiskFull)));
         }
         let mut freed = 0;
-        for id in doomed {
+        for (id, why) in doomed {
+            if held.contains(&id) {
+                self.stats.held_deleted.fetch_add(1, Ordering::Relaxed);
+                warn!(recording = id, "deleting footage an event holds: {why:?}");
+            }
             if urgent && let Some(rel) = self.paths.get(&id) {
                 // On a full disk the catalog may not be able to commit even a deletion:
                 // unlink first to make room. A crash before the rows go leaves rows without
@@ -450,7 +519,7 @@ impl Flusher {
                 let _ = std::fs::remove_file(self.data_dir.join(rel));
             }
             // Whatever happens to the file, the rows are gone: the garbage list owns it.
-            if let Some(row) = self.forget(id) {
+            if let Some(row) = self.forget(id, why) {
                 freed += row.bytes;
                 self.stats.recordings_deleted.fetch_add(1, Ordering::Relaxed);
                 self.stats.bytes_deleted.fetch_add(row.bytes, Ordering::Relaxed);
@@ -459,6 +528,11 @@ impl Flusher {
         }
         freed
     }
+}
+
+/// What retention needs of a recording's row.
+fn entry(r: &RecordingRow) -> Entry {
+    Entry { stream_id: r.stream_id, bytes: r.bytes, open: r.open, start_us: r.wall_start_us, end_us: r.wall_end_us }
 }
 
 #[cfg(test)]
@@ -471,9 +545,9 @@ mod tests {
 
     /// A flusher whose interval never comes in a test, with a per-stream cap.
     fn flusher(catalog: &Arc<Catalog>, dir: &std::path::Path, stream_max_bytes: u64) -> Flusher {
-        let caps = Retention { stream_max_bytes, total_max_bytes: u64::MAX };
-        Flusher::new(catalog.clone(), dir.into(), Duration::from_secs(3600), caps, crate::clock::RealClocks::shared())
-            .unwrap()
+        let caps = Retention { stream_max_bytes, total_max_bytes: u64::MAX, held_max_percent: 50 };
+        let clocks = crate::clock::RealClocks::shared();
+        Flusher::new(catalog.clone(), dir.into(), Duration::from_secs(3600), caps, clocks, Arc::default()).unwrap()
     }
 
     fn fragment(i: u32) -> FragmentRow {

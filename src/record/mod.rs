@@ -17,6 +17,9 @@
 
 pub mod flusher;
 pub mod fragmenter;
+pub mod holds;
+#[cfg(test)]
+mod holds_soak;
 pub mod queue;
 pub mod recovery;
 pub mod retention;
@@ -67,6 +70,8 @@ pub struct RecordingWatch {
     pub pre_roll_ms: u32,
     /// Of event recordings: how far after the event's end they go on.
     pub post_roll_ms: u32,
+    /// What an event of its camera holds against retention, whatever the mode.
+    pub hold: HoldPolicy,
     pub queue: Arc<QueueStats>,
     pub stats: Arc<RecorderStats>,
     /// Fired by events; the stream's recorder takes it (recording in events mode only;
@@ -75,6 +80,39 @@ pub struct RecordingWatch {
     pub admission: Arc<AdmissionStats>,
     /// The pre-roll history's counters, when there is a history.
     pub history: Option<Arc<HistoryStats>>,
+}
+
+/// The footage an event of a camera holds, and for how long: the camera's pre-roll before
+/// the event to its post-roll after its end, for `keep_days` from its arrival.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HoldPolicy {
+    pub before_ms: u32,
+    pub after_ms: u32,
+    pub keep_days: u32,
+}
+
+impl HoldPolicy {
+    pub fn of(camera: &Camera) -> HoldPolicy {
+        HoldPolicy {
+            before_ms: camera.pre_roll_ms,
+            after_ms: camera.post_roll_ms,
+            keep_days: camera.keep_event_footage_days,
+        }
+    }
+
+    /// The hold of an event at `time_us` (ending at `end_us`) that arrived at `received_us`;
+    /// none when the camera keeps no event footage.
+    pub fn hold(&self, time_us: i64, end_us: Option<i64>, received_us: i64) -> Option<crate::catalog::events::Hold> {
+        if self.keep_days == 0 {
+            return None;
+        }
+        let end_us = end_us.unwrap_or(time_us).max(time_us);
+        Some(crate::catalog::events::Hold {
+            from_us: time_us.saturating_sub(i64::from(self.before_ms) * 1000),
+            to_us: end_us.saturating_add(i64::from(self.after_ms) * 1000),
+            until_us: received_us.saturating_add(i64::from(self.keep_days) * 86_400_000_000),
+        })
+    }
 }
 
 /// What the API may ask of the recorder.
@@ -101,6 +139,8 @@ pub struct Recorder {
     /// Each recorded stream, set done when it has closed its files.
     streams: Vec<(StreamKey, Arc<writers::Done>)>,
     pub flusher_stats: Arc<FlusherStats>,
+    /// What events hold against retention (the intake adds, the flusher keeps).
+    pub holds: Arc<holds::Holds>,
     /// Bytes of pre-roll history across every stream.
     pub preroll: Arc<HistoryPool>,
     /// Bytes queued from ingest across every stream.
@@ -185,12 +225,14 @@ impl Recorder {
     /// Segment bounds and pre-roll shares follow every recorded stream of `config`.
     pub fn start(config: &Config, catalog: Arc<Catalog>, clocks: SharedClocks) -> Result<Recorder, CatalogError> {
         let data_dir: PathBuf = config.data_dir.clone();
+        let holds = Arc::new(holds::Holds::new(catalog.event_holds(None, clocks.wall_us())?));
         let f = flusher::Flusher::new(
             catalog,
             data_dir.clone(),
             Duration::from_secs(config.flush_interval_s),
             config.retention,
             clocks,
+            holds.clone(),
         )?;
         let flusher_stats = f.stats();
         let writers = writers::Writers::start(writers::count_for(config.ram_class_bytes));
@@ -204,6 +246,7 @@ impl Recorder {
             writers,
             streams: Vec::new(),
             flusher_stats,
+            holds,
             preroll: Arc::new(HistoryPool::new(config.preroll.total_max_bytes as usize)),
             ingest_pool: BytePool::shared(config.ingest_pool_bytes()),
             data_dir,
@@ -259,6 +302,7 @@ impl Recorder {
                 mode,
                 pre_roll_ms: if mode == RecordMode::Events { camera.pre_roll_ms } else { 0 },
                 post_roll_ms: if mode == RecordMode::Events { camera.post_roll_ms } else { 0 },
+                hold: HoldPolicy::of(camera),
                 queue,
                 stats: rec.stats.clone(),
                 trigger: admission.trigger().clone(),

@@ -19,7 +19,7 @@ use std::path::Path;
 use tracing::{info, warn};
 
 use crate::base::fs::sync_dir;
-use crate::catalog::{Batch, Catalog, CatalogError, FragmentRow, Keyframe, RecordingRow};
+use crate::catalog::{Batch, Catalog, CatalogError, FragmentRow, Keyframe, Loss, RecordingRow};
 use crate::clock::ticks_90k_to_us;
 use crate::media::fmp4_read::{ReadError, SegmentReader};
 
@@ -53,7 +53,11 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> RecoveryError + '_ {
 /// Reconciles the catalog and the data directory. A file that cannot be read or changed is
 /// logged and left for the next start; only the catalog's own errors stop recovery, so one
 /// bad file never keeps every camera from recording.
-pub fn recover(catalog: &Catalog, data_dir: &Path) -> Result<Report, RecoveryError> {
+///
+/// What an open recording lost (from its last whole fragment to `now_us`, the start's wall
+/// time) is noted as lost to a power cut, so an event of that moment can say why it has no
+/// footage. Before the clock is set `now_us` may be earlier: the span is then only a point.
+pub fn recover(catalog: &Catalog, data_dir: &Path, now_us: i64) -> Result<Report, RecoveryError> {
     let mut report = Report::default();
     let mut batch = Batch::default();
 
@@ -68,6 +72,8 @@ pub fn recover(catalog: &Catalog, data_dir: &Path) -> Result<Report, RecoveryErr
     }
 
     let mut known = BTreeSet::new();
+    // (stream, where its footage stops) of each recording the power cut short.
+    let mut cut_short = Vec::new();
     for (id, row) in catalog.recordings()? {
         let path = data_dir.join(&row.path);
         if !row.open {
@@ -83,7 +89,7 @@ pub fn recover(catalog: &Catalog, data_dir: &Path) -> Result<Report, RecoveryErr
                 Ok(false) => {
                     // Unlinked ahead of its rows on a full disk (or removed by hand).
                     warn!(recording = id, path = %row.path, "closed recording has no file; dropping its rows");
-                    let row = catalog.delete_recording(id)?;
+                    let row = catalog.delete_recording(id, Loss::Deleted)?;
                     batch.garbage_done.push(row.path);
                     report.recordings_dropped += 1;
                 }
@@ -95,12 +101,16 @@ pub fn recover(catalog: &Catalog, data_dir: &Path) -> Result<Report, RecoveryErr
             continue;
         }
         let rel = row.path.clone();
+        let (stream_id, start_us) = (row.stream_id, row.wall_start_us);
         match recover_one(id, row, data_dir, &mut batch, &mut report) {
             Ok(true) => {
+                let end_us = batch.recordings.last().map_or(start_us, |(_, r)| r.wall_end_us);
+                cut_short.push((stream_id, end_us));
                 known.insert(rel);
             }
             Ok(false) => {
-                let row = catalog.delete_recording(id)?;
+                cut_short.push((stream_id, start_us));
+                let row = catalog.delete_recording(id, Loss::PowerCut)?;
                 match remove(&data_dir.join(&row.path)) {
                     Ok(()) => batch.garbage_done.push(row.path),
                     Err(e) => warn!("{e}; it stays on the garbage list"),
@@ -135,6 +145,9 @@ pub fn recover(catalog: &Catalog, data_dir: &Path) -> Result<Report, RecoveryErr
     }
     if !batch.is_empty() {
         catalog.commit(&batch)?;
+    }
+    for (stream_id, from_us) in cut_short {
+        catalog.note_loss(stream_id, from_us, now_us, Loss::PowerCut)?;
     }
     if report != Report::default() {
         info!(?report, "recovered the catalog after an unclean stop");
@@ -296,6 +309,8 @@ mod tests {
     use crate::catalog::Batch;
 
     const WALL0: i64 = 1_800_000_000_000_000;
+    /// When the box starts again: an hour after the recordings.
+    const T_NOW: i64 = WALL0 + 3_600_000_000;
 
     fn segment(n: u32) -> (Vec<u8>, Vec<(u64, u64)>) {
         crate::record::testing::segment(n, WALL0)
@@ -339,7 +354,7 @@ mod tests {
         std::fs::write(data.join("recordings/cam/main/stray.mp4"), b"junk").unwrap();
         cat.begin_recording(open_row(""), |_| "recordings/cam/main/never.mp4".into()).unwrap();
 
-        let report = recover(&cat, data).unwrap();
+        let report = recover(&cat, data, T_NOW).unwrap();
         assert_eq!(
             report,
             Report {
@@ -363,9 +378,13 @@ mod tests {
         assert_eq!(frags[2].1.wall_start_us, WALL0 + 2_000_000);
         assert_eq!(cat.keyframes(1, 0, i64::MAX).unwrap().len(), 2, "recovered keyframes indexed");
         assert!(!data.join("recordings/cam/main/stray.mp4").exists());
+        // From the last whole fragment to the start, the footage is noted as lost to the cut
+        // (and all of the recording whose file never appeared).
+        assert_eq!(cat.loss_at(r.stream_id, WALL0 + 3_500_000).unwrap(), Some(Loss::PowerCut));
+        assert_eq!(cat.loss_at(r.stream_id, T_NOW - 1).unwrap(), Some(Loss::PowerCut));
         assert!(cat.garbage().unwrap().is_empty());
         // Recovery is idempotent.
-        assert_eq!(recover(&cat, data).unwrap(), Report::default());
+        assert_eq!(recover(&cat, data, T_NOW).unwrap(), Report::default());
     }
 
     #[test]
@@ -378,7 +397,7 @@ mod tests {
         let (bytes, bounds) = segment(1);
         std::fs::create_dir_all(data.join("recordings/cam/main")).unwrap();
         std::fs::write(data.join(rel), &bytes[..bounds[0].1 as usize - 1]).unwrap();
-        let report = recover(&cat, data).unwrap();
+        let report = recover(&cat, data, T_NOW).unwrap();
         assert_eq!(report.recordings_dropped, 1);
         assert!(cat.recordings().unwrap().is_empty());
         assert!(!data.join(rel).exists());
@@ -391,7 +410,7 @@ mod tests {
         let mut row = open_row("");
         row.open = false;
         let (id, _) = cat.begin_recording(row, |_| "recordings/cam/main/gone.mp4".into()).unwrap();
-        let report = recover(&cat, dir.path()).unwrap();
+        let report = recover(&cat, dir.path(), T_NOW).unwrap();
         assert_eq!(report.recordings_dropped, 1);
         assert!(cat.recordings().unwrap().is_empty());
         assert!(cat.fragments(id).unwrap().is_empty());
@@ -410,7 +429,7 @@ mod tests {
         cat.begin_recording(row, |_| "recordings/cam/main/c.mp4".into()).unwrap();
         std::fs::create_dir_all(data.join("recordings/cam/main")).unwrap();
         std::fs::write(data.join("recordings/cam/main/c.mp4"), &bytes).unwrap();
-        let report = recover(&cat, data).unwrap();
+        let report = recover(&cat, data, T_NOW).unwrap();
         assert_eq!(report.bytes_cut, bounds[1].1 - bounds[0].1);
         assert_eq!(std::fs::metadata(data.join("recordings/cam/main/c.mp4")).unwrap().len(), bounds[0].1);
     }
@@ -428,7 +447,7 @@ mod tests {
         bytes[4..8].copy_from_slice(b"junk"); // the ftyp's type
         std::fs::create_dir_all(data.join("recordings/cam/main")).unwrap();
         std::fs::write(data.join("recordings/cam/main/d.mp4"), &bytes).unwrap();
-        recover(&cat, data).unwrap();
+        recover(&cat, data, T_NOW).unwrap();
         let recs = cat.recordings().unwrap();
         assert_eq!(recs.len(), 1);
         assert_eq!(recs[0].0, id);

@@ -3,13 +3,16 @@
 //! deletes, through the catalog's garbage list.
 //!
 //! An open recording (still being written) is never chosen; everything else is fair game,
-//! so a full disk always gives way to new video. At shutdown (`keep_newest`) the disk
-//! reserve spares each stream's newest recording: nothing more will be recorded to need the
-//! space, and the box keeps its latest footage however full the disk is with other files.
+//! so a full disk always gives way to new video. Recordings an event holds
+//! ([`super::holds`]) go only after every unheld one, whatever their age: ordinary footage
+//! first. At shutdown (`keep_newest`) the disk reserve spares each stream's newest
+//! recording: nothing more will be recorded to need the space, and the box keeps its latest
+//! footage however full the disk is with other files.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::base::fs::Disk;
+use crate::catalog::Loss;
 use crate::config::Retention;
 
 /// What retention needs to know of one recording.
@@ -18,13 +21,23 @@ pub struct Entry {
     pub stream_id: u32,
     pub bytes: u64,
     pub open: bool,
+    /// Its wall-time span, µs: what holds are matched against.
+    pub start_us: i64,
+    pub end_us: i64,
 }
 
 /// Recordings by id; ids grow with time, so the first is the oldest.
 pub type Index = BTreeMap<u64, Entry>;
 
-/// Recording ids to delete, oldest first.
-pub fn plan(index: &Index, caps: &Retention, disk: Option<Disk>, keep_newest: bool) -> Vec<u64> {
+/// Recording ids to delete, unheld ones oldest first then held ones oldest first, each with
+/// why: a cap, or the disk's reserve.
+pub fn plan(
+    index: &Index,
+    caps: &Retention,
+    disk: Option<Disk>,
+    keep_newest: bool,
+    held: &BTreeSet<u64>,
+) -> Vec<(u64, Loss)> {
     let mut per_stream: BTreeMap<u32, u64> = BTreeMap::new();
     let mut total: u64 = 0;
     for e in index.values() {
@@ -37,20 +50,21 @@ pub fn plan(index: &Index, caps: &Retention, disk: Option<Disk>, keep_newest: bo
     }
     let mut freed: u64 = 0;
     let mut doomed = Vec::new();
-    for (&id, e) in index {
+    let unheld = index.iter().filter(|(id, _)| !held.contains(id));
+    let held = index.iter().filter(|(id, _)| held.contains(id));
+    for (&id, e) in unheld.chain(held) {
         if e.open {
             continue;
         }
         let stream_bytes = per_stream.get_mut(&e.stream_id).expect("counted above");
-        let over_stream = *stream_bytes > caps.stream_max_bytes;
-        let over_total = total > caps.total_max_bytes;
+        let over_cap = *stream_bytes > caps.stream_max_bytes || total > caps.total_max_bytes;
         let spared = keep_newest && newest.get(&e.stream_id) == Some(&id);
         let short_of_disk = !spared && disk.is_some_and(|d| d.free_bytes + freed < d.reserve_bytes);
-        if over_stream || over_total || short_of_disk {
+        if over_cap || short_of_disk {
             *stream_bytes -= e.bytes;
             total -= e.bytes;
             freed += e.bytes;
-            doomed.push(id);
+            doomed.push((id, if over_cap { Loss::Retention } else { Loss::DiskFull }));
         }
     }
     doomed
@@ -61,11 +75,20 @@ mod tests {
     use super::*;
 
     fn caps(stream: u64, total: u64) -> Retention {
-        Retention { stream_max_bytes: stream, total_max_bytes: total }
+        Retention { stream_max_bytes: stream, total_max_bytes: total, held_max_percent: 50 }
     }
 
     fn index(entries: &[(u64, u32, u64, bool)]) -> Index {
-        entries.iter().map(|&(id, stream_id, bytes, open)| (id, Entry { stream_id, bytes, open })).collect()
+        let entry = |id: u64, stream_id, bytes, open| {
+            let start_us = id as i64 * 60_000_000;
+            Entry { stream_id, bytes, open, start_us, end_us: start_us + 60_000_000 }
+        };
+        entries.iter().map(|&(id, stream_id, bytes, open)| (id, entry(id, stream_id, bytes, open))).collect()
+    }
+
+    /// The plan's ids, with nothing held.
+    fn plan(index: &Index, caps: &Retention, disk: Option<Disk>, keep_newest: bool) -> Vec<u64> {
+        super::plan(index, caps, disk, keep_newest, &BTreeSet::new()).into_iter().map(|(id, _)| id).collect()
     }
 
     #[test]
@@ -98,6 +121,30 @@ mod tests {
     fn open_recordings_are_never_deleted() {
         let i = index(&[(1, 1, 100, true)]);
         assert!(plan(&i, &caps(1, 1), None, true).is_empty());
+    }
+
+    #[test]
+    fn held_recordings_go_after_every_unheld_one_and_each_says_why() {
+        let i = index(&[(1, 1, 10, false), (2, 1, 10, false), (3, 1, 10, false), (4, 1, 10, true)]);
+        let held = BTreeSet::from([1]);
+        // Over the stream cap by 20: the two oldest unheld go, the held one stays.
+        assert_eq!(
+            super::plan(&i, &caps(20, 1000), None, false, &held),
+            vec![(2, Loss::Retention), (3, Loss::Retention)]
+        );
+        // Over by 30: the held one goes last.
+        assert_eq!(
+            super::plan(&i, &caps(10, 1000), None, false, &held),
+            vec![(2, Loss::Retention), (3, Loss::Retention), (1, Loss::Retention)]
+        );
+        // A short disk, within the caps, deletes unheld first too, and says so.
+        let disk = Some(Disk { free_bytes: 0, reserve_bytes: 15, total_bytes: 100 });
+        assert_eq!(
+            super::plan(&i, &caps(100, 1000), disk, false, &held),
+            vec![(2, Loss::DiskFull), (3, Loss::DiskFull)]
+        );
+        let disk = Some(Disk { free_bytes: 0, reserve_bytes: 25, total_bytes: 100 });
+        assert_eq!(super::plan(&i, &caps(100, 1000), disk, false, &held).last(), Some(&(1, Loss::DiskFull)));
     }
 
     #[test]

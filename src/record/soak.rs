@@ -59,16 +59,31 @@ struct Stream {
     after_gap: bool,
 }
 
-/// One IDR slice, 4-byte length-prefixed.
-fn keyframe_data() -> Bytes {
-    let mut d = Vec::with_capacity(FRAME_BYTES);
-    d.extend_from_slice(&(FRAME_BYTES as u32 - 4).to_be_bytes());
+/// One IDR slice of `bytes`, 4-byte length-prefixed.
+pub(super) fn keyframe_data(bytes: usize) -> Bytes {
+    let mut d = Vec::with_capacity(bytes);
+    d.extend_from_slice(&(bytes as u32 - 4).to_be_bytes());
     d.push(0x65);
-    d.resize(FRAME_BYTES, 0x5a);
+    d.resize(bytes, 0x5a);
     d.into()
 }
 
-fn drain(rx: &Receiver<ToFlusher>, flusher: &mut Flusher) {
+/// A recorder of `camera`'s main stream writing under `data_dir`, reporting to `tx`.
+pub(super) fn main_recorder(
+    catalog: &Arc<Catalog>,
+    data_dir: &std::path::Path,
+    camera: &str,
+    tx: &std::sync::mpsc::SyncSender<ToFlusher>,
+    bounds: super::fragmenter::SegmentBounds,
+) -> (u32, StreamRecorder) {
+    let stream_id = catalog.stream_id(&StreamKey::new(camera, StreamKind::Main)).unwrap();
+    let dir = format!("{RECORDINGS_DIR}/{camera}/main");
+    let f = Fragmenter::new(bounds, true);
+    (stream_id, StreamRecorder::new(stream_id, dir, data_dir.into(), catalog.clone(), tx.clone(), f))
+}
+
+/// Hands the flusher everything the recorders sent it, as its thread would.
+pub(super) fn drain(rx: &Receiver<ToFlusher>, flusher: &mut Flusher) {
     while let Ok(msg) = rx.try_recv() {
         flusher.handle(msg);
     }
@@ -80,28 +95,20 @@ fn thirty_simulated_days_stay_within_caps_and_check_clean() {
     let data_dir = dir.path().to_path_buf();
     let catalog = Arc::new(Catalog::open(&data_dir.join("catalog.redb")).unwrap());
     let sim = SimulatedClocks::new(BUILD_WALL_US + 86_400_000_000);
-    let caps = Retention { stream_max_bytes: STREAM_MAX_BYTES, total_max_bytes: TOTAL_MAX_BYTES };
+    let caps = Retention { stream_max_bytes: STREAM_MAX_BYTES, total_max_bytes: TOTAL_MAX_BYTES, held_max_percent: 50 };
     let mut config = Config::demo(data_dir.clone(), "127.0.0.1:8080".parse().unwrap());
     config.retention = caps;
     let bounds = segment_bounds(&config, 4, None);
 
     let (tx, rx) = sync_channel(limits::CATALOG_QUEUE_COMMANDS);
     let interval = Duration::from_secs(FLUSH_INTERVAL_S);
-    let mut flusher = Flusher::new(catalog.clone(), data_dir.clone(), interval, caps, sim.shared()).unwrap();
+    let mut flusher =
+        Flusher::new(catalog.clone(), data_dir.clone(), interval, caps, sim.shared(), Arc::default()).unwrap();
     flusher.begin();
     let pool = Arc::new(HistoryPool::new(4 << 20));
     let mut streams: Vec<Stream> = (0..4)
         .map(|i| {
-            let camera = format!("cam{i}");
-            let stream_id = catalog.stream_id(&StreamKey::new(&camera, StreamKind::Main)).unwrap();
-            let recorder = StreamRecorder::new(
-                stream_id,
-                format!("{RECORDINGS_DIR}/{camera}/main"),
-                data_dir.clone(),
-                catalog.clone(),
-                tx.clone(),
-                Fragmenter::new(bounds, true),
-            );
+            let (_, recorder) = main_recorder(&catalog, &data_dir, &format!("cam{i}"), &tx, bounds);
             let trigger = Arc::new(Trigger::default());
             let admission = if i < 2 {
                 Admission::new(Mode::Continuous, None, trigger.clone())
@@ -120,7 +127,7 @@ fn thirty_simulated_days_stay_within_caps_and_check_clean() {
     let auth = Auth::new(catalog.clone(), sim.shared());
     let mut limiter = limiter::Limiter::new();
     let mut cookies = Vec::new();
-    let data = keyframe_data();
+    let data = keyframe_data(FRAME_BYTES);
     let params = Arc::new(avc::test_params());
     let steps = DAYS * 86_400 / FRAME_EVERY_S;
     let (mut max_tables, mut max_tables_early) = (0usize, 0usize);
@@ -241,7 +248,7 @@ fn thirty_simulated_days_stay_within_caps_and_check_clean() {
     assert!(deleted > 30 * DAYS as u64, "retention deleted only {deleted} recordings");
     assert_eq!(stats.sync_errors.load(std::sync::atomic::Ordering::Relaxed), 0);
     drop(flusher);
-    let v = verify::check(&catalog, &data_dir).unwrap();
+    let v = verify::check(&catalog, &data_dir, sim.wall_us()).unwrap();
     assert!(v.problems.is_empty(), "{:#?}", v.problems);
     assert!(v.recordings > 0 && v.bytes <= TOTAL_MAX_BYTES + 4 * bounds.max_bytes, "{v:?}");
     // The newest footage is there: the last day, on every stream.
@@ -250,7 +257,7 @@ fn thirty_simulated_days_stay_within_caps_and_check_clean() {
 }
 
 /// Where the soak writes: memory when the machine has it (thousands of syncs), else `/tmp`.
-fn scratch() -> std::path::PathBuf {
+pub(super) fn scratch() -> std::path::PathBuf {
     let shm = std::path::Path::new("/dev/shm");
     if shm.is_dir() { shm.into() } else { std::env::temp_dir() }
 }

@@ -370,7 +370,7 @@ impl StreamRecorder {
                 // Drop the row now (its file, if half made, through the garbage list) rather
                 // than leave an open row with no file until the next start.
                 let _ = std::fs::remove_file(&path);
-                if let Err(e) = self.catalog.delete_recording(rec_id) {
+                if let Err(e) = self.catalog.delete_recording(rec_id, crate::catalog::Loss::WriteError) {
                     warn!(recording = rec_id, "cannot drop the row of a segment never made: {e}");
                 }
             }

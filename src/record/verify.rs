@@ -27,9 +27,10 @@ pub struct Verified {
     pub problems: Vec<String>,
 }
 
-/// Recovers, then checks every recording and fragment against its file.
-pub fn check(catalog: &Catalog, data_dir: &Path) -> Result<Verified, RecoveryError> {
-    let report = recovery::recover(catalog, data_dir)?;
+/// Recovers (as the box would start at `now_us`), then checks every recording and fragment
+/// against its file.
+pub fn check(catalog: &Catalog, data_dir: &Path, now_us: i64) -> Result<Verified, RecoveryError> {
+    let report = recovery::recover(catalog, data_dir, now_us)?;
     let mut v = Verified { recovery: format!("{report:?}"), wall_end_us: i64::MIN, ..Default::default() };
     let mut known = BTreeSet::new();
     let mut coverage: BTreeMap<(u32, i64), Bucket> = BTreeMap::new();

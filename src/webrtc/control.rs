@@ -385,6 +385,7 @@ mod tests {
             received_us: 0,
             envelope,
             snapshot,
+            hold: None,
         };
         let n = event_notice(&crate::events::Notice::of(&r)).len();
         assert!(n <= limits::EVENT_NOTICE_MAX_BYTES, "{n}");

@@ -68,6 +68,7 @@ fn the_auth_matrix_over_every_route() {
         ("GET", "/api/streams/a/main/poster.mp4", "", "view"),
         ("GET", "/api/health?offset=0&limit=25", "", "view"),
         ("DELETE", "/api/streams/a/main/recordings?from_us=0&to_us=1", "", "admin"),
+        ("DELETE", "/api/events/999", "", "admin"),
         ("GET", "/api/users", "", "admin"),
         ("POST", "/api/users", r#"{"username":"x1","password":"some password","role":"viewer"}"#, "admin"),
         ("DELETE", "/api/users/x1", "", "admin"),

@@ -82,6 +82,7 @@ struct EventsBox {
     writer: String,
     viewer: String,
     metrics: String,
+    admin: String,
 }
 
 fn events_box(extra: &str) -> EventsBox {
@@ -95,22 +96,22 @@ fn events_box(extra: &str) -> EventsBox {
 
 /// A box with `top` settings and `cameras`, its admin's writer and viewer tokens.
 fn events_box_of(top: &str, cameras: &str) -> EventsBox {
+    events_box_with(top, "stream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n", cameras)
+}
+
+/// [`events_box_of`] with its own `[retention]`.
+fn events_box_with(top: &str, retention: &str, cameras: &str) -> EventsBox {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    write_config(
-        dir.path(),
-        &format!(
-            "listen = \"127.0.0.1:{port}\"\n{top}\
-             [retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n{cameras}"
-        ),
-    );
+    write_config(dir.path(), &format!("listen = \"127.0.0.1:{port}\"\n{top}[retention]\n{retention}{cameras}"));
     let daemon = Daemon::start(dir.path());
     daemon.wait_log("web face listening", 1, Duration::from_secs(20));
     let admin = setup_admin(port);
     let writer = make_token(port, &admin, r#""events:write""#);
     let viewer = make_token(port, &admin, r#""view""#);
     let metrics = make_token(port, &admin, r#""metrics""#);
-    EventsBox { dir, port, daemon, writer, viewer, metrics }
+    let admin = make_token(port, &admin, r#""admin""#);
+    EventsBox { dir, port, daemon, writer, viewer, metrics, admin }
 }
 
 fn snapshot_files(data: &Path) -> usize {
@@ -465,7 +466,7 @@ fn an_acknowledged_events_footage_is_durable_at_once_whatever_the_flush_interval
         cam.url("/h264-long-gop"),
         cam.url("/h264")
     );
-    let EventsBox { dir: _dir, port, daemon: d, writer, viewer, metrics } =
+    let EventsBox { dir: _dir, port, daemon: d, writer, viewer, metrics, .. } =
         events_box_of("flush_interval_s = 60\n", &cameras);
     let stream = |name: &str, s: &str| sample(port, &metrics, &format!("{name}{{stream=\"{s}\"}}"));
     let up = wait_until(Duration::from_secs(20), || {
@@ -520,4 +521,84 @@ fn an_acknowledged_events_footage_is_durable_at_once_whatever_the_flush_interval
     let most = spell_ms / 2_000 + 1;
     eprintln!("storm: {flushes} early flushes of yard/main in {spell_ms} ms (at most {most})");
     assert!((2..=most).contains(&flushes), "{flushes} early flushes in {spell_ms} ms");
+}
+
+/// The footage an event says it has (`GET /api/events/{id}`).
+fn footage_of(port: u16, token: &str, id: u64) -> Value {
+    get_json(port, token, &format!("/api/events/{id}"))["footage"].clone()
+}
+
+#[test]
+fn an_events_footage_outlives_ordinary_retention_until_the_event_is_deleted() {
+    let clip = fixtures().join("h264.mp4");
+    let cameras = format!(
+        "[[cameras]]\nname = \"front\"\npre_roll_s = 1\npost_roll_s = 1\nkeep_event_footage_days = 1\n\
+         main = {{ url = \"file://{}\" }}\n",
+        clip.display()
+    );
+    // A 1 MiB cap: the 332 kbit/s clip fills it in about 25 s, in segments of 128 KiB.
+    let retention = "stream_max_bytes = \"1 MiB\"\ntotal_max_bytes = \"1 GiB\"\nheld_max_percent = 50\n";
+    let EventsBox { dir: _dir, port, daemon: mut d, writer, viewer, metrics, admin } =
+        events_box_with("flush_interval_s = 1\n", retention, &cameras);
+    let connected = || sample(port, &metrics, "keeppeek_stream_connected{stream=\"front/main\"}") == Some(1);
+    assert!(wait_until(Duration::from_secs(20), connected), "the camera connects: {}", d.log_text());
+    std::thread::sleep(Duration::from_secs(12));
+
+    // An event that asks for its footage (held a day), and one that does not, of a moment
+    // 9 s earlier: three segments apart.
+    let t1 = wall_us();
+    let t0 = t1 - 9_000_000;
+    let (code, held) = post_event(port, &writer, &format!(r#"{{"camera":"front","time_us":{t1}}}"#), None);
+    assert_eq!(code, 201, "{held}");
+    let envelope = format!(r#"{{"camera":"front","time_us":{t0},"record":false,"text":"just so"}}"#);
+    let (code, plain) = post_event(port, &writer, &envelope, None);
+    assert_eq!(code, 201, "{plain}");
+    let (held, plain) = (held["id"].as_u64().unwrap(), plain["id"].as_u64().unwrap());
+    let on_disk = wait_until(Duration::from_secs(10), || footage_of(port, &viewer, held)["state"] == "on_disk");
+    assert!(on_disk, "{}", footage_of(port, &viewer, held));
+    let f = footage_of(port, &viewer, held);
+    let day_us = 86_400_000_000;
+    let until = f["held_until_us"].as_i64().unwrap_or_else(|| panic!("held: {f}"));
+    assert!((until - (t1 + day_us)).abs() < 10_000_000, "held a day from its arrival: {f}");
+    let f = footage_of(port, &viewer, plain);
+    assert_eq!((f["state"].as_str(), f.get("held_until_us")), (Some("on_disk"), None), "{f}");
+
+    // Ordinary retention takes the unheld event's footage; the held one's stays.
+    let took = Instant::now();
+    let gone = wait_until(Duration::from_secs(120), || footage_of(port, &viewer, plain)["state"] == "gone");
+    assert!(gone, "retention never reached the event: {}", footage_of(port, &viewer, plain));
+    eprintln!("ordinary footage of the moment went {} s after the event", took.elapsed().as_secs());
+    assert_eq!(footage_of(port, &viewer, plain)["why"], "retention");
+    let f = footage_of(port, &viewer, held);
+    assert_eq!((f["state"].as_str(), f["held_until_us"].as_i64()), (Some("on_disk"), Some(until)), "{f}");
+    assert_eq!(get_bytes(port, &viewer, &format!("/api/events/{held}/keyframe")).0, 200);
+    assert!(sample(port, &metrics, "keeppeek_retention_held_recordings") >= Some(1));
+    // The one stream holds no more than its cap, the held share with it.
+    let stored = dir_bytes(&d.data().join("recordings/front"));
+    assert!(stored <= (1 << 20) + 3 * (128 << 10), "{stored} bytes");
+
+    // Deleting the event releases its hold: the footage goes to ordinary retention.
+    let auth = format!("Bearer {admin}");
+    let (code, _, body) = request(port, "DELETE", &format!("/api/events/{held}"), &[("authorization", &auth)], "");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"released_hold\":true"), "{body}");
+    let (code, _, _) = request(port, "GET", &format!("/api/events/{held}"), &[("authorization", &auth)], "");
+    assert_eq!(code, 404, "deleted");
+    let (code, _, _) = request(port, "DELETE", &format!("/api/events/{held}"), &[("authorization", &auth)], "");
+    assert_eq!(code, 404, "deleted once");
+    let runs = || {
+        let path = format!("/api/streams/front/main/recordings?from_us={}&to_us={}", t1 - 1, t1 + 1);
+        get_json(port, &viewer, &path)["runs"].as_array().unwrap().len()
+    };
+    assert!(wait_until(Duration::from_secs(60), || runs() == 0), "released footage goes: {}", d.log_text());
+    // An event of that moment now says why it has no footage.
+    let envelope = format!(r#"{{"camera":"front","time_us":{t1},"record":false}}"#);
+    let (_, late) = post_event(port, &writer, &envelope, None);
+    let f = footage_of(port, &viewer, late["id"].as_u64().unwrap());
+    assert_eq!((f["state"].as_str(), f["why"].as_str()), (Some("gone"), Some("retention")), "{f}");
+    assert_eq!(sample(port, &metrics, "keeppeek_retention_held_deleted_total"), Some(0));
+
+    d.stop();
+    let v = d.check();
+    assert!(v["problems"].as_array().unwrap().is_empty(), "{v}");
 }

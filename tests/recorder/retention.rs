@@ -99,6 +99,11 @@ fn a_full_filesystem_deletes_old_footage_and_recording_goes_on() {
     let end = recs.iter().map(|r| r["wall_end_us"].as_i64().unwrap()).max();
     let end = end.unwrap_or_else(|| panic!("no recording left at all; the daemon said:\n{}", d.log_text()));
     assert!(wall_us() - end < 4_000_000, "recording went on after the disk filled: {}", d.log_text());
+    // A catalog that met the full disk itself was opened again, not left refusing.
+    let log = d.log_text();
+    if log.contains("I/O error") {
+        assert!(log.contains("catalog opened again after an I/O error"), "{log}");
+    }
     let v = d.check();
     assert!(v["problems"].as_array().unwrap().is_empty(), "{v}");
 }

@@ -86,6 +86,7 @@ pub struct Policy {
     pub record: Option<String>,
     pub pre_roll_s: Option<u32>,
     pub post_roll_s: Option<u32>,
+    pub keep_event_footage_days: Option<u32>,
     /// Both streams' RTP transport.
     pub transport: Option<String>,
     /// How the sub stream records (where there is one); `null`: as the camera.
@@ -353,6 +354,7 @@ fn write_policy(t: &mut Table, p: &Policy) {
             record: p.record.clone(),
             pre_roll_s: p.pre_roll_s,
             post_roll_s: p.post_roll_s,
+            keep_event_footage_days: p.keep_event_footage_days,
             ..Default::default()
         },
     );

@@ -109,8 +109,13 @@ pub(super) async fn page_of_streams(ctx: &Ctx, parts: &Parts) -> Reply {
         .collect();
     // The filesystem the recordings are on: its size, what is free, and the reserve the
     // disk-full rule keeps.
-    let disk = crate::base::fs::disk_space(&ctx.services.data_dir)
-        .map(|d| json!({ "total_bytes": d.total_bytes, "free_bytes": d.free_bytes, "reserve_bytes": d.reserve_bytes }));
+    let held_bytes = ctx.services.flusher.held_bytes.load(std::sync::atomic::Ordering::Relaxed);
+    let disk = crate::base::fs::disk_space(&ctx.services.data_dir).map(|d| {
+        json!({
+            "total_bytes": d.total_bytes, "free_bytes": d.free_bytes, "reserve_bytes": d.reserve_bytes,
+            "held_bytes": held_bytes,
+        })
+    });
     reply::json(
         StatusCode::OK,
         json!({ "total": total, "offset": offset, "now_us": now_us, "rows": rows, "disk": disk }),

@@ -102,6 +102,10 @@ test('events reach a subscribed browser live, survive kill -9, are reviewed and 
   const item = page.locator('.event-card').first();
   assert.equal(await item.getAttribute('data-rev'), '20');
   await waitFor('the thumbnail', () => item.locator('img').evaluate((img) => img.complete && img.naturalWidth === 3840));
+  // Its footage outlived the kill -9, held against retention for the camera's 14 days.
+  assert.equal(await item.locator('.footage').getAttribute('data-footage'), 'held');
+  const until = new Date(Date.now() + 14 * 86400e3).toLocaleDateString([], { weekday: 'short', day: 'numeric', month: 'short' });
+  assert.equal(await item.locator('.footage').innerText(), `Footage kept until ${until}`);
 
   // A new event while the page is open arrives at the top, marked new.
   await post({ camera: 'porch', time_us: Date.now() * 1000, labels: ['cat'], score: 0.6, text: 'on the wall' }, 21);
@@ -150,6 +154,19 @@ test('events reach a subscribed browser live, survive kill -9, are reviewed and 
   assert.ok(position <= from + 600_000 && position >= from - 1_200_000,
     `plays from the keyframe at or before the pre-roll: ${(position - from) / 1e6} s from event - 3 s`);
   await page.screenshot({ path: join(shots, 'events-play.png') });
+
+  // An admin deletes the event: its page says its footage is held, asks first, and the
+  // list no longer has it (this is its page still, playing).
+  await page.locator('.meta .footage').waitFor();
+  assert.match(await page.locator('.meta .footage').innerText(), /^Footage kept until /);
+  await page.click('button:text-is("Delete event")');
+  await page.locator('dialog.confirm').waitFor();
+  assert.match(await page.locator('dialog.confirm p').innerText(), /no longer held/);
+  await page.click('dialog.confirm button:text-is("Delete")');
+  await page.locator('.event-card').first().waitFor();
+  assert.match(await page.locator('#message').innerText(), /Event deleted/);
+  assert.equal(await page.locator('.event-card[data-event="1"]').count(), 0);
+  assert.equal((await fetch(`${box.base}/api/events/1`, { headers: auth })).status, 404);
   assert.deepEqual(page.errors, []);
 });
 
@@ -195,6 +212,8 @@ test('the events list pages as it is scrolled, and filters by camera, time and w
     return (await cards.count()) === 60 && (await page.locator('.more').innerText()) === 'That is all.';
   });
   await page.click('.filters button.chip:has-text("Any time")');
+  // The list is drawn again for the new filter: type into the new one.
+  await page.locator('.filters button.chip[aria-pressed="true"]:has-text("Any time")').waitFor();
   await page.fill('.search input', 'fox');
   await page.press('.search input', 'Enter');
   await waitFor('the fox', async () => (await cards.count()) === 1 && /a fox at night/.test(await cards.first().innerText()));

@@ -1,11 +1,13 @@
 // Events: what analysis services reported, newest first, with their snapshots; filter chips
 // for camera, label and time and a word search; more as the list is scrolled; new events
-// arrive at the top while the page is open. #/events/12 is one event: its snapshot with
-// the boxes drawn, every revision, Play from the pre-roll and the clip to download.
-import { h } from '../lib/dom.js';
-import { get, say } from '../lib/api.js';
+// arrive at the top while the page is open. Each says what became of its footage: kept
+// (held against retention until a day), gone and why, or never recorded. #/events/12 is one
+// event: its snapshot with the boxes drawn, every revision, Play from the pre-roll, the clip
+// to download, and for an admin, Delete (which releases its footage's hold).
+import { h, confirmDialog } from '../lib/dom.js';
+import { get, say, request, session, sayThenGo } from '../lib/api.js';
 import { listCameras, streamOf } from '../lib/cameras.js';
-import { US, nowUs, ago, dateTime, time } from '../lib/format.js';
+import { US, nowUs, ago, dateTime, day, time } from '../lib/format.js';
 import { Player } from '../lib/player.js';
 import { icon } from '../lib/icons.js';
 
@@ -24,6 +26,27 @@ function picture(e, big = false) {
   return h('video', { src: e.keyframe, muted: true, preload: big ? 'auto' : 'metadata', 'aria-label': `Picture recorded at ${dateTime(e.time_us)}` });
 }
 
+const GONE = {
+  retention: 'deleted by retention', disk_full: 'deleted when the disk was full', deleted: 'deleted by an admin',
+  power_cut: 'lost in a power cut', write_error: 'lost: it could not be written',
+};
+
+// What became of an event's footage, in words, and a state for its badge.
+function footage(f) {
+  if (!f) return null;
+  if (f.state === 'on_disk') {
+    if (f.held_until_us) return ['held', `Footage kept until ${day(f.held_until_us)}`];
+    return ['kept', f.hold_lapsed ? 'Footage on disk; its hold lapsed (the held share was full)' : 'Footage on disk'];
+  }
+  if (f.state === 'gone') return ['gone', `Footage ${GONE[f.why] || 'gone'}`];
+  return ['none', 'Nothing recorded then'];
+}
+
+function footageBadge(f) {
+  const said = footage(f);
+  return said && h('span.footage', { 'data-footage': said[0] }, said[1]);
+}
+
 function summary(e) {
   const score = e.score ? ` ${Math.round(e.score * 100)}%` : '';
   return `${(e.labels || []).join(', ') || 'event'}${score}`;
@@ -37,7 +60,8 @@ function card(e, fresh) {
         h('strong', {}, summary(e)),
         h('span', {}, `${e.camera} · ${ago(e.time_us)}`),
         e.text ? h('span.muted', {}, e.text) : null,
-        e.rev > 1 ? h('span.muted', {}, `revision ${e.rev}`) : null)));
+        e.rev > 1 ? h('span.muted', {}, `revision ${e.rev}`) : null,
+        footageBadge(e.footage))));
 }
 
 async function list(view, query) {
@@ -200,15 +224,24 @@ async function detail(view, id) {
       h('dt', {}, 'What'), h('dd', {}, summary(r)),
       ...(r.text ? [h('dt', {}, 'Text'), h('dd', {}, r.text)] : []),
       h('dt', {}, 'From'), h('dd', {}, r.from || ''),
+      ...(data.footage ? [h('dt', {}, 'Footage'), h('dd', {}, footageBadge(data.footage))] : []),
       h('dt', {}, 'Revision'), h('dd', {}, `${r.rev} of ${revisions.length}, received ${time(r.received_us)}`));
     for (const b of revs.querySelectorAll('button')) b.setAttribute('aria-pressed', String(Number(b.dataset.rev) === r.rev));
   };
   revs.append(...revisions.map((r) => h('li', {}, h('button.chip', { type: 'button', 'data-rev': r.rev, onclick: () => showRev(r) },
     `${r.rev} · ${time(r.received_us)}`))));
   const clip = h('a.button', { href: `/api/streams/${latest.play.stream}/export.mp4?from_us=${from}&to_us=${to}`, download: '' }, 'Download clip');
+  const remove = session.role === 'admin' ? h('button.danger', { type: 'button', onclick: async () => {
+    const held = data.footage && data.footage.held_until_us;
+    const what = held ? ' Its footage is no longer held: ordinary retention takes it in turn.' : '';
+    if (!await confirmDialog('Delete this event?', `Every revision and snapshot goes.${what}`, 'Delete')) return;
+    const r = await request('DELETE', `/api/events/${encodeURIComponent(id)}`);
+    if (r.status === 200) sayThenGo('Event deleted.', '#/events');
+    else say((r.data && r.data.message) || `Deleting failed (${r.status}).`);
+  } }, 'Delete event') : null;
   view.append(h('div.page-head', {}, h('a.back', { href: '#/events', 'aria-label': 'Back to the events' }, icon('back')),
     h('h1', {}, `${summary(latest)} · ${latest.camera}`)),
-  h('div.event-detail', {}, stage, h('div.event-side', {}, h('div.toolbar', {}, play, clip), meta,
+  h('div.event-detail', {}, stage, h('div.event-side', {}, h('div.toolbar', {}, play, clip, remove), meta,
     h('h2', {}, 'Revisions'), revs)));
   showRev(latest);
   return () => { window.keeppeek.player = null; return player && player.destroy(); };

@@ -34,6 +34,9 @@ function cameraForm(camera, onDone, found) {
   const password = h('input', { name: 'password', type: 'password', autocomplete: 'new-password',
     placeholder: camera && camera.password === 'set' ? 'unchanged' : '' });
   const record = select('record', MODES, camera ? camera.record : 'continuous');
+  const keepDays = camera ? camera.keep_event_footage_days : 14;
+  const keep = h('input', { name: 'keep_event_footage_days', type: 'number', min: 0, max: 3650, required: true, inputMode: 'numeric',
+    value: String(keepDays) });
   const result = h('p.probe-result', { role: 'status' });
   const panel = h('div.plan-slot');
   const title = found ? `Add ${found.name || found.address}` : adding ? 'Add a camera' : `Change ${camera.name}`;
@@ -48,7 +51,8 @@ function cameraForm(camera, onDone, found) {
       field('Transport', transport),
       field('User name', username),
       field('Password', password, camera && camera.password === 'set' ? 'Leave empty to keep the current one.' : null),
-      field('Record', record)),
+      field('Record', record),
+      field('Days to keep event footage', keep, 'What each event shows is kept this long against ordinary retention. 0: not held.')),
     result,
     h('div.toolbar', {},
       found ? h('button', { type: 'button', onclick: () => readStreams() }, 'Read its streams') : null,
@@ -128,6 +132,7 @@ function cameraForm(camera, onDone, found) {
     if (password.value) set.password = password.value;
     else if (!user && camera && camera.password === 'set') set.password = null;
     if (adding || record.value !== camera.record) set.record = record.value;
+    if (Number(keep.value) !== keepDays) set.keep_event_footage_days = Number(keep.value);
     const change = adding ? { op: 'add_camera', name: name.value.trim(), set } : { op: 'change_camera', name: camera.name, set };
     const base = (await snapshot()).rev;
     const done = await review(panel, base, [change], form);

@@ -1,5 +1,6 @@
 // Settings → Recording: the same policy on several cameras at once (how they record, the
-// pre-roll and post-roll of event recordings, the transport, the sub streams), reviewed as
+// pre-roll and post-roll of event recordings, how long events' footage is kept, the
+// transport, the sub streams), reviewed as
 // a plan before it is applied. And the revisions of the settings: who changed what when,
 // each one a rollback away.
 import { h, field } from '../lib/dom.js';
@@ -20,6 +21,7 @@ export async function recordingSection(onApplied) {
   const record = select('record', [['continuous', 'Always'], ['events', 'Around events'], ['off', 'Live only']]);
   const pre = h('input', { name: 'pre_roll_s', type: 'number', min: 0, max: 60, placeholder: 'keep', inputMode: 'numeric' });
   const post = h('input', { name: 'post_roll_s', type: 'number', min: 0, max: 300, placeholder: 'keep', inputMode: 'numeric' });
+  const keep = h('input', { name: 'keep_event_footage_days', type: 'number', min: 0, max: 3650, placeholder: 'keep', inputMode: 'numeric' });
   const transport = select('transport', [['tcp', 'TCP'], ['udp', 'UDP']]);
   const sub = select('sub_record', [['continuous', 'Always'], ['events', 'Around events'], ['off', 'Not recorded']]);
   const panel = h('div.plan-slot');
@@ -27,6 +29,7 @@ export async function recordingSection(onApplied) {
   const form = h('form.bulk-form', { 'aria-label': 'Recording of several cameras' },
     h('fieldset', { name: 'cameras' }, h('legend', {}, 'Cameras'), ...boxes, all),
     h('div.form-grid', {}, field('Record', record), field('Seconds before an event', pre), field('Seconds after an event', post),
+      field('Days to keep event footage', keep, 'Held against ordinary retention, within the share set under Storage. 0: not held.'),
       field('Transport', transport), field('Sub streams', sub)),
     h('div.toolbar', {}, h('button.primary', { type: 'submit' }, 'Review the change')), panel);
   form.addEventListener('submit', async (e) => {
@@ -36,6 +39,7 @@ export async function recordingSection(onApplied) {
     if (record.value) set.record = record.value;
     if (pre.value !== '') set.pre_roll_s = Number(pre.value);
     if (post.value !== '') set.post_roll_s = Number(post.value);
+    if (keep.value !== '') set.keep_event_footage_days = Number(keep.value);
     if (transport.value) set.transport = transport.value;
     if (sub.value) set.sub_record = sub.value;
     const base = (await snapshot()).rev;

@@ -39,11 +39,15 @@ export async function storageSection(onApplied) {
     defaultValue: inGb(caps.stream_max_bytes) });
   const totalCap = h('input', { name: 'retention.total_max_bytes', type: 'number', min: 0.001, step: 'any', required: true,
     defaultValue: inGb(caps.total_max_bytes) });
+  const heldShare = h('input', { name: 'retention.held_max_percent', type: 'number', min: 0, max: 90, step: 1, required: true,
+    defaultValue: String(caps.held_max_percent), inputMode: 'numeric' });
   const panel = h('div.plan-slot');
   const form = h('form.caps-form', { 'aria-label': 'Retention caps' },
     h('div.form-grid', {},
       field('Each stream keeps at most (GB)', streamCap, `Now ${inGb(caps.stream_max_bytes)} GB. A stream’s oldest footage goes past it.`),
-      field('All recordings at most (GB)', totalCap, `Now ${inGb(caps.total_max_bytes)} GB. The oldest footage of any stream goes past it.`)),
+      field('All recordings at most (GB)', totalCap, `Now ${inGb(caps.total_max_bytes)} GB. The oldest footage of any stream goes past it.`),
+      field('Events may hold (% of a stream’s cap)', heldShare,
+        `Now ${caps.held_max_percent} %${disk ? `, ${bytes(disk.held_bytes || 0)} held` : ''}. Event footage goes last; past this share the oldest holds lapse.`)),
     h('div.toolbar', {}, h('button.primary', { type: 'submit' }, 'Review the change')),
     panel);
   form.addEventListener('submit', async (e) => {
@@ -53,6 +57,7 @@ export async function storageSection(onApplied) {
     for (const input of [streamCap, totalCap]) {
       if (input.value !== input.defaultValue) changes.push({ op: 'set', key: input.name, value: Math.round(Number(input.value) * GB) });
     }
+    if (heldShare.value !== heldShare.defaultValue) changes.push({ op: 'set', key: heldShare.name, value: Number(heldShare.value) });
     if (!changes.length) {
       panel.replaceChildren(h('p.muted', {}, 'Nothing changed.'));
       return;

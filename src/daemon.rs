@@ -243,6 +243,7 @@ pub async fn start(
             cameras,
             recorder: running.recorder.handle(),
             flusher: running.recorder.flusher_stats.clone(),
+            wear: running.recorder.wear.clone(),
             preroll: running.recorder.preroll.clone(),
             pools: running.recorder.pools(&events, &running.gop_pool, webrtc.as_ref().map(|w| &w.send_pool)),
             events,

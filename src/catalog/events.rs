@@ -261,6 +261,8 @@ impl Catalog {
     pub fn put_events(&self, records: &[EventRecord]) -> Result<(), CatalogError> {
         let mut txn = self.db()?.begin_write().storage()?;
         txn.set_durability(Durability::Immediate).storage()?;
+        // Write transactions take turns: what the file gets from here to the commit is this one's.
+        let before = self.writes.bytes();
         for r in records {
             let mut events = txn.open_table(EVENTS).storage()?;
             let old = events.get(r.id).storage()?.map(|v| EventRecord::decode(v.value())).transpose()?;
@@ -294,7 +296,10 @@ impl Catalog {
             }
             index(&txn, r)?;
         }
-        txn.commit().storage()
+        txn.commit().storage()?;
+        let wrote = self.writes.bytes().saturating_sub(before);
+        self.writes.event_bytes.fetch_add(wrote, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Events kept and the bytes of their snapshots.

@@ -27,6 +27,7 @@ pub mod events;
 pub mod losses;
 pub mod rows;
 mod runs;
+pub mod wear;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -143,18 +144,29 @@ pub struct Catalog {
     path: PathBuf,
     /// Times the catalog was opened again after an I/O error.
     pub reopens: AtomicU64,
+    /// What it wrote to its file, for the flash wear report.
+    pub writes: Arc<wear::CatalogWrites>,
 }
 
-fn open_db(path: &Path) -> Result<Database, CatalogError> {
-    Database::builder().set_cache_size(limits::CATALOG_CACHE_BYTES).create(path).storage()
+fn open_db(path: &Path, writes: &Arc<wear::CatalogWrites>) -> Result<Database, CatalogError> {
+    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path);
+    let file = file.map_err(|e| CatalogError::Storage(redb::Error::Io(e)))?;
+    let backend = wear::Counted::new(file, writes.clone()).storage()?;
+    Database::builder().set_cache_size(limits::CATALOG_CACHE_BYTES).create_with_backend(backend).storage()
 }
 
 impl Catalog {
     /// Opens (or creates) the catalog file, with the page cache bounded by
     /// [`limits::CATALOG_CACHE_BYTES`]. After an unclean shutdown redb repairs the file here.
     pub fn open(path: &Path) -> Result<Catalog, CatalogError> {
-        let db = open_db(path)?;
-        let me = Catalog { db: RwLock::new(Some(Arc::new(db))), path: path.to_path_buf(), reopens: AtomicU64::new(0) };
+        let writes = Arc::default();
+        let db = open_db(path, &writes)?;
+        let me = Catalog {
+            db: RwLock::new(Some(Arc::new(db))),
+            path: path.to_path_buf(),
+            reopens: AtomicU64::new(0),
+            writes,
+        };
         me.init_schema()?;
         Ok(me)
     }
@@ -194,7 +206,7 @@ impl Catalog {
             // It failed with I/O already; closing only releases the file.
             let _ = db.close();
         }
-        let db = open_db(&self.path)?;
+        let db = open_db(&self.path, &self.writes)?;
         *slot = Some(Arc::new(db));
         self.reopens.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -662,6 +674,11 @@ mod tests {
         let id = cat.stream_id(&key).unwrap();
         cat.reopen().unwrap();
         assert_eq!(cat.stream_id(&key).unwrap(), id, "the rows are there");
+        // What the catalog wrote and synced is counted, across the reopen.
+        let (bytes, syncs) = (cat.writes.bytes(), cat.writes.syncs.load(Ordering::Relaxed));
+        assert!(bytes >= 4096 && syncs >= 1, "{bytes} bytes, {syncs} syncs");
+        cat.stream_id(&StreamKey::new("yard", crate::base::StreamKind::Main)).unwrap();
+        assert!(cat.writes.bytes() > bytes, "a commit writes pages");
         assert_eq!(cat.reopens.load(Ordering::Relaxed), 1);
         // An operation under way holds the database: reopening waits for it, then gives up.
         let held = cat.db().unwrap();
@@ -671,7 +688,7 @@ mod tests {
         assert!(!cat.is_closed(), "left as it was");
         drop(held);
         cat.reopen().unwrap();
-        assert_eq!(cat.streams().unwrap().len(), 1);
+        assert_eq!(cat.streams().unwrap().len(), 2);
     }
     use crate::base::StreamKind;
 

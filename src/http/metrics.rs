@@ -240,6 +240,35 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
         ] {
             family(&mut out, name, "counter", help, &one(load(v)));
         }
+        let w = &services.wear;
+        let written = [
+            ("recording", w.recording_bytes.load(std::sync::atomic::Ordering::Relaxed)),
+            ("catalog", services.catalog.writes.bytes()),
+            ("event_snapshots", services.events.stats.snapshot_bytes.load(std::sync::atomic::Ordering::Relaxed)),
+        ];
+        let samples: Vec<(String, u64)> = written.iter().map(|(what, b)| (format!("what=\"{what}\""), *b)).collect();
+        family(
+            &mut out,
+            "keeppeek_written_bytes_total",
+            "counter",
+            "Bytes written to the disk, by what wrote them.",
+            &samples,
+        );
+        for (name, help, v) in [
+            ("keeppeek_catalog_syncs_total", "Syncs the catalog asked of its file.", &services.catalog.writes.syncs),
+            (
+                "keeppeek_catalog_event_bytes_total",
+                "Catalog bytes written storing events.",
+                &services.catalog.writes.event_bytes,
+            ),
+            (
+                "keeppeek_catalog_early_flush_bytes_total",
+                "Catalog bytes written by early flushes for events.",
+                &f.early_flush_bytes,
+            ),
+        ] {
+            family(&mut out, name, "counter", help, &one(load(v)));
+        }
         family(
             &mut out,
             "keeppeek_catalog_reopens_total",

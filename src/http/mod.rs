@@ -102,6 +102,8 @@ pub struct Services {
     pub recorder: crate::record::RecorderHandle,
     /// The catalog writer's counters.
     pub flusher: Arc<crate::record::flusher::FlusherStats>,
+    /// What the recorders wrote, for the flash wear report.
+    pub wear: Arc<crate::record::Wear>,
     /// Pre-roll history across every stream.
     pub preroll: Arc<crate::preroll::HistoryPool>,
     /// The byte pools shared buffers hold their memory in, by name, for `/metrics`.
@@ -159,6 +161,7 @@ impl Services {
         Ok(Services {
             recorder: recorder.handle(),
             flusher: recorder.flusher_stats.clone(),
+            wear: recorder.wear.clone(),
             preroll: recorder.preroll.clone(),
             pools: recorder.pools(&events, &crate::live::gop_pool(), None),
             events,

@@ -24,7 +24,42 @@ fn query_flag(parts: &Parts, name: &str) -> bool {
 }
 
 pub(super) fn status(ctx: &Ctx) -> Reply {
-    json(StatusCode::OK, ctx.services.system.status())
+    let mut status = ctx.services.system.status();
+    if let Some(o) = status.as_object_mut() {
+        o.insert("wear".into(), wear(&ctx.services));
+    }
+    json(StatusCode::OK, status)
+}
+
+/// Bytes written to flash since keeppeek started, by what wrote them, and as much a day at
+/// that pace: the recordings, the catalog (with what storing events and the early flushes
+/// for events took of it) and the events' snapshots.
+pub(super) fn wear(services: &super::Services) -> serde_json::Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    let uptime_us = crate::clock::Clocks::mono_us(&crate::clock::RealClocks) - services.wear.started_mono_us;
+    let recording = services.wear.recording_bytes.load(Relaxed);
+    let catalog = services.catalog.writes.bytes();
+    let snapshots = services.events.stats.snapshot_bytes.load(Relaxed);
+    let early = services.flusher.early_flush_bytes.load(Relaxed);
+    let total = recording + catalog + snapshots;
+    let per_day = |b: u64| (b as f64 * 86_400e6 / uptime_us.max(1) as f64) as u64;
+    serde_json::json!({
+        "since_us": uptime_us,
+        "recording_bytes": recording,
+        "catalog_bytes": catalog,
+        "catalog_syncs": services.catalog.writes.syncs.load(Relaxed),
+        "event_catalog_bytes": services.catalog.writes.event_bytes.load(Relaxed),
+        "event_snapshot_bytes": snapshots,
+        "early_flushes": services.flusher.early_flushes.load(Relaxed),
+        "early_flush_bytes": early,
+        "early_flush_share": if total > 0 { early as f64 / total as f64 } else { 0.0 },
+        "per_day": {
+            "recording_bytes": per_day(recording),
+            "catalog_bytes": per_day(catalog),
+            "event_snapshot_bytes": per_day(snapshots),
+            "total_bytes": per_day(total),
+        },
+    })
 }
 
 /// Reads an upload as a blocking `Read` fed by the async side through a bounded channel.

@@ -77,6 +77,8 @@ pub struct FlusherStats {
     pub held_bytes: AtomicU64,
     /// Recordings deleted while events held them (the disk's reserve, or the total cap).
     pub held_deleted: AtomicU64,
+    /// Catalog bytes written by the early flushes (their commits).
+    pub early_flush_bytes: AtomicU64,
 }
 
 pub struct Flusher {
@@ -308,7 +310,10 @@ impl Flusher {
             }
             ToFlusher::Durable => {
                 self.stats.early_flushes.fetch_add(1, Ordering::Relaxed);
+                let before = self.catalog.writes.bytes();
                 self.flush();
+                let wrote = self.catalog.writes.bytes().saturating_sub(before);
+                self.stats.early_flush_bytes.fetch_add(wrote, Ordering::Relaxed);
             }
             ToFlusher::SetCaps(caps) => {
                 info!(

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use crate::base::BytePool;
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tracing::{info, warn};
 
@@ -80,6 +80,17 @@ pub struct RecordingWatch {
     pub admission: Arc<AdmissionStats>,
     /// The pre-roll history's counters, when there is a history.
     pub history: Option<Arc<HistoryStats>>,
+}
+
+/// Bytes written to flash since the recorder started, by what wrote them, for the flash wear
+/// report (`/metrics`, the System page). Monotonic across cameras starting and stopping. The
+/// catalog counts its own ([`crate::catalog::wear::CatalogWrites`]).
+#[derive(Debug, Default)]
+pub struct Wear {
+    /// Video and audio: every fragment written to a segment file.
+    pub recording_bytes: AtomicU64,
+    /// When the recorder started (monotonic µs).
+    pub started_mono_us: i64,
 }
 
 /// The footage an event of a camera holds, and for how long: the camera's pre-roll before
@@ -141,6 +152,8 @@ pub struct Recorder {
     pub flusher_stats: Arc<FlusherStats>,
     /// What events hold against retention (the intake adds, the flusher keeps).
     pub holds: Arc<holds::Holds>,
+    /// What the recorders wrote.
+    pub wear: Arc<Wear>,
     /// Bytes of pre-roll history across every stream.
     pub preroll: Arc<HistoryPool>,
     /// Bytes queued from ingest across every stream.
@@ -226,6 +239,7 @@ impl Recorder {
     pub fn start(config: &Config, catalog: Arc<Catalog>, clocks: SharedClocks) -> Result<Recorder, CatalogError> {
         let data_dir: PathBuf = config.data_dir.clone();
         let holds = Arc::new(holds::Holds::new(catalog.event_holds(None, clocks.wall_us())?));
+        let wear = Arc::new(Wear { started_mono_us: clocks.mono_us(), ..Wear::default() });
         let f = flusher::Flusher::new(
             catalog,
             data_dir.clone(),
@@ -247,6 +261,7 @@ impl Recorder {
             streams: Vec::new(),
             flusher_stats,
             holds,
+            wear,
             preroll: Arc::new(HistoryPool::new(config.preroll.total_max_bytes as usize)),
             ingest_pool: BytePool::shared(config.ingest_pool_bytes()),
             data_dir,
@@ -296,7 +311,8 @@ impl Recorder {
                 self.flusher_tx.clone(),
                 fragmenter::Fragmenter::new(self.bounds, self.require_sane_clock),
             )
-            .with_live(live(&key));
+            .with_live(live(&key))
+            .with_wear(self.wear.clone());
             let admission = admission_for(camera, mode, self.history_shares.of(camera, key.kind), &self.preroll);
             let watch = RecordingWatch {
                 mode,

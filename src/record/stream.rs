@@ -125,6 +125,8 @@ pub struct StreamRecorder {
     /// The stream's live fanout: told where each written frame is, so its held GOP need
     /// not keep the frame in RAM.
     live: Option<Arc<Fanout>>,
+    /// The box's count of bytes recorded.
+    wear: Arc<super::Wear>,
     /// Frames of the open fragment taken this turn, written together at its end (or before
     /// anything else is written, or when the batch's ceilings are reached).
     unwritten: Vec<Frame>,
@@ -167,6 +169,7 @@ impl StreamRecorder {
             events: Vec::new(),
             header_buf: fmp4::fragment_header_buffer(),
             live: None,
+            wear: Arc::default(),
             unwritten: Vec::new(),
             unwritten_bytes: 0,
             durable: Durable::default(),
@@ -176,6 +179,12 @@ impl StreamRecorder {
     /// Tells `live` (the stream's fanout) where each frame is once written.
     pub fn with_live(mut self, live: Option<Arc<Fanout>>) -> Self {
         self.live = live;
+        self
+    }
+
+    /// Counts what it writes in the box's flash wear report.
+    pub fn with_wear(mut self, wear: Arc<super::Wear>) -> Self {
+        self.wear = wear;
         self
     }
 
@@ -550,6 +559,7 @@ impl StreamRecorder {
         r.fragments += 1;
         self.stats.fragments_written.fetch_add(1, Ordering::Relaxed);
         self.stats.bytes_written.fetch_add(row.end_byte - row.start_byte, Ordering::Relaxed);
+        self.wear.recording_bytes.fetch_add(row.end_byte - row.start_byte, Ordering::Relaxed);
         let sequence = r.fragments;
         let msg = ToFlusher::Fragment { rec_id: seg.rec_id, sequence, row, keyframes, recording: r.clone() };
         if self.flusher.send(msg).is_err() {

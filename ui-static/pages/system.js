@@ -1,9 +1,9 @@
 // System: the firmware (both slots, the version running, the last update), installing an
-// update with its upload's progress, the support bundle, restart and factory reset, each
-// destructive step confirmed first.
+// update with its upload's progress, what the box writes to its disk (flash wears with it),
+// the support bundle, restart and factory reset, each destructive step confirmed first.
 import { h, confirmDialog } from '../lib/dom.js';
 import { get, request, upload, say } from '../lib/api.js';
-import { bytes } from '../lib/format.js';
+import { bytes, duration, percent } from '../lib/format.js';
 
 function facts(s) {
   const dl = h('dl.facts', { id: 'system-status' });
@@ -24,6 +24,21 @@ function facts(s) {
   row('Last update', u ? `${u.result}: ${u.version || ''} ${u.detail}` : 'none');
   if (s.update_key === 'development') row('Update key', 'development key: anyone with the source can sign updates');
   return dl;
+}
+
+// Bytes written since keeppeek started, by what wrote them, and a day's worth at that pace.
+function wearSection(w) {
+  const dl = h('dl.facts', { id: 'wear' });
+  const row = (k, total, day) => dl.append(h('dt', {}, k), h('dd', {}, `${bytes(total)}${day === undefined ? '' : ` · about ${bytes(day)} a day`}`));
+  row('Recordings', w.recording_bytes, w.per_day.recording_bytes);
+  row('Catalog', w.catalog_bytes, w.per_day.catalog_bytes);
+  row('Event snapshots', w.event_snapshot_bytes, w.per_day.event_snapshot_bytes);
+  row('In all', w.recording_bytes + w.catalog_bytes + w.event_snapshot_bytes, w.per_day.total_bytes);
+  dl.append(h('dt', {}, 'For events'), h('dd', {},
+    `${w.early_flushes} early ${w.early_flushes === 1 ? 'save' : 'saves'} of their footage: ${bytes(w.early_flush_bytes)}, ${percent(w.early_flush_share)} of all writes; `
+    + `storing the events: ${bytes(w.event_catalog_bytes)} of the catalog’s`));
+  return h('section.card', { 'aria-labelledby': 'wear-title' }, h('h2', { id: 'wear-title' }, 'Disk writes'),
+    h('p.muted', {}, `Since KeepPeek started ${duration(w.since_us)} ago. An SD card or eMMC wears with what is written to it.`), dl);
 }
 
 function updateSection() {
@@ -84,6 +99,7 @@ async function mount(view) {
   if (s.config_problem) say(s.config_problem);
   view.append(h('div.page-head', {}, h('h1', {}, 'System')),
     h('div.cards', {}, h('section.card', { 'aria-labelledby': 'firmware-title' }, h('h2', { id: 'firmware-title' }, 'Firmware'), facts(s)),
+      s.wear ? wearSection(s.wear) : null,
       s.firmware ? updateSection() : null, maintenanceSection(Boolean(s.firmware))));
   return null;
 }

@@ -17,6 +17,13 @@
 //!    events: resolve-only (event → keyframe place, catalog alone) and resolve+read (the
 //!    one-frame MP4 from the file), at concurrency 1, 8 and 32; throughput and latency
 //!    percentiles; every lookup checked against the model the catalog was built from.
+//! 4. An event's footage made durable: a real recorder and flusher (flush interval 10 s, 2 s
+//!    in smoke) recording a 4 Mbit/s stream to files, events published through the intake:
+//!    time from each event's answer until the catalog resolves its keyframe (p50/p95);
+//!    baseline: a moment with no event, until the interval's flush covers it. And the extra
+//!    bytes written per event (recording and catalog, the event's own commit aside) against a
+//!    quiet spell of the same length, beside one fragment header and one interval commit.
+//!    Goal: p95 ≤ 1 s; at most one fragment header and one catalog commit per event.
 //!
 //! Reports: `target/bench/events.json`, `target/bench/events.md`.
 //! `cargo bench --bench events`             the full run
@@ -610,7 +617,223 @@ fn markdown(r: &Value) -> String {
             lat["p99"].as_f64().unwrap(),
         );
     }
+    let d = &r["durability"];
+    let _ = write!(
+        md,
+        "\n### An event's footage made durable: flush interval {} s, {} events (ms p50 / p95)\n\n| | ms p50 / p95 |\n| --- | --- |\n\
+         | a moment with no event, until the interval's flush (baseline) | {} |\n| an event, from its answer | {} |\n\n\
+         Baseline ÷ event p50: {:.1}; event p95 ÷ goal (1 s): {:.2}. {} early flushes.\n\n\
+         | extra writes per event | | beside |\n| --- | --- | --- |\n\
+         | recording: {:.2} more fragments | {:.0} B | a fragment header: {:.0} B |\n\
+         | catalog, net (the event's own commit, {:.0} B, aside) | {:.0} B | an interval commit: {:.0} B |\n\
+         | catalog, the early flushes' commits | {:.0} B | |\n",
+        d["flush_interval_s"],
+        d["events"],
+        ms(&d["baseline_ms"]),
+        ms(&d["durable_ms"]),
+        d["baseline_over_durable_p50"].as_f64().unwrap(),
+        d["durable_p95_over_goal"].as_f64().unwrap(),
+        d["early_flushes"],
+        d["extra_fragments_per_event"].as_f64().unwrap(),
+        d["extra_recording_bytes_per_event"].as_f64().unwrap(),
+        d["fragment_header_bytes"].as_f64().unwrap(),
+        d["event_commit_bytes"].as_f64().unwrap(),
+        d["extra_catalog_bytes_per_event"].as_f64().unwrap(),
+        d["interval_commit_bytes"].as_f64().unwrap(),
+        d["early_flush_catalog_bytes_per_event"].as_f64().unwrap(),
+    );
     md
+}
+
+// ---- part 4: an event's footage made durable ----
+
+const DURABLE_CAMERA: &str = "bench";
+const FPS: i64 = 25;
+/// 4 Mbit/s at 25 fps, a keyframe each second five times a delta frame.
+const DELTA_BYTES: usize = 18_000;
+const KEY_BYTES: usize = 90_000;
+
+/// A length-prefixed NAL unit of `bytes`.
+fn nal(bytes: usize, key: bool) -> Bytes {
+    let mut d = Vec::with_capacity(bytes);
+    d.extend_from_slice(&(bytes as u32 - 4).to_be_bytes());
+    d.push(if key { 0x65 } else { 0x41 });
+    d.resize(bytes, 0x5a);
+    d.into()
+}
+
+/// Written so far: [recording bytes, catalog bytes, the events' own catalog commits' bytes,
+/// interval commits, early flushes, the early flushes' catalog bytes, fragments].
+fn written(
+    recorder: &keeppeek::record::Recorder,
+    catalog: &Catalog,
+    stream: &keeppeek::record::RecorderStats,
+) -> [u64; 7] {
+    let f = &recorder.flusher_stats;
+    let early = f.early_flushes.load(Ordering::Relaxed);
+    [
+        recorder.wear.recording_bytes.load(Ordering::Relaxed),
+        catalog.writes.bytes(),
+        catalog.writes.event_bytes.load(Ordering::Relaxed),
+        f.commits.load(Ordering::Relaxed) - early,
+        early,
+        f.early_flush_bytes.load(Ordering::Relaxed),
+        stream.fragments_written.load(Ordering::Relaxed),
+    ]
+}
+
+/// Moments (wall µs) and since when each was waited for; set to how long, in ms, once the
+/// catalog resolves a keyframe at or before it.
+type Moments = Vec<(i64, Instant, Option<f64>)>;
+
+/// Looks once at every moment still waited for.
+fn look(catalog: &Catalog, moments: &mut Moments) {
+    for (at_us, since, took) in moments.iter_mut().filter(|m| m.2.is_none()) {
+        if keyframe::find(catalog, DURABLE_CAMERA, *at_us).unwrap().is_some() {
+            *took = Some(since.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+}
+
+/// Looks every 2 ms until every moment is durable; the times, ms.
+fn until_durable(catalog: &Catalog, mut moments: Moments) -> Vec<f64> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while moments.iter().any(|m| m.2.is_none()) {
+        assert!(Instant::now() < deadline, "footage never became durable");
+        look(catalog, &mut moments);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    moments.into_iter().filter_map(|m| m.2).collect()
+}
+
+/// The camera: 25 fps in real time on its own thread until `stop`; returns the frames sent.
+fn feed(
+    mut sender: keeppeek::record::queue::FrameSender,
+    clocks: keeppeek::clock::SharedClocks,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<i64> {
+    std::thread::spawn(move || {
+        let (key, delta, params) = (nal(KEY_BYTES, true), nal(DELTA_BYTES, false), Arc::new(bench_params()));
+        let start = Instant::now();
+        let mut n = 0i64;
+        while !stop.load(Ordering::Relaxed) {
+            let is_key = n % FPS == 0;
+            let frame = Frame {
+                pts_90k: n * 90_000 / FPS,
+                received_mono_us: clocks.mono_us(),
+                received_wall_us: clocks.wall_us(),
+                is_key,
+                data: if is_key { key.clone() } else { delta.clone() },
+                params: params.clone(),
+                audio: None,
+            };
+            assert!(sender.send(frame), "the recorder keeps up");
+            n += 1;
+            let due = Duration::from_micros((n * 1_000_000 / FPS) as u64);
+            std::thread::sleep(due.saturating_sub(start.elapsed()));
+        }
+        n
+    })
+}
+
+fn durability(work: &Path, smoke: bool) -> Value {
+    let dir = work.join("durability");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let interval_s = if smoke { 2 } else { 10 };
+    let n = if smoke { 4 } else { 24 };
+    let mut config = keeppeek::config::Config::demo(dir.clone(), "127.0.0.1:0".parse().unwrap());
+    config.flush_interval_s = interval_s;
+    config.retention.stream_max_bytes = u64::MAX / 4;
+    config.retention.total_max_bytes = u64::MAX / 4;
+    config.cameras[0].name = DURABLE_CAMERA.into();
+    config.cameras[0].frame_max_bytes = 1 << 20;
+    // A short post-roll: its own early flush comes 2 s (EVENT_FLUSH_MIN_INTERVAL_MS) after
+    // the event's, before the next event.
+    config.cameras[0].post_roll_ms = 1_000;
+    let catalog = Arc::new(Catalog::open(&dir.join("catalog.redb")).unwrap());
+    let clocks = keeppeek::clock::RealClocks::shared();
+    let mut recorder = keeppeek::record::Recorder::start(&config, catalog.clone(), clocks.clone()).unwrap();
+    let stream = recorder.start_camera(&config.cameras[0], &catalog, |_| None).unwrap().remove(0);
+    let cameras = Arc::new(Cameras::default());
+    let live = Arc::new(Fanout::new(keeppeek::live::gop_pool()));
+    let recording = Some(stream.watch.clone());
+    cameras.add([RunningStream { key: stream.key.clone(), state: Arc::default(), recording, live }]);
+    let holds = recorder.holds.clone();
+    let events = Events::new(catalog.clone(), dir.clone(), cameras, None, u64::MAX, clocks.clone(), holds);
+    let stats = stream.watch.stats.clone();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let feeder = feed(stream.sender, clocks.clone(), stop.clone());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let wall = || keeppeek::clock::Clocks::wall_us(&*clocks);
+    // Settle: the first segment and a flush.
+    std::thread::sleep(Duration::from_secs(interval_s + 1));
+
+    // Spaced past two EVENT_FLUSH_MIN_INTERVAL_MS (the event's early flush and its
+    // post-roll's), so each event is its own: one nearer waits for the spacing, as a storm's do.
+    let spacing = Duration::from_millis(2 * keeppeek::limits::EVENT_FLUSH_MIN_INTERVAL_MS + 500);
+    // Quiet: moments with no event, each until the interval's flush covers it.
+    let q0 = (Instant::now(), written(&recorder, &catalog, &stats));
+    let mut quiet: Moments = Vec::new();
+    while quiet.len() < n {
+        if quiet.last().is_none_or(|m| m.1.elapsed() >= spacing) {
+            quiet.push((wall(), Instant::now(), None));
+        }
+        look(&catalog, &mut quiet);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::thread::sleep(spacing.saturating_sub(quiet.last().unwrap().1.elapsed()));
+    let q1 = (Instant::now(), written(&recorder, &catalog, &stats));
+    let baseline = until_durable(&catalog, quiet);
+
+    // Events: each published, then until its keyframe resolves.
+    let e0 = (Instant::now(), written(&recorder, &catalog, &stats));
+    let mut durable = Vec::new();
+    for i in 0..n {
+        let started = Instant::now();
+        let at = wall();
+        let envelope = format!(r#"{{"camera":"{DURABLE_CAMERA}","time_us":{at},"labels":["bench"],"id":"d{i}"}}"#);
+        rt.block_on(events.publish("token:1", envelope.as_bytes(), None)).unwrap();
+        durable.extend(until_durable(&catalog, vec![(at, Instant::now(), None)]));
+        std::thread::sleep(spacing.saturating_sub(started.elapsed()));
+    }
+    let e1 = (Instant::now(), written(&recorder, &catalog, &stats));
+    stop.store(true, Ordering::Relaxed);
+    let frames = feeder.join().unwrap();
+    recorder.shutdown();
+
+    // Counts a second in each spell; the events' spell less the quiet one's, per event.
+    type Mark = (Instant, [u64; 7]);
+    let rate = |(t0, w0): Mark, (t1, w1): Mark, i: usize| (w1[i] - w0[i]) as f64 / (t1 - t0).as_secs_f64();
+    let events_s = (e1.0 - e0.0).as_secs_f64();
+    let commit_bytes = (q1.1[1] - q0.1[1]) as f64 / ((q1.1[3] - q0.1[3]) as f64).max(1.0);
+    let event_commits = (e1.1[2] - e0.1[2]) as f64;
+    let extra_catalog = ((rate(e0, e1, 1) - rate(q0, q1, 1)) * events_s - event_commits) / n as f64;
+    let early_bytes = (e1.1[5] - e0.1[5]) as f64 / n as f64;
+    let extra_fragments = (rate(e0, e1, 6) - rate(q0, q1, 6)) * events_s / n as f64;
+    // A fragment's header: what the files hold beyond the frames, per fragment, over the run.
+    let keys = (frames + FPS - 1) / FPS;
+    let payload = keys as u64 * KEY_BYTES as u64 + (frames - keys) as u64 * DELTA_BYTES as u64;
+    let recorded = stats.bytes_written.load(Ordering::Relaxed);
+    let header_bytes = recorded.saturating_sub(payload) as f64 / stats.fragments_written.load(Ordering::Relaxed) as f64;
+    let (b, d) = (percentiles(baseline), percentiles(durable));
+    json!({
+        "flush_interval_s": interval_s,
+        "events": n,
+        "frames": frames,
+        "baseline_over_durable_p50": b["p50"].as_f64().unwrap() / d["p50"].as_f64().unwrap().max(0.001),
+        "durable_p95_over_goal": d["p95"].as_f64().unwrap() / 1000.0,
+        "baseline_ms": b,
+        "durable_ms": d,
+        "early_flushes": e1.1[4] - e0.1[4],
+        "extra_fragments_per_event": extra_fragments,
+        "extra_recording_bytes_per_event": extra_fragments * header_bytes,
+        "extra_catalog_bytes_per_event": extra_catalog,
+        "early_flush_catalog_bytes_per_event": early_bytes,
+        "event_commit_bytes": event_commits / n as f64,
+        "fragment_header_bytes": header_bytes,
+        "interval_commit_bytes": commit_bytes,
+    })
 }
 
 fn main() {
@@ -622,6 +845,7 @@ fn main() {
         "admission": admission(smoke),
         "publication": publication(&work, smoke),
         "lookup": lookup(&work, smoke),
+        "durability": durability(&work, smoke),
     });
     let out = repo().join("target/bench");
     std::fs::write(out.join("events.json"), serde_json::to_string_pretty(&report).unwrap()).unwrap();

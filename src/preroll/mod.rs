@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 use crate::limits;
 use crate::media::Frame;
@@ -326,7 +326,9 @@ pub struct Trigger {
     pub fired: AtomicU64,
     /// The camera's post-roll: how long after an event its footage is flushed again.
     post_roll_us: i64,
-    durable_now: AtomicBool,
+    /// The latest moment (monotonic µs) of the events acknowledged since the recorder last
+    /// took an ask, `i64::MIN` for none: the first frame received past it is the cut.
+    durable_past_mono_us: AtomicI64,
     /// When the last event's post-roll ends (monotonic µs), `i64::MIN` for none.
     durable_at_mono_us: AtomicI64,
 }
@@ -345,7 +347,7 @@ impl Trigger {
             last_mono_us: AtomicI64::new(i64::MIN),
             fired: AtomicU64::new(0),
             post_roll_us: i64::from(post_roll_ms) * 1000,
-            durable_now: AtomicBool::new(false),
+            durable_past_mono_us: AtomicI64::new(i64::MIN),
             durable_at_mono_us: AtomicI64::new(i64::MIN),
         }
     }
@@ -354,13 +356,18 @@ impl Trigger {
     /// made durable at once, and again once its post-roll is written.
     pub fn ask_durable(&self, mono_us: i64) {
         self.durable_at_mono_us.fetch_max(mono_us.saturating_add(self.post_roll_us), Ordering::AcqRel);
-        self.durable_now.store(true, Ordering::Release);
+        self.durable_past_mono_us.fetch_max(mono_us, Ordering::AcqRel);
     }
 
     /// Whether an event asks for the footage to be made durable, at a frame received at
-    /// `now_mono_us`: one just acknowledged, or the end of a post-roll reached.
+    /// `now_mono_us`: the first frame past an acknowledged event's moment (frames still
+    /// queued from before it would end the fragment short of it), or the end of a post-roll
+    /// reached.
     pub fn take_durable(&self, now_mono_us: i64) -> bool {
-        let now = self.durable_now.load(Ordering::Acquire) && self.durable_now.swap(false, Ordering::AcqRel);
+        let past = self.durable_past_mono_us.load(Ordering::Acquire);
+        let now = past != i64::MIN
+            && now_mono_us >= past
+            && self.durable_past_mono_us.compare_exchange(past, i64::MIN, Ordering::AcqRel, Ordering::Acquire).is_ok();
         let at = self.durable_at_mono_us.load(Ordering::Acquire);
         let post_roll_over = at != i64::MIN
             && now_mono_us >= at
@@ -812,14 +819,16 @@ mod tests {
     }
 
     #[test]
-    fn an_event_asks_for_durable_footage_now_and_after_its_post_roll() {
+    fn an_event_asks_for_durable_footage_past_its_moment_and_after_its_post_roll() {
         let t = Trigger::new(5_000);
         assert!(!t.take_durable(0));
         t.ask_durable(1_000_000);
         t.ask_durable(2_000_000);
-        // Once now, for both events.
-        assert!(t.take_durable(1_100_000));
-        assert!(!t.take_durable(1_200_000));
+        // Frames still queued from before the last event's moment do not end its fragment.
+        assert!(!t.take_durable(1_100_000));
+        // The first frame past it does, once, for both events.
+        assert!(t.take_durable(2_000_000));
+        assert!(!t.take_durable(2_100_000));
         // Then when the last one's post-roll has been written.
         assert!(!t.take_durable(6_999_999));
         assert!(t.take_durable(7_000_000));

@@ -15,6 +15,8 @@ use crate::record::holds::{HoldState, Holds};
 pub enum Footage {
     /// Its keyframe resolves: the recording of its moment is kept.
     OnDisk {
+        /// The keyframe at or before the event, where its picture is (wall µs).
+        keyframe_us: i64,
         /// Held against ordinary retention until then (µs); none when not held.
         #[serde(skip_serializing_if = "Option::is_none")]
         held_until_us: Option<i64>,
@@ -30,13 +32,14 @@ pub enum Footage {
 /// The footage of event `r` at `now_us`.
 pub fn footage(catalog: &Catalog, holds: &Holds, r: &EventRecord, now_us: i64) -> Result<Footage, CatalogError> {
     let (camera, time_us) = (r.envelope.camera.as_str(), r.envelope.time());
-    if super::keyframe::find(catalog, camera, time_us)?.is_some() {
+    if let Some((_, kf)) = super::keyframe::find(catalog, camera, time_us)? {
         let held_once = r.hold.is_some_and(|h| h.until_us > now_us);
-        return Ok(match holds.state(camera, time_us, now_us) {
-            HoldState::Held { until_us } => Footage::OnDisk { held_until_us: Some(until_us), hold_lapsed: false },
-            HoldState::Lapsed => Footage::OnDisk { held_until_us: None, hold_lapsed: true },
-            HoldState::None => Footage::OnDisk { held_until_us: None, hold_lapsed: held_once },
-        });
+        let (held_until_us, hold_lapsed) = match holds.state(camera, time_us, now_us) {
+            HoldState::Held { until_us } => (Some(until_us), false),
+            HoldState::Lapsed => (None, true),
+            HoldState::None => (None, held_once),
+        };
+        return Ok(Footage::OnDisk { keyframe_us: kf.wall_us, held_until_us, hold_lapsed });
     }
     for kind in [StreamKind::Main, StreamKind::Sub] {
         let Some(stream_id) = catalog.find_stream(&StreamKey::new(camera, kind))? else { continue };

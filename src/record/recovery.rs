@@ -89,7 +89,7 @@ pub fn recover(catalog: &Catalog, data_dir: &Path, now_us: i64) -> Result<Report
                 Ok(false) => {
                     // Unlinked ahead of its rows on a full disk (or removed by hand).
                     warn!(recording = id, path = %row.path, "closed recording has no file; dropping its rows");
-                    let row = catalog.delete_recording(id, Loss::Deleted)?;
+                    let row = catalog.delete_recording(id, Loss::DiskFull)?;
                     batch.garbage_done.push(row.path);
                     report.recordings_dropped += 1;
                 }

@@ -624,6 +624,17 @@ pub fn request_bytes(
     send_request(connect(port), port, method, path, headers, body)
 }
 
+/// A GET with a bearer token whose body is binary: (status, body).
+pub fn get_bytes(port: u16, token: &str, path: &str) -> (u16, Vec<u8>) {
+    let mut s = connect(port);
+    let req = format!("GET {path} HTTP/1.1\r\nhost: kp\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n");
+    std::io::Write::write_all(&mut s, req.as_bytes()).unwrap();
+    let mut all = Vec::new();
+    std::io::Read::read_to_end(&mut s, &mut all).unwrap();
+    let end = all.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head") + 4;
+    (status(&String::from_utf8_lossy(&all[..end])), all[end..].to_vec())
+}
+
 /// [`request`] from another loopback address (`127.0.0.0/8` is all this machine's).
 pub fn request_from(
     src: std::net::Ipv4Addr,

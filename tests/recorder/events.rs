@@ -3,7 +3,6 @@
 //! and event recordings that start the pre-roll before the event (read from the bar-coded
 //! frame counter in the recorded file).
 
-use std::io::{Read, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -46,17 +45,6 @@ fn get_json(port: u16, token: &str, path: &str) -> Value {
     let (code, head, body) = request(port, "GET", path, &[("authorization", &format!("Bearer {token}"))], "");
     assert_eq!(code, 200, "{path}: {head}\n{body}");
     serde_json::from_str(&body).unwrap()
-}
-
-/// A GET whose body is binary: (status, body).
-fn get_bytes(port: u16, token: &str, path: &str) -> (u16, Vec<u8>) {
-    let mut s = connect(port);
-    let req = format!("GET {path} HTTP/1.1\r\nhost: kp\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut all = Vec::new();
-    s.read_to_end(&mut all).unwrap();
-    let end = all.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head") + 4;
-    (status(&String::from_utf8_lossy(&all[..end])), all[end..].to_vec())
 }
 
 /// The fixture snapshot with a comment segment naming `n` after its start marker: a

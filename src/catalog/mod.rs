@@ -149,16 +149,47 @@ pub struct Catalog {
 }
 
 fn open_db(path: &Path, writes: &Arc<wear::CatalogWrites>) -> Result<Database, CatalogError> {
-    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path);
-    let file = file.map_err(|e| CatalogError::Storage(redb::Error::Io(e)))?;
-    let backend = wear::Counted::new(file, writes.clone()).storage()?;
+    let file = crate::base::fs::open_or_create(path).map_err(|e| CatalogError::Storage(redb::Error::Io(e)))?;
+    let backend = wear::Counted::new(file, path, writes.clone()).storage()?;
     Database::builder().set_cache_size(limits::CATALOG_CACHE_BYTES).create_with_backend(backend).storage()
+}
+
+/// Makes a new catalog at `path`, whole or not at all: built (its schema committed) under a
+/// temporary name, then renamed into place and its directory synced. Otherwise a power cut
+/// while redb lays out a new file can leave a file of the catalog's name that redb refuses
+/// to open ("not a redb database"), and a box that never starts again (found by the
+/// crash-point test).
+fn create(path: &Path) -> Result<(), CatalogError> {
+    let io = |e| CatalogError::Storage(redb::Error::Io(e));
+    let mut staged_path = path.as_os_str().to_owned();
+    staged_path.push(".new");
+    let staged_path = PathBuf::from(staged_path);
+    // What a creation cut short left.
+    match crate::base::fs::remove_file(&staged_path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+        _ => {}
+    }
+    let writes = Arc::default();
+    let staged = Catalog {
+        db: RwLock::new(Some(Arc::new(open_db(&staged_path, &writes)?))),
+        path: staged_path.clone(),
+        reopens: AtomicU64::new(0),
+        writes,
+    };
+    staged.init_schema()?;
+    drop(staged);
+    crate::base::fs::rename(&staged_path, path).map_err(io)?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    crate::base::fs::sync_dir(dir).map_err(io)
 }
 
 impl Catalog {
     /// Opens (or creates) the catalog file, with the page cache bounded by
     /// [`limits::CATALOG_CACHE_BYTES`]. After an unclean shutdown redb repairs the file here.
     pub fn open(path: &Path) -> Result<Catalog, CatalogError> {
+        if !path.exists() {
+            create(path)?;
+        }
         let writes = Arc::default();
         let db = open_db(path, &writes)?;
         let me = Catalog {

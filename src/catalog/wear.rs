@@ -1,7 +1,9 @@
 //! The catalog's share of flash wear: a redb storage backend around redb's own file backend
 //! that counts the bytes redb writes and the syncs it asks for. redb reports neither, and on
 //! an SD card or eMMC the catalog's page rewrites are a real part of what wears it out
-//! (see `docs/durability.md`). Every call is passed on unchanged.
+//! (see `docs/durability.md`). Every call is passed on unchanged (and, in tests, noted in
+//! the file layer's journal when one watches the catalog, like every other write to the
+//! data disk).
 
 use std::fs::File;
 use std::ops::Bound;
@@ -31,12 +33,33 @@ impl CatalogWrites {
 pub(super) struct Counted {
     inner: FileBackend,
     writes: Arc<CatalogWrites>,
+    #[cfg(test)]
+    watch: Option<crate::base::fs::journal::Watch>,
 }
 
 impl Counted {
-    pub(super) fn new(file: File, writes: Arc<CatalogWrites>) -> Result<Counted, redb::DatabaseError> {
-        Ok(Counted { inner: FileBackend::new(file)?, writes })
+    pub(super) fn new(
+        file: File,
+        #[cfg_attr(not(test), allow(unused_variables))] path: &std::path::Path,
+        writes: Arc<CatalogWrites>,
+    ) -> Result<Counted, redb::DatabaseError> {
+        Ok(Counted {
+            inner: FileBackend::new(file)?,
+            writes,
+            #[cfg(test)]
+            watch: crate::base::fs::journal::watch(path),
+        })
     }
+}
+
+/// Notes what was just done to the catalog's file in the journal watching it (tests only).
+macro_rules! note {
+    ($self:ident, $op:expr) => {
+        #[cfg(test)]
+        if let Some(w) = &$self.watch {
+            w.note($op);
+        }
+    };
 }
 
 impl StorageBackend for Counted {
@@ -49,17 +72,23 @@ impl StorageBackend for Counted {
     }
 
     fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
-        self.inner.set_len(len)
+        self.inner.set_len(len)?;
+        note!(self, |path| crate::base::fs::journal::Op::SetLen { path, len });
+        Ok(())
     }
 
     fn sync_data(&self) -> Result<(), std::io::Error> {
         self.writes.syncs.fetch_add(1, Ordering::Relaxed);
-        self.inner.sync_data()
+        self.inner.sync_data()?;
+        note!(self, crate::base::fs::journal::Op::SyncFile);
+        Ok(())
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
         self.writes.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-        self.inner.write(offset, data)
+        self.inner.write(offset, data)?;
+        note!(self, |path| crate::base::fs::journal::Op::Write { path, offset, data: data.to_vec() });
+        Ok(())
     }
 
     fn close(&self) -> Result<(), std::io::Error> {

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::warn;
 
-use crate::base::fs::{sync_dir, write_synced};
+use crate::base::fs::{create_dir_all, remove_file, sync_dir, write_synced};
 use crate::base::{BytePool, Charge};
 use crate::cameras::Cameras;
 use crate::catalog::events::{EventFields, EventRecord, Hold, Planned, Snapshot};
@@ -316,7 +316,7 @@ fn trim(catalog: &Catalog, data_dir: &Path, (max_events, max_bytes): (u64, u64),
 
 fn remove_files(data_dir: &Path, files: &[String]) {
     for rel in files {
-        if let Err(e) = std::fs::remove_file(data_dir.join(rel)) {
+        if let Err(e) = remove_file(&data_dir.join(rel)) {
             warn!("removing {rel}: {e}");
         }
     }
@@ -362,7 +362,7 @@ fn store(
     let r = EventRecord { id: next.id, rev: next.rev, principal, received_us, envelope: e, snapshot, hold };
     if let Err(err) = catalog.put_event(&r) {
         if let Some(s) = &r.snapshot {
-            let _ = std::fs::remove_file(data_dir.join(&s.path));
+            let _ = remove_file(&data_dir.join(&s.path));
         }
         return Err(err.into());
     }
@@ -375,7 +375,7 @@ pub fn recover(catalog: &Catalog, data_dir: &Path) -> Result<u64, CatalogError> 
     let dir = data_dir.join(EVENTS_DIR);
     if !dir.exists() {
         // Made (and its entry synced) here, so a first snapshot's directory chain is durable.
-        let made = std::fs::create_dir_all(&dir).and_then(|()| sync_dir(data_dir));
+        let made = create_dir_all(&dir).and_then(|()| sync_dir(data_dir));
         if let Err(e) = made {
             warn!("making {}: {e}", dir.display());
         }

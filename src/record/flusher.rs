@@ -26,7 +26,7 @@ use tracing::{debug, error, info, warn};
 use super::holds::Holds;
 use super::retention::{self, Entry, Index};
 use crate::base::StreamKey;
-use crate::base::fs::{disk_space, sync_dir};
+use crate::base::fs::{disk_space, remove_file, sync_dir, sync_file};
 use crate::catalog::{Batch, Catalog, FragmentRow, Keyframe, Loss, RecordingRow};
 use crate::clock::SharedClocks;
 use crate::config::Retention;
@@ -340,7 +340,7 @@ impl Flusher {
                 continue;
             };
             let path = self.data_dir.join(rel);
-            match std::fs::File::open(&path).and_then(|f| f.sync_data()) {
+            match sync_file(&path) {
                 Ok(()) => {
                     self.stats.file_syncs.fetch_add(1, Ordering::Relaxed);
                 }
@@ -445,7 +445,7 @@ impl Flusher {
         };
         self.paths.remove(&rec_id);
         let path = self.data_dir.join(&row.path);
-        match std::fs::remove_file(&path) {
+        match remove_file(&path) {
             Ok(()) => self.garbage_done.push(row.path.clone()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.garbage_done.push(row.path.clone()),
             // Stays on the garbage list; the next start tries again.
@@ -521,7 +521,7 @@ impl Flusher {
                 // On a full disk the catalog may not be able to commit even a deletion:
                 // unlink first to make room. A crash before the rows go leaves rows without
                 // a file, which recovery drops at the next start.
-                let _ = std::fs::remove_file(self.data_dir.join(rel));
+                let _ = remove_file(&self.data_dir.join(rel));
             }
             // Whatever happens to the file, the rows are gone: the garbage list owns it.
             if let Some(row) = self.forget(id, why) {

@@ -15,6 +15,8 @@
 //! sender and call [`Recorder::shutdown`]: the recorders close their files, the flusher syncs
 //! and commits, and the threads exit.
 
+#[cfg(test)]
+mod crash_points;
 pub mod flusher;
 pub mod fragmenter;
 pub mod holds;

@@ -61,9 +61,14 @@ struct Stream {
 
 /// One IDR slice of `bytes`, 4-byte length-prefixed.
 pub(super) fn keyframe_data(bytes: usize) -> Bytes {
+    frame_data(bytes, true)
+}
+
+/// One slice of `bytes`, 4-byte length-prefixed, IDR or not.
+pub(super) fn frame_data(bytes: usize, key: bool) -> Bytes {
     let mut d = Vec::with_capacity(bytes);
     d.extend_from_slice(&(bytes as u32 - 4).to_be_bytes());
-    d.push(0x65);
+    d.push(if key { 0x65 } else { 0x41 });
     d.resize(bytes, 0x5a);
     d.into()
 }

@@ -17,9 +17,7 @@
 //! nothing could be freed the fragment is cut off, its segment closed (so it can be freed in
 //! turn) and the fragment dropped and counted; the next keyframe opens a new segment.
 
-use std::fs::File;
-use std::io::{self, IoSlice, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
+use std::io::{self, IoSlice};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +29,7 @@ use super::flusher::ToFlusher;
 use super::fragmenter::{Event, FragmentOut, Fragmenter};
 use super::queue::{FrameReceiver, Recv, StreamMsg};
 use super::writers::{Turn, Work};
+use crate::base::fs::DataFile;
 use crate::catalog::{Catalog, FragmentRow, Keyframe, RecordingRow};
 use crate::clock::ticks_90k_to_us;
 use crate::limits;
@@ -77,8 +76,8 @@ pub struct RecorderStats {
 struct Segment {
     rec_id: u64,
     row: RecordingRow,
-    /// Shared with the stream's live fanout, which reads back the frames of its GOP.
-    file: Arc<File>,
+    /// Its file; shared with the stream's live fanout, which reads back the frames of its GOP.
+    file: DataFile,
     /// Bytes of whole fragments written (the file's valid length).
     len_bytes: u64,
     /// Fragmenter decode time and sequence at this file's start: a segment reopened mid-run
@@ -347,10 +346,9 @@ impl StreamRecorder {
             .map_err(io::Error::other)
             .and_then(|n| {
                 init.truncate(n);
-                std::fs::create_dir_all(path.parent().expect("has a parent"))?;
-                let mut file = File::options().read(true).write(true).create_new(true).open(&path)?;
-                file.write_all(&init)?;
-                Ok(Arc::new(file))
+                let file = DataFile::create_new(&path)?;
+                file.write_all_at(&init, 0)?;
+                Ok(file)
             });
         match created {
             Ok(file) => {
@@ -378,7 +376,7 @@ impl StreamRecorder {
                 error!(path = %path.display(), "cannot create segment: {e}");
                 // Drop the row now (its file, if half made, through the garbage list) rather
                 // than leave an open row with no file until the next start.
-                let _ = std::fs::remove_file(&path);
+                let _ = crate::base::fs::remove_file(&path);
                 if let Err(e) = self.catalog.delete_recording(rec_id, crate::catalog::Loss::WriteError) {
                     warn!(recording = rec_id, "cannot drop the row of a segment never made: {e}");
                 }
@@ -413,11 +411,10 @@ impl StreamRecorder {
         let room = (!fragment.room_written).then_some(&ROOM_ZEROS[..fragment.header_bytes]);
         let from = if room.is_some() { fragment.start_byte } else { at };
         self.stats.frame_writes.fetch_add(1, Ordering::Relaxed);
-        let result = write_making_room(&seg.file, &self.flusher, &self.stats, self.stream_id, |mut file| {
-            file.seek(SeekFrom::Start(from))?;
+        let result = write_making_room(&seg.file, &self.flusher, &self.stats, self.stream_id, |file| {
             let mut slices: Vec<IoSlice<'_>> = room.map(IoSlice::new).into_iter().collect();
             slices.extend(frames.iter().map(|f| IoSlice::new(&f.data)));
-            write_all_vectored(file, &mut slices)
+            file.write_vectored_at(from, &mut slices)
         });
         match result {
             Ok(()) => {
@@ -425,7 +422,7 @@ impl StreamRecorder {
                 let mut offset = at;
                 for f in &frames {
                     if let Some(live) = &self.live {
-                        live.written(&f.data, &seg.file, offset);
+                        live.written(&f.data, seg.file.shared(), offset);
                     }
                     offset += f.data.len() as u64;
                 }
@@ -504,10 +501,9 @@ impl StreamRecorder {
         let (flusher, stats, stream) = (&self.flusher, &*self.stats, self.stream_id);
         if seg.row.has_audio && !f.audio_frames.is_empty() {
             let audio_at = fragment.start_byte + fragment.header_bytes as u64 + fragment.video_bytes;
-            write_making_room(&seg.file, flusher, stats, stream, |mut file| {
-                file.seek(SeekFrom::Start(audio_at))?;
+            write_making_room(&seg.file, flusher, stats, stream, |file| {
                 let mut slices: Vec<IoSlice<'_>> = f.audio_frames.iter().map(|a| IoSlice::new(&a.data)).collect();
-                write_all_vectored(file, &mut slices)
+                file.write_vectored_at(audio_at, &mut slices)
             })?;
         }
         // The header goes at the end of the room kept for it; a free box fills the rest.
@@ -603,11 +599,11 @@ static ROOM_ZEROS: [u8; limits::MOOF_MAX_BYTES] = [0; limits::MOOF_MAX_BYTES];
 /// Runs `write` (which says where it writes, so running it again writes the same); on a
 /// full disk asks the flusher to free the oldest recording and runs it once more.
 fn write_making_room(
-    file: &File,
+    file: &DataFile,
     flusher: &SyncSender<ToFlusher>,
     stats: &RecorderStats,
     stream: u32,
-    mut write: impl FnMut(&File) -> io::Result<()>,
+    mut write: impl FnMut(&DataFile) -> io::Result<()>,
 ) -> io::Result<()> {
     match write(file) {
         Err(e) if is_disk_full(&e) => {
@@ -627,7 +623,6 @@ fn write_making_room(
 fn cut_back(seg: &mut Segment, live: Option<&Fanout>) {
     seg.fragment = None;
     let _ = seg.file.set_len(seg.len_bytes);
-    let _ = (&*seg.file).seek(SeekFrom::Start(seg.len_bytes));
     // The held GOP may point at what was cut.
     if let Some(live) = live {
         live.forget_gop();
@@ -636,20 +631,6 @@ fn cut_back(seg: &mut Segment, live: Option<&Fanout>) {
 
 fn is_disk_full(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::StorageFull || e.raw_os_error() == Some(libc::ENOSPC)
-}
-
-/// `Write::write_all_vectored` is not stable; this is it.
-fn write_all_vectored(mut file: &File, mut slices: &mut [IoSlice<'_>]) -> io::Result<()> {
-    IoSlice::advance_slices(&mut slices, 0);
-    while !slices.is_empty() {
-        match file.write_vectored(slices) {
-            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-            Ok(n) => IoSlice::advance_slices(&mut slices, n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -556,6 +556,13 @@ impl Cuts {
     }
 }
 
+/// The median of `v`, 0 when empty.
+fn median(v: &[i64]) -> i64 {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
 /// (min, p50, max) of `v`.
 fn spread(v: &[f64]) -> (f64, f64, f64) {
     let mut v = v.to_vec();
@@ -592,6 +599,7 @@ fn power_cuts_lose_at_most_a_flush_interval_and_never_an_acknowledged_events_foo
     let auth = format!("Bearer {token}");
     let mut cuts = Cuts::new();
     let (mut lost_s, mut event_keyframe_s, mut boots_s) = (Vec::new(), Vec::new(), Vec::new());
+    let mut guest_ahead_us: Vec<i64> = Vec::new();
     for cut in 0..2 * n {
         let with_event = cut < n;
         // The camera again, then at least the pre-roll.
@@ -599,18 +607,28 @@ fn power_cuts_lose_at_most_a_flush_interval_and_never_an_acknowledged_events_foo
             try_get(vm.http, &token, "/api/cameras").is_some_and(|c| c[0]["streams"][0]["connected"] == true)
         });
         assert!(connected, "cut {cut}: the camera again after the boot: {}", tail(&vm.console()));
-        std::thread::sleep(cuts.wait(5_500, 8_000));
+        // Recording since about then, by the guest's clock.
+        let connected_us = common::wall_us() + median(&guest_ahead_us);
+        // With an event: at least its pre-roll. Without: anywhere in the first flush
+        // intervals, so cuts fall before, at and between the flushes and retention passes.
+        std::thread::sleep(if with_event { cuts.wait(5_500, 8_000) } else { cuts.wait(2_000, 25_000) });
         let event = with_event.then(|| {
-            let at = common::wall_us();
-            let envelope = format!(r#"{{"camera":"door","time_us":{at},"labels":["cut"],"text":"cut {cut}"}}"#);
+            // At the box's own time (the guest's clock is not the host's: it starts from
+            // QEMU's RTC, whole seconds, and runs on its own).
+            let envelope = format!(r#"{{"camera":"door","labels":["cut"],"text":"cut {cut}"}}"#);
             let headers = [("authorization", auth.as_str()), ("content-type", "application/json")];
+            let posted_us = common::wall_us();
             let (code, _, body) = request(vm.http, "POST", "/api/events", &headers, &envelope);
             assert_eq!(code, 201, "cut {cut}: {body}");
+            let id = serde_json::from_str::<Value>(&body).unwrap()["id"].as_u64().unwrap();
+            let at = get(&vm, &token, &format!("/api/events/{id}"))["revisions"][0]["time_us"].as_i64().unwrap();
+            guest_ahead_us.push(at - posted_us);
             std::thread::sleep(cuts.wait(1_000, 3_000));
-            (serde_json::from_str::<Value>(&body).unwrap()["id"].as_u64().unwrap(), at)
+            (id, at)
         });
-        // The power goes: QEMU dies, and the guest's page cache with it.
-        let cut_us = common::wall_us();
+        // The power goes: QEMU dies, and the guest's page cache with it. When, by the
+        // guest's clock: the host's, moved by how far ahead the guest was at the events.
+        let cut_us = common::wall_us() + median(&guest_ahead_us);
         vm.kill();
         vm = Vm::boot(&disk, &work.join("serial-cuts.log"));
         boots_s.push(vm.wait_healthy(Duration::from_secs(120)).as_secs_f64());
@@ -640,10 +658,12 @@ fn power_cuts_lose_at_most_a_flush_interval_and_never_an_acknowledged_events_foo
                 );
             }
             None => {
-                // What was kept of the footage before the cut: lost is what followed it.
+                // What was kept of the footage before the cut: lost is what followed it, of
+                // what this boot recorded (none of the time the box was down).
                 let kept =
                     runs(vm.http, &token).iter().map(|&(_, end)| end).filter(|&end| end <= cut_us + 1_000_000).max();
-                let lost = (cut_us - kept.expect("footage from before the cut")).max(0) as f64 / 1e6;
+                let kept = kept.expect("footage from before the cut").max(connected_us);
+                let lost = (cut_us - kept).max(0) as f64 / 1e6;
                 lost_s.push(lost);
                 assert!(
                     lost <= flush_s as f64 + 2.0,
@@ -671,8 +691,20 @@ fn power_cuts_lose_at_most_a_flush_interval_and_never_an_acknowledged_events_foo
          video lost per cut without an event, s: min {:.1} p50 {:.1} max {:.1}\n\
          event to its keyframe, s: min {:.2} p50 {:.2} max {:.2}\n\
          boot to healthy after a cut, s: min {:.1} p50 {:.1} max {:.1}\n\
+         the guest's clock ahead of the host's, ms: p50 {}\n\
          check: {} recordings, {} fragments, no problem\n",
-        l.0, l.1, l.2, k.0, k.1, k.2, b.0, b.1, b.2, v["recordings"], v["fragments"]
+        l.0,
+        l.1,
+        l.2,
+        k.0,
+        k.1,
+        k.2,
+        b.0,
+        b.1,
+        b.2,
+        median(&guest_ahead_us) / 1000,
+        v["recordings"],
+        v["fragments"]
     );
     std::fs::write(dir.join("power-cuts.txt"), &report).unwrap();
     println!("{report}");

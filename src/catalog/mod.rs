@@ -169,15 +169,7 @@ fn create(path: &Path) -> Result<(), CatalogError> {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
         _ => {}
     }
-    let writes = Arc::default();
-    let staged = Catalog {
-        db: RwLock::new(Some(Arc::new(open_db(&staged_path, &writes)?))),
-        path: staged_path.clone(),
-        reopens: AtomicU64::new(0),
-        writes,
-    };
-    staged.init_schema()?;
-    drop(staged);
+    drop(Catalog::open_file(&staged_path)?);
     crate::base::fs::rename(&staged_path, path).map_err(io)?;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     crate::base::fs::sync_dir(dir).map_err(io)
@@ -190,6 +182,11 @@ impl Catalog {
         if !path.exists() {
             create(path)?;
         }
+        Catalog::open_file(path)
+    }
+
+    /// Opens the catalog file, its schema made or checked.
+    fn open_file(path: &Path) -> Result<Catalog, CatalogError> {
         let writes = Arc::default();
         let db = open_db(path, &writes)?;
         let me = Catalog {

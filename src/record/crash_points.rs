@@ -3,8 +3,8 @@
 //! (which keeps what was written apart from what was synced), an event on each through the
 //! real intake, and a stream cap small enough that retention deletes all along. Then, for
 //! every sync and rename in that run, the disk a power cut just after it would leave
-//! (nothing kept that was not durable; and every name as written, with only synced bytes)
-//! is laid out and started from as the box would: recovery, then `check`.
+//! (nothing kept that was not durable; every name as written with only synced bytes; and
+//! the same with the first half of each file's later writes, torn) is laid out and started from as the box would: recovery, then `check`.
 //!
 //! Each must be clean; the video lost must be at most a flush interval (and the fragment
 //! being written); an acknowledged event must be there, and once its early flush was
@@ -222,7 +222,7 @@ fn every_crash_point_of_a_minute_recovers_clean_within_a_flush_interval_with_eve
             mark += 1;
         }
         let cut_us = marks[mark].1;
-        for image in [Image::Synced, Image::NamesWritten] {
+        for image in Image::ALL {
             let at = tempfile::tempdir_in(scratch()).unwrap();
             let here =
                 format!("after op {done} of {} ({op:?}) at {} ms, {image:?}", ops.len(), (cut_us - start_us) / 1000);
@@ -267,10 +267,10 @@ fn every_crash_point_of_a_minute_recovers_clean_within_a_flush_interval_with_eve
     }
     lost_us.sort_unstable();
     let boundaries = ops.iter().filter(|o| o.is_boundary()).count();
-    assert_eq!(points, 2 * boundaries);
+    assert_eq!(points, Image::ALL.len() * boundaries);
     assert!(boundaries > 50, "only {boundaries} crash points");
     println!(
-        "crash points: {boundaries} syncs and renames in {} s of two streams ({} operations), two images each; \
+        "crash points: {boundaries} syncs and renames in {} s of two streams ({} operations), three images each; \
          video lost per cut: p50 {} ms, max {} ms",
         (end_us - start_us) / 1_000_000,
         ops.len(),

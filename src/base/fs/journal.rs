@@ -9,12 +9,14 @@
 //!   directory is synced;
 //! - nothing else is.
 //!
-//! A power cut may keep any part of the rest. [`Model::materialize`] lays out the two ends
-//! that matter: [`Image::Synced`], nothing kept that was not durable, and
-//! [`Image::NamesWritten`], every name as last written but only the bytes that were synced
-//! (what a journaling filesystem's ordered metadata can leave: a renamed or new file with
-//! none of its bytes). A process kill, which keeps everything written, the recorder's
-//! `kill -9` tests cover.
+//! A power cut may keep any part of the rest. [`Model::materialize`] lays out three of its
+//! outcomes: [`Image::Synced`], nothing kept that was not durable; [`Image::NamesWritten`],
+//! every name as last written but only the bytes that were synced (what a journaling
+//! filesystem's ordered metadata can leave: a renamed or new file with none of its bytes);
+//! and [`Image::Torn`], every name as written and each file's synced bytes with the first
+//! half of its later writes (the page cache written back in part: torn tails, a commit half
+//! on disk). A process kill, which keeps everything written, the recorder's `kill -9` tests
+//! cover.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -141,10 +143,39 @@ pub enum Image {
     Synced,
     /// Every name as last written, with only its file's synced bytes.
     NamesWritten,
+    /// Every name as last written, with its file's synced bytes and the first half of the
+    /// writes and cuts since (rounded up).
+    Torn,
+}
+
+impl Image {
+    pub const ALL: [Image; 3] = [Image::Synced, Image::NamesWritten, Image::Torn];
+}
+
+/// A write or cut to a file since its last sync.
+#[derive(Clone)]
+enum Change {
+    Write { offset: usize, data: Vec<u8> },
+    SetLen(usize),
+}
+
+impl Change {
+    fn apply(&self, bytes: &mut Vec<u8>) {
+        match self {
+            Change::Write { offset, data } => {
+                let to = offset + data.len();
+                if bytes.len() < to {
+                    bytes.resize(to, 0);
+                }
+                bytes[*offset..to].copy_from_slice(data);
+            }
+            Change::SetLen(len) => bytes.resize(*len, 0),
+        }
+    }
 }
 
 enum Node {
-    File { written: Vec<u8>, durable: Vec<u8> },
+    File { written: Vec<u8>, durable: Vec<u8>, since_sync: Vec<Change> },
     Dir { written: BTreeMap<OsString, usize>, durable: BTreeMap<OsString, usize> },
 }
 
@@ -177,31 +208,28 @@ impl Model {
             Op::Create { path, truncate } => match self.lookup(path) {
                 Some(n) => {
                     if *truncate {
-                        self.file(n, path).clear();
+                        self.change(n, path, Change::SetLen(0));
                     }
                 }
                 None => {
                     let (dir, name) = self.parent(path);
-                    self.link(dir, name, Node::File { written: Vec::new(), durable: Vec::new() });
+                    let file = Node::File { written: Vec::new(), durable: Vec::new(), since_sync: Vec::new() };
+                    self.link(dir, name, file);
                 }
             },
             Op::Write { path, offset, data } => {
                 let n = self.lookup(path).unwrap_or_else(|| panic!("write to unknown {}", path.display()));
-                let bytes = self.file(n, path);
-                let (from, to) = (*offset as usize, *offset as usize + data.len());
-                if bytes.len() < to {
-                    bytes.resize(to, 0);
-                }
-                bytes[from..to].copy_from_slice(data);
+                self.change(n, path, Change::Write { offset: *offset as usize, data: data.clone() });
             }
             Op::SetLen { path, len } => {
                 let n = self.lookup(path).unwrap_or_else(|| panic!("cut of unknown {}", path.display()));
-                self.file(n, path).resize(*len as usize, 0);
+                self.change(n, path, Change::SetLen(*len as usize));
             }
             Op::SyncFile(path) => {
                 let n = self.lookup(path).unwrap_or_else(|| panic!("sync of unknown {}", path.display()));
-                if let Node::File { written, durable } = &mut self.nodes[n] {
+                if let Node::File { written, durable, since_sync } = &mut self.nodes[n] {
                     durable.clone_from(written);
+                    since_sync.clear();
                 }
             }
             Op::SyncDir(path) => {
@@ -233,11 +261,18 @@ impl Model {
         let Node::Dir { written, durable } = &self.nodes[dir] else { unreachable!("a directory") };
         let entries = match image {
             Image::Synced => durable,
-            Image::NamesWritten => written,
+            Image::NamesWritten | Image::Torn => written,
         };
         for (name, &n) in entries {
             let path = to.join(name);
             match &self.nodes[n] {
+                Node::File { durable, since_sync, .. } if image == Image::Torn => {
+                    let mut bytes = durable.clone();
+                    for c in &since_sync[..since_sync.len().div_ceil(2)] {
+                        c.apply(&mut bytes);
+                    }
+                    std::fs::write(&path, bytes)?
+                }
                 Node::File { durable, .. } => std::fs::write(&path, durable)?,
                 Node::Dir { .. } => {
                     std::fs::create_dir(&path)?;
@@ -281,9 +316,12 @@ impl Model {
         (n, name)
     }
 
-    fn file(&mut self, n: usize, path: &Path) -> &mut Vec<u8> {
+    fn change(&mut self, n: usize, path: &Path, change: Change) {
         match &mut self.nodes[n] {
-            Node::File { written, .. } => written,
+            Node::File { written, since_sync, .. } => {
+                change.apply(written);
+                since_sync.push(change);
+            }
             Node::Dir { .. } => panic!("{} is a directory", path.display()),
         }
     }
@@ -382,5 +420,23 @@ mod tests {
         }
         assert!(laid_out(&model, Image::Synced).is_empty());
         assert_eq!(laid_out(&model, Image::NamesWritten)["e/x"], b"");
+        assert_eq!(laid_out(&model, Image::Torn)["e/x"], b"abc", "its one write, rounded up");
+    }
+
+    #[test]
+    fn a_torn_file_keeps_its_synced_bytes_and_the_first_half_of_its_later_writes() {
+        let mut model = Model::default();
+        let p = PathBuf::from;
+        model.apply(&Op::Create { path: p("f"), truncate: true });
+        model.apply(&Op::Write { path: p("f"), offset: 0, data: b"head".to_vec() });
+        model.apply(&Op::SyncFile(p("f")));
+        model.apply(&Op::SyncDir(p("")));
+        for (i, part) in [&b"aa"[..], b"bb", b"cc", b"dd"].into_iter().enumerate() {
+            model.apply(&Op::Write { path: p("f"), offset: 4 + 2 * i as u64, data: part.to_vec() });
+        }
+        assert_eq!(laid_out(&model, Image::Synced)["f"], b"head");
+        assert_eq!(laid_out(&model, Image::Torn)["f"], b"headaabb");
+        model.apply(&Op::SetLen { path: p("f"), len: 2 });
+        assert_eq!(laid_out(&model, Image::Torn)["f"], b"headaabbcc");
     }
 }

@@ -182,6 +182,14 @@ impl RunClock {
         drift.abs() > limits::CLOCK_STEP_MAX_US
     }
 
+    /// How long after the wall time this run gives it (before slewing) the frame with media
+    /// time `pts_90k` was received at `mono_us`, µs; negative when before. Within what the
+    /// anchor's own delay and the slew left.
+    pub fn lag_us(&self, pts_90k: i64, mono_us: i64) -> i64 {
+        let media_elapsed_us = ticks_90k_to_us(pts_90k - self.pts_anchor_90k);
+        (mono_us - self.mono_anchor_us) - (media_elapsed_us + self.correction_us)
+    }
+
     /// Wall time of the frame with media time `pts_90k`, received at `mono_us`. Calls must
     /// come in media-time order; each may move the slew correction by at most
     /// `CLOCK_SLEW_MAX_PPM` of the media time elapsed since the last call.

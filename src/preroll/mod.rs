@@ -333,6 +333,17 @@ pub struct Trigger {
     durable_at_mono_us: AtomicI64,
 }
 
+/// What an event asks of a stream's recorder for its footage to be made durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DurableAsk {
+    /// The event's moment has just been recorded: end the open fragment at the next frame
+    /// and flush, so the moment does not wait in the page cache.
+    Cut,
+    /// A post-roll has been recorded: flush once the fragment holding its last frame is
+    /// written, at its GOP's end (an extra fragment header would buy a second at most).
+    AtFragmentEnd,
+}
+
 impl Default for Trigger {
     fn default() -> Self {
         Trigger::new(0)
@@ -359,11 +370,11 @@ impl Trigger {
         self.durable_past_mono_us.fetch_max(mono_us, Ordering::AcqRel);
     }
 
-    /// Whether an event asks for the footage to be made durable, at a frame received at
-    /// `now_mono_us`: the first frame past an acknowledged event's moment (frames still
-    /// queued from before it would end the fragment short of it), or the end of a post-roll
-    /// reached.
-    pub fn take_durable(&self, now_mono_us: i64) -> bool {
+    /// What an event asks, at a frame received at `now_mono_us`, for the footage to be
+    /// made durable: a cut at the first frame past an acknowledged event's moment (frames
+    /// still queued from before it would end the fragment short of it), else a flush once
+    /// the fragment under way is written when a post-roll's end is reached.
+    pub fn take_durable(&self, now_mono_us: i64) -> Option<DurableAsk> {
         let past = self.durable_past_mono_us.load(Ordering::Acquire);
         let now = past != i64::MIN
             && now_mono_us >= past
@@ -372,7 +383,11 @@ impl Trigger {
         let post_roll_over = at != i64::MIN
             && now_mono_us >= at
             && self.durable_at_mono_us.compare_exchange(at, i64::MIN, Ordering::AcqRel, Ordering::Acquire).is_ok();
-        now || post_roll_over
+        match (now, post_roll_over) {
+            (true, _) => Some(DurableAsk::Cut),
+            (false, true) => Some(DurableAsk::AtFragmentEnd),
+            (false, false) => None,
+        }
     }
 
     /// An event happened at monotonic time `mono_us`.
@@ -821,17 +836,17 @@ mod tests {
     #[test]
     fn an_event_asks_for_durable_footage_past_its_moment_and_after_its_post_roll() {
         let t = Trigger::new(5_000);
-        assert!(!t.take_durable(0));
+        assert_eq!(t.take_durable(0), None);
         t.ask_durable(1_000_000);
         t.ask_durable(2_000_000);
         // Frames still queued from before the last event's moment do not end its fragment.
-        assert!(!t.take_durable(1_100_000));
+        assert_eq!(t.take_durable(1_100_000), None);
         // The first frame past it does, once, for both events.
-        assert!(t.take_durable(2_000_000));
-        assert!(!t.take_durable(2_100_000));
-        // Then when the last one's post-roll has been written.
-        assert!(!t.take_durable(6_999_999));
-        assert!(t.take_durable(7_000_000));
-        assert!(!t.take_durable(8_000_000));
+        assert_eq!(t.take_durable(2_000_000), Some(DurableAsk::Cut));
+        assert_eq!(t.take_durable(2_100_000), None);
+        // Then when the last one's post-roll has been written, at its fragment's end.
+        assert_eq!(t.take_durable(6_999_999), None);
+        assert_eq!(t.take_durable(7_000_000), Some(DurableAsk::AtFragmentEnd));
+        assert_eq!(t.take_durable(8_000_000), None);
     }
 }

@@ -205,12 +205,22 @@ impl Flusher {
 
     /// Flushes and runs retention when the interval is up, however busy the queue is.
     pub(crate) fn flush_if_due(&mut self) {
-        let now_us = self.clocks.mono_us();
-        if now_us >= self.next_flush_us {
-            self.flush();
-            self.enforce_retention(false);
-            self.next_flush_us = now_us + self.interval.as_micros() as i64;
+        if self.clocks.mono_us() >= self.next_flush_us {
+            self.flush_on_time();
         }
+    }
+
+    /// Flushes, runs retention, and sets the next flush one interval from now: the interval
+    /// counts from the last flush, early or not, so an event's early flush takes the place
+    /// of the next one instead of adding to it (what it costs in writes, `docs/durability.md`).
+    /// Returns the bytes the flush's commit wrote to the catalog.
+    fn flush_on_time(&mut self) -> u64 {
+        let before = self.catalog.writes.bytes();
+        self.flush();
+        let wrote = self.catalog.writes.bytes().saturating_sub(before);
+        self.enforce_retention(false);
+        self.next_flush_us = self.clocks.mono_us() + self.interval.as_micros() as i64;
+        wrote
     }
 
     /// Learns the camera of every stream the catalog names (once at start, then for each
@@ -310,9 +320,7 @@ impl Flusher {
             }
             ToFlusher::Durable => {
                 self.stats.early_flushes.fetch_add(1, Ordering::Relaxed);
-                let before = self.catalog.writes.bytes();
-                self.flush();
-                let wrote = self.catalog.writes.bytes().saturating_sub(before);
+                let wrote = self.flush_on_time();
                 self.stats.early_flush_bytes.fetch_add(wrote, Ordering::Relaxed);
             }
             ToFlusher::SetCaps(caps) => {
@@ -598,6 +606,43 @@ mod tests {
         assert_eq!(stats.commits.load(Ordering::Relaxed), 1, "the ceiling forces a commit");
         assert_eq!(stats.file_syncs.load(Ordering::Relaxed), 1, "the file was synced first");
         assert_eq!(catalog.fragments(id).unwrap().len(), limits::CATALOG_PENDING_FRAGMENTS_MAX);
+    }
+
+    #[test]
+    fn an_early_flush_takes_the_place_of_the_next_interval_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
+        let (id, row) = catalog.begin_recording(recording(""), |_| "seg.mp4".into()).unwrap();
+        std::fs::write(dir.path().join("seg.mp4"), b"bytes").unwrap();
+        let sim = crate::clock::SimulatedClocks::new(crate::clock::BUILD_WALL_US + 1);
+        let caps = Retention { stream_max_bytes: u64::MAX, total_max_bytes: u64::MAX, held_max_percent: 50 };
+        let mut f = Flusher::new(
+            catalog.clone(),
+            dir.path().into(),
+            Duration::from_secs(10),
+            caps,
+            sim.shared(),
+            Arc::default(),
+        )
+        .unwrap();
+        f.begin();
+        let stats = f.stats();
+        let fragment_at = |f: &mut Flusher, i: u32| {
+            let recording = row.clone();
+            f.handle(ToFlusher::Fragment { rec_id: id, sequence: i, row: fragment(i), keyframes: vec![], recording });
+        };
+        fragment_at(&mut f, 1);
+        sim.advance(Duration::from_secs(6));
+        f.handle(ToFlusher::Durable);
+        assert_eq!(stats.commits.load(Ordering::Relaxed), 1, "the early flush");
+        // The interval would have come at 10 s; it comes 10 s after the early flush.
+        fragment_at(&mut f, 2);
+        sim.advance(Duration::from_secs(5));
+        f.flush_if_due();
+        assert_eq!(stats.commits.load(Ordering::Relaxed), 1, "not at 11 s");
+        sim.advance(Duration::from_secs(5));
+        f.flush_if_due();
+        assert_eq!(stats.commits.load(Ordering::Relaxed), 2, "at 16 s");
     }
 
     /// A flusher with one recording whose file `name` does not exist, its first fragment

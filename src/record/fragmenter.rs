@@ -222,6 +222,12 @@ impl Fragmenter {
         self.cut_asked = true;
     }
 
+    /// How long after the wall time the open run would give it `frame` was received, µs
+    /// (0 outside a run); see [`RunClock::lag_us`].
+    pub fn lag_us(&self, frame: &Frame) -> i64 {
+        self.clock.as_ref().map_or(0, |c| c.lag_us(frame.pts_90k, frame.received_mono_us))
+    }
+
     /// Fragments ended early for an event.
     pub fn cut_for_events(&self) -> u64 {
         self.cut_for_events

@@ -37,7 +37,7 @@ use crate::live::Fanout;
 use crate::media::Frame;
 use crate::media::fmp4::{self, AudioTrack, TrackRun, write_fragment_header, write_init_segment};
 use crate::media::{AudioParams, VideoParams};
-use crate::preroll::{Admission, Out};
+use crate::preroll::{Admission, DurableAsk, Out};
 
 /// The most one recorded stream's recorder holds besides the frames in hand for a write:
 /// its fragment header buffer, an init segment being made, what the open fragment keeps of
@@ -133,15 +133,46 @@ pub struct StreamRecorder {
     durable: Durable,
 }
 
-/// Where a stream is in making its footage durable early for events.
+/// Where a stream is in making its footage durable early for events: at an event's moment
+/// by a cut (`asked`, then `armed`), at a post-roll's end by the fragment that holds it
+/// (`at_fragment_end`, then `post_roll_written`).
 #[derive(Default)]
 struct Durable {
-    /// An event asked; waits for [`limits::EVENT_FLUSH_MIN_INTERVAL_MS`] since the last.
+    /// An event's moment was recorded; waits for [`limits::EVENT_FLUSH_MIN_INTERVAL_MS`]
+    /// since the last early flush.
     asked: bool,
     /// The open fragment ends at the next frame, after which the flusher is told.
     armed: bool,
-    /// When the last early flush was armed (monotonic µs).
+    /// A post-roll ended: the flusher is told once the fragment holding it is written.
+    at_fragment_end: bool,
+    /// That fragment is written; waits for the spacing.
+    post_roll_written: bool,
+    /// When the last early flush was armed or told (monotonic µs).
     last_mono_us: Option<i64>,
+}
+
+impl Durable {
+    fn spaced(&self, now_mono_us: i64) -> bool {
+        self.last_mono_us.is_none_or(|last| now_mono_us - last >= limits::EVENT_FLUSH_MIN_INTERVAL_MS as i64 * 1000)
+    }
+
+    /// After a frame's fragments are written: whether to tell the flusher, given whether a
+    /// cut's fragment was just sent (`cut_sent`) and whether any fragment was written.
+    fn after_frame(&mut self, now_mono_us: i64, cut_sent: bool, fragment_written: bool) -> bool {
+        self.post_roll_written |= self.at_fragment_end && fragment_written;
+        if cut_sent {
+            // Every frame before this one is written: the cut's flush holds any post-roll
+            // ended by now too.
+            (self.at_fragment_end, self.post_roll_written) = (false, false);
+            return true;
+        }
+        if self.post_roll_written && self.spaced(now_mono_us) {
+            (self.at_fragment_end, self.post_roll_written) = (false, false);
+            self.last_mono_us = Some(now_mono_us);
+            return true;
+        }
+        false
+    }
 }
 
 impl StreamRecorder {
@@ -203,7 +234,17 @@ impl StreamRecorder {
         match msg {
             StreamMsg::Frame { frame, after_gap } => {
                 now_mono_us = Some(frame.received_mono_us);
-                self.durable.asked |= admission.trigger().take_durable(frame.received_mono_us);
+                // When the frame is in the run's wall time: a run's wall time may run behind
+                // the frames' arrival (its first frame came late, within what the slew has
+                // not yet taken up), and the cut must reach the event's moment as recorded,
+                // not only as received (found by the QEMU power cuts: the fragment cut at
+                // the first frame received past the event ended before its wall time).
+                let recorded_mono_us = frame.received_mono_us - self.fragmenter.lag_us(&frame).max(0);
+                match admission.trigger().take_durable(recorded_mono_us) {
+                    Some(DurableAsk::Cut) => self.durable.asked = true,
+                    Some(DurableAsk::AtFragmentEnd) => self.durable.at_fragment_end = true,
+                    None => {}
+                }
                 tell_flusher = std::mem::take(&mut self.durable.armed);
                 let fragmenter = &mut self.fragmenter;
                 let mut finished = false;
@@ -219,8 +260,9 @@ impl StreamRecorder {
                         finished = true;
                     }
                 });
-                // An event recording ends with its post-roll written: made durable too.
-                self.durable.asked |= finished;
+                // An event recording ends with its post-roll written: its last fragment,
+                // written now, made durable too.
+                self.durable.at_fragment_end |= finished;
             }
             // Audio is not held in the pre-roll, so event recordings are video only:
             // live audio would not line up with pre-roll video in one fragment.
@@ -228,13 +270,18 @@ impl StreamRecorder {
             StreamMsg::Audio(_) => {}
             StreamMsg::SessionEnded => self.fragmenter.finish(&mut events),
         }
+        let fragments_before = self.stats.fragments_written.load(Ordering::Relaxed);
         for e in events.drain(..) {
             self.apply(e);
         }
+        let fragment_written = self.stats.fragments_written.load(Ordering::Relaxed) > fragments_before;
         // A pre-roll handed over at an event's start brings hundreds of events at once; the
         // vector keeps room for a turn's usual few, which the budget counts.
         events.shrink_to(EVENTS_KEPT);
         self.events = events;
+        if let Some(now) = now_mono_us {
+            tell_flusher = self.durable.after_frame(now, tell_flusher, fragment_written);
+        }
         if tell_flusher {
             // After the fragment just sent: the flusher syncs and commits it with the rest.
             if self.flusher.send(ToFlusher::Durable).is_ok() {
@@ -252,9 +299,7 @@ impl StreamRecorder {
     /// [`limits::EVENT_FLUSH_MIN_INTERVAL_MS`] ago (then it waits).
     fn arm_early_flush(&mut self, now_mono_us: i64) {
         let d = &mut self.durable;
-        let spaced =
-            d.last_mono_us.is_none_or(|last| now_mono_us - last >= limits::EVENT_FLUSH_MIN_INTERVAL_MS as i64 * 1000);
-        if d.asked && !d.armed && spaced {
+        if d.asked && !d.armed && d.spaced(now_mono_us) {
             d.asked = false;
             d.armed = true;
             d.last_mono_us = Some(now_mono_us);
@@ -660,11 +705,16 @@ mod tests {
 
     /// Frame `i` of a 30 fps stream with one keyframe, of `len` bytes.
     fn frame(i: i64, len: usize, params: &Arc<VideoParams>) -> StreamMsg {
+        frame_of_gop(i, i64::MAX, len, params)
+    }
+
+    /// Frame `i` of a 30 fps stream with a keyframe every `gop` frames, of `len` bytes.
+    fn frame_of_gop(i: i64, gop: i64, len: usize, params: &Arc<VideoParams>) -> StreamMsg {
         let frame = Frame {
             pts_90k: i * 3000,
             received_mono_us: 1 + i * 33_333,
             received_wall_us: 1_800_000_000_000_000 + i * 33_333,
-            is_key: i == 0,
+            is_key: i % gop == 0,
             data: bytes::Bytes::from(vec![7u8; len]),
             params: params.clone(),
             audio: None,
@@ -681,6 +731,68 @@ mod tests {
             height: 360,
             sample_entry,
         })
+    }
+
+    #[test]
+    fn an_event_flushes_at_its_moment_by_a_cut_and_after_its_post_roll_at_its_fragments_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = params();
+        let (mut rec, _, rx) = recorder(dir.path());
+        let trigger = Arc::new(crate::preroll::Trigger::new(3_000));
+        let mut admission = Admission::new(Mode::Continuous, None, trigger.clone());
+        // A keyframe a second; an event at frame 40 (1.33 s), its post-roll to frame 130.
+        let mut told = Vec::new();
+        for i in 0..200 {
+            if i == 40 {
+                trigger.ask_durable(1 + 40 * 33_333);
+            }
+            rec.take(frame_of_gop(i, 30, 500, &p), &mut admission);
+            rec.write_frames();
+            told.extend(rx.try_iter().filter(|m| matches!(m, ToFlusher::Durable)).map(|_| i));
+        }
+        // Its moment: armed at frame 40, the fragment cut before frame 41. Its post-roll: the
+        // fragment holding frame 129 ends at the keyframe at 150, where it is flushed, uncut.
+        assert_eq!(told, [41, 150]);
+        assert_eq!(rec.fragmenter.cut_for_events(), 1, "one extra fragment header an event");
+        assert_eq!(rec.stats.early_flushes.load(Ordering::Relaxed), 2);
+        rec.finish();
+    }
+
+    #[test]
+    fn an_events_cut_reaches_its_moment_as_recorded_when_the_runs_wall_time_lags_arrival() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = params();
+        let (mut rec, _, rx) = recorder(dir.path());
+        let trigger = Arc::new(crate::preroll::Trigger::new(3_000));
+        let mut admission = Admission::new(Mode::Continuous, None, trigger.clone());
+        // The first frame came at once, every later one 400 ms after its time: the run's
+        // wall time runs 400 ms behind the frames' arrival.
+        const LATE_US: i64 = 400_000;
+        let at = |i: i64| 1 + i * 33_333 + if i > 0 { LATE_US } else { 0 };
+        let event_wall_us = 1_800_000_000_000_000 + 40 * 33_333 + LATE_US;
+        let mut cut = None;
+        for i in 0..90 {
+            if i == 40 {
+                // As the intake sees it: when it arrived, at frame 40's arrival.
+                trigger.ask_durable(at(40));
+            }
+            let StreamMsg::Frame { mut frame, after_gap } = frame_of_gop(i, 30, 500, &p) else { unreachable!() };
+            frame.received_mono_us = at(i);
+            frame.received_wall_us += at(i) - (1 + i * 33_333);
+            rec.take(StreamMsg::Frame { frame, after_gap }, &mut admission);
+            rec.write_frames();
+            let mut last_end = None;
+            for m in rx.try_iter() {
+                match m {
+                    ToFlusher::Fragment { row, .. } => last_end = Some(row.wall_end_us),
+                    ToFlusher::Durable if cut.is_none() => cut = last_end,
+                    _ => {}
+                }
+            }
+        }
+        let end_us = cut.expect("an early flush after a fragment");
+        assert!(end_us >= event_wall_us, "the cut fragment ends {} ms short", (event_wall_us - end_us) / 1000);
+        rec.finish();
     }
 
     #[test]

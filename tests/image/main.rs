@@ -637,7 +637,8 @@ fn power_cuts_lose_at_most_a_flush_interval_and_never_an_acknowledged_events_foo
                 // The event, its keyframe at or before it, and the footage from its pre-roll
                 // up to it, frame after frame.
                 let f = get(&vm, &token, &format!("/api/events/{id}"))["footage"].clone();
-                assert_eq!(f["state"], "on_disk", "cut {cut}: {f}");
+                let near: Vec<_> = runs(vm.http, &token).into_iter().filter(|r| r.1 >= at - 30_000_000).collect();
+                assert_eq!(f["state"], "on_disk", "cut {cut}: {f}; the event at {at}, runs kept near it: {near:?}");
                 let keyframe_us = f["keyframe_us"].as_i64().unwrap();
                 assert!(
                     keyframe_us <= at && at - keyframe_us <= 2_000_000,

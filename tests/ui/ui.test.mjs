@@ -132,6 +132,10 @@ test('setup, every page at both sizes, export, users, support bundle and logout'
   await go(page, '#/system', '#system-status');
   assert.match(await page.locator('#system-status').innerText(), /not a KeepPeek image/);
   assert.equal(await page.locator('#update-form').count(), 0, 'no update form off an image');
+  // What the box has written, by what wrote it, with a day's worth at the pace so far.
+  const wear = await page.locator('section[aria-labelledby=wear-title]').innerText();
+  assert.match(wear, /Recordings\s+[\d.]+ [KMG]?B · about [\d.]+ [KMG]?B a day/, wear);
+  assert.match(wear, /Early saves\s+[\d.]+ [KMG]?B \([\d.]+% of all writes\) in \d+ for events/, wear);
   const [bundle] = await Promise.all([page.waitForEvent('download'), page.click('#support-bundle')]);
   assert.match(bundle.suggestedFilename(), /^keeppeek-support-\d+\.tar$/);
   const tarPath = join(shots, 'support.tar');

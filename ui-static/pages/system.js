@@ -34,9 +34,9 @@ function wearSection(w) {
   row('Catalog', w.catalog_bytes, w.per_day.catalog_bytes);
   row('Event snapshots', w.event_snapshot_bytes, w.per_day.event_snapshot_bytes);
   row('In all', w.recording_bytes + w.catalog_bytes + w.event_snapshot_bytes, w.per_day.total_bytes);
-  dl.append(h('dt', {}, 'For events'), h('dd', {},
-    `${w.early_flushes} early ${w.early_flushes === 1 ? 'save' : 'saves'} of their footage: ${bytes(w.early_flush_bytes)}, ${percent(w.early_flush_share)} of all writes; `
-    + `storing the events: ${bytes(w.event_catalog_bytes)} of the catalog’s`));
+  dl.append(h('dt', {}, 'Early saves'), h('dd', {},
+    `${bytes(w.early_flush_bytes)} (${percent(w.early_flush_share)} of all writes) in ${w.early_flushes} for events`));
+  dl.append(h('dt', {}, 'Storing events'), h('dd', {}, `${bytes(w.event_catalog_bytes)} of the catalog’s writes`));
   return h('section.card', { 'aria-labelledby': 'wear-title' }, h('h2', { id: 'wear-title' }, 'Disk writes'),
     h('p.muted', {}, `Since KeepPeek started ${duration(w.since_us)} ago. An SD card or eMMC wears with what is written to it.`), dl);
 }

@@ -29,9 +29,9 @@ use crate::media::{Frame, avc};
 use crate::preroll::{Admission, Mode, Trigger};
 
 /// A frame this often, of this size: 120 KiB a minute either way. Under qemu-user, where
-/// each step costs ten times as much, fewer and larger frames (not 15 s: a frame then falls
-/// only every fourth of a burst's minutes on the hold's 15 s span, and burst B held too
-/// little to fill the share; found when this first ran under qemu-user).
+/// each step costs ten times as much, fewer and larger frames (every 10 s: at 15 s, burst
+/// A's holds had not lapsed by hour 15 when this first ran there, and on the host too with
+/// 15 s frames; why is not yet known).
 const FRAME_EVERY_S: i64 = if cfg!(target_arch = "aarch64") { 10 } else { 5 };
 const FRAME_BYTES: usize = 2048 * FRAME_EVERY_S as usize;
 /// About 51 minutes of a stream; holds may keep half of it.

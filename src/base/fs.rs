@@ -85,12 +85,14 @@ impl DataFile {
 
     /// Writes every slice, one after another, from `offset`.
     pub fn write_vectored_at(&self, offset: u64, slices: &mut [IoSlice<'_>]) -> io::Result<()> {
+        // The bytes are taken before the write consumes the slices, and only when watched.
         #[cfg(test)]
-        let data: Vec<u8> = slices.iter().flat_map(|s| s.iter().copied()).collect();
+        let noted =
+            self.watch.as_ref().map(|w| (w, slices.iter().flat_map(|s| s.iter().copied()).collect::<Vec<u8>>()));
         (&*self.file).seek(SeekFrom::Start(offset))?;
         write_all_vectored(&self.file, slices)?;
         #[cfg(test)]
-        if let Some(w) = &self.watch {
+        if let Some((w, data)) = noted {
             w.note(|path| journal::Op::Write { path, offset, data });
         }
         Ok(())

@@ -18,12 +18,15 @@
 //!    one-frame MP4 from the file), at concurrency 1, 8 and 32; throughput and latency
 //!    percentiles; every lookup checked against the model the catalog was built from.
 //! 4. An event's footage made durable: a real recorder and flusher (flush interval 10 s, 2 s
-//!    in smoke) recording a 4 Mbit/s stream to files, events published through the intake:
-//!    time from each event's answer until the catalog resolves its keyframe (p50/p95);
-//!    baseline: a moment with no event, until the interval's flush covers it. And the extra
-//!    bytes written per event (recording and catalog, the event's own commit aside) against a
-//!    quiet spell of the same length, beside one fragment header and one interval commit.
-//!    Goal: p95 ≤ 1 s; at most one fragment header and one catalog commit per event.
+//!    in smoke) recording a 4 Mbit/s stream to files, events published through the intake,
+//!    close together with a 1 s post-roll, then isolated with a post-roll as long as the
+//!    interval (the defaults): time from each event's answer until the catalog resolves its
+//!    keyframe (p50/p95), and for isolated events from the post-roll's end until it is
+//!    durable; baseline: a moment with no event, until the interval's flush covers it. And
+//!    the extra commits and bytes written per event (recording and catalog, the event's own
+//!    commit aside) against a quiet spell of the same length, beside one fragment header and
+//!    one interval commit. Goal: p95 ≤ 1 s; at most one fragment header and one catalog
+//!    commit per event.
 //!
 //! Reports: `target/bench/events.json`, `target/bench/events.md`.
 //! `cargo bench --bench events`             the full run
@@ -617,31 +620,45 @@ fn markdown(r: &Value) -> String {
             lat["p99"].as_f64().unwrap(),
         );
     }
-    let d = &r["durability"];
-    let _ = write!(
-        md,
-        "\n### An event's footage made durable: flush interval {} s, {} events (ms p50 / p95)\n\n| | ms p50 / p95 |\n| --- | --- |\n\
-         | a moment with no event, until the interval's flush (baseline) | {} |\n| an event, from its answer | {} |\n\n\
-         Baseline ÷ event p50: {:.1}; event p95 ÷ goal (1 s): {:.2}. {} early flushes.\n\n\
-         | extra writes per event | | beside |\n| --- | --- | --- |\n\
-         | recording: {:.2} more fragments | {:.0} B | a fragment header: {:.0} B |\n\
-         | catalog, net (the event's own commit, {:.0} B, aside) | {:.0} B | an interval commit: {:.0} B |\n\
-         | catalog, the early flushes' commits | {:.0} B | |\n",
-        d["flush_interval_s"],
-        d["events"],
-        ms(&d["baseline_ms"]),
-        ms(&d["durable_ms"]),
-        d["baseline_over_durable_p50"].as_f64().unwrap(),
-        d["durable_p95_over_goal"].as_f64().unwrap(),
-        d["early_flushes"],
-        d["extra_fragments_per_event"].as_f64().unwrap(),
-        d["extra_recording_bytes_per_event"].as_f64().unwrap(),
-        d["fragment_header_bytes"].as_f64().unwrap(),
-        d["event_commit_bytes"].as_f64().unwrap(),
-        d["extra_catalog_bytes_per_event"].as_f64().unwrap(),
-        d["interval_commit_bytes"].as_f64().unwrap(),
-        d["early_flush_catalog_bytes_per_event"].as_f64().unwrap(),
-    );
+    for (d, what) in [
+        (&r["durability"]["close"], "events close together, a short post-roll"),
+        (&r["durability"]["isolated"], "isolated events, the post-roll as long as the interval"),
+    ] {
+        let _ = write!(
+            md,
+            "\n### An event's footage made durable, {what}: flush interval {} s, post-roll {} s, {} events {} s apart (ms p50 / p95)\n\n| | ms p50 / p95 |\n| --- | --- |\n\
+             | a moment with no event, until the interval's flush (baseline) | {} |\n| an event, from its answer | {} |\n",
+            d["flush_interval_s"],
+            d["post_roll_s"],
+            d["events"],
+            d["spacing_s"],
+            ms(&d["baseline_ms"]),
+            ms(&d["durable_ms"]),
+        );
+        if !d["post_roll_durable_ms"].is_null() {
+            let _ = writeln!(md, "| its post-roll, from its end | {} |", ms(&d["post_roll_durable_ms"]));
+        }
+        let _ = write!(
+            md,
+            "\nBaseline ÷ event p50: {:.1}; event p95 ÷ goal (1 s): {:.2}. {} early flushes.\n\n\
+             | extra writes per event | | beside |\n| --- | --- | --- |\n\
+             | recording: {:.2} more fragments | {:.0} B | a fragment header: {:.0} B |\n\
+             | catalog: {:.2} more commits (goal: at most 1) | | |\n\
+             | catalog, net (the event's own commit, {:.0} B, aside) | {:.0} B | an interval commit: {:.0} B |\n\
+             | catalog, the early flushes' commits | {:.0} B | |\n",
+            d["baseline_over_durable_p50"].as_f64().unwrap(),
+            d["durable_p95_over_goal"].as_f64().unwrap(),
+            d["early_flushes"],
+            d["extra_fragments_per_event"].as_f64().unwrap(),
+            d["extra_recording_bytes_per_event"].as_f64().unwrap(),
+            d["fragment_header_bytes"].as_f64().unwrap(),
+            d["extra_commits_per_event"].as_f64().unwrap(),
+            d["event_commit_bytes"].as_f64().unwrap(),
+            d["extra_catalog_bytes_per_event"].as_f64().unwrap(),
+            d["interval_commit_bytes"].as_f64().unwrap(),
+            d["early_flush_catalog_bytes_per_event"].as_f64().unwrap(),
+        );
+    }
     md
 }
 
@@ -736,21 +753,62 @@ fn feed(
     })
 }
 
+/// Part 4's two shapes of events: close together with a short post-roll (each event's
+/// post-roll covered by the next one's flush), and isolated with the default post-roll, as
+/// long as the flush interval (its end met by an interval flush).
+struct Spell {
+    name: &'static str,
+    post_roll_ms: u32,
+    spacing: Duration,
+    events: usize,
+}
+
 fn durability(work: &Path, smoke: bool) -> Value {
-    let dir = work.join("durability");
+    let interval_s = if smoke { 2 } else { 10 };
+    // Spaced past two EVENT_FLUSH_MIN_INTERVAL_MS, so each event is its own: one nearer
+    // waits for the spacing, as a storm's do.
+    let close = Spell {
+        name: "close",
+        post_roll_ms: 1_000,
+        spacing: Duration::from_millis(2 * keeppeek::limits::EVENT_FLUSH_MIN_INTERVAL_MS + 500),
+        events: if smoke { 4 } else { 24 },
+    };
+    // Past the post-roll, the interval after it and the wait: nothing of one event is left
+    // when the next comes.
+    let isolated = Spell {
+        name: "isolated",
+        post_roll_ms: interval_s as u32 * 1000,
+        spacing: Duration::from_millis(interval_s * 2_500),
+        events: if smoke { 2 } else { 8 },
+    };
+    json!({ "close": durable_spell(work, interval_s, &close), "isolated": durable_spell(work, interval_s, &isolated) })
+}
+
+/// Polls every 2 ms, until `deadline`, for the catalog to hold footage to `to_wall_us`; how
+/// long after that wall time it did, ms.
+fn footage_durable_to(catalog: &Catalog, to_wall_us: i64, wall: impl Fn() -> i64, deadline: Instant) -> f64 {
+    loop {
+        let recorded_to = catalog.recordings().unwrap().iter().map(|(_, r)| r.wall_end_us).max();
+        if recorded_to >= Some(to_wall_us) {
+            return (wall() - to_wall_us) as f64 / 1e3;
+        }
+        assert!(Instant::now() < deadline, "the post-roll never became durable");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn durable_spell(work: &Path, interval_s: u64, spell: &Spell) -> Value {
+    let dir = work.join(format!("durability-{}", spell.name));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let interval_s = if smoke { 2 } else { 10 };
-    let n = if smoke { 4 } else { 24 };
+    let (n, spacing) = (spell.events, spell.spacing);
     let mut config = keeppeek::config::Config::demo(dir.clone(), "127.0.0.1:0".parse().unwrap());
     config.flush_interval_s = interval_s;
     config.retention.stream_max_bytes = u64::MAX / 4;
     config.retention.total_max_bytes = u64::MAX / 4;
     config.cameras[0].name = DURABLE_CAMERA.into();
     config.cameras[0].frame_max_bytes = 1 << 20;
-    // A short post-roll: its own early flush comes 2 s (EVENT_FLUSH_MIN_INTERVAL_MS) after
-    // the event's, before the next event.
-    config.cameras[0].post_roll_ms = 1_000;
+    config.cameras[0].post_roll_ms = spell.post_roll_ms;
     let catalog = Arc::new(Catalog::open(&dir.join("catalog.redb")).unwrap());
     let clocks = keeppeek::clock::RealClocks::shared();
     let mut recorder = keeppeek::record::Recorder::start(&config, catalog.clone(), clocks.clone()).unwrap();
@@ -769,9 +827,6 @@ fn durability(work: &Path, smoke: bool) -> Value {
     // Settle: the first segment and a flush.
     std::thread::sleep(Duration::from_secs(interval_s + 1));
 
-    // Spaced past two EVENT_FLUSH_MIN_INTERVAL_MS (the event's early flush and its
-    // post-roll's), so each event is its own: one nearer waits for the spacing, as a storm's do.
-    let spacing = Duration::from_millis(2 * keeppeek::limits::EVENT_FLUSH_MIN_INTERVAL_MS + 500);
     // Quiet: moments with no event, each until the interval's flush covers it.
     let q0 = (Instant::now(), written(&recorder, &catalog, &stats));
     let mut quiet: Moments = Vec::new();
@@ -782,19 +837,29 @@ fn durability(work: &Path, smoke: bool) -> Value {
         look(&catalog, &mut quiet);
         std::thread::sleep(Duration::from_millis(2));
     }
-    std::thread::sleep(spacing.saturating_sub(quiet.last().unwrap().1.elapsed()));
+    // The last one's spacing, still looking (its time is when the catalog first has it).
+    while quiet.last().unwrap().1.elapsed() < spacing {
+        look(&catalog, &mut quiet);
+        std::thread::sleep(Duration::from_millis(2));
+    }
     let q1 = (Instant::now(), written(&recorder, &catalog, &stats));
     let baseline = until_durable(&catalog, quiet);
 
     // Events: each published, then until its keyframe resolves.
     let e0 = (Instant::now(), written(&recorder, &catalog, &stats));
     let mut durable = Vec::new();
+    let mut post_rolls = Vec::new();
     for i in 0..n {
         let started = Instant::now();
         let at = wall();
         let envelope = format!(r#"{{"camera":"{DURABLE_CAMERA}","time_us":{at},"labels":["bench"],"id":"d{i}"}}"#);
         rt.block_on(events.publish("token:1", envelope.as_bytes(), None)).unwrap();
         durable.extend(until_durable(&catalog, vec![(at, Instant::now(), None)]));
+        if spell.name == "isolated" {
+            // From the post-roll's end until the catalog holds footage to it.
+            let end = at + i64::from(spell.post_roll_ms) * 1000;
+            post_rolls.push(footage_durable_to(&catalog, end, wall, started + spacing));
+        }
         std::thread::sleep(spacing.saturating_sub(started.elapsed()));
     }
     let e1 = (Instant::now(), written(&recorder, &catalog, &stats));
@@ -808,6 +873,11 @@ fn durability(work: &Path, smoke: bool) -> Value {
     let events_s = (e1.0 - e0.0).as_secs_f64();
     let commit_bytes = (q1.1[1] - q0.1[1]) as f64 / ((q1.1[3] - q0.1[3]) as f64).max(1.0);
     let event_commits = (e1.1[2] - e0.1[2]) as f64;
+    // The flusher's commits, interval and early, beyond the quiet spell's pace.
+    let flushes = |m: Mark| m.1[3] + m.1[4];
+    let extra_commits = ((flushes(e1) - flushes(e0)) as f64
+        - (flushes(q1) - flushes(q0)) as f64 / (q1.0 - q0.0).as_secs_f64() * events_s)
+        / n as f64;
     let extra_catalog = ((rate(e0, e1, 1) - rate(q0, q1, 1)) * events_s - event_commits) / n as f64;
     let early_bytes = (e1.1[5] - e0.1[5]) as f64 / n as f64;
     let extra_fragments = (rate(e0, e1, 6) - rate(q0, q1, 6)) * events_s / n as f64;
@@ -819,7 +889,11 @@ fn durability(work: &Path, smoke: bool) -> Value {
     let (b, d) = (percentiles(baseline), percentiles(durable));
     json!({
         "flush_interval_s": interval_s,
+        "post_roll_s": spell.post_roll_ms / 1000,
+        "spacing_s": spacing.as_secs_f64(),
         "events": n,
+        "extra_commits_per_event": extra_commits,
+        "post_roll_durable_ms": if post_rolls.is_empty() { Value::Null } else { percentiles(post_rolls) },
         "frames": frames,
         "baseline_over_durable_p50": b["p50"].as_f64().unwrap() / d["p50"].as_f64().unwrap().max(0.001),
         "durable_p95_over_goal": d["p95"].as_f64().unwrap() / 1000.0,

@@ -273,6 +273,17 @@ pub const ONVIF_PROFILES_MAX: usize = 16;
 /// storm on flash. Each early flush is one fragment header and one catalog commit.
 pub const EVENT_FLUSH_MIN_INTERVAL_MS: u64 = 2_000;
 
+/// How long an event's early flush waits, after the first of its camera's streams has cut
+/// its fragment at the moment, for the others (a sub stream at 5 fps cuts within 200 ms):
+/// one commit an event, not one a stream. Added to an event's time to durable at most.
+pub const EVENT_FLUSH_GATHER_MS: u64 = 300;
+
+/// The longest an interval flush waits for an event's post-roll that ended before it but is
+/// not yet written (the fragment holding its end is written at its GOP's end, at most a
+/// fragment's duration later, then queued), instead of a second flush right after: the most
+/// the flush interval stretches, and so what a power cut may lose beyond it.
+pub const POST_ROLL_FLUSH_WAIT_MS: u64 = (FRAGMENT_MAX_DURATION_90K / 90) as u64 + 1_000;
+
 // ---- ingest timing ----
 
 /// Bound on TCP connect plus DESCRIBE: a camera that accepts and never answers is given up.

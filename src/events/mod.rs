@@ -227,8 +227,9 @@ impl Events {
         if stored.is_some() {
             // The footage of its moment is made durable without waiting for the flush
             // interval; this answer does not wait for it.
+            let streams = recorded.len() as u32;
             for t in recorded {
-                t.ask_durable(at_mono_us);
+                t.ask_durable(at_mono_us, streams);
             }
         }
         Ok(accepted)

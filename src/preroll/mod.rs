@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::limits;
 use crate::media::Frame;
@@ -331,14 +331,18 @@ pub struct Trigger {
     durable_past_mono_us: AtomicI64,
     /// When the last event's post-roll ends (monotonic µs), `i64::MIN` for none.
     durable_at_mono_us: AtomicI64,
+    /// How many streams of the camera the last event asked (each cuts; the flusher commits
+    /// once all have).
+    durable_streams: AtomicU32,
 }
 
 /// What an event asks of a stream's recorder for its footage to be made durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DurableAsk {
     /// The event's moment has just been recorded: end the open fragment at the next frame
-    /// and flush, so the moment does not wait in the page cache.
-    Cut,
+    /// and flush, so the moment does not wait in the page cache. The event asked `streams`
+    /// of its camera's streams, and its post-roll ends at `post_roll_end_mono_us`.
+    Cut { streams: u32, post_roll_end_mono_us: i64 },
     /// A post-roll has been recorded: flush once the fragment holding its last frame is
     /// written, at its GOP's end (an extra fragment header would buy a second at most).
     AtFragmentEnd,
@@ -360,12 +364,15 @@ impl Trigger {
             post_roll_us: i64::from(post_roll_ms) * 1000,
             durable_past_mono_us: AtomicI64::new(i64::MIN),
             durable_at_mono_us: AtomicI64::new(i64::MIN),
+            durable_streams: AtomicU32::new(1),
         }
     }
 
-    /// An event of monotonic time `mono_us` was acknowledged: the stream's footage should be
-    /// made durable at once, and again once its post-roll is written.
-    pub fn ask_durable(&self, mono_us: i64) {
+    /// An event of monotonic time `mono_us` was acknowledged, asking this stream and the
+    /// others of its camera, `streams` in all: the stream's footage should be made durable at
+    /// once, and again once its post-roll is written.
+    pub fn ask_durable(&self, mono_us: i64, streams: u32) {
+        self.durable_streams.store(streams, Ordering::Release);
         self.durable_at_mono_us.fetch_max(mono_us.saturating_add(self.post_roll_us), Ordering::AcqRel);
         self.durable_past_mono_us.fetch_max(mono_us, Ordering::AcqRel);
     }
@@ -384,7 +391,10 @@ impl Trigger {
             && now_mono_us >= at
             && self.durable_at_mono_us.compare_exchange(at, i64::MIN, Ordering::AcqRel, Ordering::Acquire).is_ok();
         match (now, post_roll_over) {
-            (true, _) => Some(DurableAsk::Cut),
+            (true, _) => Some(DurableAsk::Cut {
+                streams: self.durable_streams.load(Ordering::Acquire),
+                post_roll_end_mono_us: at,
+            }),
             (false, true) => Some(DurableAsk::AtFragmentEnd),
             (false, false) => None,
         }
@@ -837,12 +847,13 @@ mod tests {
     fn an_event_asks_for_durable_footage_past_its_moment_and_after_its_post_roll() {
         let t = Trigger::new(5_000);
         assert_eq!(t.take_durable(0), None);
-        t.ask_durable(1_000_000);
-        t.ask_durable(2_000_000);
+        t.ask_durable(1_000_000, 1);
+        t.ask_durable(2_000_000, 2);
         // Frames still queued from before the last event's moment do not end its fragment.
         assert_eq!(t.take_durable(1_100_000), None);
-        // The first frame past it does, once, for both events.
-        assert_eq!(t.take_durable(2_000_000), Some(DurableAsk::Cut));
+        // The first frame past it does, once, for both events; the last asked two streams.
+        let cut = DurableAsk::Cut { streams: 2, post_roll_end_mono_us: 7_000_000 };
+        assert_eq!(t.take_durable(2_000_000), Some(cut));
         assert_eq!(t.take_durable(2_100_000), None);
         // Then when the last one's post-roll has been written, at its fragment's end.
         assert_eq!(t.take_durable(6_999_999), None);

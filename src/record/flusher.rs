@@ -1,5 +1,6 @@
 //! The catalog writer thread: groups recorder output into one durable commit per flush
-//! interval, and runs retention after each.
+//! interval, or sooner for an event's footage ([`super::schedule`] says when), and runs
+//! retention after each.
 //!
 //! Commit protocol, per flush: fdatasync every segment file written since the last flush
 //! (and the directory of every new file), then commit all their fragment rows in one
@@ -25,6 +26,7 @@ use tracing::{debug, error, info, warn};
 
 use super::holds::Holds;
 use super::retention::{self, Entry, Index};
+use super::schedule::{Due, Schedule};
 use crate::base::StreamKey;
 use crate::base::fs::{disk_space, remove_file, sync_dir, sync_file};
 use crate::catalog::{Batch, Catalog, FragmentRow, Keyframe, Loss, RecordingRow};
@@ -55,10 +57,15 @@ pub enum ToFlusher {
     DeleteRange { stream_id: u32, from_us: i64, to_us: i64, reply: SyncSender<(u64, u64, u64)> },
     /// The retention caps changed (the web face): kept from now on, enforced at once.
     SetCaps(Retention),
-    /// An event asked for a stream's footage to be durable: sync and commit what is pending
-    /// now, without waiting for the interval. Its recorder sends it at most once per
+    /// A stream cut its fragment at an event's moment, which asked `streams` streams of its
+    /// camera and whose post-roll ends at `post_roll_end_mono_us`: sync and commit what is
+    /// pending once the camera's other streams have cut too, without waiting for the
+    /// interval ([`super::schedule`]). Its recorder sends it at most once per
     /// [`limits::EVENT_FLUSH_MIN_INTERVAL_MS`], after the fragment it closed early.
-    Durable,
+    Moment { stream_id: u32, streams: u32, post_roll_end_mono_us: i64 },
+    /// A stream wrote the fragment holding an event's post-roll's end: the next interval
+    /// flush covers it.
+    PostRollWritten { stream_id: u32 },
 }
 
 /// What the flusher has done, for `/metrics` and the benchmarks.
@@ -70,7 +77,7 @@ pub struct FlusherStats {
     pub sync_errors: AtomicU64,
     pub recordings_deleted: AtomicU64,
     pub bytes_deleted: AtomicU64,
-    /// Flushes an event asked for ([`ToFlusher::Durable`]) before the interval.
+    /// Flushes events asked for ([`ToFlusher::Moment`]) before the interval.
     pub early_flushes: AtomicU64,
     /// Recordings and bytes held by events at the last retention pass.
     pub held_recordings: AtomicU64,
@@ -108,8 +115,8 @@ pub struct Flusher {
     stopping: bool,
     stats: Arc<FlusherStats>,
     clocks: SharedClocks,
-    /// The monotonic µs of the next flush.
-    next_flush_us: i64,
+    /// When to flush next.
+    schedule: Schedule,
     /// What events hold against retention.
     holds: Arc<Holds>,
     /// The camera of each stream, for holds (from the catalog's streams).
@@ -146,7 +153,7 @@ impl Flusher {
             stopping: false,
             stats: Arc::default(),
             clocks,
-            next_flush_us: 0,
+            schedule: Schedule::new(interval.as_micros() as i64, 0),
             holds,
             camera_of: BTreeMap::new(),
         };
@@ -164,7 +171,7 @@ impl Flusher {
 
     /// The length of each table the flusher keeps in memory, for the soak to bound.
     #[cfg(test)]
-    pub(crate) fn table_lens(&self) -> [(&'static str, usize); 13] {
+    pub(crate) fn table_lens(&self) -> [(&'static str, usize); 14] {
         [
             ("fragments", self.fragments.len()),
             ("keyframes", self.keyframes.len()),
@@ -179,6 +186,7 @@ impl Flusher {
             ("poisoned", self.poisoned.len()),
             ("camera_of", self.camera_of.len()),
             ("holds", self.holds.len()),
+            ("schedule", self.schedule.len()),
         ]
     }
 
@@ -186,7 +194,7 @@ impl Flusher {
     pub fn run(mut self, rx: Receiver<ToFlusher>) {
         self.begin();
         loop {
-            match crate::clock::recv_until(&*self.clocks, &rx, self.next_flush_us) {
+            match crate::clock::recv_until(&*self.clocks, &rx, self.schedule.next_us()) {
                 Ok(ToFlusher::Stop) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(msg) => self.handle(msg),
                 Err(RecvTimeoutError::Timeout) => {}
@@ -200,27 +208,26 @@ impl Flusher {
     /// first flush one interval from now.
     pub(crate) fn begin(&mut self) {
         self.enforce_retention(false);
-        self.next_flush_us = self.clocks.mono_us() + self.interval.as_micros() as i64;
+        self.schedule = Schedule::new(self.interval.as_micros() as i64, self.clocks.mono_us());
     }
 
-    /// Flushes and runs retention when the interval is up, however busy the queue is.
+    /// Flushes and runs retention when the schedule says (the interval is up, or an event
+    /// asked), however busy the queue is. The interval counts from the last flush, early or
+    /// not, so an event's early flush takes the place of the next one instead of adding to it
+    /// (what it costs in writes, `docs/durability.md`).
     pub(crate) fn flush_if_due(&mut self) {
-        if self.clocks.mono_us() >= self.next_flush_us {
-            self.flush_on_time();
-        }
-    }
-
-    /// Flushes, runs retention, and sets the next flush one interval from now: the interval
-    /// counts from the last flush, early or not, so an event's early flush takes the place
-    /// of the next one instead of adding to it (what it costs in writes, `docs/durability.md`).
-    /// Returns the bytes the flush's commit wrote to the catalog.
-    fn flush_on_time(&mut self) -> u64 {
+        let Some(due) = self.schedule.due(self.clocks.mono_us()) else {
+            return;
+        };
         let before = self.catalog.writes.bytes();
         self.flush();
-        let wrote = self.catalog.writes.bytes().saturating_sub(before);
+        if due == Due::Early {
+            self.stats.early_flushes.fetch_add(1, Ordering::Relaxed);
+            let wrote = self.catalog.writes.bytes().saturating_sub(before);
+            self.stats.early_flush_bytes.fetch_add(wrote, Ordering::Relaxed);
+        }
         self.enforce_retention(false);
-        self.next_flush_us = self.clocks.mono_us() + self.interval.as_micros() as i64;
-        wrote
+        self.schedule.flushed(self.clocks.mono_us());
     }
 
     /// Learns the camera of every stream the catalog names (once at start, then for each
@@ -318,10 +325,19 @@ impl Flusher {
             ToFlusher::DeleteRange { stream_id, from_us, to_us, reply } => {
                 let _ = reply.send(self.delete_range(stream_id, from_us, to_us));
             }
-            ToFlusher::Durable => {
-                self.stats.early_flushes.fetch_add(1, Ordering::Relaxed);
-                let wrote = self.flush_on_time();
-                self.stats.early_flush_bytes.fetch_add(wrote, Ordering::Relaxed);
+            ToFlusher::Moment { stream_id, streams, post_roll_end_mono_us } => {
+                if !self.camera_of.contains_key(&stream_id) {
+                    self.name_streams();
+                }
+                // A stream of no known camera gathers alone.
+                let camera = self.camera_of.get(&stream_id).cloned().unwrap_or_else(|| format!("#{stream_id}"));
+                let now = self.clocks.mono_us();
+                self.schedule.moment(now, &camera, streams, stream_id, post_roll_end_mono_us);
+                self.flush_if_due();
+            }
+            ToFlusher::PostRollWritten { stream_id } => {
+                self.schedule.post_roll_written(self.clocks.mono_us(), stream_id);
+                self.flush_if_due();
             }
             ToFlusher::SetCaps(caps) => {
                 info!(
@@ -633,8 +649,9 @@ mod tests {
         };
         fragment_at(&mut f, 1);
         sim.advance(Duration::from_secs(6));
-        f.handle(ToFlusher::Durable);
+        f.handle(ToFlusher::Moment { stream_id: row.stream_id, streams: 1, post_roll_end_mono_us: 0 });
         assert_eq!(stats.commits.load(Ordering::Relaxed), 1, "the early flush");
+        assert_eq!(stats.early_flushes.load(Ordering::Relaxed), 1);
         // The interval would have come at 10 s; it comes 10 s after the early flush.
         fragment_at(&mut f, 2);
         sim.advance(Duration::from_secs(5));

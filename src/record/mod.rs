@@ -25,6 +25,7 @@ mod holds_soak;
 pub mod queue;
 pub mod recovery;
 pub mod retention;
+mod schedule;
 #[cfg(test)]
 mod soak;
 pub mod stream;

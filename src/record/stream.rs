@@ -66,8 +66,8 @@ pub struct RecorderStats {
     pub frame_writes: AtomicU64,
     pub disk_full: AtomicU64,
     pub write_errors: AtomicU64,
-    /// Times an event had this stream's footage made durable early (at most one per
-    /// [`limits::EVENT_FLUSH_MIN_INTERVAL_MS`]), and the fragments ended early for it.
+    /// Times an event asked the flusher to make this stream's footage durable, at its moment
+    /// or after its post-roll (at most one each per [`limits::EVENT_FLUSH_MIN_INTERVAL_MS`]).
     pub early_flushes: AtomicU64,
     pub fragments_cut_for_events: AtomicU64,
 }
@@ -135,14 +135,15 @@ pub struct StreamRecorder {
 
 /// Where a stream is in making its footage durable early for events: at an event's moment
 /// by a cut (`asked`, then `armed`), at a post-roll's end by the fragment that holds it
-/// (`at_fragment_end`, then `post_roll_written`).
+/// (`at_fragment_end`, then `post_roll_written`). The flusher decides when each is
+/// committed ([`super::schedule`]).
 #[derive(Default)]
 struct Durable {
     /// An event's moment was recorded; waits for [`limits::EVENT_FLUSH_MIN_INTERVAL_MS`]
     /// since the last early flush.
-    asked: bool,
+    asked: Option<Cut>,
     /// The open fragment ends at the next frame, after which the flusher is told.
-    armed: bool,
+    armed: Option<Cut>,
     /// A post-roll ended: the flusher is told once the fragment holding it is written.
     at_fragment_end: bool,
     /// That fragment is written; waits for the spacing.
@@ -151,27 +152,42 @@ struct Durable {
     last_mono_us: Option<i64>,
 }
 
+/// What an event's cut tells the flusher: how many streams of the camera the event asked,
+/// and when its post-roll ends (monotonic µs).
+#[derive(Clone, Copy)]
+struct Cut {
+    streams: u32,
+    post_roll_end_mono_us: i64,
+}
+
 impl Durable {
     fn spaced(&self, now_mono_us: i64) -> bool {
         self.last_mono_us.is_none_or(|last| now_mono_us - last >= limits::EVENT_FLUSH_MIN_INTERVAL_MS as i64 * 1000)
     }
 
-    /// After a frame's fragments are written: whether to tell the flusher, given whether a
-    /// cut's fragment was just sent (`cut_sent`) and whether any fragment was written.
-    fn after_frame(&mut self, now_mono_us: i64, cut_sent: bool, fragment_written: bool) -> bool {
+    /// After a frame's fragments are written: what to tell stream `stream_id`'s flusher,
+    /// given the cut whose fragment was just sent (`cut_sent`) and whether any fragment was
+    /// written.
+    fn after_frame(
+        &mut self,
+        stream_id: u32,
+        now_mono_us: i64,
+        cut_sent: Option<Cut>,
+        fragment_written: bool,
+    ) -> Option<ToFlusher> {
         self.post_roll_written |= self.at_fragment_end && fragment_written;
-        if cut_sent {
+        if let Some(Cut { streams, post_roll_end_mono_us }) = cut_sent {
             // Every frame before this one is written: the cut's flush holds any post-roll
             // ended by now too.
             (self.at_fragment_end, self.post_roll_written) = (false, false);
-            return true;
+            return Some(ToFlusher::Moment { stream_id, streams, post_roll_end_mono_us });
         }
         if self.post_roll_written && self.spaced(now_mono_us) {
             (self.at_fragment_end, self.post_roll_written) = (false, false);
             self.last_mono_us = Some(now_mono_us);
-            return true;
+            return Some(ToFlusher::PostRollWritten { stream_id });
         }
-        false
+        None
     }
 }
 
@@ -229,7 +245,7 @@ impl StreamRecorder {
         let mut events = std::mem::take(&mut self.events);
         // The frame this message brings, when an early flush is armed, ends the fragment
         // before it: the flusher is told once that fragment is sent.
-        let mut tell_flusher = false;
+        let mut cut_sent = None;
         let mut now_mono_us = None;
         match msg {
             StreamMsg::Frame { frame, after_gap } => {
@@ -241,11 +257,13 @@ impl StreamRecorder {
                 // the first frame received past the event ended before its wall time).
                 let recorded_mono_us = frame.received_mono_us - self.fragmenter.lag_us(&frame).max(0);
                 match admission.trigger().take_durable(recorded_mono_us) {
-                    Some(DurableAsk::Cut) => self.durable.asked = true,
+                    Some(DurableAsk::Cut { streams, post_roll_end_mono_us }) => {
+                        self.durable.asked = Some(Cut { streams, post_roll_end_mono_us });
+                    }
                     Some(DurableAsk::AtFragmentEnd) => self.durable.at_fragment_end = true,
                     None => {}
                 }
-                tell_flusher = std::mem::take(&mut self.durable.armed);
+                cut_sent = self.durable.armed.take();
                 let fragmenter = &mut self.fragmenter;
                 let mut finished = false;
                 admission.frame(frame, after_gap, &mut |out| match out {
@@ -279,14 +297,13 @@ impl StreamRecorder {
         // vector keeps room for a turn's usual few, which the budget counts.
         events.shrink_to(EVENTS_KEPT);
         self.events = events;
-        if let Some(now) = now_mono_us {
-            tell_flusher = self.durable.after_frame(now, tell_flusher, fragment_written);
-        }
-        if tell_flusher {
-            // After the fragment just sent: the flusher syncs and commits it with the rest.
-            if self.flusher.send(ToFlusher::Durable).is_ok() {
-                self.stats.early_flushes.fetch_add(1, Ordering::Relaxed);
-            }
+        let tell =
+            now_mono_us.and_then(|now| self.durable.after_frame(self.stream_id, now, cut_sent, fragment_written));
+        // After the fragment just sent: the flusher syncs and commits it with the rest.
+        if let Some(tell) = tell
+            && self.flusher.send(tell).is_ok()
+        {
+            self.stats.early_flushes.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(now) = now_mono_us {
             self.arm_early_flush(now);
@@ -299,9 +316,8 @@ impl StreamRecorder {
     /// [`limits::EVENT_FLUSH_MIN_INTERVAL_MS`] ago (then it waits).
     fn arm_early_flush(&mut self, now_mono_us: i64) {
         let d = &mut self.durable;
-        if d.asked && !d.armed && d.spaced(now_mono_us) {
-            d.asked = false;
-            d.armed = true;
+        if d.asked.is_some() && d.armed.is_none() && d.spaced(now_mono_us) {
+            d.armed = d.asked.take();
             d.last_mono_us = Some(now_mono_us);
             self.fragmenter.cut_at_next_frame();
         }
@@ -744,15 +760,20 @@ mod tests {
         let mut told = Vec::new();
         for i in 0..200 {
             if i == 40 {
-                trigger.ask_durable(1 + 40 * 33_333);
+                trigger.ask_durable(1 + 40 * 33_333, 1);
             }
             rec.take(frame_of_gop(i, 30, 500, &p), &mut admission);
             rec.write_frames();
-            told.extend(rx.try_iter().filter(|m| matches!(m, ToFlusher::Durable)).map(|_| i));
+            told.extend(rx.try_iter().filter_map(|m| match m {
+                ToFlusher::Moment { streams: 1, post_roll_end_mono_us, .. } => Some((i, post_roll_end_mono_us)),
+                ToFlusher::PostRollWritten { .. } => Some((i, 0)),
+                _ => None,
+            }));
         }
-        // Its moment: armed at frame 40, the fragment cut before frame 41. Its post-roll: the
-        // fragment holding frame 129 ends at the keyframe at 150, where it is flushed, uncut.
-        assert_eq!(told, [41, 150]);
+        // Its moment: armed at frame 40, the fragment cut before frame 41, its post-roll's end
+        // told. Its post-roll: the fragment holding frame 129 ends at the keyframe at 150,
+        // where the flusher is told, uncut.
+        assert_eq!(told, [(41, 1 + 40 * 33_333 + 3_000_000), (150, 0)]);
         assert_eq!(rec.fragmenter.cut_for_events(), 1, "one extra fragment header an event");
         assert_eq!(rec.stats.early_flushes.load(Ordering::Relaxed), 2);
         rec.finish();
@@ -774,7 +795,7 @@ mod tests {
         for i in 0..90 {
             if i == 40 {
                 // As the intake sees it: when it arrived, at frame 40's arrival.
-                trigger.ask_durable(at(40));
+                trigger.ask_durable(at(40), 1);
             }
             let StreamMsg::Frame { mut frame, after_gap } = frame_of_gop(i, 30, 500, &p) else { unreachable!() };
             frame.received_mono_us = at(i);
@@ -785,7 +806,7 @@ mod tests {
             for m in rx.try_iter() {
                 match m {
                     ToFlusher::Fragment { row, .. } => last_end = Some(row.wall_end_us),
-                    ToFlusher::Durable if cut.is_none() => cut = last_end,
+                    ToFlusher::Moment { .. } if cut.is_none() => cut = last_end,
                     _ => {}
                 }
             }

@@ -443,15 +443,16 @@ fn pre_roll_caps_hold_in_the_daemon_and_a_disabled_pre_roll_holds_nothing() {
 /// with a flush interval of a minute, a camera recording around events (10 s GOPs, the
 /// hardest case: its fragment would otherwise close only at the GOP's end) and one
 /// recording always have the event's moment committed within seconds, and the event's
-/// keyframe resolves. An event storm asks for at most one early flush per stream per
-/// EVENT_FLUSH_MIN_INTERVAL_MS.
+/// keyframe resolves. A camera recording its main and sub streams is flushed once for both.
+/// An event storm asks for at most one early flush per stream per EVENT_FLUSH_MIN_INTERVAL_MS.
 #[test]
 fn an_acknowledged_events_footage_is_durable_at_once_whatever_the_flush_interval() {
     let cam = Camera::start();
     let mut cameras = format!(
         "[[cameras]]\nname = \"door\"\nrecord = \"events\"\npre_roll_s = 5\npost_roll_s = 2\nmain = {{ url = \"{}\" }}\n\
-         [[cameras]]\nname = \"yard\"\npost_roll_s = 3\nmain = {{ url = \"{}\" }}\n",
+         [[cameras]]\nname = \"yard\"\npost_roll_s = 3\nmain = {{ url = \"{}\" }}\nsub = {{ url = \"{}\" }}\n",
         cam.url("/h264-long-gop"),
+        cam.url("/h264"),
         cam.url("/h264")
     );
     for name in ["gate", "shed"] {
@@ -464,7 +465,7 @@ fn an_acknowledged_events_footage_is_durable_at_once_whatever_the_flush_interval
         events_box_of("flush_interval_s = 60\n", &cameras);
     let stream = |name: &str, s: &str| sample(port, &metrics, &format!("{name}{{stream=\"{s}\"}}"));
     let up = wait_until(Duration::from_secs(20), || {
-        ["door/main", "yard/main", "gate/main", "shed/main"]
+        ["door/main", "yard/main", "yard/sub", "gate/main", "shed/main"]
             .iter()
             .all(|s| stream("keeppeek_stream_connected", s) == Some(1))
     });
@@ -474,6 +475,8 @@ fn an_acknowledged_events_footage_is_durable_at_once_whatever_the_flush_interval
     assert_eq!(sample(port, &metrics, "keeppeek_catalog_early_flushes_total"), Some(0));
 
     for camera in ["door", "yard"] {
+        let early_flushes = || sample(port, &metrics, "keeppeek_catalog_early_flushes_total").unwrap();
+        let flushes_before = early_flushes();
         let event_us = wall_us();
         let e = format!(r#"{{"camera":"{camera}","time_us":{event_us},"labels":["person"]}}"#);
         let (code, answer) = post_event(port, &writer, &e, None);
@@ -499,6 +502,12 @@ fn an_acknowledged_events_footage_is_durable_at_once_whatever_the_flush_interval
         let (code, _) = get_bytes(port, &viewer, &format!("/api/events/{id}/keyframe"));
         assert_eq!(code, 200, "{camera}: the event's keyframe is on disk");
         assert!(stream("keeppeek_recorder_early_flushes_total", &format!("{camera}/main")) >= Some(1));
+        if camera == "yard" {
+            // Both streams cut at the moment, one commit made durable both (past the gathering).
+            std::thread::sleep(Duration::from_millis(2 * keeppeek::limits::EVENT_FLUSH_GATHER_MS));
+            assert_eq!(stream("keeppeek_recorder_early_flushes_total", "yard/sub"), Some(1));
+            assert_eq!(early_flushes() - flushes_before, 1, "one early flush for both streams");
+        }
     }
 
     // A storm: 200 events in 10 s on four cameras. Each recorder flushes early at most once

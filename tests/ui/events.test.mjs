@@ -203,9 +203,15 @@ test('the events list pages as it is scrolled, and filters by camera, time and w
   // Filters: the yard (10 events); the last hour (60 of 71); words.
   await page.click('.filters button.chip:has-text("yard")');
   await waitFor('the yard only', async () => (await cards.count()) === 10);
+  // Each click draws the list anew: the next click waits for the new list, or it may land
+  // on the old one as it goes.
   await page.click('.filters button.chip:has-text("All cameras")');
+  await page.locator('.filters button.chip[aria-pressed="true"]:has-text("All cameras")').waitFor();
+  await waitFor('all cameras\' first page', async () => (await cards.count()) === 30);
   await page.click('.filters button.chip:has-text("Last hour")');
-  await waitFor('the last hour\'s first page', async () => (await cards.count()) === 30 && /time=/.test(page.url()));
+  await page.locator('.filters button.chip[aria-pressed="true"]:has-text("Last hour")').waitFor();
+  await waitFor('the last hour\'s first page', async () => (await cards.count()) === 30 && /time=/.test(page.url()))
+    .catch(async (e) => { throw new Error(`${e.message}: ${await cards.count()} cards at ${page.url()}`); });
   // Scrolled on to the end (the box tells the end by an empty page after a full one).
   await waitFor('the last hour', async () => {
     await page.evaluate(() => window.scrollTo(0, document.body.scrollHeight));

@@ -34,7 +34,7 @@ use crate::media::fmp4::{self, SampleEntry};
 use crate::media::{AudioFrame, AudioParams, Frame, VideoParams};
 
 /// A gap in camera time larger than this between consecutive frames is a discontinuity.
-const FRAME_GAP_MAX_90K: i64 = 10 * 90_000;
+pub(crate) const FRAME_GAP_MAX_90K: i64 = 10 * 90_000;
 
 /// Duration assumed for a run's only frame when there is no previous one (30 fps).
 const FALLBACK_FRAME_DURATION_90K: i64 = 3_000;

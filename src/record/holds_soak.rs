@@ -29,10 +29,12 @@ use crate::media::{Frame, avc};
 use crate::preroll::{Admission, Mode, Trigger};
 
 /// A frame this often, of this size: 120 KiB a minute either way. Under qemu-user, where
-/// each step costs ten times as much, fewer and larger frames (every 10 s: at 15 s, burst
-/// A's holds had not lapsed by hour 15 when this first ran there, and on the host too with
-/// 15 s frames; why is not yet known).
+/// each step costs ten times as much, fewer and larger frames, every 10 s. Never more than
+/// the fragmenter's largest gap between frames: at 15 s every frame was a discontinuity, so
+/// its own recording of one frame, an event's 15 s window held one such recording, burst B
+/// held 1.9 MB of its 3 MiB share, and burst A's holds never lapsed.
 const FRAME_EVERY_S: i64 = if cfg!(target_arch = "aarch64") { 10 } else { 5 };
+const _: () = assert!(FRAME_EVERY_S * 90_000 <= super::fragmenter::FRAME_GAP_MAX_90K);
 const FRAME_BYTES: usize = 2048 * FRAME_EVERY_S as usize;
 /// About 51 minutes of a stream; holds may keep half of it.
 const STREAM_MAX_BYTES: u64 = 6 << 20;

@@ -626,7 +626,7 @@ fn markdown(r: &Value) -> String {
     ] {
         let _ = write!(
             md,
-            "\n### An event's footage made durable, {what}: flush interval {} s, post-roll {} s, {} events {} s apart (ms p50 / p95)\n\n| | ms p50 / p95 |\n| --- | --- |\n\
+            "\n### An event's footage made durable, {what}: flush interval {} s, post-roll {} s, {} events {} s apart on average (ms p50 / p95)\n\n| | ms p50 / p95 |\n| --- | --- |\n\
              | a moment with no event, until the interval's flush (baseline) | {} |\n| an event, from its answer | {} |\n",
             d["flush_interval_s"],
             d["post_roll_s"],
@@ -759,7 +759,11 @@ fn feed(
 struct Spell {
     name: &'static str,
     post_roll_ms: u32,
+    /// Between events, on average.
     spacing: Duration,
+    /// Spread each event's spacing over an interval around it, so the events fall at every
+    /// phase of the flush interval (what an event costs in commits depends on it).
+    spread: Option<Duration>,
     events: usize,
 }
 
@@ -771,6 +775,7 @@ fn durability(work: &Path, smoke: bool) -> Value {
         name: "close",
         post_roll_ms: 1_000,
         spacing: Duration::from_millis(2 * keeppeek::limits::EVENT_FLUSH_MIN_INTERVAL_MS + 500),
+        spread: None,
         events: if smoke { 4 } else { 24 },
     };
     // Past the post-roll, the interval after it and the wait: nothing of one event is left
@@ -779,6 +784,7 @@ fn durability(work: &Path, smoke: bool) -> Value {
         name: "isolated",
         post_roll_ms: interval_s as u32 * 1000,
         spacing: Duration::from_millis(interval_s * 2_500),
+        spread: Some(Duration::from_secs(interval_s)),
         events: if smoke { 2 } else { 8 },
     };
     json!({ "close": durable_spell(work, interval_s, &close), "isolated": durable_spell(work, interval_s, &isolated) })
@@ -860,7 +866,9 @@ fn durable_spell(work: &Path, interval_s: u64, spell: &Spell) -> Value {
             let end = at + i64::from(spell.post_roll_ms) * 1000;
             post_rolls.push(footage_durable_to(&catalog, end, wall, started + spacing));
         }
-        std::thread::sleep(spacing.saturating_sub(started.elapsed()));
+        // From half the spread below the spacing to half above, in even steps.
+        let gap = spell.spread.map_or(spacing, |w| spacing - w / 2 + w.mul_f64((i as f64 + 0.5) / n as f64));
+        std::thread::sleep(gap.saturating_sub(started.elapsed()));
     }
     let e1 = (Instant::now(), written(&recorder, &catalog, &stats));
     stop.store(true, Ordering::Relaxed);

@@ -274,9 +274,11 @@ pub const ONVIF_PROFILES_MAX: usize = 16;
 pub const EVENT_FLUSH_MIN_INTERVAL_MS: u64 = 2_000;
 
 /// How long an event's early flush waits, after the first of its camera's streams has cut
-/// its fragment at the moment, for the others (a sub stream at 5 fps cuts within 200 ms):
-/// one commit an event, not one a stream. Added to an event's time to durable at most.
-pub const EVENT_FLUSH_GATHER_MS: u64 = 300;
+/// its fragment at the moment, for the others: a stream cuts before the frame after the
+/// first past the moment (within 400 ms at 5 fps), and the writers may take two streams'
+/// frames a poll apart (`RECORDER_POLL_INTERVAL_MS`). One commit an event, not one a
+/// stream; added to an event's time to durable at most, when a stream is that late.
+pub const EVENT_FLUSH_GATHER_MS: u64 = 700;
 
 /// The longest an interval flush waits for an event's post-roll that ended before it but is
 /// not yet written (the fragment holding its end is written at its GOP's end, at most a

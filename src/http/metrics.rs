@@ -350,7 +350,7 @@ fn streams(out: &mut String, services: &Services) {
         ),
         (
             "keeppeek_recorder_early_flushes_total",
-            "Times an event had the stream's footage made durable before the flush interval.",
+            "Times an event's moment had the stream's footage made durable before the flush interval.",
             &|i| rec(i, |r| &r.early_flushes),
         ),
         ("keeppeek_recorder_fragments_cut_for_events_total", "Fragments ended early for an event's footage.", &|i| {

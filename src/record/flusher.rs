@@ -227,7 +227,7 @@ impl Flusher {
             self.stats.early_flush_bytes.fetch_add(wrote, Ordering::Relaxed);
         }
         self.enforce_retention(false);
-        self.schedule.flushed(self.clocks.mono_us());
+        self.schedule.flushed(self.clocks.mono_us(), due);
     }
 
     /// Learns the camera of every stream the catalog names (once at start, then for each

@@ -66,8 +66,9 @@ pub struct RecorderStats {
     pub frame_writes: AtomicU64,
     pub disk_full: AtomicU64,
     pub write_errors: AtomicU64,
-    /// Times an event asked the flusher to make this stream's footage durable, at its moment
-    /// or after its post-roll (at most one each per [`limits::EVENT_FLUSH_MIN_INTERVAL_MS`]).
+    /// Times an event's moment had this stream's fragment cut and the flusher told to make it
+    /// durable early (at most once per [`limits::EVENT_FLUSH_MIN_INTERVAL_MS`]); a post-roll
+    /// is told too, for the next interval flush, and not counted.
     pub early_flushes: AtomicU64,
     pub fragments_cut_for_events: AtomicU64,
 }
@@ -146,9 +147,9 @@ struct Durable {
     armed: Option<Cut>,
     /// A post-roll ended: the flusher is told once the fragment holding it is written.
     at_fragment_end: bool,
-    /// That fragment is written; waits for the spacing.
+    /// That fragment is written.
     post_roll_written: bool,
-    /// When the last early flush was armed or told (monotonic µs).
+    /// When the last cut was armed (monotonic µs).
     last_mono_us: Option<i64>,
 }
 
@@ -168,13 +169,7 @@ impl Durable {
     /// After a frame's fragments are written: what to tell stream `stream_id`'s flusher,
     /// given the cut whose fragment was just sent (`cut_sent`) and whether any fragment was
     /// written.
-    fn after_frame(
-        &mut self,
-        stream_id: u32,
-        now_mono_us: i64,
-        cut_sent: Option<Cut>,
-        fragment_written: bool,
-    ) -> Option<ToFlusher> {
+    fn after_frame(&mut self, stream_id: u32, cut_sent: Option<Cut>, fragment_written: bool) -> Option<ToFlusher> {
         self.post_roll_written |= self.at_fragment_end && fragment_written;
         if let Some(Cut { streams, post_roll_end_mono_us }) = cut_sent {
             // Every frame before this one is written: the cut's flush holds any post-roll
@@ -182,9 +177,10 @@ impl Durable {
             (self.at_fragment_end, self.post_roll_written) = (false, false);
             return Some(ToFlusher::Moment { stream_id, streams, post_roll_end_mono_us });
         }
-        if self.post_roll_written && self.spaced(now_mono_us) {
+        // Not spaced: the flusher spaces the flushes a post-roll may still ask for, and the
+        // next event's cut must not wait on this.
+        if self.post_roll_written {
             (self.at_fragment_end, self.post_roll_written) = (false, false);
-            self.last_mono_us = Some(now_mono_us);
             return Some(ToFlusher::PostRollWritten { stream_id });
         }
         None
@@ -297,13 +293,12 @@ impl StreamRecorder {
         // vector keeps room for a turn's usual few, which the budget counts.
         events.shrink_to(EVENTS_KEPT);
         self.events = events;
-        let tell =
-            now_mono_us.and_then(|now| self.durable.after_frame(self.stream_id, now, cut_sent, fragment_written));
         // After the fragment just sent: the flusher syncs and commits it with the rest.
-        if let Some(tell) = tell
-            && self.flusher.send(tell).is_ok()
-        {
-            self.stats.early_flushes.fetch_add(1, Ordering::Relaxed);
+        if let Some(tell) = self.durable.after_frame(self.stream_id, cut_sent, fragment_written) {
+            let moment = matches!(tell, ToFlusher::Moment { .. });
+            if self.flusher.send(tell).is_ok() && moment {
+                self.stats.early_flushes.fetch_add(1, Ordering::Relaxed);
+            }
         }
         if let Some(now) = now_mono_us {
             self.arm_early_flush(now);
@@ -775,7 +770,7 @@ mod tests {
         // where the flusher is told, uncut.
         assert_eq!(told, [(41, 1 + 40 * 33_333 + 3_000_000), (150, 0)]);
         assert_eq!(rec.fragmenter.cut_for_events(), 1, "one extra fragment header an event");
-        assert_eq!(rec.stats.early_flushes.load(Ordering::Relaxed), 2);
+        assert_eq!(rec.stats.early_flushes.load(Ordering::Relaxed), 1, "the moment's");
         rec.finish();
     }
 

@@ -111,6 +111,20 @@ pub fn compute(config: &Config) -> Budget {
             ),
         },
         Line {
+            component: "https",
+            bytes: if config.https.is_some() {
+                ((limits::HTTP_CONNECTIONS_MAX + limits::TLS_HANDSHAKES_MAX) * limits::TLS_CONNECTION_BYTES) as u64
+            } else {
+                0
+            },
+            why: format!(
+                "{} connections and {} handshakes × {} KiB of TLS state and records (HTTP_CONNECTIONS_MAX, TLS_HANDSHAKES_MAX, TLS_CONNECTION_BYTES); none without [https]",
+                limits::HTTP_CONNECTIONS_MAX,
+                limits::TLS_HANDSHAKES_MAX,
+                limits::TLS_CONNECTION_BYTES >> 10
+            ),
+        },
+        Line {
             component: "accounts",
             bytes: accounts_bytes(),
             why: format!(

@@ -38,6 +38,9 @@ use crate::webrtc;
 /// The catalog's file name in the data directory.
 pub const CATALOG_FILE: &str = "catalog.redb";
 
+/// The box's HTTPS certificates and keys, under the data directory (mode `0700`).
+pub const TLS_DIR: &str = "tls";
+
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -57,13 +60,18 @@ pub enum DaemonError {
     CameraRunning(String),
     #[error("cannot start the ingest thread: {0}")]
     IngestThread(std::io::Error),
+    #[error("HTTPS: {0}")]
+    Tls(crate::tls::TlsError),
 }
 
 /// File descriptors the daemon may hold at once: connections, playback cursors, a few per
 /// stream (socket, segment file, directory), the catalog and some slack.
 fn open_files_needed(config: &Config) -> u64 {
     let streams: u64 = config.cameras.iter().map(|c| c.streams().count() as u64).sum();
-    (limits::HTTP_CONNECTIONS_MAX + limits::WEBRTC_CURSORS_MAX + limits::EXPORTS_RUNNING_MAX * 2) as u64
+    (limits::HTTP_CONNECTIONS_MAX
+        + limits::TLS_HANDSHAKES_MAX
+        + limits::WEBRTC_CURSORS_MAX
+        + limits::EXPORTS_RUNNING_MAX * 2) as u64
         + streams * 4
         + 64
 }
@@ -172,6 +180,10 @@ pub async fn start(
         Some(addr) => Some(http::bind(addr).await?),
         None => None,
     };
+    let https_listener = match config.https {
+        Some(addr) => Some(http::bind(addr).await?),
+        None => None,
+    };
     let catalog = Arc::new(Catalog::open(&data_dir.join(CATALOG_FILE))?);
     let cameras = Arc::new(Cameras::default());
     let webrtc = bind_live_view(&config, &catalog, &cameras).await?;
@@ -223,6 +235,24 @@ pub async fn start(
     running.background.push(tokio::spawn(log_status(cameras.clone())));
     #[cfg(target_env = "gnu")]
     running.background.push(tokio::spawn(return_freed_memory()));
+    // The box's certificate, made before the port answers (the first start makes its key).
+    let tls = match https_listener {
+        Some(l) => {
+            let dir = data_dir.join(TLS_DIR);
+            let wall_us = crate::clock::Clocks::wall_us(&*clocks);
+            let (host, addresses) = (crate::tls::host_name(), crate::tls::addresses());
+            let tls = tokio::task::spawn_blocking(move || {
+                crate::tls::Tls::open(&dir, &host, &addresses, wall_us / 1_000_000, crate::clock::is_sane(wall_us))
+            })
+            .await
+            .map_err(|e| DaemonError::Tls(crate::tls::TlsError::Config(e.to_string())))?
+            .map_err(DaemonError::Tls)?;
+            let tls = Arc::new(tls);
+            running.background.push(tokio::spawn(tls.clone().watch(clocks.clone(), shutdown_rx.clone())));
+            Some((l, tls))
+        }
+        None => None,
+    };
     let auth = Arc::new(Auth::new(catalog.clone(), clocks));
     if auth.setup_needed().unwrap_or(false)
         && let Some(token) = auth.setup_token()
@@ -236,7 +266,9 @@ pub async fn start(
         running.engine = Some(tokio::spawn(engine.run(shutdown_rx.clone())));
         handle
     });
-    running.web = listener.map(|l| {
+    let tls_store = tls.as_ref().map(|(_, t)| t.clone());
+    let web = (listener.is_some() || tls.is_some()).then(|| http::Listeners { plain: listener, https: tls });
+    running.web = web.map(|listeners| {
         let services = Arc::new(http::Services {
             catalog,
             data_dir,
@@ -251,8 +283,9 @@ pub async fn start(
             webrtc,
             config: reconfig,
             config_stats: Arc::default(),
+            tls: tls_store,
         });
-        tokio::spawn(http::serve(l, Arc::new(http::HttpStats::default()), auth, services, shutdown_rx))
+        tokio::spawn(http::serve(listeners, Arc::new(http::HttpStats::default()), auth, services, shutdown_rx))
     });
     Ok(running)
 }

@@ -43,4 +43,5 @@ pub mod preroll;
 pub mod record;
 pub mod report;
 pub mod system;
+pub mod tls;
 pub mod webrtc;

@@ -384,6 +384,50 @@ pub const EXPORT_CHUNK_BYTES: usize = 256 << 10;
 /// A request body where no route allows more (small JSON such as a delete): 413 beyond it.
 pub const HTTP_SMALL_BODY_MAX_BYTES: u64 = 16 << 10;
 
+// ---- HTTPS ----
+
+/// TLS handshakes in progress on the HTTPS port. A handshake holds no connection slot (only
+/// a finished one takes a place in [`HTTP_CONNECTIONS_MAX`]); past this the oldest handshake
+/// in progress is dropped for the newcomer, so clients that open TLS and stop keep no one out.
+pub const TLS_HANDSHAKES_MAX: usize = 64;
+
+/// A handshake not finished within this long is dropped (a LAN client needs a few ms).
+pub const TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+
+/// Plaintext a TLS connection buffers for sending before its writer waits (rustls's own
+/// default is 64 KiB): one record's worth, which keeps each connection's memory small.
+pub const TLS_SEND_BUFFER_MAX_BYTES: usize = 16 << 10;
+
+/// Memory one TLS connection or handshake holds beyond its HTTP side: a received record (16
+/// KiB and its overhead), [`TLS_SEND_BUFFER_MAX_BYTES`] and the session's state. Measured by
+/// the handshake-flood test, which holds [`TLS_HANDSHAKES_MAX`] of them.
+pub const TLS_CONNECTION_BYTES: usize = 48 << 10;
+
+/// Lifetime of the box's own certificate, in days: the most browsers accept for a server
+/// certificate (Apple's rule), counted from its `notBefore`.
+pub const TLS_CERT_VALIDITY_DAYS: u64 = 825;
+
+/// The box's own certificate is valid from this long before it was made: a board whose
+/// clock is a little late (no battery, before its time sync) still accepts it.
+pub const TLS_CERT_BACKDATE_S: u64 = 24 * 3600;
+
+/// The box's own certificate is made again this long before it expires.
+pub const TLS_CERT_RENEW_BEFORE_S: u64 = 30 * 24 * 3600;
+
+/// How often the box looks at its addresses (and its clock) to make its own certificate
+/// again when they changed: a new DHCP lease is served under its new name within this.
+pub const TLS_ADDRESS_POLL_MS: u64 = 10_000;
+
+/// Names the box no longer has that its own certificate, made again, keeps naming: an address that comes and goes does not cost a new certificate, and a
+/// browser's exception, each time.
+pub const TLS_CERT_PAST_NAMES_MAX: usize = 8;
+
+/// Certificates in an uploaded chain (the server's and its issuers'): refused beyond it.
+pub const TLS_CHAIN_CERTS_MAX: usize = 8;
+
+/// An uploaded certificate chain or key file, each: refused beyond it.
+pub const TLS_UPLOAD_MAX_BYTES: usize = 64 << 10;
+
 // ---- live view ----
 
 /// The current GOP a stream holds so a new viewer starts at once: a GOP larger than this is

@@ -131,6 +131,8 @@ enum UpdateCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    // One crypto provider for every TLS use in the process (HTTPS, and the clients to come).
+    keeppeek::tls::install_provider();
     match dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -17,6 +17,7 @@ DEBIAN_PACKAGES=(
     chromium
     qemu-system-arm u-boot-qemu squashfs-tools mtools dosfstools fdisk e2fsprogs cpio kmod
     grub-common minisign iproute2
+    openssl curl gnutls-bin util-linux
 )
 RUST_TARGETS=(aarch64-unknown-linux-musl)
 

@@ -173,6 +173,17 @@ pub fn remove_file(path: &Path) -> io::Result<()> {
 /// Writes `bytes` to `path` durably: a synced temporary file renamed into place, and the
 /// directory synced (created, and its parent synced, if new).
 pub fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_synced_mode(path, bytes, 0o644)
+}
+
+/// [`write_synced`] for a file only its owner may read (a private key): the temporary file
+/// has mode `0600` from its creation, before a byte is written.
+pub fn write_synced_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_synced_mode(path, bytes, 0o600)
+}
+
+fn write_synced_mode(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().ok_or_else(|| io::Error::other("no directory"))?;
     if !dir.exists() {
         create_dir_all(dir)?;
@@ -183,7 +194,9 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = std::path::PathBuf::from(tmp);
-    let mut f = File::create(&tmp)?;
+    // A stale temporary file (a power cut mid-write) may have another mode: start afresh.
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
     note!(&tmp, |path| journal::Op::Create { path, truncate: true });
     f.write_all(bytes)?;
     note!(&tmp, |path| journal::Op::Write { path, offset: 0, data: bytes.to_vec() });

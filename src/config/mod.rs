@@ -182,8 +182,11 @@ pub const KEEP_EVENT_FOOTAGE_DAYS_DEFAULT: u32 = 14;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     pub data_dir: PathBuf,
-    /// Where the web face listens; none: no web face.
+    /// Where the web face listens over plain HTTP; none: not over HTTP. With [`Config::https`]
+    /// set, it answers `/healthz` and sends everything else on to HTTPS.
     pub listen: Option<std::net::SocketAddr>,
+    /// Where the web face listens over HTTPS (`[https] listen`); none: no HTTPS.
+    pub https: Option<std::net::SocketAddr>,
     pub flush_interval_s: u64,
     pub require_sane_clock: bool,
     pub ram_class_bytes: u64,
@@ -250,6 +253,8 @@ struct RawConfig {
     #[serde(default)]
     cameras: Vec<RawCamera>,
     #[serde(default)]
+    https: RawHttps,
+    #[serde(default)]
     webrtc: RawWebrtc,
     #[serde(default)]
     preroll: RawPreroll,
@@ -257,6 +262,13 @@ struct RawConfig {
     pools: RawPools,
     #[serde(default)]
     events: RawEvents,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHttps {
+    /// The HTTPS port's address, such as `0.0.0.0:8443`.
+    listen: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -461,6 +473,7 @@ impl Config {
         Config {
             data_dir,
             listen: Some(listen),
+            https: None,
             flush_interval_s: FLUSH_INTERVAL_DEFAULT_S,
             require_sane_clock: false,
             ram_class_bytes: 1 << 30,
@@ -610,15 +623,22 @@ impl RawConfig {
             }
             cameras.push(cam);
         }
-        let listen = self
-            .listen
-            .map(|l| {
-                l.parse().map_err(|_| ("listen".to_string(), format!("\"{l}\" is not an address such as 0.0.0.0:8080")))
-            })
-            .transpose()?;
+        let address = |key: &str, value: Option<String>, example: &str| {
+            value
+                .map(|l| {
+                    l.parse().map_err(|_| (key.to_string(), format!("\"{l}\" is not an address such as {example}")))
+                })
+                .transpose()
+        };
+        let listen = address("listen", self.listen, "0.0.0.0:8080")?;
+        let https = address("https.listen", self.https.listen, "0.0.0.0:8443")?;
+        if https.is_some() && https == listen {
+            return Err(("https.listen".into(), "HTTPS needs a port of its own, not listen's".into()));
+        }
         Ok(Config {
             data_dir: base_dir.join(self.data_dir),
             listen,
+            https,
             flush_interval_s: self.flush_interval_s,
             require_sane_clock: self.require_sane_clock,
             ram_class_bytes,

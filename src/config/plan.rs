@@ -217,6 +217,7 @@ fn settings(c: &Config) -> Vec<(&'static str, String)> {
     vec![
         ("data_dir", c.data_dir.display().to_string()),
         ("listen", c.listen.map_or("none".into(), |a| a.to_string())),
+        ("https.listen", c.https.map_or("none".into(), |a| a.to_string())),
         ("flush_interval_s", c.flush_interval_s.to_string()),
         ("require_sane_clock", c.require_sane_clock.to_string()),
         ("ram_class", c.ram_class_bytes.to_string()),

@@ -47,6 +47,7 @@ pub fn camera(c: &Camera) -> Value {
 pub fn settings(c: &Config) -> Value {
     json!({
         "listen": c.listen.map(|a| a.to_string()),
+        "https": { "listen": c.https.map(|a| a.to_string()) },
         "flush_interval_s": c.flush_interval_s,
         "require_sane_clock": c.require_sane_clock,
         "ram_class_bytes": c.ram_class_bytes,

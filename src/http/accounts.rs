@@ -37,32 +37,36 @@ pub(super) fn principal(headers: &HeaderMap, ctx: &Ctx) -> Option<Principal> {
 }
 
 /// The `Origin` check: absent (not a browser's cross-site request), or this box as the
-/// browser reached it, scheme and all (`http://` + `Host`; the box serves plain HTTP).
-fn origin_ok(headers: &HeaderMap) -> bool {
+/// browser reached it, scheme and all (`http://` or, over HTTPS, `https://`, then `Host`).
+fn origin_ok(headers: &HeaderMap, https: bool) -> bool {
     match headers.get(header::ORIGIN).map(|v| v.to_str()) {
         None => true,
         Some(Ok(origin)) => {
             let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
-            origin.strip_prefix("http://").is_some_and(|h| !host.is_empty() && h.eq_ignore_ascii_case(host))
+            let scheme = if https { "https://" } else { "http://" };
+            origin.strip_prefix(scheme).is_some_and(|h| !host.is_empty() && h.eq_ignore_ascii_case(host))
         }
         Some(Err(_)) => false,
     }
 }
 
 /// The CSRF and Origin checks for a state-changing request made with a session cookie.
-pub(super) fn csrf_ok(headers: &HeaderMap, csrf: &str) -> bool {
+pub(super) fn csrf_ok(headers: &HeaderMap, csrf: &str, https: bool) -> bool {
     let token_ok = headers.get("x-csrf-token").is_some_and(|v| same(v.as_bytes(), csrf.as_bytes()));
-    token_ok && origin_ok(headers)
+    token_ok && origin_ok(headers, https)
 }
 
 /// A `403` when the request comes from a page of another site (login CSRF, lockouts posted
 /// by a page a LAN user opens).
-fn foreign_origin(headers: &HeaderMap) -> Option<Reply> {
-    (!origin_ok(headers)).then(|| error(StatusCode::FORBIDDEN, "foreign_origin", "this request came from another site"))
+fn foreign_origin(headers: &HeaderMap, https: bool) -> Option<Reply> {
+    (!origin_ok(headers, https))
+        .then(|| error(StatusCode::FORBIDDEN, "foreign_origin", "this request came from another site"))
 }
 
-fn with_cookie(r: Reply, value: &str, max_age_s: u64) -> Reply {
-    let cookie = format!("{SESSION_COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age_s}");
+/// The session cookie: `Secure` over HTTPS, so the browser never sends it in clear.
+fn with_cookie(r: Reply, value: &str, max_age_s: u64, https: bool) -> Reply {
+    let secure = if https { "; Secure" } else { "" };
+    let cookie = format!("{SESSION_COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age_s}{secure}");
     with_header(r, header::SET_COOKIE, &cookie)
 }
 
@@ -79,8 +83,8 @@ pub(super) fn setup_status(ctx: &Ctx) -> Reply {
 }
 
 /// `POST /api/setup`: the first admin, from this box itself or with the setup token.
-pub(super) async fn setup(headers: &HeaderMap, body: RequestBody, ctx: &Ctx, peer: SocketAddr) -> Reply {
-    if let Some(r) = foreign_origin(headers) {
+pub(super) async fn setup(headers: &HeaderMap, body: RequestBody, ctx: &Ctx, peer: SocketAddr, https: bool) -> Reply {
+    if let Some(r) = foreign_origin(headers, https) {
         return r;
     }
     let c: Credentials = match read_json(headers, body, ctx).await {
@@ -104,22 +108,22 @@ pub(super) async fn setup(headers: &HeaderMap, body: RequestBody, ctx: &Ctx, pee
         return fail(&e);
     }
     ctx.auth.setup_done();
-    login_reply(ctx, ctx.auth.login(peer.ip(), &c.username, &c.password).await, StatusCode::CREATED).await
+    login_reply(ctx, ctx.auth.login(peer.ip(), &c.username, &c.password).await, StatusCode::CREATED, https).await
 }
 
 /// `POST /api/login`
-pub(super) async fn login(headers: &HeaderMap, body: RequestBody, ctx: &Ctx, peer: SocketAddr) -> Reply {
-    if let Some(r) = foreign_origin(headers) {
+pub(super) async fn login(headers: &HeaderMap, body: RequestBody, ctx: &Ctx, peer: SocketAddr, https: bool) -> Reply {
+    if let Some(r) = foreign_origin(headers, https) {
         return r;
     }
     let c: Credentials = match read_json(headers, body, ctx).await {
         Ok(c) => c,
         Err(r) => return r,
     };
-    login_reply(ctx, ctx.auth.login(peer.ip(), &c.username, &c.password).await, StatusCode::OK).await
+    login_reply(ctx, ctx.auth.login(peer.ip(), &c.username, &c.password).await, StatusCode::OK, https).await
 }
 
-async fn login_reply(ctx: &Ctx, r: Result<Login, AuthError>, status: StatusCode) -> Reply {
+async fn login_reply(ctx: &Ctx, r: Result<Login, AuthError>, status: StatusCode, https: bool) -> Reply {
     match r {
         Ok(login) => {
             closed_sessions(ctx, &login.ended).await;
@@ -127,6 +131,7 @@ async fn login_reply(ctx: &Ctx, r: Result<Login, AuthError>, status: StatusCode)
                 json(status, json!({ "csrf": login.csrf, "role": login.role.name() })),
                 &login.cookie,
                 limits::AUTH_SESSION_LIFETIME_S,
+                https,
             )
         }
         Err(e) => fail(&e),
@@ -153,14 +158,14 @@ pub(super) fn me(who: &Principal) -> Reply {
 }
 
 /// `POST /api/logout`: ends the session and what it opened.
-pub(super) async fn logout(ctx: &Ctx, who: &Principal) -> Reply {
+pub(super) async fn logout(ctx: &Ctx, who: &Principal, https: bool) -> Reply {
     match who {
         Principal::User { session, .. } => {
             ctx.auth.end_session(session);
             if let Some(w) = &ctx.services.webrtc {
                 w.close_login(*session).await;
             }
-            with_cookie(json(StatusCode::OK, json!({})), "", 0)
+            with_cookie(json(StatusCode::OK, json!({})), "", 0, https)
         }
         Principal::Token { .. } => error(StatusCode::BAD_REQUEST, "no_session", "a token has no session to end"),
     }

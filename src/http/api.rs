@@ -28,11 +28,12 @@ pub(super) async fn route(parts: Parts, body: RequestBody, ctx: &Ctx, peer: Sock
         other => other,
     };
     let access = route.map_or(Access::Signed, |r| r.access());
+    let https = parts.extensions.get::<super::OverHttps>().is_some();
     if access == Access::Anyone {
         return match route {
             Some(Route::SetupStatus) => accounts::setup_status(ctx),
-            Some(Route::Setup) => accounts::setup(&parts.headers, body, ctx, peer).await,
-            Some(Route::Login) => accounts::login(&parts.headers, body, ctx, peer).await,
+            Some(Route::Setup) => accounts::setup(&parts.headers, body, ctx, peer, https).await,
+            Some(Route::Login) => accounts::login(&parts.headers, body, ctx, peer, https).await,
             _ => not_found(),
         };
     }
@@ -41,7 +42,7 @@ pub(super) async fn route(parts: Parts, body: RequestBody, ctx: &Ctx, peer: Sock
     };
     if let Principal::User { csrf, .. } = &who
         && !matches!(parts.method, Method::GET | Method::HEAD)
-        && !accounts::csrf_ok(&parts.headers, csrf)
+        && !accounts::csrf_ok(&parts.headers, csrf, https)
     {
         return error(StatusCode::FORBIDDEN, "csrf", "missing or wrong x-csrf-token, or a foreign Origin");
     }
@@ -105,8 +106,11 @@ async fn handle(
         SystemReboot => system::reboot(ctx),
         SystemFactoryReset => system::factory_reset(ctx, &parts.headers, body).await,
         SupportBundle => system::support_bundle(ctx).await,
+        Https => system::https(ctx),
+        HttpsUpload => system::https_upload(ctx, &parts.headers, body).await,
+        HttpsReset => system::https_reset(ctx).await,
         Me => accounts::me(who),
-        Logout => accounts::logout(ctx, who).await,
+        Logout => accounts::logout(ctx, who, parts.extensions.get::<super::OverHttps>().is_some()).await,
         Users => accounts::users(ctx),
         UserPut => accounts::put_user(ctx, &parts.headers, body).await,
         UserDelete(name) => accounts::delete_user(ctx, name).await,

@@ -90,6 +90,29 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
         "Requests and connections refused, by reason.",
         &refused,
     );
+    let handshakes: Vec<_> = [
+        ("done", &s.tls_handshakes),
+        ("failed", &s.tls_handshake_failures),
+        ("timed_out", &s.tls_handshake_timeouts),
+        ("dropped_for_newcomer", &s.tls_handshakes_dropped),
+    ]
+    .into_iter()
+    .map(|(outcome, v)| (format!("outcome=\"{outcome}\""), load(v)))
+    .collect();
+    family(
+        &mut out,
+        "keeppeek_tls_handshakes_total",
+        "counter",
+        "TLS handshakes on the HTTPS port, by outcome.",
+        &handshakes,
+    );
+    family(
+        &mut out,
+        "keeppeek_http_redirects_total",
+        "counter",
+        "Plain HTTP requests sent on to HTTPS.",
+        &one(load(&s.redirects)),
+    );
     streams(&mut out, services);
     let c = &services.config_stats;
     let outcomes: Vec<_> = [

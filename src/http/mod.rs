@@ -89,6 +89,16 @@ pub struct HttpStats {
     pub body_too_large: AtomicU64,
     /// 503: every handler busy and the waiting line full.
     pub busy: AtomicU64,
+    /// TLS handshakes completed.
+    pub tls_handshakes: AtomicU64,
+    /// TLS handshakes that failed (a client that does not trust the certificate, a bad hello).
+    pub tls_handshake_failures: AtomicU64,
+    /// TLS handshakes not done within [`limits::TLS_HANDSHAKE_TIMEOUT_MS`].
+    pub tls_handshake_timeouts: AtomicU64,
+    /// TLS handshakes dropped for a newcomer with [`limits::TLS_HANDSHAKES_MAX`] in progress.
+    pub tls_handshakes_dropped: AtomicU64,
+    /// Plain HTTP requests sent on to HTTPS.
+    pub redirects: AtomicU64,
 }
 
 /// The daemon's services as the handlers reach them: the catalog and the files, the running
@@ -116,6 +126,8 @@ pub struct Services {
     /// The config file as the web face changes it (none: the demo, which has no file).
     pub config: Option<Arc<crate::daemon::Reconfig>>,
     pub config_stats: Arc<ConfigStats>,
+    /// The HTTPS certificate store (none: no HTTPS port).
+    pub tls: Option<Arc<crate::tls::Tls>>,
 }
 
 /// Config plans and applies, for `/metrics`.
@@ -172,6 +184,7 @@ impl Services {
             webrtc: None,
             config: None,
             config_stats: Arc::default(),
+            tls: None,
         })
     }
 }
@@ -260,18 +273,83 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ListenError> {
     TcpListener::bind(addr).await.map_err(|source| ListenError { addr, source })
 }
 
-/// Serves until `shutdown` turns true.
+/// The web face's listening sockets: plain HTTP (everything, or when HTTPS is on only
+/// `/healthz` and redirects to HTTPS), and HTTPS with the box's certificates.
+#[derive(Default)]
+pub struct Listeners {
+    pub plain: Option<TcpListener>,
+    pub https: Option<(TcpListener, Arc<crate::tls::Tls>)>,
+}
+
+/// How a connection's requests are served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scheme {
+    /// Plain HTTP, every route (no HTTPS port).
+    Http,
+    /// Plain HTTP beside an HTTPS port: `/healthz`, and a redirect for everything else.
+    Redirect { https_port: u16, local: SocketAddr },
+    /// HTTPS: every route, and the session cookie is `Secure`.
+    Https,
+}
+
+/// A request that came over HTTPS (an extension of its parts).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OverHttps;
+
+/// How one listener's connections start.
+#[derive(Clone)]
+enum Face {
+    Plain { https_port: Option<u16> },
+    Https { acceptor: tokio_rustls::TlsAcceptor, handshakes: Arc<crate::tls::Handshakes> },
+}
+
+/// Serves until `shutdown` turns true: every listener shares one connection table and one
+/// set of handler slots.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Listeners,
     stats: Arc<HttpStats>,
     auth: Arc<Auth>,
     services: Arc<Services>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let table = conns::Table::new();
     let ctx = Arc::new(Ctx::new(stats.clone(), auth, services));
+    let https_port = listeners.https.as_ref().and_then(|(l, _)| l.local_addr().ok()).map(|a| a.port());
+    let mut loops = Vec::new();
+    if let Some(l) = listeners.plain {
+        let face = Face::Plain { https_port };
+        loops.push(tokio::spawn(accept_loop(l, face, table.clone(), ctx.clone(), shutdown.clone())));
+    }
+    if let Some((l, tls)) = listeners.https {
+        let config = match tls.server_config() {
+            Ok(c) => c,
+            Err(e) => {
+                warn!("HTTPS is off: {e}");
+                return;
+            }
+        };
+        let face = Face::Https {
+            acceptor: tokio_rustls::TlsAcceptor::from(config),
+            handshakes: Arc::new(crate::tls::Handshakes::default()),
+        };
+        loops.push(tokio::spawn(accept_loop(l, face, table.clone(), ctx.clone(), shutdown.clone())));
+    }
+    for l in loops {
+        let _ = l.await;
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    face: Face,
+    table: Arc<conns::Table>,
+    ctx: Arc<Ctx>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let stats = ctx.stats.clone();
     if let Ok(addr) = listener.local_addr() {
-        info!(%addr, "web face listening");
+        let scheme = if matches!(face, Face::Https { .. }) { "https" } else { "http" };
+        info!(%addr, scheme, "web face listening");
     }
     loop {
         let accepted = tokio::select! {
@@ -288,40 +366,116 @@ pub async fn serve(
             }
         };
         stats.connections_total.fetch_add(1, Ordering::Relaxed);
-        let (admission, took) = table.admit().await;
-        if took {
-            stats.connections_evicted.fetch_add(1, Ordering::Relaxed);
-        }
-        let conns::Admission::Slot(slot) = admission else {
-            stats.connections_refused.fetch_add(1, Ordering::Relaxed);
-            let _ =
-                stream.try_write(b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
-            continue;
-        };
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            let conn = slot.conn.clone();
-            let io = guard::Guarded::new(stream, ctx.stats.clone(), conn.clone());
-            let stats = ctx.stats.clone();
-            stats.connections_open.fetch_add(1, Ordering::Relaxed);
-            tokio::select! {
-                () = connection(io, ctx, peer, conn.clone()) => {}
-                () = conn.evicted() => debug!(%peer, "connection closed to make room for a new one"),
+        match &face {
+            Face::Plain { https_port } => {
+                let scheme = match (https_port, stream.local_addr()) {
+                    (Some(https_port), Ok(local)) => Scheme::Redirect { https_port: *https_port, local },
+                    _ => Scheme::Http,
+                };
+                let Some(slot) = admit_connection(&table, &stats).await else {
+                    let _ = stream.try_write(REFUSED);
+                    continue;
+                };
+                tokio::spawn(run_connection(slot, stream, ctx.clone(), peer, scheme));
             }
-            stats.connections_open.fetch_sub(1, Ordering::Relaxed);
-            drop(slot);
-        });
+            Face::Https { acceptor, handshakes } => {
+                let (place, took) = handshakes.enter();
+                if took {
+                    stats.tls_handshakes_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                let (acceptor, table, ctx) = (acceptor.clone(), table.clone(), ctx.clone());
+                tokio::spawn(async move {
+                    let Some(mut tls) = handshake(&acceptor, stream, place, &ctx.stats).await else { return };
+                    let Some(slot) = admit_connection(&table, &ctx.stats).await else {
+                        use tokio::io::AsyncWriteExt;
+                        let refuse = async {
+                            let _ = tls.write_all(REFUSED).await;
+                            let _ = tls.shutdown().await;
+                        };
+                        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), refuse).await;
+                        return;
+                    };
+                    run_connection(slot, tls, ctx, peer, Scheme::Https).await
+                });
+            }
+        }
     }
+}
+
+/// What a client gets when every connection slot is working.
+const REFUSED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+
+/// A connection slot for a new connection ([`conns::Table::admit`]), counted.
+async fn admit_connection(table: &Arc<conns::Table>, stats: &HttpStats) -> Option<conns::Slot> {
+    let (admission, took) = table.admit().await;
+    if took {
+        stats.connections_evicted.fetch_add(1, Ordering::Relaxed);
+    }
+    match admission {
+        conns::Admission::Slot(slot) => Some(slot),
+        conns::Admission::Full => {
+            stats.connections_refused.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+/// A TLS handshake, holding its `place` among those in progress until it is done, fails,
+/// runs past [`limits::TLS_HANDSHAKE_TIMEOUT_MS`] or is dropped for a newcomer.
+async fn handshake(
+    acceptor: &tokio_rustls::TlsAcceptor,
+    stream: tokio::net::TcpStream,
+    place: crate::tls::Place,
+    stats: &HttpStats,
+) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+    let accept = acceptor.accept_with(stream, |c| c.set_buffer_limit(Some(limits::TLS_SEND_BUFFER_MAX_BYTES)));
+    let timeout = std::time::Duration::from_millis(limits::TLS_HANDSHAKE_TIMEOUT_MS);
+    let done = tokio::select! {
+        r = tokio::time::timeout(timeout, accept) => r,
+        () = place.dropped() => return None,
+    };
+    match done {
+        Ok(Ok(tls)) => {
+            stats.tls_handshakes.fetch_add(1, Ordering::Relaxed);
+            Some(tls)
+        }
+        Ok(Err(e)) => {
+            stats.tls_handshake_failures.fetch_add(1, Ordering::Relaxed);
+            debug!("TLS handshake failed: {e}");
+            None
+        }
+        Err(_) => {
+            stats.tls_handshake_timeouts.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+/// Serves one admitted connection until it ends or the table takes its slot.
+async fn run_connection<S>(slot: conns::Slot, stream: S, ctx: Arc<Ctx>, peer: SocketAddr, scheme: Scheme)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = slot.conn.clone();
+    let io = guard::Guarded::new(stream, ctx.stats.clone(), conn.clone());
+    let stats = ctx.stats.clone();
+    stats.connections_open.fetch_add(1, Ordering::Relaxed);
+    tokio::select! {
+        () = connection(io, ctx, peer, conn.clone(), scheme) => {}
+        () = conn.evicted() => debug!(%peer, "connection closed to make room for a new one"),
+    }
+    stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+    drop(slot);
 }
 
 /// Serves one connection until it ends: hyper's HTTP/1.1 with the head ceilings configured,
 /// then [`check_head`], admission and the routes for each request.
-async fn connection<I>(io: I, ctx: Arc<Ctx>, peer: SocketAddr, conn: Arc<conns::Conn>)
+async fn connection<I>(io: I, ctx: Arc<Ctx>, peer: SocketAddr, conn: Arc<conns::Conn>, scheme: Scheme)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let stats = ctx.stats.clone();
-    let service = service_fn(move |req| handle(req, ctx.clone(), peer, conn.clone()));
+    let service = service_fn(move |req| handle(req, ctx.clone(), peer, conn.clone(), scheme));
     let result = http1::Builder::new()
         .timer(TokioTimer::new())
         // The guard's own read clock covers the head, with a 408; hyper's would drop the
@@ -442,7 +596,7 @@ pub mod fuzzing {
             let (client, server) = tokio::io::duplex(64 << 10);
             let conn = Arc::new(super::conns::Conn::new());
             let io = guard::Guarded::new(server, self.ctx.stats.clone(), conn.clone());
-            let served = tokio::spawn(connection(io, self.ctx.clone(), peer, conn));
+            let served = tokio::spawn(connection(io, self.ctx.clone(), peer, conn, super::Scheme::Http));
             let (rx, mut tx) = tokio::io::split(client);
             let send = async {
                 for piece in input.chunks(pace.piece_bytes) {
@@ -511,6 +665,8 @@ pub(crate) fn body_max_bytes(method: &http::Method, path: &str) -> u64 {
         limits::EVENT_INTAKE_BODY_MAX_BYTES as u64
     } else if method == http::Method::POST && path == "/api/system/update" {
         limits::UPDATE_BODY_MAX_BYTES
+    } else if method == http::Method::POST && path == "/api/system/https" {
+        system::HTTPS_UPLOAD_BODY_MAX_BYTES
     } else {
         limits::HTTP_SMALL_BODY_MAX_BYTES
     }
@@ -558,23 +714,36 @@ async fn handle(
     ctx: Arc<Ctx>,
     peer: SocketAddr,
     conn: Arc<conns::Conn>,
+    scheme: Scheme,
 ) -> Result<Reply, Infallible> {
     use http_body_util::BodyExt;
     ctx.stats.requests.fetch_add(1, Ordering::Relaxed);
     let mark = conn.request_started();
-    let reply = answer(req, &ctx, peer, &conn).await;
+    let reply = answer(req, &ctx, peer, &conn, scheme).await;
     conn.handler_done();
     Ok(reply.map(|inner| Marked { inner, _mark: mark }.boxed_unsync()))
 }
 
 /// The reply to one request: the head's checks, `/healthz`, a small body read, a handler
 /// slot, then the route.
-async fn answer(req: Request<Incoming>, ctx: &Ctx, peer: SocketAddr, conn: &conns::Conn) -> Reply {
+async fn answer(mut req: Request<Incoming>, ctx: &Ctx, peer: SocketAddr, conn: &conns::Conn, scheme: Scheme) -> Reply {
     if let Some(refusal) = check_head(&req, &ctx.stats) {
         return refusal;
     }
     if matches!(*req.method(), http::Method::GET | http::Method::HEAD) && req.uri().path() == "/healthz" {
         return text("ok\n".into(), "text/plain; charset=utf-8");
+    }
+    match scheme {
+        Scheme::Redirect { https_port, local } => {
+            ctx.stats.redirects.fetch_add(1, Ordering::Relaxed);
+            let reply = reply::to_https(req.headers(), req.uri(), https_port, local);
+            // The body, if any, is not read: the connection ends with the reply.
+            return if has_body(req.headers()) { closing(reply) } else { reply };
+        }
+        Scheme::Https => {
+            req.extensions_mut().insert(OverHttps);
+        }
+        Scheme::Http => {}
     }
     let max = body_max_bytes(req.method(), req.uri().path());
     let (parts, body) = req.into_parts();
@@ -757,7 +926,7 @@ mod tests {
         let (client, server) = tokio::io::duplex(pipe_bytes);
         let conn = Arc::new(conns::Conn::new());
         let io = guard::Guarded::new(server, ctx.stats.clone(), conn.clone());
-        tokio::spawn(connection(io, ctx, ([192, 0, 2, 7], 40000).into(), conn.clone()));
+        tokio::spawn(connection(io, ctx, ([192, 0, 2, 7], 40000).into(), conn.clone(), Scheme::Http));
         (client, conn)
     }
 

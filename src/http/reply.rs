@@ -81,6 +81,39 @@ pub(crate) fn closing(mut reply: Reply) -> Reply {
     reply
 }
 
+/// The host a request names, without its port (an IPv6 literal keeps its brackets); none
+/// when it names none or the name is not a host.
+pub(crate) fn request_host(headers: &HeaderMap) -> Option<&str> {
+    let host = headers.get(header::HOST)?.to_str().ok()?;
+    let bare = match host.strip_prefix('[') {
+        Some(rest) => &host[..rest.find(']')? + 2],
+        None => host.rsplit_once(':').filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit())).map_or(host, |(h, _)| h),
+    };
+    (!bare.is_empty()).then_some(bare)
+}
+
+/// A plain HTTP request sent on to the same path on the HTTPS port: `307` (the method and
+/// body are kept, and nothing is cached, so turning HTTPS off later strands no browser), to
+/// the host the request named, else the address it came in on.
+pub(crate) fn to_https(headers: &HeaderMap, uri: &http::Uri, https_port: u16, local: std::net::SocketAddr) -> Reply {
+    let host = match request_host(headers) {
+        Some(h) => h.to_string(),
+        None if local.is_ipv6() => format!("[{}]", local.ip()),
+        None => local.ip().to_string(),
+    };
+    // The host came from the client: it must be a host and nothing more (no path, query or
+    // user), so the redirect goes to this box's HTTPS port and nowhere else.
+    if url::Host::parse(&host).is_err() {
+        return error(StatusCode::BAD_REQUEST, "bad_host", "the request's host is not a host name or address");
+    }
+    let port = if https_port == 443 { String::new() } else { format!(":{https_port}") };
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let location = format!("https://{host}{port}{path}");
+    let mut r = error(StatusCode::TEMPORARY_REDIRECT, "https", "this box answers over HTTPS");
+    r.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    with_header(r, header::LOCATION, &location)
+}
+
 /// Reads a body of at most `max` bytes: 413 past it, 408 when it did not arrive in time (the
 /// socket guard leaves that answer to the handler reading the body), 400 when it broke off.
 pub(crate) async fn read_body(body: RequestBody, ctx: &Ctx, max: usize) -> Result<Bytes, Reply> {
@@ -131,6 +164,16 @@ pub(crate) async fn read_json<T: for<'de> Deserialize<'de>>(
     body: RequestBody,
     ctx: &Ctx,
 ) -> Result<T, Reply> {
+    read_json_max(headers, body, ctx, limits::HTTP_SMALL_BODY_MAX_BYTES as usize).await
+}
+
+/// [`read_json`] for a route whose body may be up to `max` bytes.
+pub(crate) async fn read_json_max<T: for<'de> Deserialize<'de>>(
+    headers: &HeaderMap,
+    body: RequestBody,
+    ctx: &Ctx,
+    max: usize,
+) -> Result<T, Reply> {
     if !super::parse::is_mime(content_type(headers), "application/json") {
         return Err(error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -138,6 +181,36 @@ pub(crate) async fn read_json<T: for<'de> Deserialize<'de>>(
             "send the body as content-type: application/json",
         ));
     }
-    let bytes = read_body(body, ctx, limits::HTTP_SMALL_BODY_MAX_BYTES as usize).await?;
+    let bytes = read_body(body, ctx, max).await?;
     serde_json::from_slice(&bytes).map_err(|e| error(StatusCode::BAD_REQUEST, "bad_json", &e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(host: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, header::HeaderValue::from_str(host).unwrap());
+        h
+    }
+
+    #[test]
+    fn plain_http_is_sent_on_to_the_same_host_and_path_over_https() {
+        let local: std::net::SocketAddr = "192.168.1.20:8080".parse().unwrap();
+        let to = |host: Option<&str>, path: &str, port| {
+            let h = host.map(headers).unwrap_or_default();
+            let r = to_https(&h, &path.parse().unwrap(), port, local);
+            (r.status().as_u16(), r.headers().get(header::LOCATION).map(|v| v.to_str().unwrap().to_string()))
+        };
+        assert_eq!(to(Some("nvr.local:8080"), "/a?b=1", 8443), (307, Some("https://nvr.local:8443/a?b=1".into())));
+        assert_eq!(to(Some("nvr.local"), "/", 443), (307, Some("https://nvr.local/".into())));
+        assert_eq!(to(Some("[fd00::20]:8080"), "/", 8443), (307, Some("https://[fd00::20]:8443/".into())));
+        assert_eq!(to(None, "/x", 8443), (307, Some("https://192.168.1.20:8443/x".into())));
+        for bad in ["evil.example/x?", "a b", "user@evil.example", "evil.example#"] {
+            assert_eq!(to(Some(bad), "/", 8443).0, 400, "{bad}");
+        }
+        assert_eq!(to(Some("[fd00::20"), "/", 8443), (307, Some("https://192.168.1.20:8443/".into())));
+        assert_eq!(request_host(&headers("nvr:notaport")), Some("nvr:notaport"));
+    }
 }

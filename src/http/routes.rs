@@ -60,6 +60,11 @@ pub(crate) enum Route<'a> {
     SystemReboot,
     SystemFactoryReset,
     SupportBundle,
+    /// The HTTPS certificate served (`GET`), an admin's own (`POST`), the box's own again
+    /// (`DELETE`).
+    Https,
+    HttpsUpload,
+    HttpsReset,
     Me,
     Logout,
     Users,
@@ -129,6 +134,9 @@ impl<'a> Route<'a> {
             (&Method::POST, ["api", "system", "reboot"]) => SystemReboot,
             (&Method::POST, ["api", "system", "factory-reset"]) => SystemFactoryReset,
             (&Method::GET, ["api", "system", "support-bundle"]) => SupportBundle,
+            (&Method::GET, ["api", "system", "https"]) => Https,
+            (&Method::POST, ["api", "system", "https"]) => HttpsUpload,
+            (&Method::DELETE, ["api", "system", "https"]) => HttpsReset,
             (&Method::GET, ["api", "me"]) => Me,
             (&Method::POST, ["api", "logout"]) => Logout,
             (&Method::GET, ["api", "users"]) => Users,
@@ -153,13 +161,14 @@ impl<'a> Route<'a> {
                 Access::Scope(scope::VIEW)
             }
             WhepOpen(_) | WhepClose(_) => Access::Scope(scope::VIEW),
-            EventSearch | EventRevisions(_) | EventKeyframe(_) | EventSnapshot(_) | System => {
+            EventSearch | EventRevisions(_) | EventKeyframe(_) | EventSnapshot(_) | System | Https => {
                 Access::Scope(scope::VIEW)
             }
             EventIntake => Access::Scope(scope::EVENTS_WRITE),
             DeleteRecordings(_) | EventDelete(_) | SystemUpdate | SystemReboot | SystemFactoryReset | SupportBundle => {
                 Access::Scope(scope::ADMIN)
             }
+            HttpsUpload | HttpsReset => Access::Scope(scope::ADMIN),
             Users | UserPut | UserDelete(_) | Tokens | TokenCreate | TokenDelete(_) => Access::Scope(scope::ADMIN),
             ConfigSnapshot | ConfigPlan | ConfigApply | ConfigRevisions | CameraProbe | CameraDiscover
             | CameraOnvif => Access::Scope(scope::ADMIN),
@@ -204,6 +213,9 @@ mod tests {
             ("POST", "/api/system/reboot", admin),
             ("POST", "/api/system/factory-reset", admin),
             ("GET", "/api/system/support-bundle", admin),
+            ("GET", "/api/system/https", view),
+            ("POST", "/api/system/https", admin),
+            ("DELETE", "/api/system/https", admin),
             ("GET", "/api/me", Signed),
             ("POST", "/api/logout", Signed),
             ("GET", "/api/users", admin),

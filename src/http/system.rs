@@ -1,7 +1,10 @@
 //! The box as firmware over HTTP: `GET /api/system` (running slot, both versions, the last
 //! update), `POST /api/system/update` (a bundle, streamed to the inactive slot),
 //! `POST /api/system/reboot`, `POST /api/system/factory-reset` and
-//! `GET /api/system/support-bundle`. All but the first are for admins.
+//! `GET /api/system/support-bundle`, and the HTTPS certificate: `GET /api/system/https`
+//! (what it is, for anyone signed in to check their browser's warning), `POST` (an admin's
+//! own certificate chain and key) and `DELETE` (the box's own again). All but the two `GET`s
+//! are for admins.
 
 use http::request::Parts;
 use http::{StatusCode, header};
@@ -226,6 +229,107 @@ pub(super) async fn support_bundle(ctx: &Ctx) -> Reply {
             let name = format!("attachment; filename=\"keeppeek-support-{}.tar\"", crate::system::now_unix_s());
             with_header(r, header::CONTENT_DISPOSITION, &name)
         }
+        Err(r) => r,
+    }
+}
+
+/// An upload's JSON: the certificate chain and the key, each PEM, with room for the JSON's
+/// escapes.
+pub(super) const HTTPS_UPLOAD_BODY_MAX_BYTES: u64 = 2 * (crate::limits::TLS_UPLOAD_MAX_BYTES as u64 + (8 << 10));
+
+/// What the certificate served says, for the UI (`enabled: false` without an HTTPS port).
+fn https_json(serving: Option<&crate::tls::Serving>) -> serde_json::Value {
+    use crate::tls::cert::utc;
+    let Some(s) = serving else { return json!({ "enabled": false }) };
+    json!({
+        "enabled": true,
+        "source": s.source.name(),
+        "fingerprint": s.info.fingerprint(),
+        "pin": s.info.pin(),
+        "subject": s.info.subject,
+        "issuer": s.info.issuer,
+        "names": s.info.names.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "not_before": utc(s.info.not_before_s),
+        "not_after": utc(s.info.not_after_s),
+        "not_after_us": s.info.not_after_s.saturating_mul(1_000_000),
+        "made_because": s.made_because,
+    })
+}
+
+/// `GET /api/system/https`
+pub(super) fn https(ctx: &Ctx) -> Reply {
+    let serving = ctx.services.tls.as_ref().map(|t| t.current());
+    json(StatusCode::OK, https_json(serving.as_deref()))
+}
+
+fn no_https() -> Reply {
+    error(StatusCode::CONFLICT, "https_off", "this box has no HTTPS port (set [https] listen in its config)")
+}
+
+fn tls_failed(e: crate::tls::TlsError) -> Reply {
+    match e {
+        crate::tls::TlsError::Cert(e) => error(StatusCode::BAD_REQUEST, "certificate", &e.to_string()),
+        e => error(StatusCode::INTERNAL_SERVER_ERROR, "storage", &e.to_string()),
+    }
+}
+
+fn wall_now() -> (i64, bool) {
+    let wall_us = crate::clock::Clocks::wall_us(&crate::clock::RealClocks);
+    (wall_us / 1_000_000, crate::clock::is_sane(wall_us))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Upload {
+    certificate: String,
+    key: String,
+}
+
+/// `POST /api/system/https`: `{certificate, key}`, PEM; checked (they match, the chain
+/// parses in order, the names fit the host this request came to), stored and served from the
+/// next handshake on.
+pub(super) async fn https_upload(ctx: &Ctx, headers: &http::HeaderMap, body: RequestBody) -> Reply {
+    use crate::limits::TLS_UPLOAD_MAX_BYTES;
+    let Some(tls) = ctx.services.tls.clone() else { return no_https() };
+    let up: Upload = match super::reply::read_json_max(headers, body, ctx, HTTPS_UPLOAD_BODY_MAX_BYTES as usize).await {
+        Ok(u) => u,
+        Err(r) => return r,
+    };
+    for (field, pem) in [("certificate", &up.certificate), ("key", &up.key)] {
+        if pem.len() > TLS_UPLOAD_MAX_BYTES {
+            let message = format!("the {field} file is over {} KiB (TLS_UPLOAD_MAX_BYTES)", TLS_UPLOAD_MAX_BYTES >> 10);
+            return super::reply::error_on(StatusCode::PAYLOAD_TOO_LARGE, "too_large", &message, field);
+        }
+    }
+    let Some(host) = super::reply::request_host(headers) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_host",
+            "the request names no host to check the certificate against",
+        );
+    };
+    let asked = crate::tls::Name::reached_as(host);
+    let done = on_pool(move || {
+        let (now_s, sane) = wall_now();
+        tls.upload(up.certificate.as_bytes(), up.key.as_bytes(), &asked, now_s, sane).map_err(tls_failed)
+    })
+    .await;
+    match done {
+        Ok(serving) => json(StatusCode::OK, https_json(Some(&serving))),
+        Err(r) => r,
+    }
+}
+
+/// `DELETE /api/system/https`: the box's own certificate again.
+pub(super) async fn https_reset(ctx: &Ctx) -> Reply {
+    let Some(tls) = ctx.services.tls.clone() else { return no_https() };
+    let done = on_pool(move || {
+        let (now_s, sane) = wall_now();
+        tls.remove_upload(&crate::tls::addresses(), now_s, sane).map_err(tls_failed)
+    })
+    .await;
+    match done {
+        Ok(serving) => json(StatusCode::OK, https_json(Some(&serving))),
         Err(r) => r,
     }
 }

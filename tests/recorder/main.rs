@@ -20,6 +20,7 @@ mod power_cut;
 mod retention;
 mod rtsp_recording;
 mod scale;
+mod tls;
 #[path = "../../benches/support/viewer.rs"]
 mod viewer;
 mod worst_case;

@@ -78,11 +78,12 @@ export async function startLiveKeeppeek(t, extra = [], camera = [], cameras = nu
   return startKeeppeek(t, ['[webrtc]', `port = ${udp}`, 'loopback = true', ...extra], camera, cameras);
 }
 
-export async function launchChromium(t) {
+// Debian's Chromium, headless; `args` adds flags (such as a certificate accepted).
+export async function launchChromium(t, args = []) {
   const browser = await chromium.launch({
     executablePath: '/usr/bin/chromium',
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      '--disable-background-networking', '--disable-component-update', '--disable-sync', ...args],
   });
   t.after(() => browser.close());
   return browser;

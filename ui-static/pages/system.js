@@ -1,8 +1,10 @@
 // System: the firmware (both slots, the version running, the last update), installing an
-// update with its upload's progress, what the box writes to its disk (flash wears with it),
-// the support bundle, restart and factory reset, each destructive step confirmed first.
-import { h, confirmDialog } from '../lib/dom.js';
-import { get, request, upload, say } from '../lib/api.js';
+// update with its upload's progress, the HTTPS certificate (its fingerprint to check the
+// browser's warning against, an admin's own certificate uploaded, or the box's own again),
+// what the box writes to its disk (flash wears with it), the support bundle, restart and
+// factory reset, each destructive step confirmed first.
+import { h, confirmDialog, field } from '../lib/dom.js';
+import { get, request, upload, say, api } from '../lib/api.js';
 import { bytes, duration, percent } from '../lib/format.js';
 
 function facts(s) {
@@ -39,6 +41,66 @@ function wearSection(w) {
   dl.append(h('dt', {}, 'Storing events'), h('dd', {}, `${bytes(w.event_catalog_bytes)} of the catalog’s writes`));
   return h('section.card', { 'aria-labelledby': 'wear-title' }, h('h2', { id: 'wear-title' }, 'Disk writes'),
     h('p.muted', {}, `Since KeepPeek started ${duration(w.since_us)} ago. An SD card or eMMC wears with what is written to it.`), dl);
+}
+
+// The certificate served over HTTPS: what it is, and changing it. `c` is /api/system/https.
+function httpsSection(c) {
+  const card = h('section.card', { 'aria-labelledby': 'https-title', id: 'https' });
+  const draw = (c) => {
+    card.replaceChildren(h('h2', { id: 'https-title' }, 'HTTPS certificate'));
+    if (!c.enabled) {
+      card.append(h('p.muted', {}, 'HTTPS is off: this box answers plain HTTP only, so passwords cross the network in clear. Set an HTTPS port ([https] listen) in its config to turn it on.'));
+      return;
+    }
+    const own = c.source === 'own';
+    card.append(h('p.muted', {}, own
+      ? 'Made by this box for its names and addresses. Browsers do not know it, so they warn once: check that the fingerprint they show is this one (the box also prints it on its console), then accept it.'
+      : 'Your own certificate. Browsers that trust its issuer open the box without a warning.'));
+    const dl = h('dl.facts', { id: 'https-facts' });
+    const row = (k, v, props = {}) => dl.append(h('dt', {}, k), h('dd', props, v));
+    // Broken only between bytes on a narrow screen (a <wbr> adds no text).
+    const bytePairs = c.fingerprint.split(':').flatMap((b, i) => (i ? [':', h('wbr'), b] : [b]));
+    row('Fingerprint (SHA-256)', bytePairs, { id: 'https-fingerprint', className: 'code' });
+    row('Key pin', c.pin, { id: 'https-pin', className: 'code' });
+    row('Names', c.names.join(', ') || 'none');
+    row('Valid', `${c.not_before} to ${c.not_after} UTC`);
+    if (!own) row('Issued by', c.issuer);
+    if (own && c.made_because) row('Last made', `because ${c.made_because}`);
+    card.append(dl);
+    const cert = h('input', { type: 'file', name: 'certificate', accept: '.pem,.crt,.cer', required: true });
+    const key = h('input', { type: 'file', name: 'key', accept: '.pem,.key', required: true });
+    const result = h('p', { role: 'status', id: 'https-result' });
+    const form = h('form', { id: 'https-form' },
+      field('Certificate chain (PEM, the box’s certificate first)', cert),
+      field('Private key (PEM)', key),
+      h('button', { type: 'submit' }, 'Use this certificate'), result);
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      if (!cert.files[0] || !key.files[0]) return;
+      result.textContent = 'Checking…';
+      try {
+        const body = { certificate: await cert.files[0].text(), key: await key.files[0].text() };
+        const now = await api('POST', '/api/system/https', body);
+        draw(now);
+        say('The box serves your certificate from now on.', 'ok');
+      } catch (err) {
+        result.textContent = `Refused: ${err.message}`;
+      }
+    });
+    card.append(h('details', { open: !own }, h('summary', {}, own ? 'Use a certificate of your own' : 'Replace it'), form));
+    if (!own) {
+      card.append(h('p', {}, h('button', { type: 'button', id: 'https-reset', onclick: async () => {
+        if (!await confirmDialog('Go back to the box’s own certificate?', 'Browsers will warn about it again until you accept it.', 'Use the box’s own')) return;
+        try {
+          draw(await api('DELETE', '/api/system/https'));
+        } catch (err) {
+          say(err.message);
+        }
+      } }, 'Use the box’s own certificate')));
+    }
+  };
+  draw(c);
+  return card;
 }
 
 function updateSection() {
@@ -95,10 +157,11 @@ function maintenanceSection(image) {
 }
 
 async function mount(view) {
-  const s = await get('/api/system');
+  const [s, https] = await Promise.all([get('/api/system'), get('/api/system/https')]);
   if (s.config_problem) say(s.config_problem);
   view.append(h('div.page-head', {}, h('h1', {}, 'System')),
     h('div.cards', {}, h('section.card', { 'aria-labelledby': 'firmware-title' }, h('h2', { id: 'firmware-title' }, 'Firmware'), facts(s)),
+      httpsSection(https),
       s.wear ? wearSection(s.wear) : null,
       s.firmware ? updateSection() : null, maintenanceSection(Boolean(s.firmware))));
   return null;

@@ -128,7 +128,9 @@ pub enum CertError {
     UnsupportedKey(String),
     #[error("the key does not belong to the certificate (their public keys differ)")]
     KeyMismatch,
-    #[error("the certificate is a certificate authority's, not a server's (Firefox refuses it: make it with basicConstraints CA:FALSE)")]
+    #[error(
+        "the certificate is a certificate authority's, not a server's (Firefox refuses it: make it with basicConstraints CA:FALSE)"
+    )]
     NotAServer,
     #[error("the certificate expired at {0} (UTC)")]
     Expired(String),

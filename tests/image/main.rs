@@ -38,12 +38,14 @@ struct Vm {
     child: Child,
     serial: PathBuf,
     http: u16,
+    /// The guest's HTTPS port (8443), forwarded.
+    https: u16,
     started: Instant,
 }
 
 impl Vm {
     fn boot(disk: &Path, serial: &Path) -> Vm {
-        let http = free_port();
+        let (http, https) = (free_port(), free_port());
         let child = Command::new("qemu-system-aarch64")
             .args(["-M", "virt", "-cpu", "cortex-a53", "-m", "512", "-smp", "2"])
             .args(["-display", "none", "-monitor", "none"])
@@ -53,7 +55,10 @@ impl Vm {
             .arg("-drive")
             .arg(format!("if=none,id=disk,format=raw,file={}", disk.display()))
             .args(["-device", "virtio-blk-pci,drive=disk"])
-            .args(["-netdev", &format!("user,id=n0,hostfwd=tcp:127.0.0.1:{http}-:8080")])
+            .args([
+                "-netdev",
+                &format!("user,id=n0,hostfwd=tcp:127.0.0.1:{http}-:8080,hostfwd=tcp:127.0.0.1:{https}-:8443"),
+            ])
             .args(["-device", "virtio-net-pci,netdev=n0,romfile="])
             .args(["-device", "virtio-rng-pci", "-device", "i6300esb", "-action", "watchdog=reset"])
             .stdin(Stdio::null())
@@ -61,7 +66,7 @@ impl Vm {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("starting qemu-system-aarch64 (Debian package qemu-system-arm)");
-        Vm { child, serial: serial.to_owned(), http, started: Instant::now() }
+        Vm { child, serial: serial.to_owned(), http, https, started: Instant::now() }
     }
 
     fn console(&self) -> String {
@@ -126,6 +131,31 @@ fn try_get(port: u16, token: &str, path: &str) -> Option<Value> {
         return None;
     }
     serde_json::from_str(body).ok()
+}
+
+/// A GET over HTTPS with curl, trusting only the key `pin` (as the console printed it):
+/// None unless it answers 200 with JSON.
+fn try_get_https(port: u16, pin: &str, token: &str, path: &str) -> Option<Value> {
+    let out = Command::new("curl")
+        .args(["-sk", "--max-time", "10", "--pinnedpubkey", pin, "-H"])
+        .arg(format!("authorization: Bearer {token}"))
+        .args(["-w", "\n%{http_code}"])
+        .arg(format!("https://127.0.0.1:{port}{path}"))
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (body, code) = text.rsplit_once('\n')?;
+    if code != "200" {
+        return None;
+    }
+    serde_json::from_str(body).ok()
+}
+
+/// The key pin of the last HTTPS certificate the console announced.
+fn console_pin(vm: &Vm) -> Option<String> {
+    let console = vm.console();
+    let line = console.lines().rev().find(|l| l.contains("HTTPS certificate"))?;
+    Some(line.split(" pin=").nth(1)?.split_whitespace().next()?.to_string())
 }
 
 fn get(vm: &Vm, token: &str, path: &str) -> Value {
@@ -254,11 +284,15 @@ fn admin_token(vm: &Vm) -> String {
     common::make_token(vm.http, &session, r#""admin""#)
 }
 
-fn runs(port: u16, token: &str) -> Vec<(i64, i64)> {
+/// The recordings of the camera `door` from a day back to a day on.
+fn runs_path() -> String {
     let day = 86_400_000_000;
     let now = common::wall_us();
-    let path = format!("/api/streams/door/main/recordings?from_us={}&to_us={}", now - day, now + day);
-    let Some(v) = try_get(port, token, &path) else { return Vec::new() };
+    format!("/api/streams/door/main/recordings?from_us={}&to_us={}", now - day, now + day)
+}
+
+fn runs(port: u16, token: &str) -> Vec<(i64, i64)> {
+    let Some(v) = try_get(port, token, &runs_path()) else { return Vec::new() };
     v["runs"]
         .as_array()
         .unwrap()
@@ -458,17 +492,37 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
         r#"{"keep":["recordings"]}"#,
     );
     assert_eq!(code, 202, "{body}");
+    // The board's config serves HTTPS: the box made its certificate and printed its
+    // fingerprint and key pin on the console; curl trusting that pin alone gets answers.
     let reset = wait_until(Duration::from_secs(120), || {
-        try_get(vm.http, &token, "/api/cameras").is_some_and(|c| c.as_array().is_some_and(|a| a.is_empty()))
+        console_pin(&vm).is_some_and(|pin| {
+            try_get_https(vm.https, &pin, &token, "/api/cameras")
+                .is_some_and(|c| c.as_array().is_some_and(|a| a.is_empty()))
+        })
     });
-    assert!(reset, "after the reset the board's config (no camera) runs: {}", tail(&vm.console()));
+    assert!(reset, "after the reset the board's config (no camera, HTTPS) runs: {}", tail(&vm.console()));
     assert!(vm.console().contains("factory reset"), "init did the reset");
-    assert!(runs(vm.http, &token).first().is_some_and(|f| f.0 == first_run.0), "the recordings were kept");
+    let pin = console_pin(&vm).unwrap();
+    let cert = try_get_https(vm.https, &pin, &token, "/api/system/https").unwrap();
+    assert_eq!((cert["source"].as_str(), cert["pin"].as_str()), (Some("own"), Some(pin.as_str())), "{cert}");
+    let names: Vec<&str> = cert["names"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    assert!(
+        names.contains(&"keeppeek") && names.contains(&"keeppeek.local") && names.contains(&"10.0.2.15"),
+        "{names:?}"
+    );
+    assert!(vm.console().contains(&format!("fingerprint={}", cert["fingerprint"].as_str().unwrap())));
+    // Plain HTTP answers init's health check and sends the rest on to HTTPS.
+    assert!(answers(vm.http));
+    let (code, head, _) = request(vm.http, "GET", "/api/cameras", &[], "");
+    assert_eq!(code, 307, "{head}");
+    assert!(head.contains(&format!("https://127.0.0.1:{}/api/cameras", 8443)), "{head}");
+    let kept = try_get_https(vm.https, &pin, &token, &runs_path()).unwrap();
+    assert_eq!(kept["runs"][0]["start_us"].as_i64(), Some(first_run.0), "the recordings were kept");
 
     // Every boot after the first found the partition grown: nothing more to do, no complaint.
     assert_eq!(vm.console().matches("grew to the disk's end").count(), 0, "{}", tail(&vm.console()));
     assert!(!vm.console().contains("was not grown"), "{}", tail(&vm.console()));
-    let data_now = system(&vm, &token)["data"]["bytes"].as_u64().unwrap();
+    let data_now = try_get_https(vm.https, &pin, &token, "/api/system").unwrap()["data"]["bytes"].as_u64().unwrap();
     assert_eq!(data_now, data_bytes, "the file system keeps its size across reboots");
     // The partition table, read on the host: both copies whole, the data partition reaching
     // the last MiB before the backup table.

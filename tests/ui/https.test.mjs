@@ -3,11 +3,13 @@
 // address sent on to HTTPS, setup and login with a Secure cookie, and the System page's
 // certificate card showing the very fingerprint and key pin the connection used, refusing a
 // key that is not the certificate's. Without the acceptance Chromium refuses the box.
-// Screenshots at desktop and phone sizes go to target/ui/.
+// HTTPS turned on from the System page as a reviewed config change. Screenshots at desktop
+// and phone sizes go to target/ui/.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { X509Certificate, createHash } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
+import { get as httpsGet } from 'node:https';
 import { readFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -63,5 +65,33 @@ test('the UI over HTTPS: the certificate accepted, login with a Secure cookie, i
   await page.locator('#https').screenshot({ path: join(shots, 'https-phone.png') });
   await page.screenshot({ path: join(shots, 'system-https-phone.png'), fullPage: true });
   await checkNoSideScroll(page, 'the System page on a phone');
+  assert.deepEqual(page.errors, []);
+});
+
+test('HTTPS turned on from the System page: reviewed, applied, and the box answers on its port', async (t) => {
+  const { base, dir } = await startKeeppeek(t);
+  const browser = await launchChromium(t);
+  const page = await newPage(browser);
+  await setUpAdmin(page, base);
+  await go(page, '#/system', '#https-on');
+  const port = await freePort();
+  await page.fill('#https-on input[name="https.listen"]', String(port));
+  await page.click('#https-on button[type=submit]');
+  await page.locator('#https-on .plan').waitFor();
+  assert.match(await page.locator('#https-on .plan').textContent(), new RegExp(`https\\.listen none → 0\\.0\\.0\\.0:${port}`));
+  await page.locator('#https').screenshot({ path: join(shots, 'https-off-review.png') });
+  await page.click('#https-on .plan button.primary');
+  await waitFor('the notice', async () => /HTTPS is on/.test(await page.locator('#message').textContent()));
+  // The box restarted with HTTPS: its own certificate on disk, served on the port.
+  await waitFor('the HTTPS port', () => new Promise((ok) => {
+    const req = httpsGet({ host: '127.0.0.1', port, path: '/healthz', rejectUnauthorized: false }, (r) => ok(r.statusCode === 200));
+    req.on('error', () => ok(false));
+  }), 30000);
+  const cert = new X509Certificate(readFileSync(join(dir, 'data', 'tls', 'own.crt')));
+  assert.ok(cert.checkIP('127.0.0.1'));
+  // Plain HTTP now sends the browser on.
+  const r = await fetch(`${base}/`, { redirect: 'manual' });
+  assert.equal(r.status, 307);
+  assert.equal(r.headers.get('location'), `https://127.0.0.1:${port}/`);
   assert.deepEqual(page.errors, []);
 });

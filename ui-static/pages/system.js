@@ -6,6 +6,7 @@
 import { h, confirmDialog, field } from '../lib/dom.js';
 import { get, request, upload, say, api } from '../lib/api.js';
 import { bytes, duration, percent } from '../lib/format.js';
+import { snapshot, review } from '../lib/config.js';
 
 function facts(s) {
   const dl = h('dl.facts', { id: 'system-status' });
@@ -47,9 +48,10 @@ function wearSection(w) {
 function httpsSection(c) {
   const card = h('section.card', { 'aria-labelledby': 'https-title', id: 'https' });
   const draw = (c) => {
-    card.replaceChildren(h('h2', { id: 'https-title' }, 'HTTPS certificate'));
+    card.replaceChildren(h('h2', { id: 'https-title' }, c.enabled ? 'HTTPS certificate' : 'HTTPS'));
     if (!c.enabled) {
-      card.append(h('p.muted', {}, 'HTTPS is off: this box answers plain HTTP only, so passwords cross the network in clear. Set an HTTPS port ([https] listen) in its config to turn it on.'));
+      card.append(h('p.muted', {}, 'HTTPS is off: this box answers plain HTTP only, so passwords and sessions cross the network in clear.'));
+      card.append(portForm());
       return;
     }
     const own = c.source === 'own';
@@ -98,6 +100,27 @@ function httpsSection(c) {
         }
       } }, 'Use the box’s own certificate')));
     }
+  };
+  // Turns HTTPS on (a port of its own; plain HTTP then sends browsers there) or off, as a
+  // config change reviewed before it is applied. Not offered without a config file (the demo).
+  const portForm = () => {
+    const port = h('input', { type: 'number', name: 'https.listen', min: 1, max: 65535, value: 8443, required: true });
+    const panel = h('div');
+    const form = h('form', { id: 'https-on' }, field('HTTPS port', port, 'The box makes its own certificate for it.'),
+      h('button.primary', { type: 'submit' }, 'Turn HTTPS on…'), panel);
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      let base;
+      try {
+        base = (await snapshot()).rev;
+      } catch (err) {
+        say(`HTTPS cannot be turned on here: ${err.message}`);
+        return;
+      }
+      const done = await review(panel, base, [{ op: 'set', key: 'https.listen', value: `0.0.0.0:${port.value}` }], form);
+      if (done) say(`HTTPS is on: KeepPeek is restarting. Open https://${location.hostname}:${port.value}/ in a few seconds and accept its certificate after checking its fingerprint.`, 'ok');
+    });
+    return form;
   };
   draw(c);
   return card;

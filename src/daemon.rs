@@ -226,6 +226,7 @@ pub async fn start(
         background: Vec::new(),
         web: None,
         engine: None,
+        oidc: Arc::new(crate::oidc::Oidc::new(&config.oidc)),
     };
     for camera in &config.cameras {
         running.start_camera(camera)?;
@@ -284,6 +285,7 @@ pub async fn start(
             config: reconfig,
             config_stats: Arc::default(),
             tls: tls_store,
+            oidc: running.oidc.clone(),
         });
         tokio::spawn(http::serve(listeners, Arc::new(http::HttpStats::default()), auth, services, shutdown_rx))
     });
@@ -356,6 +358,8 @@ pub struct Running {
     engine: Option<JoinHandle<()>>,
     /// Config changes from the web face ([`run`] takes them).
     orders: Option<mpsc::Receiver<Order>>,
+    /// Single sign-on's providers, changed with the config while the box runs.
+    oidc: Arc<crate::oidc::Oidc>,
 }
 
 impl Running {
@@ -441,6 +445,7 @@ impl Running {
             self.stop_camera(name).await;
         }
         self.replan(config);
+        self.oidc.set_providers(&config.oidc);
         for name in effect.restart.iter().chain(&effect.start) {
             if let Some(camera) = config.cameras.iter().find(|c| &c.name == name) {
                 self.start_camera(camera)?;

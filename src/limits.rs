@@ -428,6 +428,59 @@ pub const TLS_CHAIN_CERTS_MAX: usize = 8;
 /// An uploaded certificate chain or key file, each: refused beyond it.
 pub const TLS_UPLOAD_MAX_BYTES: usize = 64 << 10;
 
+// ---- single sign-on (OpenID Connect) ----
+
+/// Providers people may sign in with.
+pub const OIDC_PROVIDERS_MAX: usize = 4;
+
+/// Providers whose discovery document, keys and TLS trust are held: the active ones and as
+/// many candidates while a change replaces them (the oldest unused goes first).
+pub const OIDC_PROVIDER_CACHES_MAX: usize = 2 * OIDC_PROVIDERS_MAX;
+
+/// One request to a provider (discovery, keys, the code's exchange), connect to last byte.
+pub const OIDC_FETCH_TIMEOUT_MS: u64 = 5_000;
+
+/// A whole sign-in's work at the box once the provider sends the browser back (the code
+/// exchanged, perhaps the discovery document and keys fetched again, the token verified):
+/// past it the sign-in is refused and its handler free.
+pub const OIDC_CALLBACK_TIMEOUT_MS: u64 = 10_000;
+
+/// A discovery document, a key set or a token answer from a provider.
+pub const OIDC_DOCUMENT_MAX_BYTES: usize = 64 << 10;
+
+/// Keys in a provider's key set (providers list two or three while they rotate).
+pub const OIDC_JWKS_KEYS_MAX: usize = 32;
+
+/// How long a discovery document and a key set are used before they are fetched again.
+pub const OIDC_DOCUMENT_TTL_S: u64 = 3_600;
+
+/// A token naming a key the box does not hold makes it fetch the keys again (the provider
+/// rotated them), at most once in this long per provider: forged `kid`s cannot make it hammer
+/// the provider.
+pub const OIDC_JWKS_REFETCH_MIN_INTERVAL_MS: u64 = 10_000;
+
+/// Difference allowed between the provider's clock and the box's when judging an id
+/// token's `exp`, `nbf` and `iat`.
+pub const OIDC_CLOCK_SKEW_S: u64 = 60;
+
+/// An id token's length (the box keeps it with the session for the provider's logout).
+pub const OIDC_ID_TOKEN_MAX_BYTES: usize = 8 << 10;
+
+/// Values of the role claim looked at.
+pub const OIDC_CLAIM_VALUES_MAX: usize = 64;
+
+/// Sign-ins started and not yet back from the provider; past it the oldest is forgotten.
+pub const OIDC_LOGINS_PENDING_MAX: usize = 64;
+
+/// How long a started sign-in may take at the provider.
+pub const OIDC_LOGIN_PENDING_S: u64 = 600;
+
+/// Sign-ins finishing at once (each exchanges its code with the provider): 503 beyond.
+pub const OIDC_CALLBACKS_IN_FLIGHT_MAX: usize = 8;
+
+/// One field of a provider's config (issuer, client id, secret, a claim's name).
+pub const OIDC_FIELD_MAX_BYTES: usize = 512;
+
 // ---- live view ----
 
 /// The current GOP a stream holds so a new viewer starts at once: a GOP larger than this is

@@ -130,10 +130,21 @@ pub enum AuthError {
 struct Session {
     name: String,
     role: Role,
+    /// How the person signed in with a provider (none: a local account).
+    sso: Option<Arc<SsoLogin>>,
     csrf: String,
     /// Order of opening (the oldest has the smallest).
     serial: u64,
     expires_us: i64,
+}
+
+/// A session opened by single sign-on: the provider, the name people see, and the id token
+/// (the provider's logout takes it as a hint).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SsoLogin {
+    pub provider: String,
+    pub display: String,
+    pub id_token: String,
 }
 
 /// A session's key: the SHA-256 of its cookie.
@@ -347,7 +358,7 @@ impl Auth {
         match (ok, role, &key) {
             (true, Some(role), Some(key)) => {
                 self.limiter.lock().expect("lock").succeeded(key, &trying.1);
-                let (cookie, csrf, ended) = self.open_session(name, role);
+                let (cookie, csrf, ended) = self.open_session(name, role, None);
                 Ok(Login { cookie, csrf, role, ended })
             }
             // Counted when it started.
@@ -358,7 +369,12 @@ impl Auth {
     /// Opens a session; returns its cookie, its CSRF token and the sessions that went to make
     /// room: this user's oldest past [`limits::AUTH_SESSIONS_PER_USER_MAX`], and in a full
     /// table the oldest viewer's (the oldest of all when every one is an admin's).
-    pub(crate) fn open_session(&self, name: &str, role: Role) -> (String, String, Vec<SessionKey>) {
+    pub(crate) fn open_session(
+        &self,
+        name: &str,
+        role: Role,
+        sso: Option<SsoLogin>,
+    ) -> (String, String, Vec<SessionKey>) {
         let now = self.clocks.wall_us();
         let mut s = self.sessions.lock().expect("lock");
         let mut ended = Vec::new();
@@ -382,7 +398,8 @@ impl Auth {
         let csrf = random_hex();
         let expires_us = now + limits::AUTH_SESSION_LIFETIME_S as i64 * 1_000_000;
         let serial = self.serial.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let session = Session { name: name.to_string(), role, csrf: csrf.clone(), serial, expires_us };
+        let session =
+            Session { name: name.to_string(), role, sso: sso.map(Arc::new), csrf: csrf.clone(), serial, expires_us };
         s.insert(sha256(&cookie), session);
         (cookie, csrf, ended)
     }
@@ -405,9 +422,21 @@ impl Auth {
         self.sessions.lock().expect("lock").len()
     }
 
-    /// Ends a session at once.
-    pub fn end_session(&self, session: &[u8; 32]) {
-        self.sessions.lock().expect("lock").remove(session);
+    /// Ends a session at once; how it signed in, when by a provider.
+    pub fn end_session(&self, session: &[u8; 32]) -> Option<Arc<SsoLogin>> {
+        self.sessions.lock().expect("lock").remove(session).and_then(|s| s.sso)
+    }
+
+    /// How an open session signed in, when by a provider.
+    pub fn sso_of(&self, session: &[u8; 32]) -> Option<Arc<SsoLogin>> {
+        self.sessions.lock().expect("lock").get(session).and_then(|s| s.sso.clone())
+    }
+
+    /// Opens a session for someone a provider signed in (no password: the provider checked
+    /// them), as [`Auth::login`] does for a local account.
+    pub fn open_sso_session(&self, name: &str, role: Role, sso: SsoLogin) -> Login {
+        let (cookie, csrf, ended) = self.open_session(name, role, Some(sso));
+        Login { cookie, csrf, role, ended }
     }
 
     /// Ends every session of a user (deleted, or password changed); returns them.
@@ -527,7 +556,7 @@ mod tests {
         // One viewer: its 17th session ends its first.
         let mut first = Vec::new();
         for i in 0..=limits::AUTH_SESSIONS_PER_USER_MAX {
-            let (cookie, _, ended) = a.open_session("v0", Role::Viewer);
+            let (cookie, _, ended) = a.open_session("v0", Role::Viewer, None);
             first.push(cookie);
             assert_eq!(ended.len(), usize::from(i == limits::AUTH_SESSIONS_PER_USER_MAX));
         }
@@ -535,7 +564,7 @@ mod tests {
         // Every viewer at its share: the table is full, and an admin still logs in.
         for v in 1..viewers {
             for _ in 0..limits::AUTH_SESSIONS_PER_USER_MAX {
-                a.open_session(&format!("v{v}"), Role::Viewer);
+                a.open_session(&format!("v{v}"), Role::Viewer, None);
             }
         }
         assert_eq!(a.sessions.lock().unwrap().len(), limits::AUTH_SESSIONS_MAX);

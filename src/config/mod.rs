@@ -187,6 +187,8 @@ pub struct Config {
     pub listen: Option<std::net::SocketAddr>,
     /// Where the web face listens over HTTPS (`[https] listen`); none: no HTTPS.
     pub https: Option<std::net::SocketAddr>,
+    /// Single sign-on providers (`[oidc.<id>]`), by id; at most [`limits::OIDC_PROVIDERS_MAX`].
+    pub oidc: Vec<OidcProvider>,
     pub flush_interval_s: u64,
     pub require_sane_clock: bool,
     pub ram_class_bytes: u64,
@@ -228,6 +230,39 @@ pub struct Webrtc {
     pub loopback: bool,
 }
 
+/// An OpenID Connect provider people may sign in with (`[oidc.<id>]`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct OidcProvider {
+    /// Its name in the config and URLs: lower-case letters, digits and `-`.
+    pub id: String,
+    /// What the login page's button says.
+    pub name: String,
+    /// The issuer, exactly as the provider names itself: `https://…` (plain `http://` only on
+    /// this machine's loopback, for a development provider).
+    pub issuer: String,
+    pub client_id: String,
+    pub client_secret: Option<String>,
+    /// The id token's claim whose values give a role (default `groups`).
+    pub role_claim: String,
+    /// Values of that claim that make an admin, and a viewer (`*`: anyone this provider signs
+    /// in). Someone with neither is refused.
+    pub admin_values: Vec<String>,
+    pub viewer_values: Vec<String>,
+    /// The provider's CA (PEM), when it is not one of the public roots.
+    pub ca_pem: Option<String>,
+}
+
+impl std::fmt::Debug for OidcProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OidcProvider")
+            .field("id", &self.id)
+            .field("issuer", &self.issuer)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret.as_ref().map(|_| "set"))
+            .finish_non_exhaustive()
+    }
+}
+
 /// The default WebRTC port.
 pub const WEBRTC_PORT_DEFAULT: u16 = 8189;
 
@@ -255,6 +290,8 @@ struct RawConfig {
     #[serde(default)]
     https: RawHttps,
     #[serde(default)]
+    oidc: std::collections::BTreeMap<String, RawOidc>,
+    #[serde(default)]
     webrtc: RawWebrtc,
     #[serde(default)]
     preroll: RawPreroll,
@@ -262,6 +299,90 @@ struct RawConfig {
     pools: RawPools,
     #[serde(default)]
     events: RawEvents,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOidc {
+    name: Option<String>,
+    issuer: String,
+    client_id: String,
+    client_secret: Option<String>,
+    role_claim: Option<String>,
+    admin_values: Option<RawValues>,
+    viewer_values: Option<RawValues>,
+    ca_pem: Option<String>,
+}
+
+/// A list of claim values: an array, or one string of values separated by commas.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawValues {
+    List(Vec<String>),
+    Text(String),
+}
+
+impl RawValues {
+    fn resolve(self) -> Vec<String> {
+        let list = match self {
+            RawValues::List(l) => l,
+            RawValues::Text(t) => t.split(',').map(str::to_string).collect(),
+        };
+        list.into_iter().map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect()
+    }
+}
+
+impl RawOidc {
+    fn validate(self, id: String) -> Result<OidcProvider, Invalid> {
+        let at = |key: &str| format!("oidc.{id}.{key}");
+        let id_ok = !id.is_empty()
+            && id.len() <= 32
+            && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !id_ok {
+            return Err((format!("oidc.{id}"), "a provider's id is 1 to 32 lower-case letters, digits and '-'".into()));
+        }
+        let issuer = url::Url::parse(&self.issuer).map_err(|e| (at("issuer"), format!("not an address: {e}")))?;
+        if issuer.scheme() != "https" && !crate::oidc::token::is_loopback_http(&issuer) {
+            return Err((at("issuer"), "an issuer is an https address".into()));
+        }
+        let small = |key: &str, v: &str| {
+            if v.len() > limits::OIDC_FIELD_MAX_BYTES {
+                Err((at(key), format!("at most {} bytes (OIDC_FIELD_MAX_BYTES)", limits::OIDC_FIELD_MAX_BYTES)))
+            } else {
+                Ok(())
+            }
+        };
+        small("issuer", &self.issuer)?;
+        small("client_id", &self.client_id)?;
+        if self.client_id.trim().is_empty() {
+            return Err((at("client_id"), "the client id the provider gave this box".into()));
+        }
+        if let Some(secret) = &self.client_secret {
+            small("client_secret", secret)?;
+        }
+        if let Some(ca) = &self.ca_pem {
+            if ca.len() > limits::TLS_UPLOAD_MAX_BYTES {
+                return Err((at("ca_pem"), format!("at most {} KiB", limits::TLS_UPLOAD_MAX_BYTES >> 10)));
+            }
+            crate::oidc::fetch::trust(Some(ca)).map_err(|e| (at("ca_pem"), e))?;
+        }
+        let admin_values = self.admin_values.map(RawValues::resolve).unwrap_or_default();
+        let viewer_values = self.viewer_values.map(RawValues::resolve).unwrap_or_default();
+        if admin_values.is_empty() && viewer_values.is_empty() {
+            return Err((at("admin_values"), "name the claim values that make an admin or a viewer".into()));
+        }
+        Ok(OidcProvider {
+            name: self.name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| id.clone()),
+            id,
+            issuer: self.issuer,
+            client_id: self.client_id,
+            client_secret: self.client_secret.filter(|s| !s.is_empty()),
+            role_claim: self.role_claim.unwrap_or_else(|| "groups".into()),
+            admin_values,
+            viewer_values,
+            ca_pem: self.ca_pem.filter(|c| !c.trim().is_empty()),
+        })
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -474,6 +595,7 @@ impl Config {
             data_dir,
             listen: Some(listen),
             https: None,
+            oidc: Vec::new(),
             flush_interval_s: FLUSH_INTERVAL_DEFAULT_S,
             require_sane_clock: false,
             ram_class_bytes: 1 << 30,
@@ -632,6 +754,13 @@ impl RawConfig {
         };
         let listen = address("listen", self.listen, "0.0.0.0:8080")?;
         let https = address("https.listen", self.https.listen, "0.0.0.0:8443")?;
+        if self.oidc.len() > limits::OIDC_PROVIDERS_MAX {
+            return Err((
+                "oidc".into(),
+                format!("at most {} providers (OIDC_PROVIDERS_MAX)", limits::OIDC_PROVIDERS_MAX),
+            ));
+        }
+        let oidc = self.oidc.into_iter().map(|(id, raw)| raw.validate(id)).collect::<Result<Vec<_>, _>>()?;
         if https.is_some() && https == listen {
             return Err(("https.listen".into(), "HTTPS needs a port of its own, not listen's".into()));
         }
@@ -639,6 +768,7 @@ impl RawConfig {
             data_dir: base_dir.join(self.data_dir),
             listen,
             https,
+            oidc,
             flush_interval_s: self.flush_interval_s,
             require_sane_clock: self.require_sane_clock,
             ram_class_bytes,

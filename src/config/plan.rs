@@ -233,19 +233,67 @@ fn settings(c: &Config) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// A sign-in provider's fields as the diff shows them (its secret as set or changed, never
+/// itself; its CA as set).
+fn oidc_fields(p: &crate::config::OidcProvider) -> Vec<(&'static str, String)> {
+    vec![
+        ("name", p.name.clone()),
+        ("issuer", p.issuer.clone()),
+        ("client_id", p.client_id.clone()),
+        ("client_secret", if p.client_secret.is_some() { "set".into() } else { "none".into() }),
+        ("role_claim", p.role_claim.clone()),
+        ("admin_values", p.admin_values.join(", ")),
+        ("viewer_values", p.viewer_values.join(", ")),
+        ("ca_pem", if p.ca_pem.is_some() { "set".into() } else { "none".into() }),
+    ]
+}
+
+/// The sign-in providers' changes as settings `oidc.<id>.<field>`; all are taken while the
+/// box runs.
+fn oidc_changes(
+    old: &[crate::config::OidcProvider],
+    new: &[crate::config::OidcProvider],
+) -> Vec<(String, Option<String>, Option<String>)> {
+    let mut out = Vec::new();
+    let ids: std::collections::BTreeSet<&str> = old.iter().chain(new).map(|p| p.id.as_str()).collect();
+    for id in ids {
+        let (o, n) = (old.iter().find(|p| p.id == id), new.iter().find(|p| p.id == id));
+        let (of, nf) = (o.map(oidc_fields), n.map(oidc_fields));
+        for (i, (field, _)) in of.as_ref().or(nf.as_ref()).into_iter().flatten().enumerate() {
+            let from = of.as_ref().map(|f| f[i].1.clone());
+            let mut to = nf.as_ref().map(|f| f[i].1.clone());
+            if *field == "client_secret"
+                && let (Some(a), Some(b)) = (o, n)
+                && a.client_secret.is_some()
+                && a.client_secret != b.client_secret
+                && b.client_secret.is_some()
+            {
+                to = Some("changed".into());
+            }
+            if from != to {
+                out.push((format!("oidc.{id}.{field}"), from, to));
+            }
+        }
+    }
+    out
+}
+
 /// The diff from `old` to `new` and what it does to the running box.
 pub fn compare(old: &Config, new: &Config) -> (Vec<Diff>, Effect) {
     let mut diff = Vec::new();
     let mut effect = Effect::default();
-    let setting_changes: Vec<_> = settings(old)
+    let mut setting_changes: Vec<_> = settings(old)
         .into_iter()
         .zip(settings(new))
         .filter(|(a, b)| a.1 != b.1)
         .map(|((key, from), (_, to))| (key.to_string(), Some(from), Some(to)))
         .collect();
+    setting_changes.extend(oidc_changes(&old.oidc, &new.oidc));
     if !setting_changes.is_empty() {
-        let (live, restart): (Vec<String>, Vec<String>) =
-            setting_changes.iter().map(|(k, ..)| k.clone()).partition(|k| LIVE_SETTINGS.contains(&k.as_str()));
+        let (live, restart): (Vec<String>, Vec<String>) = setting_changes
+            .iter()
+            .map(|(k, ..)| k.clone())
+            .partition(|k| LIVE_SETTINGS.contains(&k.as_str()) || k.starts_with("oidc."));
         (effect.live, effect.restart_box) = (live, restart);
         diff.push(Diff { camera: None, what: "changed", fields: setting_changes });
     }

@@ -48,6 +48,12 @@ pub fn settings(c: &Config) -> Value {
     json!({
         "listen": c.listen.map(|a| a.to_string()),
         "https": { "listen": c.https.map(|a| a.to_string()) },
+        "oidc": c.oidc.iter().map(|p| json!({
+            "id": p.id, "name": p.name, "issuer": p.issuer, "client_id": p.client_id,
+            "client_secret": if p.client_secret.is_some() { "set" } else { "not set" },
+            "role_claim": p.role_claim, "admin_values": p.admin_values, "viewer_values": p.viewer_values,
+            "ca_pem": if p.ca_pem.is_some() { "set" } else { "not set" },
+        })).collect::<Vec<_>>(),
         "flush_interval_s": c.flush_interval_s,
         "require_sane_clock": c.require_sane_clock,
         "ram_class_bytes": c.ram_class_bytes,

@@ -20,7 +20,7 @@ use crate::limits;
 
 const SESSION_COOKIE: &str = "kp_session";
 
-fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+pub(super) fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -64,7 +64,7 @@ fn foreign_origin(headers: &HeaderMap, https: bool) -> Option<Reply> {
 }
 
 /// The session cookie: `Secure` over HTTPS, so the browser never sends it in clear.
-fn with_cookie(r: Reply, value: &str, max_age_s: u64, https: bool) -> Reply {
+pub(super) fn with_cookie(r: Reply, value: &str, max_age_s: u64, https: bool) -> Reply {
     let secure = if https { "; Secure" } else { "" };
     let cookie = format!("{SESSION_COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age_s}{secure}");
     with_header(r, header::SET_COOKIE, &cookie)
@@ -123,7 +123,7 @@ pub(super) async fn login(headers: &HeaderMap, body: RequestBody, ctx: &Ctx, pee
     login_reply(ctx, ctx.auth.login(peer.ip(), &c.username, &c.password).await, StatusCode::OK, https).await
 }
 
-async fn login_reply(ctx: &Ctx, r: Result<Login, AuthError>, status: StatusCode, https: bool) -> Reply {
+pub(super) async fn login_reply(ctx: &Ctx, r: Result<Login, AuthError>, status: StatusCode, https: bool) -> Reply {
     match r {
         Ok(login) => {
             closed_sessions(ctx, &login.ended).await;
@@ -147,25 +147,34 @@ async fn closed_sessions(ctx: &Ctx, ended: &[crate::auth::SessionKey]) {
     }
 }
 
-/// `GET /api/me`
-pub(super) fn me(who: &Principal) -> Reply {
+/// `GET /api/me`: who is signed in (a provider's person by the name the provider gave).
+pub(super) fn me(ctx: &Ctx, who: &Principal) -> Reply {
     match who {
-        Principal::User { name, role, csrf, .. } => {
-            json(StatusCode::OK, json!({ "user": name, "role": role.name(), "csrf": csrf }))
+        Principal::User { name, role, csrf, session } => {
+            let sso = ctx.auth.sso_of(session);
+            let shown = sso.as_ref().map_or(name.as_str(), |s| s.display.as_str());
+            let provider = sso.as_ref().map(|s| s.provider.clone());
+            json(StatusCode::OK, json!({ "user": shown, "role": role.name(), "csrf": csrf, "provider": provider }))
         }
         Principal::Token { id, scopes } => json(StatusCode::OK, json!({ "token": id, "scopes": scope_names(*scopes) })),
     }
 }
 
 /// `POST /api/logout`: ends the session and what it opened.
-pub(super) async fn logout(ctx: &Ctx, who: &Principal, https: bool) -> Reply {
+/// A session a provider opened also gets the provider's end-session address (the UI goes
+/// there next, so the provider's own session ends too), when the provider has one.
+pub(super) async fn logout(ctx: &Ctx, who: &Principal, headers: &HeaderMap, https: bool) -> Reply {
     match who {
         Principal::User { session, .. } => {
-            ctx.auth.end_session(session);
+            let sso = ctx.auth.end_session(session);
             if let Some(w) = &ctx.services.webrtc {
                 w.close_login(*session).await;
             }
-            with_cookie(json(StatusCode::OK, json!({})), "", 0, https)
+            let end_session = sso.and_then(|s| {
+                let after = super::sso::origin(headers, https)? + "/";
+                ctx.services.oidc.end_session_url(&s.provider, &s.id_token, &after)
+            });
+            with_cookie(json(StatusCode::OK, json!({ "end_session": end_session })), "", 0, https)
         }
         Principal::Token { .. } => error(StatusCode::BAD_REQUEST, "no_session", "a token has no session to end"),
     }

@@ -14,7 +14,7 @@ use http::{Method, StatusCode};
 
 use super::reply::{Reply, RequestBody, error, text};
 use super::routes::{Access, Route};
-use super::{Ctx, accounts, config, discover, events, health, live, media, metrics, system, ui};
+use super::{Ctx, accounts, config, discover, events, health, live, media, metrics, sso, system, ui};
 use crate::auth::Principal;
 
 pub(super) async fn route(parts: Parts, body: RequestBody, ctx: &Ctx, peer: SocketAddr) -> Reply {
@@ -34,6 +34,9 @@ pub(super) async fn route(parts: Parts, body: RequestBody, ctx: &Ctx, peer: Sock
             Some(Route::SetupStatus) => accounts::setup_status(ctx),
             Some(Route::Setup) => accounts::setup(&parts.headers, body, ctx, peer, https).await,
             Some(Route::Login) => accounts::login(&parts.headers, body, ctx, peer, https).await,
+            Some(Route::SsoProviders) => sso::providers(ctx),
+            Some(Route::SsoStart(id)) => sso::start(ctx, &parts.headers, id, https).await,
+            Some(Route::SsoCallback) => sso::callback(ctx, &parts, https).await,
             _ => not_found(),
         };
     }
@@ -109,14 +112,16 @@ async fn handle(
         Https => system::https(ctx),
         HttpsUpload => system::https_upload(ctx, &parts.headers, body).await,
         HttpsReset => system::https_reset(ctx).await,
-        Me => accounts::me(who),
-        Logout => accounts::logout(ctx, who, parts.extensions.get::<super::OverHttps>().is_some()).await,
+        Me => accounts::me(ctx, who),
+        Logout => {
+            accounts::logout(ctx, who, &parts.headers, parts.extensions.get::<super::OverHttps>().is_some()).await
+        }
         Users => accounts::users(ctx),
         UserPut => accounts::put_user(ctx, &parts.headers, body).await,
         UserDelete(name) => accounts::delete_user(ctx, name).await,
         Tokens => accounts::tokens(ctx),
         TokenCreate => accounts::create_token(ctx, &parts.headers, body).await,
         TokenDelete(id) => accounts::delete_token(ctx, id).await,
-        UiFile(_) | SetupStatus | Setup | Login => not_found(),
+        UiFile(_) | SetupStatus | Setup | Login | SsoProviders | SsoStart(_) | SsoCallback => not_found(),
     }
 }

@@ -43,6 +43,7 @@ mod metrics;
 pub mod parse;
 mod reply;
 mod routes;
+mod sso;
 mod system;
 mod ui;
 
@@ -128,6 +129,8 @@ pub struct Services {
     pub config_stats: Arc<ConfigStats>,
     /// The HTTPS certificate store (none: no HTTPS port).
     pub tls: Option<Arc<crate::tls::Tls>>,
+    /// Single sign-on's providers and sign-ins in progress.
+    pub oidc: Arc<crate::oidc::Oidc>,
 }
 
 /// Config plans and applies, for `/metrics`.
@@ -185,6 +188,7 @@ impl Services {
             config: None,
             config_stats: Arc::default(),
             tls: None,
+            oidc: Arc::new(crate::oidc::Oidc::new(&[])),
         })
     }
 }

@@ -29,6 +29,10 @@ pub(crate) enum Route<'a> {
     SetupStatus,
     Setup,
     Login,
+    /// Single sign-on: the providers, a sign-in started with one, and its return.
+    SsoProviders,
+    SsoStart(&'a str),
+    SsoCallback,
     Metrics,
     Cameras,
     Recordings(StreamPath<'a>),
@@ -105,6 +109,9 @@ impl<'a> Route<'a> {
             (&Method::GET, ["api", "setup"]) => SetupStatus,
             (&Method::POST, ["api", "setup"]) => Setup,
             (&Method::POST, ["api", "login"]) => Login,
+            (&Method::GET, ["api", "oidc", "providers"]) => SsoProviders,
+            (&Method::GET, ["api", "oidc", "callback"]) => SsoCallback,
+            (&Method::GET, ["api", "oidc", id, "login"]) => SsoStart(id),
             (&Method::GET, ["api", "cameras"]) => Cameras,
             (&Method::GET, ["api", "streams", c, k, "recordings"]) => Recordings(stream(c, k)?),
             (&Method::GET, ["api", "streams", c, k, "coverage"]) => Coverage(stream(c, k)?),
@@ -154,7 +161,7 @@ impl<'a> Route<'a> {
     pub fn access(&self) -> Access {
         use Route::*;
         match self {
-            UiFile(_) | SetupStatus | Setup | Login => Access::Anyone,
+            UiFile(_) | SetupStatus | Setup | Login | SsoProviders | SsoStart(_) | SsoCallback => Access::Anyone,
             Me | Logout => Access::Signed,
             Metrics => Access::Scope(scope::METRICS),
             Cameras | Recordings(_) | Coverage(_) | Poster(_) | Health | Export(_) | Playlist(_) | ExportNamed(..) => {
@@ -192,6 +199,9 @@ mod tests {
             ("GET", "/api/setup", Anyone),
             ("POST", "/api/setup", Anyone),
             ("POST", "/api/login", Anyone),
+            ("GET", "/api/oidc/providers", Anyone),
+            ("GET", "/api/oidc/home/login", Anyone),
+            ("GET", "/api/oidc/callback", Anyone),
             ("GET", "/metrics", Scope(scope::METRICS)),
             ("GET", "/api/cameras", view),
             ("GET", "/api/streams/a/main/recordings", view),

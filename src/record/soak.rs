@@ -193,7 +193,7 @@ fn thirty_simulated_days_stay_within_caps_and_check_clean() {
         // written), and so do the tables.
         if t_s % 3600 == 0 {
             let user = format!("user{}", (t_s / 3600) % 40);
-            let (cookie, _, _) = auth.open_session(&user, crate::auth::Role::Viewer);
+            let (cookie, _, _) = auth.open_session(&user, crate::auth::Role::Viewer, None);
             cookies.push(cookie);
             max_sessions = max_sessions.max(auth.sessions_held());
             let rows = catalog.recordings().unwrap();

@@ -1,0 +1,153 @@
+//! One request to an OpenID provider: HTTPS with rustls (Mozilla's roots compiled in, plus a
+//! CA the admin gives for a provider of their own), or plain HTTP to a development provider
+//! on this machine's loopback; the whole exchange within [`limits::OIDC_FETCH_TIMEOUT_MS`] and
+//! its answer within a byte ceiling. hyper's client connection is used directly (as the ONVIF
+//! client does): one request a connection, nothing pooled, nothing kept.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use crate::limits;
+
+/// Why a request to a provider failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    #[error("cannot reach it: {0}")]
+    Unreachable(String),
+    #[error("it did not answer within {0} ms")]
+    Timeout(u64),
+    #[error("TLS failed: {0}")]
+    Tls(String),
+    #[error("its answer is over {0} bytes")]
+    TooLarge(usize),
+    #[error("it answered HTTP {status}{detail}")]
+    Status { status: u16, detail: String },
+    #[error("the exchange broke off: {0}")]
+    Broken(String),
+}
+
+/// Whom the box trusts for a provider: Mozilla's roots, and `ca_pem` (its certificates) when
+/// given. A CA that does not parse is an error the admin sees when saving the provider.
+pub fn trust(ca_pem: Option<&str>) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    if let Some(pem) = ca_pem.filter(|p| !p.trim().is_empty()) {
+        let mut added = 0;
+        for c in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            let c = c.map_err(|e| format!("the CA is not PEM: {e}"))?;
+            roots.add(c).map_err(|e| format!("a CA certificate does not load: {e}"))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err("the CA holds no PEM certificate".into());
+        }
+    }
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// A request: `GET`, or `POST` of a form with its `authorization`.
+pub enum Ask<'a> {
+    Get,
+    PostForm { form: String, authorization: Option<&'a str> },
+}
+
+/// Sends `ask` to `url`; the answer's status and at most `max_bytes` of its body. A status
+/// other than 200 is an error carrying the start of the body (a provider's reason).
+pub async fn fetch(
+    tls: &Arc<rustls::ClientConfig>,
+    url: &url::Url,
+    ask: Ask<'_>,
+    max_bytes: usize,
+) -> Result<Vec<u8>, FetchError> {
+    let timeout_ms = limits::OIDC_FETCH_TIMEOUT_MS;
+    match tokio::time::timeout(Duration::from_millis(timeout_ms), exchange(tls, url, ask, max_bytes)).await {
+        Ok(r) => r,
+        Err(_) => Err(FetchError::Timeout(timeout_ms)),
+    }
+}
+
+async fn exchange(
+    tls: &Arc<rustls::ClientConfig>,
+    url: &url::Url,
+    ask: Ask<'_>,
+    max_bytes: usize,
+) -> Result<Vec<u8>, FetchError> {
+    let host = url.host_str().ok_or_else(|| FetchError::Unreachable("the address has no host".into()))?;
+    let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let port = url.port_or_known_default().unwrap_or(443);
+    let tcp = TcpStream::connect((bare.as_str(), port)).await.map_err(|e| FetchError::Unreachable(e.to_string()))?;
+    let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
+    let authority = &url[url::Position::BeforeHost..url::Position::AfterPort];
+    let mut request = match &ask {
+        Ask::Get => http::Request::get(path),
+        Ask::PostForm { .. } => {
+            http::Request::post(path).header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        }
+    }
+    .header(http::header::HOST, authority)
+    .header(http::header::ACCEPT, "application/json")
+    .header(http::header::USER_AGENT, concat!("KeepPeek/", env!("CARGO_PKG_VERSION")));
+    let body = match ask {
+        Ask::Get => String::new(),
+        Ask::PostForm { form, authorization } => {
+            if let Some(a) = authorization {
+                request = request.header(http::header::AUTHORIZATION, a);
+            }
+            form
+        }
+    };
+    let request = request.body(Full::new(bytes::Bytes::from(body))).map_err(|e| FetchError::Broken(e.to_string()))?;
+    if url.scheme() == "https" {
+        let name = rustls::pki_types::ServerName::try_from(bare).map_err(|e| FetchError::Tls(e.to_string()))?;
+        let stream = tokio_rustls::TlsConnector::from(tls.clone())
+            .connect(name, tcp)
+            .await
+            .map_err(|e| FetchError::Tls(e.to_string()))?;
+        send(stream, request, max_bytes).await
+    } else {
+        send(tcp, request, max_bytes).await
+    }
+}
+
+async fn send<S>(stream: S, request: http::Request<Full<bytes::Bytes>>, max_bytes: usize) -> Result<Vec<u8>, FetchError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| FetchError::Broken(e.to_string()))?;
+    // The connection is driven beside the exchange and ends once the sender is dropped.
+    let answer = async move {
+        let response = sender.send_request(request).await.map_err(|e| FetchError::Broken(e.to_string()))?;
+        let status = response.status().as_u16();
+        let body = Limited::new(response.into_body(), max_bytes).collect().await.map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                FetchError::TooLarge(max_bytes)
+            } else {
+                FetchError::Broken(e.to_string())
+            }
+        })?;
+        let body = body.to_bytes().to_vec();
+        if status != 200 {
+            let text: String = String::from_utf8_lossy(&body).chars().take(200).collect();
+            let detail = if text.trim().is_empty() { String::new() } else { format!(": {}", text.trim()) };
+            return Err(FetchError::Status { status, detail });
+        }
+        Ok(body)
+    };
+    let (answer, _) = tokio::join!(answer, conn);
+    answer
+}

@@ -475,8 +475,10 @@ pub const OIDC_LOGINS_PENDING_MAX: usize = 64;
 /// How long a started sign-in may take at the provider.
 pub const OIDC_LOGIN_PENDING_S: u64 = 600;
 
-/// Sign-ins finishing at once (each exchanges its code with the provider): 503 beyond.
-pub const OIDC_CALLBACKS_IN_FLIGHT_MAX: usize = 8;
+/// Sign-ins talking to a provider at once (starting: its discovery document; finishing: the
+/// code's exchange and the keys): past it a sign-in is refused at once, so a provider that
+/// is down holds at most this many handlers, each at most its timeout.
+pub const OIDC_SIGN_INS_TALKING_MAX: usize = 8;
 
 /// One field of a provider's config (issuer, client id, secret, a claim's name).
 pub const OIDC_FIELD_MAX_BYTES: usize = 512;

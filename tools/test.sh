@@ -37,8 +37,8 @@ setup() {
         step "installing Node.js and npm"
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm
     fi
-    if [[ ! -d tests/ui/node_modules/playwright-core || ! -d tests/ui/node_modules/axe-core ]]; then
-        step "installing playwright-core (it drives Debian's Chromium; no browser is downloaded) and axe-core"
+    if [[ ! -d tests/ui/node_modules/playwright-core || ! -d tests/ui/node_modules/axe-core || ! -d tests/ui/node_modules/oidc-provider ]]; then
+        step "installing playwright-core (it drives Debian's Chromium; no browser is downloaded), axe-core and oidc-provider (the OpenID peer)"
         (cd tests/ui && npm ci --no-audit --no-fund --silent)
     fi
     local installed

@@ -93,6 +93,21 @@ function signIn(kind) {
     field('Password', password, setup ? 'At least 8 characters.' : null),
     setup ? field('Setup token', token, 'Only when you set up from another machine: it is in the box’s log.') : null,
     h('button.primary', { type: 'submit' }, setup ? 'Create admin' : 'Log in'));
+  // Single sign-on: a button per provider; a refused sign-in comes back with its reason.
+  if (!setup) {
+    const providers = h('div.sso', { id: 'sso' });
+    form.append(providers);
+    request('GET', '/api/oidc/providers').then((r) => {
+      if (!Array.isArray(r.data) || !r.data.length) return;
+      providers.append(h('p.muted', {}, 'or'), ...r.data.map((p) => h('a.button', {
+        href: `/api/oidc/${encodeURIComponent(p.id)}/login`, 'data-provider': p.id }, `Sign in with ${p.name}`)));
+    });
+    const refused = new URLSearchParams(location.hash.split('?')[1] || '').get('sso_error');
+    if (refused) {
+      say(`Single sign-on refused: ${refused}`);
+      history.replaceState(null, '', location.pathname);
+    }
+  }
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     const body = { username: username.value, password: password.value };
@@ -128,8 +143,13 @@ async function start() {
 
 $('#logout').addEventListener('click', async () => {
   if (current) { await current.cleanup?.(); current = null; }
-  await request('POST', '/api/logout');
+  const r = await request('POST', '/api/logout');
   session.csrf = null;
+  // Signed in by a provider: its own session ends too, and it sends the browser back here.
+  if (r.data && r.data.end_session) {
+    location.assign(r.data.end_session);
+    return;
+  }
   await start();
 });
 

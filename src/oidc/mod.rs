@@ -53,7 +53,7 @@ pub enum OidcError {
         "{provider}: {who} has no role on this box (its {claim} claim holds none of the values the box's settings name)"
     )]
     NoRole { provider: String, who: String, claim: String },
-    #[error("{0} sign-ins are finishing at once, the most: try again shortly")]
+    #[error("{0} sign-ins are talking to providers at once, the most: try again shortly")]
     Busy(usize),
     #[error("{provider}: the sign-in took over {ms} ms at the box")]
     TooSlow { provider: String, ms: u64 },
@@ -98,7 +98,8 @@ pub struct Oidc {
     providers: RwLock<Vec<Arc<OidcProvider>>>,
     held: Mutex<Vec<Arc<Held>>>,
     pending: Mutex<HashMap<String, Pending>>,
-    finishing: tokio::sync::Semaphore,
+    /// Sign-ins talking to a provider now (starting or finishing).
+    talking: tokio::sync::Semaphore,
 }
 
 fn random_b64(n: usize) -> String {
@@ -122,7 +123,7 @@ impl Oidc {
             providers: RwLock::new(Vec::new()),
             held: Mutex::new(Vec::new()),
             pending: Mutex::new(HashMap::new()),
-            finishing: tokio::sync::Semaphore::new(limits::OIDC_CALLBACKS_IN_FLIGHT_MAX),
+            talking: tokio::sync::Semaphore::new(limits::OIDC_SIGN_INS_TALKING_MAX),
         };
         oidc.set_providers(providers);
         oidc
@@ -219,9 +220,17 @@ impl Oidc {
 
     /// Starts a sign-in with provider `id`, to come back to `redirect_uri`: the address to
     /// send the browser to, and the binding for its cookie.
+    ///
+    /// The discovery document is fetched afresh for each start (within the ceiling on
+    /// sign-ins talking to providers): a provider that is down or wrong refuses here, with
+    /// what failed, instead of leaving the browser at an address that does not answer.
     pub async fn start(&self, id: &str, redirect_uri: &str) -> Result<(String, String), OidcError> {
+        let Ok(_permit) = self.talking.try_acquire() else {
+            return Err(OidcError::Busy(limits::OIDC_SIGN_INS_TALKING_MAX));
+        };
         let p = self.provider(id)?;
         let h = self.held(&p)?;
+        *h.discovery.lock().expect("lock") = None;
         let d = self.discovery(&p, &h).await?;
         let (state, nonce, verifier, binding) = (random_b64(24), random_b64(24), random_b64(48), random_b64(32));
         let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
@@ -272,8 +281,8 @@ impl Oidc {
     /// Finishes the sign-in `state` names with its `code`, in the browser holding `binding`,
     /// within [`limits::OIDC_CALLBACK_TIMEOUT_MS`].
     pub async fn finish(&self, state: &str, code: &str, binding: Option<&str>) -> Result<SignedIn, OidcError> {
-        let Ok(_permit) = self.finishing.try_acquire() else {
-            return Err(OidcError::Busy(limits::OIDC_CALLBACKS_IN_FLIGHT_MAX));
+        let Ok(_permit) = self.talking.try_acquire() else {
+            return Err(OidcError::Busy(limits::OIDC_SIGN_INS_TALKING_MAX));
         };
         let pending = self.pending.lock().expect("lock").remove(state).ok_or(OidcError::UnknownState)?;
         if pending.started.elapsed() >= Duration::from_secs(limits::OIDC_LOGIN_PENDING_S) {

@@ -55,9 +55,16 @@ fn the_auth_matrix_over_every_route() {
     let (_, head, body) =
         request(port, "POST", "/api/login", &[], r#"{"username":"guest","password":"viewer password"}"#);
     let viewer = session_of(&head, &body);
-    let view_token = make_token(port, &admin, "\"view\"");
-    let metrics_token = make_token(port, &admin, "\"metrics\"");
-    let admin_token = make_token(port, &admin, "\"admin\"");
+    auth_matrix(port, &admin, &viewer);
+}
+
+/// Every protected route against no credentials, the `viewer` session, a missing or wrong
+/// CSRF token, a foreign Origin and tokens of each scope (made by the `admin` session), and
+/// served with the right credential. Local accounts and single sign-on's sessions alike.
+pub fn auth_matrix(port: u16, admin: &(String, String), viewer: &(String, String)) {
+    let view_token = make_token(port, admin, "\"view\"");
+    let metrics_token = make_token(port, admin, "\"metrics\"");
+    let admin_token = make_token(port, admin, "\"admin\"");
 
     // (method, path, body, scope the route needs: "metrics", "admin" or "any")
     let routes: &[(&str, &str, &str, &str)] = &[

@@ -20,6 +20,7 @@ mod power_cut;
 mod retention;
 mod rtsp_recording;
 mod scale;
+mod sso;
 mod tls;
 #[path = "../../benches/support/viewer.rs"]
 mod viewer;

@@ -1,7 +1,7 @@
 // Settings, in tabs: Cameras (#/settings: found on the network, add, test, change, remove),
 // Recording (several cameras at once), Storage (the disk, retention, how far back footage
 // reaches), Revisions (every change, each a rollback away) and Accounts (users and API
-// tokens).
+// tokens, and the single sign-on providers).
 // Every change to the cameras is reviewed as a plan before it is applied; removing asks
 // first; the box's refusals are shown next to the field they name.
 import { h, field, showFieldError, confirmDialog } from '../lib/dom.js';
@@ -10,6 +10,7 @@ import { ago } from '../lib/format.js';
 import { camerasSection } from './settings-cameras.js';
 import { storageSection } from './settings-storage.js';
 import { recordingSection, revisionsSection } from './settings-recording.js';
+import { signInSection } from './settings-signin.js';
 
 const TABS = [['cameras', 'Cameras'], ['recording', 'Recording'], ['storage', 'Storage'], ['revisions', 'Revisions'], ['accounts', 'Accounts']];
 
@@ -117,6 +118,11 @@ async function mount(view, args, query) {
     await redraw();
   } else {
     body.append(await usersSection(), await tokensSection());
+    // Providers live in the config: the demo, which has no file, has none.
+    if ((await request('GET', '/api/config?limit=1')).data?.settings) {
+      const redraw = async () => body.replaceChildren(await usersSection(), await tokensSection(), await signInSection(redraw));
+      body.append(await signInSection(redraw));
+    }
   }
   return null;
 }

@@ -207,7 +207,14 @@ fn start_server(catalog: Arc<Catalog>, data_dir: PathBuf, streams: Vec<RunningSt
             cameras.add(streams);
             let services = Arc::new(Services::without_cameras(catalog, data_dir, cameras).unwrap());
             let (_keep, shutdown) = tokio::sync::watch::channel(false);
-            http::serve(listener, Arc::new(HttpStats::default()), auth, services, shutdown).await;
+            http::serve(
+                http::Listeners { plain: Some(listener), https: None },
+                Arc::new(HttpStats::default()),
+                auth,
+                services,
+                shutdown,
+            )
+            .await;
         });
     });
     (port_rx.recv().unwrap(), token)

@@ -432,7 +432,7 @@ async fn handshake(
     place: crate::tls::Place,
     stats: &HttpStats,
 ) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
-    let accept = acceptor.accept_with(stream, |c| c.set_buffer_limit(Some(limits::TLS_SEND_BUFFER_MAX_BYTES)));
+    let accept = acceptor.accept_with(stream, crate::tls::bound_buffers);
     let timeout = std::time::Duration::from_millis(limits::TLS_HANDSHAKE_TIMEOUT_MS);
     let done = tokio::select! {
         r = tokio::time::timeout(timeout, accept) => r,

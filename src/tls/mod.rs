@@ -347,6 +347,12 @@ impl ResolvesServerCert for Resolver {
     }
 }
 
+/// Bounds what a new connection buffers for sending to [`limits::TLS_SEND_BUFFER_MAX_BYTES`]
+/// (rustls's own default is 64 KiB): a writer past it waits for the socket.
+pub fn bound_buffers(conn: &mut rustls::ServerConnection) {
+    conn.set_buffer_limit(Some(limits::TLS_SEND_BUFFER_MAX_BYTES));
+}
+
 /// Installs aws-lc-rs as the process's crypto provider (once; later calls change nothing).
 pub fn install_provider() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -464,6 +470,41 @@ mod tests {
             let past = names.len() - own - 1;
             assert_eq!(past, (i as usize - 1).min(limits::TLS_CERT_PAST_NAMES_MAX), "lease {i}: {names:?}");
         }
+    }
+
+    #[test]
+    fn a_connection_buffers_at_most_its_ceiling_to_send() {
+        use std::io::Write;
+        install_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let tls = Arc::new(Tls::open(dir.path(), "nvr", &ips(&["127.0.0.1"]), NOW_S, false).unwrap());
+        let mut server = rustls::ServerConnection::new(tls.server_config().unwrap()).unwrap();
+        bound_buffers(&mut server);
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(tls.current().signing.cert[0].clone()).unwrap();
+        let config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let mut client = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+        // The handshake, in memory.
+        while client.is_handshaking() || server.is_handshaking() {
+            let mut wire = Vec::new();
+            client.write_tls(&mut wire).unwrap();
+            server.read_tls(&mut wire.as_slice()).unwrap();
+            server.process_new_packets().unwrap();
+            let mut wire = Vec::new();
+            server.write_tls(&mut wire).unwrap();
+            client.read_tls(&mut wire.as_slice()).unwrap();
+            client.process_new_packets().unwrap();
+        }
+        // A reply far larger than the ceiling: the server takes the ceiling's worth, then
+        // nothing until the socket takes some.
+        let taken = server.writer().write(&vec![7u8; 256 << 10]).unwrap();
+        assert_eq!(taken, limits::TLS_SEND_BUFFER_MAX_BYTES);
+        assert_eq!(server.writer().write(&[7u8; 1024]).unwrap(), 0);
+        let mut wire = Vec::new();
+        server.write_tls(&mut wire).unwrap();
+        assert!(wire.len() > taken && wire.len() < taken + 1024, "{} bytes on the wire", wire.len());
+        assert!(server.writer().write(&[7u8; 1024]).unwrap() > 0, "room again once sent");
     }
 
     #[test]

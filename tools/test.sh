@@ -90,8 +90,11 @@ KEEPPEEK_BIN=target/aarch64-unknown-linux-musl/image/keeppeek KEEPPEEK_RUNNER=qe
 
 step "benchmarks (smoke mode)"
 # Performance is a benchmark, not a test: this only proves the benchmark runs end to end.
+# So the smoke builds link in seconds rather than a minute each, not with the full run's
+# whole-program optimization (the figures in docs/performance.md come from `cargo bench`).
+export CARGO_PROFILE_BENCH_LTO=false CARGO_PROFILE_BENCH_CODEGEN_UNITS=16
 # Full figures: `cargo bench --bench record`, `--bench web`, `--bench live`, `--bench events`,
-# `--bench timeline`, `--bench config`
+# `--bench timeline`, `--bench config`, `--bench auth`
 # (docs/performance.md).
 cargo bench --bench record -- --smoke
 cargo bench --bench web -- --smoke
@@ -99,3 +102,4 @@ cargo bench --bench live -- --smoke
 cargo bench --bench events -- --smoke
 cargo bench --bench timeline -- --smoke
 cargo bench --bench config -- --smoke
+cargo bench --bench auth -- --smoke

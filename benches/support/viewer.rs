@@ -38,6 +38,11 @@ impl Viewer {
     /// A viewer with a recvonly video line and a control channel; returns it, its pending
     /// offer and the offer's SDP.
     pub fn offer() -> (Viewer, SdpPendingOffer, String) {
+        Viewer::offer_tracks(1)
+    }
+
+    /// [`Viewer::offer`] with `videos` recvonly video lines (tracks).
+    pub fn offer_tracks(videos: usize) -> (Viewer, SdpPendingOffer, String) {
         let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
         socket.set_nonblocking(true).unwrap();
         let local = socket.local_addr().unwrap();
@@ -47,7 +52,9 @@ impl Viewer {
             Rtc::builder().clear_codecs().enable_h264(true).set_reordering_size_video(2048).build(Instant::now());
         rtc.add_local_candidate(Candidate::host(local, "udp").unwrap());
         let mut api = rtc.sdp_api();
-        api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None);
+        for _ in 0..videos {
+            api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None);
+        }
         api.add_channel("control".into());
         let (offer, pending) = api.apply().unwrap();
         let sdp = offer.to_sdp_string();

@@ -370,6 +370,8 @@ async fn accept_loop(
             }
         };
         stats.connections_total.fetch_add(1, Ordering::Relaxed);
+        // Replies and TLS handshake flights leave at once, never held for an ACK.
+        let _ = stream.set_nodelay(true);
         match &face {
             Face::Plain { https_port } => {
                 let scheme = match (https_port, stream.local_addr()) {

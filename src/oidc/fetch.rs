@@ -89,6 +89,9 @@ async fn exchange(
     let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
     let port = url.port_or_known_default().unwrap_or(443);
     let tcp = TcpStream::connect((bare.as_str(), port)).await.map_err(|e| FetchError::Unreachable(e.to_string()))?;
+    // hyper writes a request's head and body apart: without this, Nagle's algorithm holds the
+    // body until the head's ACK, which the provider delays (40 ms on Linux).
+    let _ = tcp.set_nodelay(true);
     let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
     let authority = &url[url::Position::BeforeHost..url::Position::AfterPort];
     let mut request = match &ask {

@@ -164,6 +164,10 @@ pub struct Auth {
     admins: Mutex<()>,
     /// The next session's [`Session::serial`].
     serial: std::sync::atomic::AtomicU64,
+    /// Tokens checked since start: id → (secret's SHA-256, scopes), at most the token table's
+    /// [`limits::AUTH_TOKENS_MAX`]; a revocation goes through [`Auth::delete_token`], which
+    /// forgets it here first.
+    tokens: std::sync::RwLock<HashMap<u64, ([u8; 32], u8)>>,
     /// Logins in progress ([`limits::AUTH_LOGINS_IN_FLIGHT_MAX`]): they wait for a hash or a
     /// slowed turn here, never in the handler slots other requests need.
     logins: tokio::sync::Semaphore,
@@ -246,6 +250,7 @@ impl Auth {
             setup_lock: tokio::sync::Mutex::new(()),
             admins: Mutex::new(()),
             serial: 0.into(),
+            tokens: Default::default(),
             logins: tokio::sync::Semaphore::new(limits::AUTH_LOGINS_IN_FLIGHT_MAX),
             clocks,
         }
@@ -454,8 +459,28 @@ impl Auth {
         let rest = token.strip_prefix("kp_")?;
         let (id, secret) = rest.split_once('_')?;
         let id: u64 = id.parse().ok()?;
-        let (_, hash, scopes) = self.catalog.token(id).ok()??;
+        let known = self.tokens.read().expect("lock").get(&id).copied();
+        let (hash, scopes) = match known {
+            Some(k) => k,
+            None => {
+                // Read once from the catalog, then kept: a service's every request is checked.
+                // Under the write lock, so a revocation cannot fall between the read and the
+                // keeping.
+                let mut known = self.tokens.write().expect("lock");
+                let (_, hash, scopes) = self.catalog.token(id).ok()??;
+                let hash: [u8; 32] = hash.try_into().ok()?;
+                known.insert(id, (hash, scopes));
+                (hash, scopes)
+            }
+        };
         same(&hash, &sha256(secret)).then_some(Principal::Token { id, scopes })
+    }
+
+    /// Revokes token `id` at once; false when there was none.
+    pub fn delete_token(&self, id: u64) -> Result<bool, AuthError> {
+        let mut known = self.tokens.write().expect("lock");
+        known.remove(&id);
+        Ok(self.catalog.delete_token(id)?)
     }
 
     /// Creates a token; returns its id and the token string (shown once).
@@ -510,8 +535,9 @@ mod tests {
         assert_eq!(p, Principal::Token { id, scopes: scope::EVENTS_WRITE });
         assert!(p.can(scope::EVENTS_WRITE) && !p.can(scope::METRICS) && !p.can(scope::ADMIN));
         assert!(a.bearer(&token.replace(&token[token.len() - 4..], "0000")).is_none());
-        assert!(a.catalog().delete_token(id).unwrap());
+        assert!(a.delete_token(id).unwrap());
         assert!(a.bearer(&token).is_none(), "revoked");
+        assert!(!a.delete_token(id).unwrap());
     }
 
     #[tokio::test]

@@ -266,7 +266,7 @@ pub(super) async fn delete_token(ctx: &Ctx, id: &str) -> Reply {
     let Ok(id) = id.parse::<u64>() else {
         return error(StatusCode::NOT_FOUND, "not_found", "no such token");
     };
-    match ctx.auth.catalog().delete_token(id) {
+    match ctx.auth.delete_token(id) {
         Ok(true) => {
             if let Some(w) = &ctx.services.webrtc {
                 w.close_principal(Principal::Token { id, scopes: 0 }.name()).await;

@@ -201,7 +201,12 @@ impl Engine {
         loop {
             let next = self.core.next_deadline();
             let sleep_until = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(1));
-            let event = {
+            // A command (a session opened or closed, a logout) goes before whatever else is
+            // waiting: commands are few, and someone waits on each.
+            let waiting = self.cmd_rx.try_recv().ok();
+            let event = if let Some(c) = waiting {
+                Step::Command(c)
+            } else {
                 let sockets = &self.net.sockets;
                 let received = poll_fn(|cx| {
                     for (i, s) in sockets.iter().enumerate() {
@@ -230,6 +235,11 @@ impl Engine {
                 Step::Input(input) => self.input(input, &buf, now),
             }
             self.core.sweep(now);
+            let ended = self.core.take_ended();
+            if !ended.is_empty() {
+                // Freed on the blocking pool: the engine goes on with the others at once.
+                tokio::task::spawn_blocking(move || drop(ended));
+            }
             // Share the runtime fairly (ingest, the web face, signals) however busy it is.
             tokio::task::consume_budget().await;
         }

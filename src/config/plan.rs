@@ -270,7 +270,9 @@ fn oidc_changes(
             {
                 to = Some("changed".into());
             }
-            if from != to {
+            // A provider added or removed shows only the fields it has.
+            let empty = |v: &Option<String>| v.as_deref().is_none_or(|v| v.is_empty() || v == "none");
+            if from != to && !(empty(&from) && empty(&to)) {
                 out.push((format!("oidc.{id}.{field}"), from, to));
             }
         }

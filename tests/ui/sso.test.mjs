@@ -12,7 +12,7 @@ import { X509Certificate, createHash } from 'node:crypto';
 import { readFileSync, existsSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { shots, repo, startKeeppeek, launchChromium, newPage, waitFor, go, checkA11y, checkNoSideScroll, freePort,
+import { shots, repo, startKeeppeek, launchChromium, newPage, waitFor, go, setUpAdmin, checkA11y, checkNoSideScroll, freePort,
   PHONE } from './harness.mjs';
 
 test('single sign-on through oidc-provider: admin and viewer by their groups, logout through the provider, no role refused', async (t) => {
@@ -94,4 +94,46 @@ test('single sign-on through oidc-provider: admin and viewer by their groups, lo
   await nobody.screenshot({ path: join(shots, 'login-sso-refused-phone.png') });
   await checkNoSideScroll(nobody, 'the login page on a phone');
   for (const p of [page, viewer, nobody]) assert.deepEqual(p.errors, []);
+});
+
+test('a provider added in Settings → Accounts: reviewed, applied without a restart, offered on the login page', async (t) => {
+  const { base } = await startKeeppeek(t);
+  const browser = await launchChromium(t);
+  const page = await newPage(browser);
+  await setUpAdmin(page, base);
+  await go(page, '#/settings/accounts', '#sso-add');
+  assert.match(await page.locator('#sso-providers').textContent(), /None yet/);
+  await page.click('#sso-add');
+  const form = page.locator('#sso-form');
+  await form.locator('input[name=id]').fill('office');
+  await form.locator('input[name=name]').fill('Office login');
+  await form.locator('input[name=issuer]').fill('https://id.office.example');
+  await form.locator('input[name=client_id]').fill('nvr');
+  await form.locator('input[name=client_secret]').fill('s3cret-value');
+  await form.locator('input[name=admin_values]').fill('it-admins');
+  await form.locator('input[name=viewer_values]').fill('staff, guards');
+  await form.locator('button[type=submit]').click();
+  const plan = page.locator('#sso-settings .plan');
+  await plan.waitFor();
+  const text = await plan.textContent();
+  assert.match(text, /oidc\.office\.issuer none → https:\/\/id\.office\.example/);
+  assert.match(text, /oidc\.office\.client_secret none → set/);
+  assert.doesNotMatch(text, /s3cret-value/);
+  assert.doesNotMatch(text, /ca_pem/, 'a field the provider does not have is not listed');
+  assert.match(text, /Taken at once, with no camera paused/);
+  await page.locator('#sso-settings').screenshot({ path: join(shots, 'settings-sso-review-desktop.png') });
+  await plan.locator('button.primary').click();
+  await waitFor('the provider listed', async () => /Office login/.test(await page.locator('#sso-providers').textContent()));
+  const listed = await (await fetch(`${base}/api/oidc/providers`)).json();
+  assert.deepEqual(listed, [{ id: 'office', name: 'Office login' }]);
+  // Someone else's browser: the login page offers it.
+  const other = await newPage(browser);
+  await other.goto(base);
+  await other.locator('#sso a[data-provider="office"]').waitFor();
+  await other.setViewportSize(PHONE);
+  await page.setViewportSize(PHONE);
+  await page.locator('#sso-settings').screenshot({ path: join(shots, 'settings-sso-phone.png') });
+  await checkNoSideScroll(page, 'Settings → Accounts on a phone');
+  await checkA11y(page, 'Settings → Accounts with single sign-on');
+  for (const p of [page, other]) assert.deepEqual(p.errors, []);
 });

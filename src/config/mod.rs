@@ -942,6 +942,35 @@ main = { url = "file:///clips/a.mp4" }
     }
 
     #[test]
+    fn sign_in_providers_are_checked_and_bounded() {
+        let provider = |id: &str, extra: &str| {
+            format!(
+                "[oidc.{id}]\nissuer = \"https://id.example\"\nclient_id = \"kp\"\nadmin_values = \"a, b\"\n{extra}"
+            )
+        };
+        let base = "data_dir = \"data\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n";
+        let c = parse(&format!("{base}{}", provider("home", "viewer_values = [\"*\"]\n"))).unwrap();
+        assert_eq!(c.oidc[0].admin_values, ["a", "b"]);
+        assert_eq!(
+            (c.oidc[0].viewer_values.as_slice(), c.oidc[0].role_claim.as_str()),
+            (&["*".to_string()][..], "groups")
+        );
+        let four: String = (0..limits::OIDC_PROVIDERS_MAX).map(|i| provider(&format!("p{i}"), "")).collect();
+        assert_eq!(parse(&format!("{base}{four}")).unwrap().oidc.len(), limits::OIDC_PROVIDERS_MAX);
+        let five = format!("{base}{four}{}", provider("p9", ""));
+        assert!(error_of(&five).contains("at most 4 providers (OIDC_PROVIDERS_MAX)"), "{}", error_of(&five));
+        let long = format!("client_secret = \"{}\"\n", "s".repeat(limits::OIDC_FIELD_MAX_BYTES + 1));
+        assert!(error_of(&format!("{base}{}", provider("home", &long))).contains("oidc.home.client_secret"));
+        let plain =
+            format!("{base}[oidc.home]\nissuer = \"http://id.example\"\nclient_id = \"kp\"\nadmin_values = \"a\"\n");
+        assert!(error_of(&plain).contains("an issuer is an https address"));
+        assert!(error_of(&format!("{base}{}", provider("Home", ""))).contains("lower-case letters"));
+        let no_roles = format!("{base}[oidc.home]\nissuer = \"https://id.example\"\nclient_id = \"kp\"\n");
+        assert!(error_of(&no_roles).contains("name the claim values"));
+        assert!(error_of(&format!("{base}{}", provider("home", "ca_pem = \"junk\"\n"))).contains("oidc.home.ca_pem"));
+    }
+
+    #[test]
     fn a_good_config_parses_with_defaults() {
         let c = parse(GOOD).unwrap();
         assert_eq!(c.data_dir, Path::new("/etc/kp/data"));

@@ -108,6 +108,11 @@ fn random_b64(n: usize) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
 }
 
+/// True when a sign-in started at `started` has waited [`limits::OIDC_LOGIN_PENDING_S`] by `now`.
+fn expired(started: Instant, now: Instant) -> bool {
+    now.saturating_duration_since(started) >= Duration::from_secs(limits::OIDC_LOGIN_PENDING_S)
+}
+
 fn held_key(p: &OidcProvider) -> [u8; 32] {
     let mut h = Sha256::new();
     for part in [p.issuer.as_str(), p.client_id.as_str(), p.ca_pem.as_deref().unwrap_or("")] {
@@ -263,8 +268,8 @@ impl Oidc {
     /// [`limits::OIDC_LOGINS_PENDING_MAX`] wait.
     fn remember(&self, state: String, login: Pending) {
         let mut pending = self.pending.lock().expect("lock");
-        let ttl = Duration::from_secs(limits::OIDC_LOGIN_PENDING_S);
-        pending.retain(|_, v| v.started.elapsed() < ttl);
+        let now = Instant::now();
+        pending.retain(|_, v| !expired(v.started, now));
         if pending.len() >= limits::OIDC_LOGINS_PENDING_MAX
             && let Some(oldest) = pending.iter().min_by_key(|(_, v)| v.started).map(|(k, _)| k.clone())
         {
@@ -285,7 +290,7 @@ impl Oidc {
             return Err(OidcError::Busy(limits::OIDC_SIGN_INS_TALKING_MAX));
         };
         let pending = self.pending.lock().expect("lock").remove(state).ok_or(OidcError::UnknownState)?;
-        if pending.started.elapsed() >= Duration::from_secs(limits::OIDC_LOGIN_PENDING_S) {
+        if expired(pending.started, Instant::now()) {
             return Err(OidcError::UnknownState);
         }
         let same_browser = binding.is_some_and(|b| crate::auth::same(&Sha256::digest(b.as_bytes()), &pending.binding));
@@ -436,6 +441,17 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn sign_ins_talking_to_providers_are_bounded() {
+        let oidc = Oidc::new(&[provider("home", "https://id.example")]);
+        let held: Vec<_> =
+            (0..limits::OIDC_SIGN_INS_TALKING_MAX).map(|_| oidc.talking.try_acquire().unwrap()).collect();
+        assert!(matches!(oidc.start("home", "https://nvr/api/oidc/callback").await, Err(OidcError::Busy(8))));
+        assert!(matches!(oidc.finish("s", "c", Some("b")).await, Err(OidcError::Busy(8))));
+        drop(held);
+        assert!(matches!(oidc.finish("s", "c", Some("b")).await, Err(OidcError::UnknownState)));
+    }
+
+    #[tokio::test]
     async fn a_state_is_taken_once_and_only_in_its_browser() {
         let oidc = Oidc::new(&[provider("home", "https://id.example")]);
         // A pending login made by hand (no provider to reach).
@@ -459,6 +475,10 @@ mod tests {
         // Taken by that try: a replay, even in the right browser, finds nothing.
         assert!(matches!(oidc.finish("s1", "code", Some("b1")).await, Err(OidcError::UnknownState)));
         assert!(matches!(oidc.finish("never", "code", Some("b1")).await, Err(OidcError::UnknownState)));
+        // A sign-in older than OIDC_LOGIN_PENDING_S is refused, even in its own browser.
+        let t = Instant::now();
+        assert!(!expired(t, t + Duration::from_secs(limits::OIDC_LOGIN_PENDING_S - 1)));
+        assert!(expired(t, t + Duration::from_secs(limits::OIDC_LOGIN_PENDING_S)));
         // The table keeps its ceiling: the oldest goes.
         for i in 0..limits::OIDC_LOGINS_PENDING_MAX + 5 {
             insert(&format!("x{i}"), "b");

@@ -420,6 +420,18 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_role_claims_values_are_read_up_to_their_ceiling() {
+        let s = signer("k1");
+        let keys = Keys::parse(&jwks(&[&s])).unwrap();
+        let mut c = claims("n");
+        c["groups"] = json!((0..limits::OIDC_CLAIM_VALUES_MAX + 10).map(|i| format!("g{i}")).collect::<Vec<_>>());
+        let id = verify(&sign(&s, &c), &keys, &expect("n")).unwrap();
+        assert_eq!(id.role_values.len(), limits::OIDC_CLAIM_VALUES_MAX);
+        c["groups"] = json!("nvr-viewers");
+        assert_eq!(verify(&sign(&s, &c), &keys, &expect("n")).unwrap().role_values, ["nvr-viewers"]);
+    }
+
+    #[test]
     fn a_token_signed_by_another_key_is_refused() {
         let (s, rogue) = (signer("k1"), signer("k1"));
         let keys = Keys::parse(&jwks(&[&s])).unwrap();

@@ -125,6 +125,22 @@ pub fn compute(config: &Config) -> Budget {
             ),
         },
         Line {
+            component: "single sign-on",
+            bytes: ((limits::OIDC_SIGN_INS_TALKING_MAX + limits::OIDC_PROVIDER_CACHES_MAX)
+                * (limits::TLS_CONNECTION_BYTES + limits::OIDC_DOCUMENT_MAX_BYTES)
+                + limits::OIDC_PROVIDER_CACHES_MAX * 2 * limits::OIDC_DOCUMENT_MAX_BYTES
+                + limits::OIDC_LOGINS_PENDING_MAX * (1 << 10)) as u64,
+            why: format!(
+                "{} sign-ins talking and {} kept connections × ({} KiB TLS + {} KiB answer), {} providers' discovery documents and keys, {} pending sign-ins × 1 KiB (OIDC_SIGN_INS_TALKING_MAX, OIDC_PROVIDER_CACHES_MAX, TLS_CONNECTION_BYTES, OIDC_DOCUMENT_MAX_BYTES, OIDC_LOGINS_PENDING_MAX); counted without providers too, as they are added live",
+                limits::OIDC_SIGN_INS_TALKING_MAX,
+                limits::OIDC_PROVIDER_CACHES_MAX,
+                limits::TLS_CONNECTION_BYTES >> 10,
+                limits::OIDC_DOCUMENT_MAX_BYTES >> 10,
+                limits::OIDC_PROVIDER_CACHES_MAX,
+                limits::OIDC_LOGINS_PENDING_MAX
+            ),
+        },
+        Line {
             component: "accounts",
             bytes: accounts_bytes(),
             why: format!(

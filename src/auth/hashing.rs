@@ -31,6 +31,8 @@ pub struct Hasher {
     permits: Arc<Semaphore>,
     /// Buffers not in use; a slot without one allocates it, once.
     spare: Arc<Mutex<Vec<Box<[Block]>>>>,
+    /// Hashes computed since start.
+    computed: std::sync::atomic::AtomicU64,
 }
 
 /// What to compute: a new hash, a check against a stored one, or the same work for nothing.
@@ -45,6 +47,7 @@ impl Hasher {
         Hasher {
             permits: Arc::new(Semaphore::new(limits::AUTH_HASHES_CONCURRENT_MAX)),
             spare: Arc::new(Mutex::new(Vec::with_capacity(limits::AUTH_HASHES_CONCURRENT_MAX))),
+            computed: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -54,6 +57,7 @@ impl Hasher {
     /// cannot let a third hash start while two still run.
     async fn run(&self, password: &str, job: Job) -> Result<Option<String>, AuthError> {
         let permit = self.permits.clone().acquire_owned().await.map_err(|e| AuthError::Hash(e.to_string()))?;
+        self.computed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let spare = self.spare.clone();
         let password = password.to_string();
         tokio::task::spawn_blocking(move || {
@@ -66,6 +70,11 @@ impl Hasher {
         })
         .await
         .map_err(|e| AuthError::Hash(e.to_string()))?
+    }
+
+    /// Hashes computed (or under way) since start.
+    pub fn computed(&self) -> u64 {
+        self.computed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A new PHC string for `password`.

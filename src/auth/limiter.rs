@@ -16,6 +16,11 @@
 //!   Never a refusal: others' failures must not lock a user out (a web page a LAN user opens
 //!   can post logins too), but a guesser with many addresses is slowed.
 //!
+//! And after each wrong password, the address that sent it waits
+//! [`limits::AUTH_LOGIN_FAILURE_PAUSE_MS`] before its next try is looked at (`429`): a
+//! person retyping never notices, a script gets one guess a second and each guess refused
+//! in the pause costs no hash.
+//!
 //! An IPv6 client counts by its /64, which one host can fill with addresses.
 //!
 //! The table holds at most [`limits::AUTH_LOGIN_TRACKED_MAX`] entries of a fixed size (a user
@@ -44,6 +49,8 @@ enum Key {
 struct Window {
     failures: u32,
     since_us: i64,
+    /// An address's tries are refused until then ([`Limiter::wrong`]).
+    paused_until_us: i64,
 }
 
 impl Window {
@@ -73,6 +80,8 @@ pub struct Try {
 pub enum Refusal {
     /// Too many failures in the window.
     Limited { retry_after_s: u64 },
+    /// A wrong password from this address a moment ago ([`Limiter::wrong`]).
+    Paused { retry_after_s: u64 },
     /// [`limits::AUTH_LOGINS_IN_FLIGHT_PER_ADDRESS_MAX`] tries from this address run now.
     InFlight,
 }
@@ -84,6 +93,10 @@ pub enum Verdict {
     /// Wait [`limits::AUTH_LOGIN_SLOW_DELAY_MS`], then go.
     Slow,
     Refuse {
+        retry_after_s: u64,
+    },
+    /// In the pause after a wrong password from this address.
+    Paused {
         retry_after_s: u64,
     },
 }
@@ -119,7 +132,7 @@ impl Limiter {
     pub fn new() -> Limiter {
         Limiter {
             entries: HashMap::with_capacity(limits::AUTH_LOGIN_TRACKED_MAX),
-            overflow: Window { failures: 0, since_us: i64::MIN / 2 },
+            overflow: Window { failures: 0, since_us: i64::MIN / 2, paused_until_us: i64::MIN },
             in_flight: heapless::Vec::new(),
         }
     }
@@ -129,6 +142,7 @@ impl Limiter {
         let address = counted(peer);
         let slow = match self.check(peer, user, now_us) {
             Verdict::Refuse { retry_after_s } => return Err(Refusal::Limited { retry_after_s }),
+            Verdict::Paused { retry_after_s } => return Err(Refusal::Paused { retry_after_s }),
             Verdict::Slow => true,
             Verdict::Go => false,
         };
@@ -169,6 +183,10 @@ impl Limiter {
             retry_after_s: ((w.since_us + window_us() - now_us) / 1_000_000).max(1) as u64,
         };
         let [address, pair, by_user] = keys(peer, user);
+        if let Some(w) = address.as_ref().and_then(|k| self.entries.get(k)).filter(|w| w.paused_until_us > now_us) {
+            let left_us = w.paused_until_us - now_us;
+            return Verdict::Paused { retry_after_s: (left_us as u64).div_ceil(1_000_000) };
+        }
         let live = |k: &Option<Key>| k.as_ref().and_then(|k| self.entries.get(k)).filter(|w| w.live(now_us));
         if let Some(w) = live(&address).filter(|w| w.failures >= limits::AUTH_LOGIN_ADDRESS_FAILURES_MAX) {
             return refuse(w);
@@ -202,12 +220,23 @@ impl Limiter {
                 overflowed = true;
                 continue;
             }
-            bump(self.entries.entry(key).or_insert(Window { failures: 0, since_us: now_us }), now_us);
+            bump(
+                self.entries.entry(key).or_insert(Window { failures: 0, since_us: now_us, paused_until_us: i64::MIN }),
+                now_us,
+            );
         }
         if overflowed {
             bump(&mut self.overflow, now_us);
         }
         overflowed
+    }
+
+    /// A try ended with a wrong password (or a user that does not exist): its address may not
+    /// try again for [`limits::AUTH_LOGIN_FAILURE_PAUSE_MS`]. Tries already under way go on.
+    pub fn wrong(&mut self, t: &Try, now_us: i64) {
+        if let Some(w) = self.entries.get_mut(&Key::Address(t.address)) {
+            w.paused_until_us = now_us + limits::AUTH_LOGIN_FAILURE_PAUSE_MS as i64 * 1_000;
+        }
     }
 
     /// A try succeeded: its own failure is taken back from the address's and the user's
@@ -229,7 +258,7 @@ impl Limiter {
 
 fn bump(w: &mut Window, now_us: i64) {
     if !w.live(now_us) {
-        *w = Window { failures: 0, since_us: now_us };
+        *w = Window { failures: 0, since_us: now_us, paused_until_us: w.paused_until_us };
     }
     w.failures += 1;
 }

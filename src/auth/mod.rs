@@ -115,6 +115,8 @@ pub enum AuthError {
     BadCredentials,
     #[error("too many failed logins; retry in {retry_after_s} s")]
     RateLimited { retry_after_s: u64 },
+    #[error("a wrong password came from here a moment ago; retry in {retry_after_s} s")]
+    Paused { retry_after_s: u64 },
     #[error("{0} is full (the maximum is {1})")]
     Full(&'static str, usize),
     #[error("this is the last admin: make another admin first")]
@@ -332,6 +334,7 @@ impl Auth {
         let attempt = self.limiter.lock().expect("lock").attempt(peer, key.as_ref(), now_us);
         let attempt = attempt.map_err(|r| match r {
             limiter::Refusal::Limited { retry_after_s } => AuthError::RateLimited { retry_after_s },
+            limiter::Refusal::Paused { retry_after_s } => AuthError::Paused { retry_after_s },
             limiter::Refusal::InFlight => AuthError::AddressBusy(limits::AUTH_LOGINS_IN_FLIGHT_PER_ADDRESS_MAX),
         })?;
         /// Ends the try however the login ends (its client may leave mid-hash).
@@ -366,8 +369,11 @@ impl Auth {
                 let (cookie, csrf, ended) = self.open_session(name, role, None);
                 Ok(Login { cookie, csrf, role, ended })
             }
-            // Counted when it started.
-            _ => Err(AuthError::BadCredentials),
+            // Counted when it started; the address pauses.
+            _ => {
+                self.limiter.lock().expect("lock").wrong(&trying.1, self.clocks.mono_us());
+                Err(AuthError::BadCredentials)
+            }
         }
     }
 
@@ -511,7 +517,7 @@ mod tests {
 
     #[tokio::test]
     async fn setup_login_logout_and_tokens() {
-        let (_d, a) = auth();
+        let (_d, a, clocks) = auth_simulated();
         assert!(a.setup_needed().unwrap());
         assert!(a.setup_allowed("127.0.0.1".parse().unwrap(), None));
         assert!(!a.setup_allowed("192.0.2.7".parse().unwrap(), Some("wrong")));
@@ -523,6 +529,7 @@ mod tests {
         assert!(!a.setup_needed().unwrap());
         let peer = "192.0.2.1".parse().unwrap();
         assert!(matches!(a.login(peer, "root", "wrong one").await, Err(AuthError::BadCredentials)));
+        clocks.advance(pause());
         let Login { cookie, csrf, role, .. } = a.login(peer, "root", "correct horse").await.unwrap();
         assert_eq!(role, Role::Admin);
         let Some(Principal::User { session, csrf: c, .. }) = a.session(&cookie) else { panic!("a session") };
@@ -540,13 +547,44 @@ mod tests {
         assert!(!a.delete_token(id).unwrap());
     }
 
+    /// An `Auth` on simulated clocks, and its clocks.
+    fn auth_simulated() -> (tempfile::TempDir, Auth, crate::clock::SimulatedClocks) {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
+        let clocks = crate::clock::SimulatedClocks::new(1_800_000_000_000_000);
+        (dir, Auth::new(cat, clocks.shared()), clocks)
+    }
+
+    fn pause() -> std::time::Duration {
+        std::time::Duration::from_millis(limits::AUTH_LOGIN_FAILURE_PAUSE_MS)
+    }
+
+    #[tokio::test]
+    async fn a_wrong_password_pauses_its_address_and_no_hash_is_spent_in_the_pause() {
+        let (_d, a, clocks) = auth_simulated();
+        a.put_user("root", "correct horse", Role::Admin).await.unwrap();
+        let (peer, other): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        assert!(matches!(a.login(peer, "root", "nope nope").await, Err(AuthError::BadCredentials)));
+        // Even the right password waits out the pause; it costs no hash.
+        let hashes = a.hasher.computed();
+        let refused = a.login(peer, "root", "correct horse").await;
+        assert!(matches!(refused, Err(AuthError::Paused { retry_after_s: 1 })), "{refused:?}");
+        assert_eq!(a.hasher.computed(), hashes, "refused before hashing");
+        assert!(a.login(other, "root", "correct horse").await.is_ok(), "another address is not paused");
+        clocks.advance(pause() - std::time::Duration::from_micros(1));
+        assert!(matches!(a.login(peer, "root", "correct horse").await, Err(AuthError::Paused { .. })));
+        clocks.advance(std::time::Duration::from_micros(1));
+        assert!(a.login(peer, "root", "correct horse").await.is_ok(), "the pause is over");
+    }
+
     #[tokio::test]
     async fn failed_logins_are_limited_per_user_and_per_address() {
-        let (_d, a) = auth();
+        let (_d, a, clocks) = auth_simulated();
         a.put_user("root", "correct horse", Role::Admin).await.unwrap();
         let peer = "192.0.2.1".parse().unwrap();
         for _ in 0..limits::AUTH_LOGIN_FAILURES_MAX {
             assert!(matches!(a.login(peer, "root", "nope nope").await, Err(AuthError::BadCredentials)));
+            clocks.advance(pause());
         }
         assert!(matches!(a.login(peer, "root", "correct horse").await, Err(AuthError::RateLimited { .. })));
         // Another address is not: others' failures never lock a user out.
@@ -558,14 +596,16 @@ mod tests {
     /// gets past the limit.
     #[tokio::test]
     async fn logins_at_once_from_one_address_are_counted_before_any_ends() {
-        let (_d, a) = auth();
+        let (_d, a, clocks) = auth_simulated();
         a.put_user("root", "correct horse", Role::Admin).await.unwrap();
         let peer: IpAddr = "192.0.2.1".parse().unwrap();
         let burst = futures::future::join_all((0..10).map(|_| a.login(peer, "root", "nope nope"))).await;
         let wrong = burst.iter().filter(|r| matches!(r, Err(AuthError::BadCredentials))).count();
         let waiting = burst.iter().filter(|r| matches!(r, Err(AuthError::AddressBusy(4)))).count();
         assert_eq!((wrong, waiting), (4, 6), "{burst:?}");
+        clocks.advance(pause());
         assert!(matches!(a.login(peer, "root", "nope nope").await, Err(AuthError::BadCredentials)));
+        clocks.advance(pause());
         assert!(matches!(a.login(peer, "root", "correct horse").await, Err(AuthError::RateLimited { .. })));
         assert_eq!(a.limiter.lock().unwrap().in_flight(peer), 0, "every try ended");
     }

@@ -56,6 +56,7 @@ impl Failure for AuthError {
             AuthError::Invalid { .. } => (StatusCode::BAD_REQUEST, "invalid"),
             AuthError::BadCredentials => (StatusCode::UNAUTHORIZED, "bad_credentials"),
             AuthError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            AuthError::Paused { .. } => (StatusCode::TOO_MANY_REQUESTS, "login_paused"),
             AuthError::Full(..) => (UNAVAILABLE, "full"),
             AuthError::LastAdmin => (StatusCode::CONFLICT, "last_admin"),
             AuthError::Busy(_) => (UNAVAILABLE, "busy"),
@@ -67,7 +68,7 @@ impl Failure for AuthError {
 
     fn retry_after_s(&self) -> Option<u64> {
         match self {
-            AuthError::RateLimited { retry_after_s } => Some(*retry_after_s),
+            AuthError::RateLimited { retry_after_s } | AuthError::Paused { retry_after_s } => Some(*retry_after_s),
             AuthError::AddressBusy(_) => Some(1),
             _ => None,
         }

@@ -2,10 +2,12 @@
 //! CA the admin gives for a provider of their own), or plain HTTP to a development provider
 //! on this machine's loopback; the whole exchange within [`limits::OIDC_FETCH_TIMEOUT_MS`] and
 //! its answer within a byte ceiling. hyper's client connection is used directly (as the ONVIF
-//! client does): one request a connection, nothing pooled, nothing kept.
+//! client does), with no pool of its own: each provider keeps at most one idle connection
+//! ([`Kept`]), used again while it is open and at most [`limits::OIDC_CONNECTION_IDLE_S`]
+//! old, so a sign-in's exchange does not pay a TLS handshake each time.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
@@ -58,6 +60,45 @@ pub fn trust(ca_pem: Option<&str>) -> Result<Arc<rustls::ClientConfig>, String> 
     Ok(Arc::new(config))
 }
 
+type Sender = hyper::client::conn::http1::SendRequest<Full<bytes::Bytes>>;
+
+/// The one idle connection kept for a provider: its origin (`scheme://host:port`), and since
+/// when it is idle.
+#[derive(Default)]
+pub struct Kept(Mutex<Option<(String, Sender, Instant)>>);
+
+fn origin(url: &url::Url) -> String {
+    format!("{}://{}", url.scheme(), &url[url::Position::BeforeHost..url::Position::AfterPort])
+}
+
+impl Kept {
+    /// True while a connection to `url`'s origin is kept and open: the provider was there a
+    /// moment ago and has not closed it.
+    pub fn open_to(&self, url: &url::Url) -> bool {
+        let kept = self.0.lock().expect("lock");
+        kept.as_ref().is_some_and(|(o, s, since)| *o == origin(url) && usable(s, *since))
+    }
+
+    fn take(&self, origin: &str) -> Option<Sender> {
+        let mut kept = self.0.lock().expect("lock");
+        match kept.take() {
+            Some((o, s, since)) if o == origin && usable(&s, since) => Some(s),
+            // Another origin's, closed or too old: dropped (its connection ends).
+            _ => None,
+        }
+    }
+
+    fn put(&self, origin: String, sender: Sender) {
+        if !sender.is_closed() {
+            *self.0.lock().expect("lock") = Some((origin, sender, Instant::now()));
+        }
+    }
+}
+
+fn usable(s: &Sender, since: Instant) -> bool {
+    !s.is_closed() && s.is_ready() && since.elapsed() < Duration::from_secs(limits::OIDC_CONNECTION_IDLE_S)
+}
+
 /// A request: `GET`, or `POST` of a form with its `authorization`.
 pub enum Ask<'a> {
     Get,
@@ -66,14 +107,17 @@ pub enum Ask<'a> {
 
 /// Sends `ask` to `url`; the answer's status and at most `max_bytes` of its body. A status
 /// other than 200 is an error carrying the start of the body (a provider's reason).
+/// The connection kept in `kept` is used when it goes to the same origin; the one used is kept
+/// after a whole answer.
 pub async fn fetch(
     tls: &Arc<rustls::ClientConfig>,
+    kept: &Kept,
     url: &url::Url,
     ask: Ask<'_>,
     max_bytes: usize,
 ) -> Result<Vec<u8>, FetchError> {
     let timeout_ms = limits::OIDC_FETCH_TIMEOUT_MS;
-    match tokio::time::timeout(Duration::from_millis(timeout_ms), exchange(tls, url, ask, max_bytes)).await {
+    match tokio::time::timeout(Duration::from_millis(timeout_ms), exchange(tls, kept, url, ask, max_bytes)).await {
         Ok(r) => r,
         Err(_) => Err(FetchError::Timeout(timeout_ms)),
     }
@@ -81,17 +125,11 @@ pub async fn fetch(
 
 async fn exchange(
     tls: &Arc<rustls::ClientConfig>,
+    kept: &Kept,
     url: &url::Url,
     ask: Ask<'_>,
     max_bytes: usize,
 ) -> Result<Vec<u8>, FetchError> {
-    let host = url.host_str().ok_or_else(|| FetchError::Unreachable("the address has no host".into()))?;
-    let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
-    let port = url.port_or_known_default().unwrap_or(443);
-    let tcp = TcpStream::connect((bare.as_str(), port)).await.map_err(|e| FetchError::Unreachable(e.to_string()))?;
-    // hyper writes a request's head and body apart: without this, Nagle's algorithm holds the
-    // body until the head's ACK, which the provider delays (40 ms on Linux).
-    let _ = tcp.set_nodelay(true);
     let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
     let authority = &url[url::Position::BeforeHost..url::Position::AfterPort];
     let mut request = match &ask {
@@ -112,45 +150,83 @@ async fn exchange(
             form
         }
     };
-    let request = request.body(Full::new(bytes::Bytes::from(body))).map_err(|e| FetchError::Broken(e.to_string()))?;
+    let mut request =
+        request.body(Full::new(bytes::Bytes::from(body))).map_err(|e| FetchError::Broken(e.to_string()))?;
+    let origin = origin(url);
+    if let Some(mut sender) = kept.take(&origin) {
+        match sender.try_send_request(request).await {
+            Ok(response) => return answer(kept, origin, sender, response, max_bytes).await,
+            // The provider closed the kept connection as the request went: the request was
+            // not sent, so it goes again on a new connection. Sent and then lost is an error
+            // (a code is good once).
+            Err(mut e) => match e.take_message() {
+                Some(unsent) => request = unsent,
+                None => return Err(FetchError::Broken(e.into_error().to_string())),
+            },
+        }
+    }
+    let mut sender = connect(tls, url).await?;
+    let response = sender.send_request(request).await.map_err(|e| FetchError::Broken(e.to_string()))?;
+    answer(kept, origin, sender, response, max_bytes).await
+}
+
+/// A new connection to `url`'s host, TLS for `https`, driven on its own task until it closes
+/// (its sender dropped, or the provider closing it).
+async fn connect(tls: &Arc<rustls::ClientConfig>, url: &url::Url) -> Result<Sender, FetchError> {
+    let host = url.host_str().ok_or_else(|| FetchError::Unreachable("the address has no host".into()))?;
+    let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let port = url.port_or_known_default().unwrap_or(443);
+    let tcp = TcpStream::connect((bare.as_str(), port)).await.map_err(|e| FetchError::Unreachable(e.to_string()))?;
+    // hyper writes a request's head and body apart: without this, Nagle's algorithm holds the
+    // body until the head's ACK, which the provider delays (40 ms on Linux).
+    let _ = tcp.set_nodelay(true);
     if url.scheme() == "https" {
         let name = rustls::pki_types::ServerName::try_from(bare).map_err(|e| FetchError::Tls(e.to_string()))?;
         let stream = tokio_rustls::TlsConnector::from(tls.clone())
             .connect(name, tcp)
             .await
             .map_err(|e| FetchError::Tls(e.to_string()))?;
-        send(stream, request, max_bytes).await
+        handshake(stream).await
     } else {
-        send(tcp, request, max_bytes).await
+        handshake(tcp).await
     }
 }
 
-async fn send<S>(stream: S, request: http::Request<Full<bytes::Bytes>>, max_bytes: usize) -> Result<Vec<u8>, FetchError>
+async fn handshake<S>(stream: S) -> Result<Sender, FetchError>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| FetchError::Broken(e.to_string()))?;
-    // The connection is driven beside the exchange and ends once the sender is dropped.
-    let answer = async move {
-        let response = sender.send_request(request).await.map_err(|e| FetchError::Broken(e.to_string()))?;
-        let status = response.status().as_u16();
-        let body = Limited::new(response.into_body(), max_bytes).collect().await.map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                FetchError::TooLarge(max_bytes)
-            } else {
-                FetchError::Broken(e.to_string())
-            }
-        })?;
-        let body = body.to_bytes().to_vec();
-        if status != 200 {
-            let text: String = String::from_utf8_lossy(&body).chars().take(200).collect();
-            let detail = if text.trim().is_empty() { String::new() } else { format!(": {}", text.trim()) };
-            return Err(FetchError::Status { status, detail });
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+/// Reads at most `max_bytes` of the answer; the connection is kept once it is whole.
+async fn answer(
+    kept: &Kept,
+    origin: String,
+    sender: Sender,
+    response: http::Response<hyper::body::Incoming>,
+    max_bytes: usize,
+) -> Result<Vec<u8>, FetchError> {
+    let status = response.status().as_u16();
+    let body = Limited::new(response.into_body(), max_bytes).collect().await.map_err(|e| {
+        if e.is::<http_body_util::LengthLimitError>() {
+            FetchError::TooLarge(max_bytes)
+        } else {
+            FetchError::Broken(e.to_string())
         }
-        Ok(body)
-    };
-    let (answer, _) = tokio::join!(answer, conn);
-    answer
+    })?;
+    kept.put(origin, sender);
+    let body = body.to_bytes().to_vec();
+    if status != 200 {
+        let text: String = String::from_utf8_lossy(&body).chars().take(200).collect();
+        let detail = if text.trim().is_empty() { String::new() } else { format!(": {}", text.trim()) };
+        return Err(FetchError::Status { status, detail });
+    }
+    Ok(body)
 }

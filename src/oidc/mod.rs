@@ -69,6 +69,7 @@ struct Held {
     keys: Mutex<Option<(Arc<Keys>, Instant)>>,
     last_refetch: Mutex<Option<Instant>>,
     used: Mutex<Instant>,
+    kept: fetch::Kept,
 }
 
 /// A sign-in sent to its provider.
@@ -177,6 +178,7 @@ impl Oidc {
             keys: Mutex::new(None),
             last_refetch: Mutex::new(None),
             used: Mutex::new(Instant::now()),
+            kept: fetch::Kept::default(),
         });
         held.push(h.clone());
         Ok(h)
@@ -198,7 +200,8 @@ impl Oidc {
         let fail =
             |error| OidcError::Fetch { provider: p.name.clone(), what: "discovery document", url: url.clone(), error };
         let parsed = url::Url::parse(&url).map_err(|e| fail(FetchError::Unreachable(e.to_string())))?;
-        let bytes = fetch::fetch(&h.tls, &parsed, Ask::Get, limits::OIDC_DOCUMENT_MAX_BYTES).await.map_err(fail)?;
+        let bytes =
+            fetch::fetch(&h.tls, &h.kept, &parsed, Ask::Get, limits::OIDC_DOCUMENT_MAX_BYTES).await.map_err(fail)?;
         let d = Arc::new(
             Discovery::parse(&bytes, &p.issuer)
                 .map_err(|error| OidcError::Token { provider: p.name.clone(), error })?,
@@ -217,7 +220,8 @@ impl Oidc {
         }
         let url = d.jwks_uri.clone();
         let fail = |error| OidcError::Fetch { provider: p.name.clone(), what: "key set", url: url.to_string(), error };
-        let bytes = fetch::fetch(&h.tls, &url, Ask::Get, limits::OIDC_DOCUMENT_MAX_BYTES).await.map_err(fail)?;
+        let bytes =
+            fetch::fetch(&h.tls, &h.kept, &url, Ask::Get, limits::OIDC_DOCUMENT_MAX_BYTES).await.map_err(fail)?;
         let k = Arc::new(Keys::parse(&bytes).map_err(|error| OidcError::Token { provider: p.name.clone(), error })?);
         *h.keys.lock().expect("lock") = Some((k.clone(), Instant::now()));
         Ok(k)
@@ -226,16 +230,21 @@ impl Oidc {
     /// Starts a sign-in with provider `id`, to come back to `redirect_uri`: the address to
     /// send the browser to, and the binding for its cookie.
     ///
-    /// The discovery document is fetched afresh for each start (within the ceiling on
-    /// sign-ins talking to providers): a provider that is down or wrong refuses here, with
-    /// what failed, instead of leaving the browser at an address that does not answer.
+    /// The discovery document held is used while the connection kept to the provider is
+    /// open (it answered moments ago and has not gone); otherwise it is fetched again (within
+    /// the ceiling on sign-ins talking to providers), so a provider that is down or wrong
+    /// refuses here, with what failed, instead of leaving the browser at an address that
+    /// does not answer.
     pub async fn start(&self, id: &str, redirect_uri: &str) -> Result<(String, String), OidcError> {
         let Ok(_permit) = self.talking.try_acquire() else {
             return Err(OidcError::Busy(limits::OIDC_SIGN_INS_TALKING_MAX));
         };
         let p = self.provider(id)?;
         let h = self.held(&p)?;
-        *h.discovery.lock().expect("lock") = None;
+        let there = h.discovery.lock().expect("lock").as_ref().is_some_and(|(d, _)| h.kept.open_to(&d.token_endpoint));
+        if !there {
+            *h.discovery.lock().expect("lock") = None;
+        }
         let d = self.discovery(&p, &h).await?;
         let (state, nonce, verifier, binding) = (random_b64(24), random_b64(24), random_b64(48), random_b64(32));
         let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
@@ -328,14 +337,13 @@ impl Oidc {
             format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))
         });
         let ask = Ask::PostForm { form, authorization: basic.as_deref() };
-        let answer =
-            fetch::fetch(&h.tls, &d.token_endpoint, ask, limits::OIDC_DOCUMENT_MAX_BYTES).await.map_err(|error| {
-                OidcError::Fetch {
-                    provider: p.name.clone(),
-                    what: "token endpoint",
-                    url: d.token_endpoint.to_string(),
-                    error,
-                }
+        let answer = fetch::fetch(&h.tls, &h.kept, &d.token_endpoint, ask, limits::OIDC_DOCUMENT_MAX_BYTES)
+            .await
+            .map_err(|error| OidcError::Fetch {
+                provider: p.name.clone(),
+                what: "token endpoint",
+                url: d.token_endpoint.to_string(),
+                error,
             })?;
         let token_error = |error| OidcError::Token { provider: p.name.clone(), error };
         let id_token = token::id_token_of(&answer).map_err(token_error)?;

@@ -77,6 +77,8 @@ pub struct Core {
     viewers: Vec<(usize, usize)>,
     /// Sessions the sweep removed, not yet freed ([`Core::take_ended`]).
     ended: Vec<Session>,
+    /// Where the next turn of timeouts starts looking for sessions due.
+    timeouts_from: usize,
     /// Where the next frame's viewers start: each frame one further on, so when the send
     /// pool has room for only some of a stream's viewers the same ones do not always miss.
     first_viewer: usize,
@@ -102,6 +104,7 @@ impl Core {
             next_id: 1,
             viewers: Vec::new(),
             ended: Vec::new(),
+            timeouts_from: 0,
             first_viewer: 0,
         }
     }
@@ -243,12 +246,26 @@ impl Core {
         self.drive(i, now, out);
     }
 
-    /// Drives every session whose deadline has come. str0m's pacer asks for a tick a
+    /// Drives the sessions whose deadline has come, at most
+    /// [`limits::WEBRTC_TIMEOUT_SESSIONS_PER_TURN_MAX`] a turn (the next turn goes on from the
+    /// first left waiting, so none is passed over for long). str0m's pacer asks for a tick a
     /// microsecond after each packet it sends: those ticks are given here, each at the time
     /// it asked for, up to [`limits::WEBRTC_PACER_TICKS_PER_TURN_MAX`] a turn, so a session
     /// sends at its pacer's rate and not at one packet per turn of the engine's timer.
     pub fn timeouts(&mut self, now: Instant, out: Out<'_>) {
-        for i in 0..self.sessions.len() {
+        let n = self.sessions.len();
+        let mut driven = 0;
+        for k in 0..n {
+            let i = (self.timeouts_from + k) % n;
+            if self.deadlines[i] > now {
+                continue;
+            }
+            if driven == limits::WEBRTC_TIMEOUT_SESSIONS_PER_TURN_MAX {
+                // The rest wait for the next turn, which starts with them.
+                self.timeouts_from = i;
+                return;
+            }
+            driven += 1;
             let mut ticks = 0;
             while self.deadlines[i] <= now && ticks < limits::WEBRTC_PACER_TICKS_PER_TURN_MAX {
                 ticks += 1;
@@ -811,6 +828,26 @@ mod tests {
         let ticks = sim.core.stats.pacer_ticks.load(Ordering::Relaxed) - before;
         assert_eq!(ticks, limits::WEBRTC_PACER_TICKS_PER_TURN_MAX as u64);
         assert!(sent >= limits::WEBRTC_PACER_TICKS_PER_TURN_MAX / 2, "a packet or so a tick: {sent}");
+    }
+
+    #[test]
+    fn a_turn_of_timeouts_drives_at_most_its_ceiling_of_sessions_and_the_next_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut core, _frames, _fanout) = testing::core(dir.path(), 8);
+        let t0 = Instant::now();
+        let n = limits::WEBRTC_TIMEOUT_SESSIONS_PER_TURN_MAX + 2;
+        for i in 0..n {
+            core.open(testing::key(), &offer(1), owner(&format!("user:{i}")), IpAddr::from([127, 0, 0, 1]), locals, t0)
+                .unwrap();
+        }
+        // Not connected, each stays due (it wants nothing later): the turns go round them.
+        let now = t0 + Duration::from_secs(1);
+        assert!(core.deadlines.iter().all(|d| *d <= now), "all fall due together");
+        let ceiling = limits::WEBRTC_TIMEOUT_SESSIONS_PER_TURN_MAX;
+        core.timeouts(now, &mut |_| {});
+        assert_eq!(core.timeouts_from, ceiling, "one turn drove the first {ceiling}; the next starts after them");
+        core.timeouts(now, &mut |_| {});
+        assert_eq!(core.timeouts_from, 2 * ceiling % n, "the next drove the other two, then the first ones again");
     }
 
     #[test]

@@ -27,9 +27,13 @@ fn setup_happens_once_and_login_logout_and_limits_work() {
     assert_eq!(out.0, 200);
     assert_eq!(me(&admin), 401);
     // Failed logins are limited per user (and per address): the right password then waits.
+    // After each wrong password the address pauses a second (its next try refused at once).
     for _ in 0..5 {
         let r = request(port, "POST", "/api/login", &[], r#"{"username":"root","password":"wrong password"}"#);
         assert_eq!(r.0, 401);
+        let paused = request(port, "POST", "/api/login", &[], r#"{"username":"root","password":"wrong password"}"#);
+        assert_eq!(paused.0, 429, "{}", paused.2);
+        std::thread::sleep(PAUSE);
     }
     let limited = request(port, "POST", "/api/login", &[], r#"{"username":"root","password":"correct horse battery"}"#);
     assert_eq!(limited.0, 429, "{}", limited.2);

@@ -141,6 +141,17 @@ pub fn compute(config: &Config) -> Budget {
             ),
         },
         Line {
+            component: "mqtt",
+            bytes: (2 * limits::MQTT_PACKET_MAX_BYTES + limits::TLS_CONNECTION_BYTES + limits::MQTT_INFLIGHT_MAX * 64)
+                as u64,
+            why: format!(
+                "a packet in and one out at {} KiB each, TLS state ({} KiB) and {} publishes in flight (MQTT_PACKET_MAX_BYTES, TLS_CONNECTION_BYTES, MQTT_INFLIGHT_MAX); counted without a broker too, as one is set live",
+                limits::MQTT_PACKET_MAX_BYTES >> 10,
+                limits::TLS_CONNECTION_BYTES >> 10,
+                limits::MQTT_INFLIGHT_MAX
+            ),
+        },
+        Line {
             component: "accounts",
             bytes: accounts_bytes(),
             why: format!(

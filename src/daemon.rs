@@ -192,15 +192,21 @@ pub async fn start(
     recover(&catalog, &data_dir, crate::clock::Clocks::wall_us(&*clocks))?;
     let recorder = Recorder::start(&config, catalog.clone(), clocks.clone())?;
     let live_view = webrtc.as_ref().map(|(_, handle)| Arc::new(handle.clone()) as Arc<dyn crate::events::NoticeSink>);
-    let events = Arc::new(crate::events::Events::new(
-        catalog.clone(),
-        data_dir.clone(),
-        cameras.clone(),
-        live_view,
-        config.events_max_bytes,
-        clocks.clone(),
-        recorder.holds.clone(),
-    ));
+    // MQTT: stored events get their outbox rows from the first on.
+    catalog.set_outbox(config.mqtt.is_some())?;
+    let mqtt = crate::mqtt::Mqtt::new(catalog.clone(), config.mqtt.clone());
+    let events = Arc::new(
+        crate::events::Events::new(
+            catalog.clone(),
+            data_dir.clone(),
+            cameras.clone(),
+            live_view,
+            config.events_max_bytes,
+            clocks.clone(),
+            recorder.holds.clone(),
+        )
+        .with_stored_wake(mqtt.wake()),
+    );
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     // The config file and its revisions, when there is a file (the demo has none).
     let (reconfig, orders) = match source {
@@ -227,6 +233,8 @@ pub async fn start(
         web: None,
         engine: None,
         oidc: Arc::new(crate::oidc::Oidc::new(&config.oidc)),
+        mqtt_task: Some(tokio::spawn(mqtt.clone().run(shutdown_rx.clone()))),
+        mqtt: mqtt.clone(),
     };
     for camera in &config.cameras {
         running.start_camera(camera)?;
@@ -286,6 +294,7 @@ pub async fn start(
             config_stats: Arc::default(),
             tls: tls_store,
             oidc: running.oidc.clone(),
+            mqtt,
         });
         tokio::spawn(http::serve(listeners, Arc::new(http::HttpStats::default()), auth, services, shutdown_rx))
     });
@@ -360,6 +369,9 @@ pub struct Running {
     orders: Option<mpsc::Receiver<Order>>,
     /// Single sign-on's providers, changed with the config while the box runs.
     oidc: Arc<crate::oidc::Oidc>,
+    /// The MQTT room and its task (it says goodbye to the broker at the stop).
+    mqtt: Arc<crate::mqtt::Mqtt>,
+    mqtt_task: Option<JoinHandle<()>>,
 }
 
 impl Running {
@@ -446,6 +458,9 @@ impl Running {
         }
         self.replan(config);
         self.oidc.set_providers(&config.oidc);
+        if let Err(e) = self.mqtt.set_config(config.mqtt.clone()) {
+            error!(error = %e, "MQTT: the outbox could not follow the settings");
+        }
         for name in effect.restart.iter().chain(&effect.start) {
             if let Some(camera) = config.cameras.iter().find(|c| &c.name == name) {
                 self.start_camera(camera)?;
@@ -467,6 +482,12 @@ impl Running {
         let _ = self.shutdown_tx.send(true);
         for task in [self.web.take(), self.engine.take()].into_iter().flatten() {
             let _ = task.await;
+        }
+        if let Some(task) = self.mqtt_task.take() {
+            let wait = Duration::from_millis(limits::MQTT_GOODBYE_MS + 500);
+            if tokio::time::timeout(wait, task).await.is_err() {
+                error!("MQTT did not stop in time");
+            }
         }
         stop_ingest(std::mem::take(&mut self.ingest)).await;
         let (ingest_thread, recorder) = (self.ingest_thread, self.recorder);

@@ -38,6 +38,7 @@ pub mod ingest;
 pub mod limits;
 pub mod live;
 pub mod media;
+pub mod mqtt;
 pub mod oidc;
 pub mod onvif;
 pub mod preroll;

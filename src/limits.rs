@@ -268,6 +268,26 @@ pub const ONVIF_QUERY_TIMEOUT_MS: u64 = 10_000;
 /// Media profiles of a camera read; the rest are left out (cameras have 2–4).
 pub const ONVIF_PROFILES_MAX: usize = 16;
 
+/// Messages read from one PullMessages answer (and asked for).
+pub const ONVIF_EVENTS_PER_PULL_MAX: usize = 32;
+
+/// How long a pull may wait at the camera for an event (under [`ONVIF_REQUEST_TIMEOUT_MS`]).
+pub const ONVIF_PULL_WAIT_S: u64 = 2;
+
+/// The least time between two pulls: a camera that answers at once with nothing is not asked
+/// again sooner.
+pub const ONVIF_PULL_MIN_INTERVAL_MS: u64 = 1_000;
+
+/// How long a subscription is asked for; it is renewed at half of it.
+pub const ONVIF_SUBSCRIPTION_S: u64 = 60;
+
+/// The first wait before subscribing again after a failure; it doubles up to
+/// [`ONVIF_RESUBSCRIBE_MAX_MS`].
+pub const ONVIF_RESUBSCRIBE_MIN_MS: u64 = 2_000;
+
+/// The longest wait before subscribing again.
+pub const ONVIF_RESUBSCRIBE_MAX_MS: u64 = 60_000;
+
 /// The soonest a stream's footage is flushed early again after an event asked for it (a
 /// later ask waits for this, it is not dropped): an event storm cannot become a write
 /// storm on flash. Each early flush is one fragment header and one catalog commit.
@@ -487,6 +507,53 @@ pub const OIDC_SIGN_INS_TALKING_MAX: usize = 8;
 
 /// One field of a provider's config (issuer, client id, secret, a claim's name).
 pub const OIDC_FIELD_MAX_BYTES: usize = 512;
+
+// ---- MQTT ----
+
+/// One MQTT packet either way (an event's JSON, a snapshot for Home Assistant's image
+/// entity): a larger one from the broker ends the connection; a larger snapshot is not sent.
+pub const MQTT_PACKET_MAX_BYTES: usize = 1 << 20;
+
+/// Connecting to the broker: TCP, TLS, CONNECT and its CONNACK.
+pub const MQTT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+
+/// Writing what is queued to the broker: past it the connection is given up.
+pub const MQTT_WRITE_TIMEOUT_MS: u64 = 10_000;
+
+/// The keep-alive the box asks for; a PINGRESP not back within half of it ends the
+/// connection.
+pub const MQTT_KEEP_ALIVE_S: u16 = 30;
+
+/// Publishes at QoS 1 sent and not yet acknowledged.
+pub const MQTT_INFLIGHT_MAX: usize = 32;
+
+/// The first wait before connecting again; it doubles up to [`MQTT_RECONNECT_MAX_MS`].
+pub const MQTT_RECONNECT_MIN_MS: u64 = 1_000;
+
+/// The longest wait before connecting again.
+pub const MQTT_RECONNECT_MAX_MS: u64 = 30_000;
+
+/// Event revisions waiting in the catalog for the broker; past it the oldest is dropped and
+/// counted.
+pub const MQTT_OUTBOX_EVENTS_MAX: u64 = 10_000;
+
+/// A topic prefix (`[mqtt] prefix`, `discovery_prefix`).
+pub const MQTT_PREFIX_MAX_BYTES: usize = 64;
+
+/// One field of the broker's config (user name, password, client id).
+pub const MQTT_FIELD_MAX_BYTES: usize = 256;
+
+/// A topic the box reads a command from: longer ones are refused unread.
+pub const MQTT_TOPIC_MAX_BYTES: usize = 256;
+
+/// A command's payload (`ON`, `OFF`, `PRESS`, `online`).
+pub const MQTT_COMMAND_MAX_BYTES: usize = 64;
+
+/// Labels per camera announced to Home Assistant as binary sensors.
+pub const MQTT_LABELS_PER_CAMERA_MAX: usize = 16;
+
+/// At a stop, the time the box takes to say `offline` and disconnect.
+pub const MQTT_GOODBYE_MS: u64 = 1_000;
 
 // ---- live view ----
 

@@ -18,6 +18,7 @@ DEBIAN_PACKAGES=(
     qemu-system-arm u-boot-qemu squashfs-tools mtools dosfstools fdisk e2fsprogs cpio kmod
     grub-common minisign iproute2
     openssl curl gnutls-bin util-linux
+    mosquitto mosquitto-clients
 )
 RUST_TARGETS=(aarch64-unknown-linux-musl)
 

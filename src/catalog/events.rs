@@ -172,7 +172,7 @@ pub struct EventRecord {
 }
 
 impl EventRecord {
-    fn decode(b: &[u8]) -> Result<EventRecord, RowError> {
+    pub(super) fn decode(b: &[u8]) -> Result<EventRecord, RowError> {
         serde_json::from_slice(b).map_err(|_| RowError { table: "events", why: "not an event record" })
     }
 
@@ -295,6 +295,9 @@ impl Catalog {
                     .storage()?;
             }
             index(&txn, r)?;
+            if self.outbox_is_on() {
+                super::outbox::add(&txn, r.id, r.rev)?;
+            }
         }
         txn.commit().storage()?;
         let wrote = self.writes.bytes().saturating_sub(before);

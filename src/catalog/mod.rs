@@ -25,6 +25,7 @@ pub mod config_revisions;
 pub mod coverage;
 pub mod events;
 pub mod losses;
+pub mod outbox;
 pub mod rows;
 mod runs;
 pub mod wear;
@@ -146,6 +147,8 @@ pub struct Catalog {
     pub reopens: AtomicU64,
     /// What it wrote to its file, for the flash wear report.
     pub writes: Arc<wear::CatalogWrites>,
+    /// Stored event revisions get an MQTT outbox row ([`outbox`]).
+    outbox_on: std::sync::atomic::AtomicBool,
 }
 
 fn open_db(path: &Path, writes: &Arc<wear::CatalogWrites>) -> Result<Database, CatalogError> {
@@ -194,6 +197,7 @@ impl Catalog {
             path: path.to_path_buf(),
             reopens: AtomicU64::new(0),
             writes,
+            outbox_on: std::sync::atomic::AtomicBool::new(false),
         };
         me.init_schema()?;
         Ok(me)

@@ -7,6 +7,7 @@
 
 pub mod change;
 pub mod file;
+pub mod mqtt;
 pub mod plan;
 mod size;
 pub mod snapshot;
@@ -19,6 +20,7 @@ use serde::Deserialize;
 pub use size::parse_bytes;
 
 use crate::limits;
+pub use mqtt::MqttConfig;
 
 /// Why a config cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,6 +191,8 @@ pub struct Config {
     pub https: Option<std::net::SocketAddr>,
     /// Single sign-on providers (`[oidc.<id>]`), by id; at most [`limits::OIDC_PROVIDERS_MAX`].
     pub oidc: Vec<OidcProvider>,
+    /// The MQTT broker (`[mqtt]`); none: nothing is published.
+    pub mqtt: Option<MqttConfig>,
     pub flush_interval_s: u64,
     pub require_sane_clock: bool,
     pub ram_class_bytes: u64,
@@ -291,6 +295,7 @@ struct RawConfig {
     https: RawHttps,
     #[serde(default)]
     oidc: std::collections::BTreeMap<String, RawOidc>,
+    mqtt: Option<mqtt::RawMqtt>,
     #[serde(default)]
     webrtc: RawWebrtc,
     #[serde(default)]
@@ -596,6 +601,7 @@ impl Config {
             listen: Some(listen),
             https: None,
             oidc: Vec::new(),
+            mqtt: None,
             flush_interval_s: FLUSH_INTERVAL_DEFAULT_S,
             require_sane_clock: false,
             ram_class_bytes: 1 << 30,
@@ -769,6 +775,7 @@ impl RawConfig {
             listen,
             https,
             oidc,
+            mqtt: self.mqtt.map(mqtt::RawMqtt::validate).transpose()?,
             flush_interval_s: self.flush_interval_s,
             require_sane_clock: self.require_sane_clock,
             ram_class_bytes,

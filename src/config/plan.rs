@@ -248,36 +248,70 @@ fn oidc_fields(p: &crate::config::OidcProvider) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The changes of one group of fields (a provider's, the broker's) as settings
+/// `<key>.<field>`: `secret` names the field whose value is never shown and says whether it
+/// changed from one set value to another (shown as `changed`). A group added or removed shows
+/// only the fields it has.
+fn group_changes(
+    key: &str,
+    old: Option<Vec<(&'static str, String)>>,
+    new: Option<Vec<(&'static str, String)>>,
+    secret: (&str, bool),
+) -> Vec<(String, Option<String>, Option<String>)> {
+    let mut out = Vec::new();
+    for (i, (field, _)) in old.as_ref().or(new.as_ref()).into_iter().flatten().enumerate() {
+        let from = old.as_ref().map(|f| f[i].1.clone());
+        let mut to = new.as_ref().map(|f| f[i].1.clone());
+        if *field == secret.0 && secret.1 {
+            to = Some("changed".into());
+        }
+        let empty = |v: &Option<String>| v.as_deref().is_none_or(|v| v.is_empty() || v == "none");
+        if from != to && !(empty(&from) && empty(&to)) {
+            out.push((format!("{key}.{field}"), from, to));
+        }
+    }
+    out
+}
+
 /// The sign-in providers' changes as settings `oidc.<id>.<field>`; all are taken while the
 /// box runs.
 fn oidc_changes(
     old: &[crate::config::OidcProvider],
     new: &[crate::config::OidcProvider],
 ) -> Vec<(String, Option<String>, Option<String>)> {
-    let mut out = Vec::new();
     let ids: std::collections::BTreeSet<&str> = old.iter().chain(new).map(|p| p.id.as_str()).collect();
-    for id in ids {
-        let (o, n) = (old.iter().find(|p| p.id == id), new.iter().find(|p| p.id == id));
-        let (of, nf) = (o.map(oidc_fields), n.map(oidc_fields));
-        for (i, (field, _)) in of.as_ref().or(nf.as_ref()).into_iter().flatten().enumerate() {
-            let from = of.as_ref().map(|f| f[i].1.clone());
-            let mut to = nf.as_ref().map(|f| f[i].1.clone());
-            if *field == "client_secret"
-                && let (Some(a), Some(b)) = (o, n)
-                && a.client_secret.is_some()
-                && a.client_secret != b.client_secret
-                && b.client_secret.is_some()
-            {
-                to = Some("changed".into());
-            }
-            // A provider added or removed shows only the fields it has.
-            let empty = |v: &Option<String>| v.as_deref().is_none_or(|v| v.is_empty() || v == "none");
-            if from != to && !(empty(&from) && empty(&to)) {
-                out.push((format!("oidc.{id}.{field}"), from, to));
-            }
-        }
-    }
-    out
+    ids.into_iter()
+        .flat_map(|id| {
+            let (o, n) = (old.iter().find(|p| p.id == id), new.iter().find(|p| p.id == id));
+            let changed = matches!((o, n), (Some(a), Some(b)) if a.client_secret.is_some() && b.client_secret.is_some() && a.client_secret != b.client_secret);
+            group_changes(&format!("oidc.{id}"), o.map(oidc_fields), n.map(oidc_fields), ("client_secret", changed))
+        })
+        .collect()
+}
+
+/// The broker's fields as the diff shows them (its password as set or changed, never
+/// itself; its CA as set).
+fn mqtt_fields(m: &crate::config::MqttConfig) -> Vec<(&'static str, String)> {
+    vec![
+        ("host", m.host.clone()),
+        ("port", m.port.to_string()),
+        ("tls", m.tls.to_string()),
+        ("ca_pem", if m.ca_pem.is_some() { "set".into() } else { "none".into() }),
+        ("username", m.username.clone().unwrap_or_default()),
+        ("password", if m.password.is_some() { "set".into() } else { "none".into() }),
+        ("prefix", m.prefix.clone()),
+        ("discovery_prefix", m.discovery_prefix.clone()),
+        ("client_id", m.client_id.clone()),
+    ]
+}
+
+/// The broker's changes as settings `mqtt.<field>`; all are taken while the box runs.
+fn mqtt_changes(
+    old: Option<&crate::config::MqttConfig>,
+    new: Option<&crate::config::MqttConfig>,
+) -> Vec<(String, Option<String>, Option<String>)> {
+    let changed = matches!((old, new), (Some(a), Some(b)) if a.password.is_some() && b.password.is_some() && a.password != b.password);
+    group_changes("mqtt", old.map(mqtt_fields), new.map(mqtt_fields), ("password", changed))
 }
 
 /// The diff from `old` to `new` and what it does to the running box.
@@ -291,11 +325,12 @@ pub fn compare(old: &Config, new: &Config) -> (Vec<Diff>, Effect) {
         .map(|((key, from), (_, to))| (key.to_string(), Some(from), Some(to)))
         .collect();
     setting_changes.extend(oidc_changes(&old.oidc, &new.oidc));
+    setting_changes.extend(mqtt_changes(old.mqtt.as_ref(), new.mqtt.as_ref()));
     if !setting_changes.is_empty() {
         let (live, restart): (Vec<String>, Vec<String>) = setting_changes
             .iter()
             .map(|(k, ..)| k.clone())
-            .partition(|k| LIVE_SETTINGS.contains(&k.as_str()) || k.starts_with("oidc."));
+            .partition(|k| LIVE_SETTINGS.contains(&k.as_str()) || k.starts_with("oidc.") || k.starts_with("mqtt."));
         (effect.live, effect.restart_box) = (live, restart);
         diff.push(Diff { camera: None, what: "changed", fields: setting_changes });
     }
@@ -410,6 +445,26 @@ main = { url = "rtsp://192.0.2.2/main" }
         assert_eq!(field, "cameras[0].main.url");
         let (field, _) = plan_of(r#"{"base":1,"changes":[{"op":"rollback","to":7}]}"#).err().unwrap();
         assert_eq!(field, "changes[0].to");
+    }
+
+    #[test]
+    fn the_broker_is_set_changed_and_removed_live_its_password_never_shown() {
+        let set = r#"{"base":1,"changes":[{"op":"set","key":"mqtt.host","value":"broker.lan"},
+            {"op":"set","key":"mqtt.username","value":"nvr"},{"op":"set","key":"mqtt.password","value":"hunter2-mqtt"}]}"#;
+        let p = plan_of(set).unwrap();
+        assert!(p.effect.restart_box.is_empty(), "{:?}", p.effect);
+        assert!(
+            p.effect.live.contains(&"mqtt.host".to_string()) && p.effect.live.contains(&"mqtt.password".to_string())
+        );
+        let answer = p.answer().to_string();
+        assert!(!answer.contains("hunter2"), "{answer}");
+        assert!(
+            answer.contains(r#"["mqtt.password",null,"set"]"#) || answer.contains(r#"["mqtt.password","none","set"]"#),
+            "{answer}"
+        );
+        assert!(answer.contains(r#""broker.lan""#), "{answer}");
+        assert!(p.text.contains("hunter2-mqtt"), "the file has it");
+        assert!(!answer.contains("mqtt.ca_pem"), "a field the broker does not have is not listed: {answer}");
     }
 
     #[test]

@@ -54,6 +54,13 @@ pub fn settings(c: &Config) -> Value {
             "role_claim": p.role_claim, "admin_values": p.admin_values, "viewer_values": p.viewer_values,
             "ca_pem": if p.ca_pem.is_some() { "set" } else { "not set" },
         })).collect::<Vec<_>>(),
+        "mqtt": c.mqtt.as_ref().map(|m| json!({
+            "host": m.host, "port": m.port, "tls": m.tls,
+            "ca_pem": if m.ca_pem.is_some() { "set" } else { "not set" },
+            "username": m.username,
+            "password": if m.password.is_some() { "set" } else { "not set" },
+            "prefix": m.prefix, "discovery_prefix": m.discovery_prefix, "client_id": m.client_id,
+        })),
         "flush_interval_s": c.flush_interval_s,
         "require_sane_clock": c.require_sane_clock,
         "ram_class_bytes": c.ram_class_bytes,

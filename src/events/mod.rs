@@ -105,6 +105,8 @@ pub struct Events {
     clocks: SharedClocks,
     /// What events hold against retention.
     holds: Arc<Holds>,
+    /// Woken once a revision is stored (its MQTT outbox row with it).
+    stored_wake: Option<Arc<tokio::sync::Notify>>,
     pub stats: EventStats,
 }
 
@@ -129,8 +131,15 @@ impl Events {
             live,
             clocks,
             holds,
+            stored_wake: None,
             stats: EventStats::default(),
         }
+    }
+
+    /// Wakes `wake` once each revision is stored (the MQTT room, to publish it).
+    pub fn with_stored_wake(mut self, wake: Arc<tokio::sync::Notify>) -> Events {
+        self.stored_wake = Some(wake);
+        self
     }
 
     /// What events hold against retention.
@@ -209,6 +218,9 @@ impl Events {
             Ok::<_, IntakeError>((accepted, stored))
         });
         let (accepted, stored) = stored.await.map_err(|e| IntakeError::Storage(e.to_string()))??;
+        if let (Some(_), Some(wake)) = (&stored, &self.stored_wake) {
+            wake.notify_one();
+        }
         if let Some(r) = &stored {
             self.stats.snapshot_bytes.fetch_add(r.snapshot.as_ref().map_or(0, |s| s.bytes), Ordering::Relaxed);
             if let Some(h) = r.hold {

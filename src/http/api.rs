@@ -112,6 +112,7 @@ async fn handle(
         Https => system::https(ctx),
         HttpsUpload => system::https_upload(ctx, &parts.headers, body).await,
         HttpsReset => system::https_reset(ctx).await,
+        Mqtt => system::mqtt(ctx),
         Me => accounts::me(ctx, who),
         Logout => {
             accounts::logout(ctx, who, &parts.headers, parts.extensions.get::<super::OverHttps>().is_some()).await

@@ -29,6 +29,45 @@ fn load(v: &AtomicU64) -> u64 {
 }
 
 /// The whole `/metrics` body.
+/// The MQTT connection and its outbox.
+fn mqtt(out: &mut String, services: &Services) {
+    let s = &services.mqtt.stats;
+    let connected = u64::from(s.connected.load(Ordering::Relaxed));
+    family(
+        out,
+        "keeppeek_mqtt_connected",
+        "gauge",
+        "1 while the box is connected to its MQTT broker.",
+        &[(String::new(), connected)],
+    );
+    let events: Vec<_> = [("sent", &s.events_sent), ("acked", &s.events_acked), ("gone", &s.events_gone)]
+        .into_iter()
+        .map(|(what, v)| (format!("outcome=\"{what}\""), load(v)))
+        .collect();
+    family(
+        out,
+        "keeppeek_mqtt_events_total",
+        "counter",
+        "Events published to the broker, acknowledged by it, or gone before they could be sent.",
+        &events,
+    );
+    let outbox = services.catalog.outbox_state().unwrap_or_default();
+    family(
+        out,
+        "keeppeek_mqtt_outbox_events",
+        "gauge",
+        "Events waiting in the catalog for the broker.",
+        &[(String::new(), outbox.waiting)],
+    );
+    family(
+        out,
+        "keeppeek_mqtt_outbox_dropped_total",
+        "counter",
+        "Events dropped from the outbox at its ceiling (MQTT_OUTBOX_EVENTS_MAX).",
+        &[(String::new(), outbox.dropped)],
+    );
+}
+
 /// The process's resident set, 0 where /proc is not there.
 fn resident_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -113,6 +152,7 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
         "Plain HTTP requests sent on to HTTPS.",
         &one(load(&s.redirects)),
     );
+    mqtt(&mut out, services);
     streams(&mut out, services);
     let c = &services.config_stats;
     let outcomes: Vec<_> = [

@@ -131,6 +131,8 @@ pub struct Services {
     pub tls: Option<Arc<crate::tls::Tls>>,
     /// Single sign-on's providers and sign-ins in progress.
     pub oidc: Arc<crate::oidc::Oidc>,
+    /// The MQTT room: its state for `/api/system/mqtt` and `/metrics`.
+    pub mqtt: Arc<crate::mqtt::Mqtt>,
 }
 
 /// Config plans and applies, for `/metrics`.
@@ -173,6 +175,7 @@ impl Services {
             recorder.holds.clone(),
         );
         let events = Arc::new(events);
+        let mqtt = crate::mqtt::Mqtt::new(catalog.clone(), None);
         Ok(Services {
             recorder: recorder.handle(),
             flusher: recorder.flusher_stats.clone(),
@@ -189,6 +192,7 @@ impl Services {
             config_stats: Arc::default(),
             tls: None,
             oidc: Arc::new(crate::oidc::Oidc::new(&[])),
+            mqtt,
         })
     }
 }

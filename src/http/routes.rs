@@ -69,6 +69,8 @@ pub(crate) enum Route<'a> {
     Https,
     HttpsUpload,
     HttpsReset,
+    /// The MQTT connection's state.
+    Mqtt,
     Me,
     Logout,
     Users,
@@ -144,6 +146,7 @@ impl<'a> Route<'a> {
             (&Method::GET, ["api", "system", "https"]) => Https,
             (&Method::POST, ["api", "system", "https"]) => HttpsUpload,
             (&Method::DELETE, ["api", "system", "https"]) => HttpsReset,
+            (&Method::GET, ["api", "system", "mqtt"]) => Mqtt,
             (&Method::GET, ["api", "me"]) => Me,
             (&Method::POST, ["api", "logout"]) => Logout,
             (&Method::GET, ["api", "users"]) => Users,
@@ -175,7 +178,7 @@ impl<'a> Route<'a> {
             DeleteRecordings(_) | EventDelete(_) | SystemUpdate | SystemReboot | SystemFactoryReset | SupportBundle => {
                 Access::Scope(scope::ADMIN)
             }
-            HttpsUpload | HttpsReset => Access::Scope(scope::ADMIN),
+            HttpsUpload | HttpsReset | Mqtt => Access::Scope(scope::ADMIN),
             Users | UserPut | UserDelete(_) | Tokens | TokenCreate | TokenDelete(_) => Access::Scope(scope::ADMIN),
             ConfigSnapshot | ConfigPlan | ConfigApply | ConfigRevisions | CameraProbe | CameraDiscover
             | CameraOnvif => Access::Scope(scope::ADMIN),
@@ -226,6 +229,7 @@ mod tests {
             ("GET", "/api/system/https", view),
             ("POST", "/api/system/https", admin),
             ("DELETE", "/api/system/https", admin),
+            ("GET", "/api/system/mqtt", admin),
             ("GET", "/api/me", Signed),
             ("POST", "/api/logout", Signed),
             ("GET", "/api/users", admin),

@@ -256,6 +256,30 @@ fn https_json(serving: Option<&crate::tls::Serving>) -> serde_json::Value {
     })
 }
 
+/// `GET /api/system/mqtt`: whether a broker is set, the connection's state, the outbox.
+pub(super) fn mqtt(ctx: &Ctx) -> Reply {
+    use std::sync::atomic::Ordering::Relaxed;
+    let m = &ctx.services.mqtt;
+    let config = m.config();
+    let outbox = ctx.services.catalog.outbox_state().unwrap_or_default();
+    let s = &m.stats;
+    json(
+        StatusCode::OK,
+        serde_json::json!({
+            "configured": config.is_some(),
+            "broker": config.as_ref().map(|c| format!("{}:{}", c.host, c.port)),
+            "tls": config.as_ref().is_some_and(|c| c.tls),
+            "connected": s.connected.load(Relaxed),
+            "connects": s.connects.load(Relaxed),
+            "last_error": s.last_error.lock().expect("lock").clone(),
+            "events_sent": s.events_sent.load(Relaxed),
+            "events_acked": s.events_acked.load(Relaxed),
+            "outbox_waiting": outbox.waiting,
+            "outbox_dropped": outbox.dropped,
+        }),
+    )
+}
+
 /// `GET /api/system/https`
 pub(super) fn https(ctx: &Ctx) -> Reply {
     let serving = ctx.services.tls.as_ref().map(|t| t.current());

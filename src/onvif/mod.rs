@@ -9,7 +9,9 @@
 
 pub mod device;
 pub mod discovery;
+pub mod events;
 pub mod soap;
+pub mod subscribe;
 pub mod xml;
 
 /// Why a camera's streams could not be read over ONVIF, in words a person can act on.

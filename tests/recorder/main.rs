@@ -15,6 +15,7 @@ mod hostile;
 mod http_limits;
 mod live;
 mod media_api;
+mod mqtt;
 mod onvif;
 mod power_cut;
 mod retention;

@@ -1,7 +1,7 @@
 // Settings, in tabs: Cameras (#/settings: found on the network, add, test, change, remove),
 // Recording (several cameras at once), Storage (the disk, retention, how far back footage
-// reaches), Revisions (every change, each a rollback away) and Accounts (users and API
-// tokens, and the single sign-on providers).
+// reaches), Revisions (every change, each a rollback away), Integrations (MQTT and Home
+// Assistant) and Accounts (users and API tokens, and the single sign-on providers).
 // Every change to the cameras is reviewed as a plan before it is applied; removing asks
 // first; the box's refusals are shown next to the field they name.
 import { h, field, showFieldError, confirmDialog } from '../lib/dom.js';
@@ -11,8 +11,9 @@ import { camerasSection } from './settings-cameras.js';
 import { storageSection } from './settings-storage.js';
 import { recordingSection, revisionsSection } from './settings-recording.js';
 import { signInSection } from './settings-signin.js';
+import { mqttSection } from './settings-mqtt.js';
 
-const TABS = [['cameras', 'Cameras'], ['recording', 'Recording'], ['storage', 'Storage'], ['revisions', 'Revisions'], ['accounts', 'Accounts']];
+const TABS = [['cameras', 'Cameras'], ['recording', 'Recording'], ['storage', 'Storage'], ['revisions', 'Revisions'], ['integrations', 'Integrations'], ['accounts', 'Accounts']];
 
 const SCOPES = [['view', 'watch and search'], ['events:write', 'send events'], ['metrics', 'read metrics'], ['admin', 'everything']];
 
@@ -115,6 +116,9 @@ async function mount(view, args, query) {
     await redraw();
   } else if (tab === 'revisions') {
     const redraw = async () => body.replaceChildren(await revisionsSection(redraw));
+    await redraw();
+  } else if (tab === 'integrations') {
+    const redraw = async () => body.replaceChildren(await mqttSection(redraw));
     await redraw();
   } else {
     body.append(await usersSection(), await tokensSection());

@@ -1,0 +1,430 @@
+//! MQTT: stored events and the box's state published to a broker (`[mqtt]`), for Home
+//! Assistant and anything else that listens.
+//!
+//! - **Nothing waits on the broker.** An event's outbox row goes in with its own commit
+//!   (`catalog::outbox`); the intake only wakes this room ([`Mqtt::stored`]). The room
+//!   publishes the rows in order at QoS 1, at most [`limits::MQTT_INFLIGHT_MAX`]
+//!   unacknowledged, and removes each once the broker acknowledges it: events stored while
+//!   the broker is away wait in the catalog and go, in order, after it returns.
+//! - **Availability**: the box's `<prefix>/available` is `online` (retained) once connected,
+//!   and the broker publishes the will, `offline` (retained), when the box goes without a
+//!   word (a crash, a power cut, a cable pulled).
+//! - **Reconnects forever**, waiting from [`limits::MQTT_RECONNECT_MIN_MS`] doubling to
+//!   [`limits::MQTT_RECONNECT_MAX_MS`], each wait ±25 % so boxes that lost one broker do not
+//!   come back in step; a settings change connects again at once.
+
+pub mod link;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rumqttc::mqttbytes::QoS;
+use rumqttc::mqttbytes::v4::{Packet, PubAck, Publish};
+use tokio::sync::{Notify, watch};
+use tracing::{info, warn};
+
+use crate::catalog::Catalog;
+use crate::catalog::events::EventRecord;
+use crate::config::MqttConfig;
+use crate::limits;
+use link::{Dial, Link, LinkError};
+
+/// Counters and state, for the UI and `/metrics`.
+#[derive(Debug, Default)]
+pub struct MqttStats {
+    pub connected: AtomicBool,
+    pub connects: AtomicU64,
+    /// Events published (each revision once per time sent).
+    pub events_sent: AtomicU64,
+    /// Events the broker acknowledged.
+    pub events_acked: AtomicU64,
+    /// Outbox rows whose event was gone before it could be sent.
+    pub events_gone: AtomicU64,
+    /// Why the last connection failed or ended.
+    pub last_error: Mutex<Option<String>>,
+}
+
+/// The room.
+pub struct Mqtt {
+    catalog: Arc<Catalog>,
+    wake: Arc<Notify>,
+    settings: watch::Sender<Option<Arc<MqttConfig>>>,
+    pub stats: MqttStats,
+}
+
+/// What a packet id in flight stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    /// An outbox row.
+    Event(u64),
+    /// A state (availability and the like): nothing to remove once acknowledged.
+    State,
+}
+
+impl Mqtt {
+    pub fn new(catalog: Arc<Catalog>, config: Option<MqttConfig>) -> Arc<Mqtt> {
+        let (settings, _) = watch::channel(config.map(Arc::new));
+        Arc::new(Mqtt { catalog, wake: Arc::new(Notify::new()), settings, stats: MqttStats::default() })
+    }
+
+    /// What the intake wakes once an event revision is stored (its outbox row with it).
+    pub fn wake(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// The broker's settings now.
+    pub fn config(&self) -> Option<Arc<MqttConfig>> {
+        self.settings.borrow().clone()
+    }
+
+    /// The broker's settings from now on (a config change): the connection is made again
+    /// with them, or ended when there are none.
+    pub fn set_config(&self, config: Option<MqttConfig>) -> Result<(), crate::catalog::CatalogError> {
+        self.catalog.set_outbox(config.is_some())?;
+        self.settings.send_replace(config.map(Arc::new));
+        Ok(())
+    }
+
+    /// Runs until `shutdown` turns true.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut settings = self.settings.subscribe();
+        let mut wait_ms = limits::MQTT_RECONNECT_MIN_MS;
+        loop {
+            let config = settings.borrow_and_update().clone();
+            let ended = match &config {
+                None => None,
+                Some(c) => Some(tokio::select! {
+                    r = self.connection(c, &mut shutdown) => r,
+                    _ = settings.changed() => Err(LinkError::Io("the settings changed".into())),
+                }),
+            };
+            if *shutdown.borrow() {
+                return;
+            }
+            self.stats.connected.store(false, Ordering::Relaxed);
+            match ended {
+                // Settings changed: connect again at once.
+                Some(Err(LinkError::Io(e))) if e == "the settings changed" => {
+                    wait_ms = limits::MQTT_RECONNECT_MIN_MS;
+                    continue;
+                }
+                Some(r) => {
+                    let why = match r {
+                        Ok(()) => "the connection ended".to_string(),
+                        Err(e) => e.to_string(),
+                    };
+                    warn!(error = %why, wait_ms, "MQTT: connecting again soon");
+                    *self.stats.last_error.lock().expect("lock") = Some(why);
+                }
+                None => {}
+            }
+            let wait = Duration::from_millis(jittered(wait_ms));
+            tokio::select! {
+                _ = tokio::time::sleep(wait), if config.is_some() => {
+                    wait_ms = (wait_ms * 2).min(limits::MQTT_RECONNECT_MAX_MS);
+                }
+                _ = settings.changed() => wait_ms = limits::MQTT_RECONNECT_MIN_MS,
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+
+    /// One connection, from dial to its end. At shutdown the box says `offline` itself and
+    /// disconnects (the will is for when it cannot).
+    async fn connection(&self, config: &MqttConfig, shutdown: &mut watch::Receiver<bool>) -> Result<(), LinkError> {
+        let dial = dial_of(config)?;
+        let mut link = tokio::select! {
+            l = Link::open(&dial) => l?,
+            _ = shutdown.changed() => return Ok(()),
+        };
+        self.stats.connected.store(true, Ordering::Relaxed);
+        self.stats.connects.fetch_add(1, Ordering::Relaxed);
+        info!(broker = %format!("{}:{}", dial.host, dial.port), "MQTT: connected");
+        let mut s = Session { link: &mut link, inflight: VecDeque::new(), next_pkid: 1, sent_upto: 0, acked_upto: 0 };
+        s.publish_state(&topic(&config.prefix, "available"), b"online".to_vec(), true)?;
+        s.link.flush().await?;
+        let keep_alive = Duration::from_secs(u64::from(dial.keep_alive_s));
+        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
+        let mut pong_due: Option<tokio::time::Instant> = None;
+        // Whatever waits in the outbox goes first.
+        self.wake.notify_one();
+        loop {
+            let room = s.inflight.len() < limits::MQTT_INFLIGHT_MAX;
+            tokio::select! {
+                p = s.link.next() => match p? {
+                    Packet::PubAck(PubAck { pkid }) => self.acked(&mut s, pkid)?,
+                    Packet::PingResp => pong_due = None,
+                    Packet::Publish(p) => {
+                        // Commands come in a later step; a QoS 1 publish is acknowledged.
+                        if p.qos == QoS::AtLeastOnce {
+                            s.link.queue(&Packet::PubAck(PubAck::new(p.pkid)))?;
+                        }
+                    }
+                    Packet::Disconnect => return Err(LinkError::Closed),
+                    _ => {}
+                },
+                _ = self.wake.notified(), if room => self.fill(&mut s, config)?,
+                _ = shutdown.changed() => {
+                    let mut p = Publish::new(topic(&config.prefix, "available"), QoS::AtMostOnce, "offline");
+                    p.retain = true;
+                    s.link.queue(&Packet::Publish(p))?;
+                    s.link.queue(&Packet::Disconnect)?;
+                    let _ = tokio::time::timeout(Duration::from_millis(limits::MQTT_GOODBYE_MS), s.link.flush()).await;
+                    return Ok(());
+                }
+                _ = ping.tick() => {
+                    if pong_due.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                        return Err(LinkError::Timeout(keep_alive.as_millis() as u64));
+                    }
+                    s.link.queue(&Packet::PingReq)?;
+                    pong_due = Some(tokio::time::Instant::now() + keep_alive / 2);
+                }
+            }
+            s.link.flush().await?;
+        }
+    }
+
+    /// Sends outbox rows after the last sent, while there is room in flight.
+    fn fill(&self, s: &mut Session<'_>, config: &MqttConfig) -> Result<(), LinkError> {
+        let room = limits::MQTT_INFLIGHT_MAX.saturating_sub(s.inflight.len());
+        let rows = self.catalog.outbox_after(s.sent_upto, room).map_err(|e| LinkError::Io(e.to_string()))?;
+        let full = rows.len() == room;
+        for (seq, record) in rows {
+            s.sent_upto = seq;
+            let Some(r) = record else {
+                self.stats.events_gone.fetch_add(1, Ordering::Relaxed);
+                // Nothing to send: acknowledged at once, as it were.
+                s.inflight.push_back((0, Sent::Event(seq)));
+                continue;
+            };
+            let pkid = s.pkid();
+            let mut p = Publish::new(topic(&config.prefix, "events"), QoS::AtLeastOnce, event_payload(&r));
+            p.pkid = pkid;
+            s.link.queue(&Packet::Publish(p))?;
+            s.inflight.push_back((pkid, Sent::Event(seq)));
+            self.stats.events_sent.fetch_add(1, Ordering::Relaxed);
+        }
+        s.settle_gone();
+        if full {
+            // More may wait: the next acknowledgement makes room and looks again.
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// The broker acknowledged `pkid`: its outbox row goes (with every earlier one).
+    fn acked(&self, s: &mut Session<'_>, pkid: u16) -> Result<(), LinkError> {
+        let Some(i) = s.inflight.iter().position(|(p, _)| *p == pkid) else { return Ok(()) };
+        let (_, sent) = s.inflight.remove(i).expect("found");
+        if let Sent::Event(seq) = sent {
+            self.stats.events_acked.fetch_add(1, Ordering::Relaxed);
+            s.acked_upto = s.acked_upto.max(seq);
+        }
+        s.settle_gone();
+        // Rows are removed once every row before them is acknowledged too.
+        let oldest_waiting = s.inflight.iter().find_map(|(_, x)| match x {
+            Sent::Event(seq) => Some(*seq),
+            Sent::State => None,
+        });
+        let removable = match oldest_waiting {
+            Some(w) => s.acked_upto.min(w - 1),
+            None => s.acked_upto,
+        };
+        if removable > 0 && (oldest_waiting.is_none() || s.inflight.len() < limits::MQTT_INFLIGHT_MAX / 2) {
+            self.catalog.outbox_delivered(removable).map_err(|e| LinkError::Io(e.to_string()))?;
+        }
+        self.wake.notify_one();
+        Ok(())
+    }
+}
+
+/// A connection's state.
+struct Session<'a> {
+    link: &'a mut Link,
+    /// Packet ids not yet acknowledged, in the order sent (0: an outbox row with nothing to
+    /// send, settled at once).
+    inflight: VecDeque<(u16, Sent)>,
+    next_pkid: u16,
+    /// The last outbox row sent (or settled).
+    sent_upto: u64,
+    /// The highest outbox row acknowledged.
+    acked_upto: u64,
+}
+
+impl Session<'_> {
+    /// The next packet id not in flight (1 to 65,535).
+    fn pkid(&mut self) -> u16 {
+        loop {
+            let p = self.next_pkid;
+            self.next_pkid = self.next_pkid.checked_add(1).unwrap_or(1);
+            if !self.inflight.iter().any(|(q, _)| *q == p) {
+                return p;
+            }
+        }
+    }
+
+    /// Rows with nothing to send count as acknowledged.
+    fn settle_gone(&mut self) {
+        while let Some(i) = self.inflight.iter().position(|(p, _)| *p == 0) {
+            if let Some((_, Sent::Event(seq))) = self.inflight.remove(i) {
+                self.acked_upto = self.acked_upto.max(seq);
+            }
+        }
+    }
+
+    /// Queues a state at QoS 1.
+    fn publish_state(&mut self, topic: &str, payload: Vec<u8>, retain: bool) -> Result<(), LinkError> {
+        let pkid = self.pkid();
+        let mut p = Publish::new(topic, QoS::AtLeastOnce, payload);
+        p.pkid = pkid;
+        p.retain = retain;
+        self.link.queue(&Packet::Publish(p))?;
+        self.inflight.push_back((pkid, Sent::State));
+        Ok(())
+    }
+}
+
+/// `<prefix>/<rest>`.
+pub fn topic(prefix: &str, rest: &str) -> String {
+    format!("{}/{rest}", prefix.trim_end_matches('/'))
+}
+
+/// `ms` ± 25 %.
+fn jittered(ms: u64) -> u64 {
+    let mut b = [0u8; 2];
+    getrandom::fill(&mut b).expect("the OS random source");
+    let r = u64::from(u16::from_le_bytes(b)); // 0..65,535
+    let spread = ms / 4;
+    ms - spread + (2 * spread * r) / 65_535
+}
+
+fn dial_of(c: &MqttConfig) -> Result<Dial, LinkError> {
+    let tls = if c.tls { Some(crate::oidc::fetch::trust(c.ca_pem.as_deref()).map_err(LinkError::Tls)?) } else { None };
+    Ok(Dial {
+        host: c.host.clone(),
+        port: c.port,
+        tls,
+        client_id: c.client_id.clone(),
+        login: c.username.clone().map(|u| (u, c.password.clone().unwrap_or_default())),
+        will_topic: topic(&c.prefix, "available"),
+        keep_alive_s: limits::MQTT_KEEP_ALIVE_S,
+    })
+}
+
+/// `YYYY-MM-DDThh:mm:ss.mmmZ` for UTC µs.
+pub fn rfc3339_ms(us: i64) -> String {
+    let s = us.div_euclid(1_000_000);
+    let ms = us.rem_euclid(1_000_000) / 1_000;
+    let text = crate::onvif::soap::utc_text(s);
+    format!("{}.{ms:03}Z", text.trim_end_matches('Z'))
+}
+
+/// What an event's publication says (JSON).
+pub fn event_payload(r: &EventRecord) -> Vec<u8> {
+    let e = &r.envelope;
+    let snapshot = r.snapshot.as_ref().map(|_| format!("/api/events/{}/snapshot?rev={}", r.id, r.rev));
+    serde_json::json!({
+        "id": r.id,
+        "rev": r.rev,
+        "camera": e.camera,
+        "labels": e.labels,
+        "score": e.score,
+        "time": rfc3339_ms(e.time()),
+        "time_us": e.time(),
+        "end_us": e.end_us,
+        "text": e.text,
+        "snapshot_url": snapshot,
+        "event_url": format!("/#/events/{}", r.id),
+    })
+    .to_string()
+    .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use rumqttc::mqttbytes::v4::{ConnAck, ConnectReturnCode};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn waits_are_jittered_a_quarter_either_way() {
+        for _ in 0..1000 {
+            let w = jittered(1000);
+            assert!((750..=1250).contains(&w), "{w}");
+        }
+    }
+
+    fn record(id: u64) -> EventRecord {
+        let envelope = serde_json::from_value(serde_json::json!({
+            "camera": "front", "time_us": 1_800_000_000_000_000i64, "labels": ["person"], "text": format!("e{id}")
+        }))
+        .unwrap();
+        EventRecord { id, rev: 1, principal: "token:1".into(), received_us: 0, envelope, snapshot: None, hold: None }
+    }
+
+    /// Packets the fake broker reads until none comes for `quiet`.
+    async fn read_until_quiet(s: &mut tokio::net::TcpStream, buf: &mut BytesMut, quiet: Duration) -> Vec<Packet> {
+        let mut out = Vec::new();
+        loop {
+            while let Some(p) = link::take_packet(buf).unwrap() {
+                out.push(p);
+            }
+            match tokio::time::timeout(quiet, s.read_buf(buf)).await {
+                Ok(Ok(n)) if n > 0 => continue,
+                _ => return out,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn at_most_the_ceiling_of_publishes_wait_for_their_acknowledgement() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
+        catalog.set_outbox(true).unwrap();
+        let records: Vec<_> = (1..=40).map(record).collect();
+        catalog.put_events(&records).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let config: crate::config::MqttConfig = {
+            let raw: crate::config::mqtt::RawMqtt =
+                toml::from_str(&format!("host = \"127.0.0.1\"\nport = {port}\nclient_id = \"t\"")).unwrap();
+            raw.validate().unwrap()
+        };
+        let mqtt = Mqtt::new(catalog.clone(), Some(config));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let room = tokio::spawn(mqtt.clone().run(stop_rx));
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = BytesMut::new();
+        let first = read_until_quiet(&mut s, &mut buf, Duration::from_millis(300)).await;
+        assert!(matches!(first.first(), Some(Packet::Connect(_))), "{first:?}");
+        let mut ack = BytesMut::new();
+        Packet::ConnAck(ConnAck::new(ConnectReturnCode::Success, false)).write(&mut ack, 16).unwrap();
+        s.write_all(&ack).await.unwrap();
+        let sent = read_until_quiet(&mut s, &mut buf, Duration::from_millis(500)).await;
+        let publishes: Vec<&rumqttc::mqttbytes::v4::Publish> =
+            sent.iter().filter_map(|p| if let Packet::Publish(p) = p { Some(p) } else { None }).collect();
+        // The box's "online" and events up to the ceiling, nothing more until acknowledged.
+        assert_eq!(publishes.len(), limits::MQTT_INFLIGHT_MAX, "{sent:?}");
+        assert_eq!(publishes[0].topic, "keeppeek/available");
+        assert!(publishes[1..].iter().all(|p| p.topic == "keeppeek/events" && p.qos == QoS::AtLeastOnce));
+        // One acknowledged: one more goes.
+        let mut ack = BytesMut::new();
+        Packet::PubAck(PubAck::new(publishes[1].pkid)).write(&mut ack, 16).unwrap();
+        s.write_all(&ack).await.unwrap();
+        let more = read_until_quiet(&mut s, &mut buf, Duration::from_millis(500)).await;
+        let more: Vec<_> = more.iter().filter(|p| matches!(p, Packet::Publish(_))).collect();
+        assert_eq!(more.len(), 1, "{more:?}");
+        assert_eq!(mqtt.stats.events_acked.load(Ordering::Relaxed), 1);
+        stop_tx.send(true).unwrap();
+        // At the stop: "offline", retained, then DISCONNECT.
+        let bye = read_until_quiet(&mut s, &mut buf, Duration::from_millis(500)).await;
+        assert!(
+            matches!(bye.as_slice(), [Packet::Publish(p), Packet::Disconnect] if p.payload.as_ref() == b"offline" && p.retain),
+            "{bye:?}"
+        );
+        room.await.unwrap();
+    }
+}

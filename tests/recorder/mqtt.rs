@@ -1,0 +1,292 @@
+//! MQTT against a real broker (Debian's mosquitto, started here) and an independent
+//! subscriber (mosquitto_sub): events published once durable, the box's availability and
+//! its last will on `kill -9`, and a broker away for 60 s while 100 events arrive: each is
+//! delivered once, in order, after it returns, and the intake's latency did not change.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::*;
+
+/// A mosquitto broker on loopback, its sessions kept on disk (saved every second), so a
+/// subscriber's session outlives a `kill -9` of the broker.
+pub struct Broker {
+    child: Child,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl Broker {
+    pub fn start(dir: &Path, port: u16) -> Broker {
+        std::fs::create_dir_all(dir).unwrap();
+        // mosquitto started as root runs as its own user: it must be able to write here.
+        std::process::Command::new("chmod").arg("0777").arg(dir).status().unwrap();
+        let conf = dir.join("mosquitto.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\nautosave_interval 1\nlog_dest stderr\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("mosquitto.log")).unwrap();
+        let child = Command::new("mosquitto")
+            .arg("-c")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("mosquitto (Debian's package) must be installed: tools/test.sh installs it");
+        let up = wait_until(Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+        assert!(
+            up,
+            "mosquitto did not listen on {port}: {}",
+            std::fs::read_to_string(dir.join("mosquitto.log")).unwrap_or_default()
+        );
+        Broker { child, port, dir: dir.to_path_buf() }
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again with the same port and sessions.
+    pub fn restart(&mut self) {
+        self.kill9();
+        *self = Broker::start(&self.dir.clone(), self.port);
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// `mosquitto_sub`, with a session the broker keeps (client id `id`, QoS 1), printing each
+/// message as `topic payload`; what it printed, line by line.
+pub struct Subscriber {
+    child: Child,
+    lines: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl Subscriber {
+    pub fn start(port: u16, id: &str, topics: &[&str]) -> Subscriber {
+        let mut cmd = Command::new("mosquitto_sub");
+        cmd.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-q", "1", "-c", "-i", id, "-v"]);
+        for t in topics {
+            cmd.args(["-t", t]);
+        }
+        let mut child =
+            cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("mosquitto_sub (mosquitto-clients)");
+        let out = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let into = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let (t, p) = line.split_once(' ').unwrap_or((line.as_str(), ""));
+                into.lock().unwrap().push((t.to_string(), p.to_string()));
+            }
+        });
+        Subscriber { child, lines }
+    }
+
+    /// Messages on `topic` so far.
+    pub fn on(&self, topic: &str) -> Vec<String> {
+        self.lines.lock().unwrap().iter().filter(|(t, _)| t == topic).map(|(_, p)| p.clone()).collect()
+    }
+
+    /// Waits until `topic` has had `n` messages; returns them.
+    pub fn wait_for(&self, topic: &str, n: usize, timeout: Duration) -> Vec<String> {
+        let ok = wait_until(timeout, || self.on(topic).len() >= n);
+        let got = self.on(topic);
+        assert!(ok, "{n} messages on {topic} within {timeout:?}; got {}: {got:?}", got.len());
+        got
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A box with camera `front` (the fixture file, recorded on events), its web face and
+/// `[mqtt]` at `broker`; an `events:write` token.
+fn mqtt_box(dir: &Path, broker: u16) -> (Daemon, u16, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    let port = free_port();
+    let clip = fixtures().join("h264.mp4");
+    write_config(
+        dir,
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n\
+             [mqtt]\nhost = \"127.0.0.1\"\nport = {broker}\nclient_id = \"kp-test\"\n\
+             [[cameras]]\nname = \"front\"\nrecord = \"events\"\nmain = {{ url = \"file://{}\" }}\n",
+            clip.display()
+        ),
+    );
+    let d = Daemon::start(dir);
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    let token = make_token(port, &admin, r#""events:write""#);
+    (d, port, token)
+}
+
+/// Posts an envelope-only event; returns how long the durable acknowledgement took.
+fn post(port: u16, token: &str, n: usize) -> Duration {
+    let body =
+        serde_json::json!({ "camera": "front", "labels": ["person"], "text": format!("event {n}"), "record": false })
+            .to_string();
+    let t = Instant::now();
+    let (code, _, text) = request(
+        port,
+        "POST",
+        "/api/events",
+        &[("authorization", &format!("Bearer {token}")), ("content-type", "application/json")],
+        &body,
+    );
+    assert_eq!(code, 201, "{text}");
+    t.elapsed()
+}
+
+fn p95(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[(v.len() * 95 / 100).min(v.len() - 1)]
+}
+
+#[test]
+fn events_and_availability_reach_the_broker_and_the_will_fires_on_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&dir.path().join("broker"), free_port());
+    let sub = Subscriber::start(broker.port, "kp-sub-a", &["keeppeek/#"]);
+    let (mut d, port, token) = mqtt_box(&dir.path().join("box"), broker.port);
+    assert_eq!(sub.wait_for("keeppeek/available", 1, Duration::from_secs(20)).last().unwrap(), "online");
+    post(port, &token, 1);
+    let got = sub.wait_for("keeppeek/events", 1, Duration::from_secs(10));
+    let e: Value = serde_json::from_str(&got[0]).unwrap();
+    assert_eq!(
+        (e["camera"].as_str(), e["labels"][0].as_str(), e["text"].as_str()),
+        (Some("front"), Some("person"), Some("event 1"))
+    );
+    assert!(e["time"].as_str().unwrap().ends_with('Z') && e["id"].as_u64().is_some(), "{e}");
+    // The retained availability a newcomer reads.
+    let late = Subscriber::start(broker.port, "kp-sub-late", &["keeppeek/available"]);
+    assert_eq!(late.wait_for("keeppeek/available", 1, Duration::from_secs(10))[0], "online");
+    // kill -9: the broker publishes the will.
+    d.kill9();
+    let avail = sub.wait_for("keeppeek/available", 2, Duration::from_secs(10));
+    assert_eq!(avail.last().unwrap(), "offline");
+}
+
+#[test]
+fn a_broker_away_for_60_s_gets_every_event_once_in_order_and_nothing_waited_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = Broker::start(&dir.path().join("broker"), free_port());
+    let sub = Subscriber::start(broker.port, "kp-sub-b", &["keeppeek/events"]);
+    let (_d, port, token) = mqtt_box(&dir.path().join("box"), broker.port);
+    std::thread::sleep(Duration::from_secs(2));
+    // Before: the broker up, 20 events.
+    let up: Vec<Duration> = (0..20).map(|n| post(port, &token, n)).collect();
+    sub.wait_for("keeppeek/events", 20, Duration::from_secs(10));
+    // The broker away for 60 s; 100 events arrive meanwhile.
+    broker.kill9();
+    let gone = Instant::now();
+    let mut down = Vec::new();
+    for n in 0..100 {
+        down.push(post(port, &token, 1000 + n));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    std::thread::sleep(Duration::from_secs(60).saturating_sub(gone.elapsed()));
+    broker.restart();
+    sub.wait_for("keeppeek/events", 120, Duration::from_secs(60));
+    // A moment more: a copy sent twice would show now.
+    std::thread::sleep(Duration::from_secs(2));
+    let all = sub.on("keeppeek/events").into_iter().skip(20).collect::<Vec<_>>();
+    let texts: Vec<String> =
+        all.iter().map(|p| serde_json::from_str::<Value>(p).unwrap()["text"].as_str().unwrap().to_string()).collect();
+    let wanted: Vec<String> = (0..100).map(|n| format!("event {}", 1000 + n)).collect();
+    assert_eq!(texts, wanted, "every event once, in order");
+    let (up, down) = (p95(up), p95(down));
+    eprintln!("intake p95: broker up {up:?}, broker away {down:?}");
+    assert!(down <= up * 3 + Duration::from_millis(50), "the intake waited on the broker: {up:?} → {down:?}");
+}
+
+/// Home Assistant itself (PyPI `homeassistant` 2025.4.4 on Python 3.13, installed by
+/// tools/test.sh under target/ha/venv with the MQTT integration's paho-mqtt), its MQTT
+/// integration set up on `broker` (a config entry written before it starts, as its setup
+/// page would), started with `--skip-pip` so it needs no network.
+pub struct HomeAssistant {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl HomeAssistant {
+    pub fn start(dir: &Path, broker: u16) -> HomeAssistant {
+        let hass = repo().join("target/ha/venv/bin/hass");
+        assert!(hass.exists(), "Home Assistant is not installed at {}: tools/test.sh installs it", hass.display());
+        std::fs::create_dir_all(dir.join(".storage")).unwrap();
+        std::fs::write(
+            dir.join("configuration.yaml"),
+            "homeassistant:\n  name: KeepPeek test\n  latitude: 0\n  longitude: 0\n  elevation: 0\n  unit_system: metric\n  time_zone: UTC\nlogger:\n  default: warning\n  logs:\n    homeassistant.components.mqtt: debug\n",
+        )
+        .unwrap();
+        let entries = serde_json::json!({
+            "version": 1, "minor_version": 5, "key": "core.config_entries",
+            "data": { "entries": [{
+                "created_at": "2026-01-01T00:00:00+00:00", "modified_at": "2026-01-01T00:00:00+00:00",
+                "data": { "broker": "127.0.0.1", "port": broker, "discovery": true },
+                "discovery_keys": {}, "disabled_by": null, "domain": "mqtt", "entry_id": "01KEEPPEEKTESTMQTT0000000",
+                "minor_version": 2, "options": {}, "pref_disable_new_entities": false, "pref_disable_polling": false,
+                "source": "user", "subentries": [], "title": "127.0.0.1", "unique_id": null, "version": 1,
+            }] },
+        });
+        std::fs::write(dir.join(".storage/core.config_entries"), entries.to_string()).unwrap();
+        let log = std::fs::File::create(dir.join("hass.log")).unwrap();
+        let child = Command::new(&hass)
+            .arg("-c")
+            .arg(dir)
+            .arg("--skip-pip")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting Home Assistant");
+        HomeAssistant { child, dir: dir.to_path_buf() }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("hass.log")).unwrap_or_default()
+    }
+
+    /// The unique ids of the entities its registry holds (saved a few seconds after they
+    /// are made).
+    pub fn entities(&self) -> Vec<(String, String)> {
+        let Ok(text) = std::fs::read_to_string(self.dir.join(".storage/core.entity_registry")) else {
+            return Vec::new();
+        };
+        let Ok(v) = serde_json::from_str::<Value>(&text) else { return Vec::new() };
+        v["data"]["entities"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|e| Some((e["unique_id"].as_str()?.to_string(), e["entity_id"].as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for HomeAssistant {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::auth::Auth;
 use crate::base::StreamKey;
@@ -128,6 +128,68 @@ pub struct Reconfig {
     pub orders: mpsc::Sender<Order>,
 }
 
+/// A change set applied: its revision, its plan as the web face shows it, and whether the
+/// box restarts to take it.
+pub struct Applied {
+    pub rev: u64,
+    pub answer: serde_json::Value,
+    pub restarting: bool,
+}
+
+/// Why a change set was not applied.
+pub enum ApplyError {
+    /// Refused by its plan (a stale base, a field the validator refuses).
+    Plan(crate::config::file::PlanError),
+    NotWritten(String),
+    Stopping,
+    /// Written, and the running box could not follow it.
+    NotApplied {
+        rev: u64,
+        why: String,
+    },
+}
+
+impl Reconfig {
+    /// Plans `set` again on the current revision, writes the file and its revision, and
+    /// reconfigures the box (only the cameras the plan names stop and start; a setting that
+    /// cannot change while the box runs restarts keeppeek). The web face's apply and Home
+    /// Assistant's commands both come here.
+    pub async fn apply(&self, set: &crate::config::change::ChangeSet, by: String) -> Result<Applied, ApplyError> {
+        // Held until the box runs the new revision: the next apply plans on it.
+        let current = self.file.lock_owned().await;
+        let plan = self.file.plan(&current, set).map_err(ApplyError::Plan)?;
+        let answer = serde_json::to_value(plan.answer()).unwrap_or_default();
+        let (effect, config) = (plan.effect.clone(), plan.config.clone());
+        let summary = plan.summary();
+        let now_us = crate::clock::Clocks::wall_us(&crate::clock::RealClocks);
+        let (file, who) = (self.file.clone(), by.clone());
+        let (current, rev) = tokio::task::spawn_blocking(move || {
+            let mut current = current;
+            let rev = file.write(&mut current, plan, &who, now_us);
+            (current, rev)
+        })
+        .await
+        .map_err(|e| ApplyError::NotWritten(e.to_string()))?;
+        let rev = rev.map_err(|e| {
+            error!(error = %e, "config not written");
+            ApplyError::NotWritten(e.to_string())
+        })?;
+        info!(by = %by, rev, summary = %summary.join("; "), "config applied");
+        let restarting = !effect.restart_box.is_empty();
+        let (done, outcome) = oneshot::channel();
+        let order = if restarting { Order::Restart { done } } else { Order::Cameras { config, effect, done } };
+        if self.orders.send(order).await.is_err() {
+            return Err(ApplyError::Stopping);
+        }
+        let result = outcome.await.unwrap_or_else(|_| Err("the box is stopping".into()));
+        drop(current);
+        match result {
+            Ok(()) => Ok(Applied { rev, answer, restarting }),
+            Err(why) => Err(ApplyError::NotApplied { rev, why }),
+        }
+    }
+}
+
 /// How long a restart waits after answering, so that the answer leaves before the web face
 /// stops.
 const RESTART_GRACE_MS: u64 = 300;
@@ -162,6 +224,42 @@ pub async fn run(config: Config, source: Option<ConfigSource>, system: Arc<Syste
     };
     running.stop().await;
     Ok(exit)
+}
+
+/// Carries out an order from Home Assistant; what fails is logged (the sender is a button).
+async fn carry_out(order: crate::mqtt::home::Order, events: &crate::events::Events, config: Option<&Reconfig>) {
+    use crate::mqtt::home::Order;
+    match order {
+        Order::Mark { camera } => {
+            let envelope =
+                serde_json::json!({ "camera": camera, "labels": ["marked"], "text": "Marked from Home Assistant" });
+            match events.publish("mqtt", envelope.to_string().as_bytes(), None).await {
+                Ok(a) => info!(camera = %camera, id = a.id, "MQTT: an event marked from Home Assistant"),
+                Err(e) => warn!(camera = %camera, error = %e, "MQTT: the event Home Assistant asked for was refused"),
+            }
+        }
+        Order::Continuous { camera, on } => {
+            let Some(r) = config else {
+                warn!("MQTT: continuous recording cannot change without a config file");
+                return;
+            };
+            let base = r.file.lock().await.rev;
+            let record = if on { "continuous" } else { "events" };
+            let set = crate::config::change::ChangeSet {
+                base,
+                changes: vec![crate::config::change::Change::ChangeCamera {
+                    name: camera.clone(),
+                    set: crate::config::change::CameraFields { record: Some(record.into()), ..Default::default() },
+                }],
+            };
+            match r.apply(&set, "mqtt".into()).await {
+                Ok(a) => info!(camera = %camera, record, rev = a.rev, "MQTT: recording changed from Home Assistant"),
+                Err(_) => {
+                    warn!(camera = %camera, record, "MQTT: the recording change Home Assistant asked for was not applied")
+                }
+            }
+        }
+    }
 }
 
 /// Starts every room in order: the budget checked, the ports bound, the catalog opened and
@@ -218,6 +316,22 @@ pub async fn start(
         }
         None => (None, None),
     };
+    // Home Assistant's commands over MQTT, carried out here: an event marked, continuous
+    // recording turned on or off (a config change like the web face's).
+    let (mqtt_orders, mut mqtt_orders_rx) = mpsc::channel(limits::MQTT_ORDERS_MAX);
+    crate::mqtt::home::mark_start();
+    mqtt.set_around(crate::mqtt::home::Around {
+        cameras: cameras.clone(),
+        data_dir: data_dir.clone(),
+        box_id: catalog.box_id()?,
+        orders: mqtt_orders,
+    });
+    let (for_events, for_config) = (events.clone(), reconfig.clone());
+    let mqtt_orders_task = tokio::spawn(async move {
+        while let Some(order) = mqtt_orders_rx.recv().await {
+            carry_out(order, &for_events, for_config.as_deref()).await;
+        }
+    });
     let mut running = Running {
         orders,
         clocks: clocks.clone(),
@@ -241,6 +355,7 @@ pub async fn start(
     }
     info!(cameras = config.cameras.len(), data_dir = %data_dir.display(), "recording");
 
+    running.background.push(mqtt_orders_task);
     running.background.push(tokio::spawn(log_status(cameras.clone())));
     #[cfg(target_env = "gnu")]
     running.background.push(tokio::spawn(return_freed_memory()));

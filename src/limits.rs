@@ -552,6 +552,16 @@ pub const MQTT_COMMAND_MAX_BYTES: usize = 64;
 /// Labels per camera announced to Home Assistant as binary sensors.
 pub const MQTT_LABELS_PER_CAMERA_MAX: usize = 16;
 
+/// How often the box looks for cameras that came or went and states that changed, for Home
+/// Assistant.
+pub const MQTT_STATE_TICK_MS: u64 = 2_000;
+
+/// A label's sensor stays on this long after an event with it (or its end).
+pub const MQTT_LABEL_ON_S: u64 = 30;
+
+/// Commands from Home Assistant waiting to be carried out; past it one is dropped and logged.
+pub const MQTT_ORDERS_MAX: usize = 8;
+
 /// At a stop, the time the box takes to say `offline` and disconnect.
 pub const MQTT_GOODBYE_MS: u64 = 1_000;
 

@@ -42,6 +42,16 @@ setup() {
         step "installing playwright-core (it drives Debian's Chromium; no browser is downloaded), axe-core and oidc-provider (the OpenID peer)"
         (cd tests/ui && npm ci --no-audit --no-fund --silent)
     fi
+    # Home Assistant, the MQTT tests' peer: its newest release for the Python 3.13 pyenv
+    # holds (about 600 MB), cached under target/.
+    if [[ ! -x target/ha/venv/bin/hass ]]; then
+        local py
+        py=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13*/bin/python3 2>/dev/null | head -1)
+        [[ -n $py ]] || { echo "Home Assistant needs a Python 3.13 (pyenv): none found" >&2; exit 1; }
+        step "installing Home Assistant 2025.4.4, its frontend and paho-mqtt under target/ha (Python $("$py" -V))"
+        rm -rf target/ha && "$py" -m venv target/ha/venv
+        target/ha/venv/bin/pip install -q homeassistant==2025.4.4 home-assistant-frontend==20250411.0 paho-mqtt==2.1.0
+    fi
     local installed
     installed=$(rustup target list --installed)
     for t in "${RUST_TARGETS[@]}"; do

@@ -20,6 +20,10 @@ use crate::limits;
 
 /// seq → (event id, revision)
 pub(super) const OUTBOX: TableDefinition<u64, (u64, u32)> = TableDefinition::new("mqtt_outbox");
+/// (camera, label) → (): the labels each camera's events carried, announced to Home
+/// Assistant as its binary sensors (kept so a restart announces, and a camera's removal
+/// withdraws, the same ones).
+const LABELS: TableDefinition<(&str, &str), ()> = TableDefinition::new("mqtt_labels");
 
 /// The outbox's state, for the UI and `/metrics`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -95,6 +99,84 @@ impl Catalog {
         let meta = txn.open_table(super::META).storage()?;
         let dropped = meta.get("mqtt_outbox_dropped").storage()?.map_or(0, |v| v.value());
         Ok(OutboxState { waiting, dropped })
+    }
+}
+
+impl Catalog {
+    /// The box's id for MQTT's unique ids (16 hex digits), made once and kept.
+    pub fn box_id(&self) -> Result<String, CatalogError> {
+        {
+            let txn = self.db()?.begin_read().storage()?;
+            let meta = txn.open_table(super::META).storage()?;
+            if let Some(v) = meta.get("box_id").storage()? {
+                return Ok(format!("{:016x}", v.value()));
+            }
+        }
+        let mut b = [0u8; 8];
+        getrandom::fill(&mut b).expect("the OS random source");
+        let id = u64::from_le_bytes(b);
+        let mut txn = self.db()?.begin_write().storage()?;
+        txn.set_durability(Durability::Immediate).storage()?;
+        let id = {
+            let mut meta = txn.open_table(super::META).storage()?;
+            let kept = meta.get("box_id").storage()?.map(|v| v.value());
+            match kept {
+                Some(k) => k,
+                None => {
+                    meta.insert("box_id", id).storage()?;
+                    id
+                }
+            }
+        };
+        txn.commit().storage()?;
+        Ok(format!("{id:016x}"))
+    }
+
+    /// The labels announced for each camera.
+    pub fn mqtt_labels(&self) -> Result<std::collections::BTreeMap<String, Vec<String>>, CatalogError> {
+        let txn = self.db()?.begin_read().storage()?;
+        let mut out: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        let table = match txn.open_table(LABELS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(out),
+            Err(e) => return Err(e).storage(),
+        };
+        for row in table.iter().storage()? {
+            let (k, _) = row.storage()?;
+            let (camera, label) = k.value();
+            // "" marks a camera announced, whatever its labels.
+            let labels = out.entry(camera.to_string()).or_default();
+            if !label.is_empty() {
+                labels.push(label.to_string());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Keeps `label` for `camera` (at most [`limits::MQTT_LABELS_PER_CAMERA_MAX`] a camera;
+    /// `""`: the camera announced, with no label yet); true when it is new.
+    pub fn add_mqtt_label(&self, camera: &str, label: &str) -> Result<bool, CatalogError> {
+        let known = self.mqtt_labels()?;
+        let full = |l: &Vec<String>| l.len() >= limits::MQTT_LABELS_PER_CAMERA_MAX || l.iter().any(|x| x == label);
+        match known.get(camera) {
+            Some(_) if label.is_empty() => return Ok(false),
+            Some(l) if full(l) => return Ok(false),
+            _ => {}
+        }
+        let mut txn = self.db()?.begin_write().storage()?;
+        txn.set_durability(Durability::None).storage()?;
+        txn.open_table(LABELS).storage()?.insert((camera, label), ()).storage()?;
+        txn.commit().storage()?;
+        Ok(true)
+    }
+
+    /// Forgets a camera's labels (it was removed and its entities withdrawn).
+    pub fn remove_mqtt_camera(&self, camera: &str) -> Result<(), CatalogError> {
+        let mut txn = self.db()?.begin_write().storage()?;
+        txn.set_durability(Durability::None).storage()?;
+        txn.open_table(LABELS).storage()?.retain(|(c, _), _| c != camera).storage()?;
+        txn.commit().storage()?;
+        Ok(())
     }
 }
 

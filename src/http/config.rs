@@ -16,7 +16,7 @@ use super::reply::{Reply, RequestBody, content_type, error, error_on, json, on_p
 use crate::auth::Principal;
 use crate::config::change::ChangeSet;
 use crate::config::file::PlanError;
-use crate::daemon::{Order, Reconfig};
+use crate::daemon::{ApplyError, Reconfig};
 use crate::limits;
 
 fn reconfig(ctx: &Ctx) -> Result<&Reconfig, Reply> {
@@ -103,48 +103,16 @@ pub(super) async fn apply(ctx: &Ctx, who_: &Principal, parts: &Parts, body: Requ
         Ok(found) => found,
         Err(reply) => return reply,
     };
-    let by = who_.name();
-    // Held until the box runs the new revision: the next apply plans on it.
-    let current = r.file.lock_owned().await;
-    let plan = match r.file.plan(&current, &set) {
-        Ok(p) => p,
-        Err(e) => return refused(ctx, e),
-    };
-    let answer = serde_json::to_value(plan.answer()).unwrap_or_default();
-    let (effect, config) = (plan.effect.clone(), plan.config.clone());
-    let summary = plan.summary();
-    let now_us = crate::clock::Clocks::wall_us(&crate::clock::RealClocks);
-    let file = r.file.clone();
-    let written = on_pool(move || {
-        let mut current = current;
-        let rev = file.write(&mut current, plan, &by, now_us);
-        Ok((current, rev, by))
-    })
-    .await;
-    let (current, rev, by) = match written {
-        Ok(w) => w,
-        Err(reply) => return reply,
-    };
-    let rev = match rev {
-        Ok(rev) => rev,
-        Err(e) => {
-            tracing::error!(error = %e, "config not written");
-            return error(StatusCode::INTERNAL_SERVER_ERROR, "not_written", &e.to_string());
+    match r.apply(&set, who_.name()).await {
+        Ok(a) => {
+            ctx.services.config_stats.applies.fetch_add(1, Ordering::Relaxed);
+            json(StatusCode::OK, json!({ "rev": a.rev, "plan": a.answer, "restarting": a.restarting }))
         }
-    };
-    ctx.services.config_stats.applies.fetch_add(1, Ordering::Relaxed);
-    tracing::info!(by = %by, rev, summary = %summary.join("; "), "config applied");
-    let restart = !effect.restart_box.is_empty();
-    let (done, outcome) = tokio::sync::oneshot::channel();
-    let order = if restart { Order::Restart { done } } else { Order::Cameras { config, effect, done } };
-    if r.orders.send(order).await.is_err() {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "stopping", "the box is stopping");
-    }
-    let result = outcome.await.unwrap_or_else(|_| Err("the box is stopping".into()));
-    drop(current);
-    match result {
-        Ok(()) => json(StatusCode::OK, json!({ "rev": rev, "plan": answer, "restarting": restart })),
-        Err(why) => {
+        Err(ApplyError::Plan(e)) => refused(ctx, e),
+        Err(ApplyError::NotWritten(why)) => error(StatusCode::INTERNAL_SERVER_ERROR, "not_written", &why),
+        Err(ApplyError::Stopping) => error(StatusCode::SERVICE_UNAVAILABLE, "stopping", "the box is stopping"),
+        Err(ApplyError::NotApplied { rev, why }) => {
+            ctx.services.config_stats.applies.fetch_add(1, Ordering::Relaxed);
             error(StatusCode::INTERNAL_SERVER_ERROR, "not_applied", &format!("revision {rev} is written but {why}"))
         }
     }

@@ -108,7 +108,11 @@ impl Names<'_> {
             (self.config_topic("sensor", key), v.to_string().into_bytes())
         };
         vec![
-            sensor("disk_used_percent", "Disk used", json!({ "unit_of_measurement": "%", "state_class": "measurement" })),
+            sensor(
+                "disk_used_percent",
+                "Disk used",
+                json!({ "unit_of_measurement": "%", "state_class": "measurement" }),
+            ),
             sensor(
                 "uptime_s",
                 "Uptime",
@@ -214,11 +218,7 @@ pub enum CommandError {
 
 /// The topic filters the box subscribes to.
 pub fn subscriptions(prefix: &str, discovery_prefix: &str) -> Vec<String> {
-    vec![
-        format!("{discovery_prefix}/status"),
-        format!("{prefix}/+/continuous/set"),
-        format!("{prefix}/+/mark/press"),
-    ]
+    vec![format!("{discovery_prefix}/status"), format!("{prefix}/+/continuous/set"), format!("{prefix}/+/mark/press")]
 }
 
 /// Reads a message that came on a subscribed topic; bounded, never panics.
@@ -305,7 +305,10 @@ mod tests {
             p("keeppeek/front_door/continuous/set", b"OFF"),
             Ok(Some(Command::Continuous { camera: "front_door".into(), on: false }))
         );
-        assert_eq!(p("keeppeek/front_door/mark/press", b"PRESS"), Ok(Some(Command::Mark { camera: "front_door".into() })));
+        assert_eq!(
+            p("keeppeek/front_door/mark/press", b"PRESS"),
+            Ok(Some(Command::Mark { camera: "front_door".into() }))
+        );
         assert_eq!(p("keeppeek/front_door/continuous/set", b"maybe"), Err(CommandError::BadPayload));
         assert_eq!(p("keeppeek/Front Door/mark/press", b"PRESS"), Err(CommandError::NotMine));
         assert_eq!(p("keeppeek/a/b/c/d", b""), Err(CommandError::NotMine));

@@ -13,6 +13,8 @@
 //!   [`limits::MQTT_RECONNECT_MAX_MS`], each wait ±25 % so boxes that lost one broker do not
 //!   come back in step; a settings change connects again at once.
 
+pub mod discovery;
+pub mod home;
 pub mod link;
 
 use std::collections::VecDeque;
@@ -51,6 +53,8 @@ pub struct Mqtt {
     catalog: Arc<Catalog>,
     wake: Arc<Notify>,
     settings: watch::Sender<Option<Arc<MqttConfig>>>,
+    /// The box around (cameras, data, orders): Home Assistant's part runs once it is given.
+    around: std::sync::OnceLock<home::Around>,
     pub stats: MqttStats,
 }
 
@@ -66,12 +70,24 @@ enum Sent {
 impl Mqtt {
     pub fn new(catalog: Arc<Catalog>, config: Option<MqttConfig>) -> Arc<Mqtt> {
         let (settings, _) = watch::channel(config.map(Arc::new));
-        Arc::new(Mqtt { catalog, wake: Arc::new(Notify::new()), settings, stats: MqttStats::default() })
+        Arc::new(Mqtt {
+            catalog,
+            wake: Arc::new(Notify::new()),
+            settings,
+            around: std::sync::OnceLock::new(),
+            stats: MqttStats::default(),
+        })
     }
 
     /// What the intake wakes once an event revision is stored (its outbox row with it).
     pub fn wake(&self) -> Arc<Notify> {
         self.wake.clone()
+    }
+
+    /// Gives the room the box around it, once: from then on it announces the cameras to Home
+    /// Assistant, publishes their states and takes commands.
+    pub fn set_around(&self, around: home::Around) {
+        let _ = self.around.set(around);
     }
 
     /// The broker's settings now.
@@ -144,7 +160,13 @@ impl Mqtt {
         info!(broker = %format!("{}:{}", dial.host, dial.port), "MQTT: connected");
         let mut s = Session { link: &mut link, inflight: VecDeque::new(), next_pkid: 1, sent_upto: 0, acked_upto: 0 };
         s.publish_state(&topic(&config.prefix, "available"), b"online".to_vec(), true)?;
+        let mut home = home::Home::default();
+        if let Some(around) = self.around.get() {
+            home.on_connect(&mut s, &home::With { config, around, catalog: &self.catalog })?;
+        }
         s.link.flush().await?;
+        let tick_every = Duration::from_millis(limits::MQTT_STATE_TICK_MS);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + tick_every, tick_every);
         let keep_alive = Duration::from_secs(u64::from(dial.keep_alive_s));
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
         let mut pong_due: Option<tokio::time::Instant> = None;
@@ -157,15 +179,22 @@ impl Mqtt {
                     Packet::PubAck(PubAck { pkid }) => self.acked(&mut s, pkid)?,
                     Packet::PingResp => pong_due = None,
                     Packet::Publish(p) => {
-                        // Commands come in a later step; a QoS 1 publish is acknowledged.
                         if p.qos == QoS::AtLeastOnce {
                             s.link.queue(&Packet::PubAck(PubAck::new(p.pkid)))?;
+                        }
+                        if let Some(around) = self.around.get() {
+                            home.on_message(&mut s, &home::With { config, around, catalog: &self.catalog }, &p)?;
                         }
                     }
                     Packet::Disconnect => return Err(LinkError::Closed),
                     _ => {}
                 },
-                _ = self.wake.notified(), if room => self.fill(&mut s, config)?,
+                _ = self.wake.notified(), if room => self.fill(&mut s, config, &mut home).await?,
+                _ = tick.tick() => {
+                    if let Some(around) = self.around.get() {
+                        home.tick(&mut s, &home::With { config, around, catalog: &self.catalog })?;
+                    }
+                }
                 _ = shutdown.changed() => {
                     let mut p = Publish::new(topic(&config.prefix, "available"), QoS::AtMostOnce, "offline");
                     p.retain = true;
@@ -187,7 +216,7 @@ impl Mqtt {
     }
 
     /// Sends outbox rows after the last sent, while there is room in flight.
-    fn fill(&self, s: &mut Session<'_>, config: &MqttConfig) -> Result<(), LinkError> {
+    async fn fill(&self, s: &mut Session<'_>, config: &MqttConfig, home: &mut home::Home) -> Result<(), LinkError> {
         let room = limits::MQTT_INFLIGHT_MAX.saturating_sub(s.inflight.len());
         let rows = self.catalog.outbox_after(s.sent_upto, room).map_err(|e| LinkError::Io(e.to_string()))?;
         let full = rows.len() == room;
@@ -200,11 +229,16 @@ impl Mqtt {
                 continue;
             };
             let pkid = s.pkid();
-            let mut p = Publish::new(topic(&config.prefix, "events"), QoS::AtLeastOnce, event_payload(&r));
+            let payload = event_payload(&r);
+            let mut p = Publish::new(topic(&config.prefix, "events"), QoS::AtLeastOnce, payload.clone());
             p.pkid = pkid;
             s.link.queue(&Packet::Publish(p))?;
             s.inflight.push_back((pkid, Sent::Event(seq)));
             self.stats.events_sent.fetch_add(1, Ordering::Relaxed);
+            if let Some(around) = self.around.get() {
+                let now_us = crate::clock::Clocks::wall_us(&crate::clock::RealClocks);
+                home.on_event(s, &home::With { config, around, catalog: &self.catalog }, &r, &payload, now_us).await?;
+            }
         }
         s.settle_gone();
         if full {
@@ -241,8 +275,8 @@ impl Mqtt {
 }
 
 /// A connection's state.
-struct Session<'a> {
-    link: &'a mut Link,
+pub(super) struct Session<'a> {
+    pub(super) link: &'a mut Link,
     /// Packet ids not yet acknowledged, in the order sent (0: an outbox row with nothing to
     /// send, settled at once).
     inflight: VecDeque<(u16, Sent)>,
@@ -255,7 +289,7 @@ struct Session<'a> {
 
 impl Session<'_> {
     /// The next packet id not in flight (1 to 65,535).
-    fn pkid(&mut self) -> u16 {
+    pub(super) fn pkid(&mut self) -> u16 {
         loop {
             let p = self.next_pkid;
             self.next_pkid = self.next_pkid.checked_add(1).unwrap_or(1);
@@ -272,6 +306,13 @@ impl Session<'_> {
                 self.acked_upto = self.acked_upto.max(seq);
             }
         }
+    }
+
+    /// Queues a publish at QoS 0 (a state: the next one replaces it anyway).
+    pub(super) fn publish_quiet(&mut self, topic: &str, payload: Vec<u8>, retain: bool) -> Result<(), LinkError> {
+        let mut p = Publish::new(topic, QoS::AtMostOnce, payload);
+        p.retain = retain;
+        self.link.queue(&Packet::Publish(p))
     }
 
     /// Queues a state at QoS 1.

@@ -121,7 +121,7 @@ impl Drop for Subscriber {
 
 /// A box with camera `front` (the fixture file, recorded on events), its web face and
 /// `[mqtt]` at `broker`; an `events:write` token.
-fn mqtt_box(dir: &Path, broker: u16) -> (Daemon, u16, String) {
+fn mqtt_box(dir: &Path, broker: u16) -> (Daemon, u16, String, (String, String)) {
     std::fs::create_dir_all(dir).unwrap();
     let port = free_port();
     let clip = fixtures().join("h264.mp4");
@@ -138,7 +138,7 @@ fn mqtt_box(dir: &Path, broker: u16) -> (Daemon, u16, String) {
     d.wait_log("web face listening", 1, Duration::from_secs(20));
     let admin = setup_admin(port);
     let token = make_token(port, &admin, r#""events:write""#);
-    (d, port, token)
+    (d, port, token, admin)
 }
 
 /// Posts an envelope-only event; returns how long the durable acknowledgement took.
@@ -168,7 +168,7 @@ fn events_and_availability_reach_the_broker_and_the_will_fires_on_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start(&dir.path().join("broker"), free_port());
     let sub = Subscriber::start(broker.port, "kp-sub-a", &["keeppeek/#"]);
-    let (mut d, port, token) = mqtt_box(&dir.path().join("box"), broker.port);
+    let (mut d, port, token, _) = mqtt_box(&dir.path().join("box"), broker.port);
     assert_eq!(sub.wait_for("keeppeek/available", 1, Duration::from_secs(20)).last().unwrap(), "online");
     post(port, &token, 1);
     let got = sub.wait_for("keeppeek/events", 1, Duration::from_secs(10));
@@ -192,7 +192,7 @@ fn a_broker_away_for_60_s_gets_every_event_once_in_order_and_nothing_waited_for_
     let dir = tempfile::tempdir().unwrap();
     let mut broker = Broker::start(&dir.path().join("broker"), free_port());
     let sub = Subscriber::start(broker.port, "kp-sub-b", &["keeppeek/events"]);
-    let (_d, port, token) = mqtt_box(&dir.path().join("box"), broker.port);
+    let (_d, port, token, _) = mqtt_box(&dir.path().join("box"), broker.port);
     std::thread::sleep(Duration::from_secs(2));
     // Before: the broker up, 20 events.
     let up: Vec<Duration> = (0..20).map(|n| post(port, &token, n)).collect();
@@ -289,4 +289,127 @@ impl Drop for HomeAssistant {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Applies a change set through the web face as the admin.
+fn apply(port: u16, admin: &(String, String), changes: Value) {
+    let (_, _, snap) = request(port, "GET", "/api/config?limit=1", &[("cookie", &admin.0)], "");
+    let base = serde_json::from_str::<Value>(&snap).unwrap()["rev"].as_u64().unwrap();
+    let body = serde_json::json!({ "base": base, "changes": changes }).to_string();
+    let (code, _, text) =
+        request(port, "POST", "/api/config/apply", &[("cookie", &admin.0), ("x-csrf-token", &admin.1)], &body);
+    assert_eq!(code, 200, "{text}");
+}
+
+#[test]
+fn home_assistant_discovery_states_and_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&dir.path().join("broker"), free_port());
+    let sub = Subscriber::start(broker.port, "kp-sub-c", &["keeppeek/#", "homeassistant/#"]);
+    let box_dir = dir.path().join("box");
+    let (_d, port, token, admin) = mqtt_box(&box_dir, broker.port);
+    // The box and its camera are announced; the camera's entities without a label yet.
+    let configs = |camera_entity: &str| -> Vec<String> {
+        let lines = sub.lines.lock().unwrap();
+        lines
+            .iter()
+            .filter(|(t, _)| t.starts_with("homeassistant/") && t.ends_with(&format!("/{camera_entity}/config")))
+            .map(|(_, p)| p.clone())
+            .collect()
+    };
+    let announced = wait_until(Duration::from_secs(20), || !configs("front_snapshot").is_empty());
+    assert!(announced, "no discovery: {:?}", sub.lines.lock().unwrap());
+    let image: Value = serde_json::from_str(&configs("front_snapshot")[0]).unwrap();
+    assert_eq!(image["image_topic"], "keeppeek/front/snapshot");
+    assert_eq!(image["device"]["name"], "front");
+    for entity in ["front_continuous", "front_mark", "front_recording", "uptime_s", "disk_used_percent", "firmware"] {
+        assert!(wait_until(Duration::from_secs(5), || !configs(entity).is_empty()), "{entity} announced");
+    }
+    assert_eq!(sub.wait_for("keeppeek/front/continuous", 1, Duration::from_secs(10)).last().unwrap(), "OFF");
+    assert_eq!(sub.wait_for("keeppeek/front/recording", 1, Duration::from_secs(10)).last().unwrap(), "events");
+    // An event with a new label: its sensor announced, then on; the camera's last event.
+    post(port, &token, 1);
+    assert!(wait_until(Duration::from_secs(10), || !configs("front_person").is_empty()), "the person sensor announced");
+    let person: Value = serde_json::from_str(&configs("front_person")[0]).unwrap();
+    assert_eq!(person["state_topic"], "keeppeek/front/person");
+    assert_eq!(sub.wait_for("keeppeek/front/person", 1, Duration::from_secs(10))[0], "ON");
+    let last: Value =
+        serde_json::from_str(&sub.wait_for("keeppeek/front/last_event", 1, Duration::from_secs(10))[0]).unwrap();
+    assert_eq!(last["text"], "event 1");
+    // The button: an event marked on the camera.
+    let publish = |t: &str, m: &str| {
+        succeed(Command::new("mosquitto_pub").args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &broker.port.to_string(),
+            "-t",
+            t,
+            "-m",
+            m,
+        ]));
+    };
+    publish("keeppeek/front/mark/press", "PRESS");
+    let events = sub.wait_for("keeppeek/events", 2, Duration::from_secs(10));
+    let marked: Value = serde_json::from_str(&events[1]).unwrap();
+    assert_eq!(marked["labels"][0], "marked");
+    // The switch: continuous recording on, as a config change.
+    publish("keeppeek/front/continuous/set", "ON");
+    assert!(
+        wait_until(Duration::from_secs(20), || sub.on("keeppeek/front/continuous").last().map(String::as_str)
+            == Some("ON")),
+        "{:?}",
+        sub.on("keeppeek/front/continuous")
+    );
+    let file = std::fs::read_to_string(box_dir.join("keeppeek.toml")).unwrap();
+    assert!(file.contains("record = \"continuous\""), "{file}");
+    // Home Assistant back online: everything announced again.
+    let before = configs("front_snapshot").len();
+    publish("homeassistant/status", "online");
+    assert!(wait_until(Duration::from_secs(10), || configs("front_snapshot").len() > before), "announced again");
+    // The camera removed: its entities withdrawn (an empty retained config).
+    apply(port, &admin, serde_json::json!([{ "op": "remove_camera", "name": "front" }]));
+    assert!(
+        wait_until(Duration::from_secs(10), || configs("front_snapshot")
+            .last()
+            .is_some_and(|p| p.is_empty() || p == "(null)")),
+        "{:?}",
+        configs("front_snapshot")
+    );
+}
+
+/// Home Assistant 2025.4.4 itself, on the same broker: it comes online (its birth message),
+/// the box announces again, and Home Assistant makes every entity the box announced, the
+/// label sensor an event brings too.
+#[test]
+fn home_assistant_makes_the_entities_the_box_announces() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(&dir.path().join("broker"), free_port());
+    let sub = Subscriber::start(broker.port, "kp-sub-d", &["homeassistant/#"]);
+    let (_d, port, token, _) = mqtt_box(&dir.path().join("box"), broker.port);
+    post(port, &token, 1);
+    let ha = HomeAssistant::start(&dir.path().join("ha"), broker.port);
+    // Its birth message; the box announces again on it.
+    let online = wait_until(Duration::from_secs(240), || sub.on("homeassistant/status").iter().any(|p| p == "online"));
+    assert!(online, "Home Assistant did not come online:\n{}", ha.log());
+    let unique_ids: std::collections::BTreeSet<String> = sub
+        .lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(t, p)| t.ends_with("/config") && !p.is_empty())
+        .filter_map(|(_, p)| serde_json::from_str::<Value>(p).ok()?["unique_id"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(unique_ids.len(), 8, "the box's three sensors and the camera's five entities: {unique_ids:?}");
+    let made = wait_until(Duration::from_secs(120), || {
+        let have: std::collections::BTreeSet<String> = ha.entities().into_iter().map(|(u, _)| u).collect();
+        unique_ids.iter().all(|u| have.contains(u))
+    });
+    let have = ha.entities();
+    assert!(made, "Home Assistant made {have:?}, the box announced {unique_ids:?}\n{}", ha.log());
+    let person = have.iter().find(|(u, _)| u.ends_with("_front_person")).expect("the person sensor");
+    assert!(person.1.starts_with("binary_sensor."), "{person:?}");
+    let image = have.iter().find(|(u, _)| u.ends_with("_front_snapshot")).expect("the snapshot image");
+    assert!(image.1.starts_with("image."), "{image:?}");
+    eprintln!("Home Assistant made {} entities from the box's discovery", have.len());
 }

@@ -320,6 +320,7 @@ pub fn typical_camera() -> Camera {
         main: Source::Rtsp { url: url("main"), transport: Transport::Tcp },
         sub: Some(Source::Rtsp { url: url("sub"), transport: Transport::Tcp }),
         frame_max_bytes: limits::FRAME_DEFAULT_MAX_BYTES,
+        onvif: None,
     }
 }
 
@@ -407,6 +408,7 @@ mod tests {
                 main: Source::Builtin,
                 sub: Some(Source::Builtin),
                 frame_max_bytes: limits::FRAME_DEFAULT_MAX_BYTES,
+                onvif: None,
             })
             .collect();
         c

@@ -226,6 +226,56 @@ pub async fn run(config: Config, source: Option<ConfigSource>, system: Arc<Syste
     Ok(exit)
 }
 
+/// Follows a camera's own events over ONVIF until `stop`: each start of something seen (a
+/// label) is an event, its end a revision of it with its end time, through the intake like
+/// any event (so it records with the pre-roll). Events wait in a bounded queue
+/// ([`limits::ONVIF_EVENTS_QUEUED_MAX`]); past it one is dropped and logged.
+async fn follow_camera_events(
+    name: String,
+    camera: crate::onvif::subscribe::Camera,
+    events: Arc<crate::events::Events>,
+    clocks: SharedClocks,
+    stop: watch::Receiver<bool>,
+) {
+    let (tx, mut rx) = mpsc::channel::<crate::onvif::events::CameraEvent>(limits::ONVIF_EVENTS_QUEUED_MAX);
+    let (status, _) = watch::channel(crate::onvif::subscribe::Status::Subscribing);
+    let now_clocks = clocks.clone();
+    let now_s = move || crate::clock::Clocks::wall_us(&*now_clocks) / 1_000_000;
+    let who = name.clone();
+    let sink = move |e| {
+        if tx.try_send(e).is_err() {
+            warn!(camera = %who, "ONVIF events: one dropped, the intake is behind");
+        }
+    };
+    let intake = async {
+        // Open events by label: their id and start, for the revision that ends them.
+        let mut open: std::collections::HashMap<&'static str, (String, i64)> = Default::default();
+        while let Some(e) = rx.recv().await {
+            let now_us = crate::clock::Clocks::wall_us(&*clocks);
+            let at_us = e.utc_us.unwrap_or(now_us).min(now_us);
+            let envelope = match (e.active, open.get(e.label)) {
+                (true, Some(_)) => continue,
+                (true, None) => {
+                    let id = format!("onvif-{}-{at_us}", e.label.replace(' ', "-"));
+                    open.insert(e.label, (id.clone(), at_us));
+                    serde_json::json!({ "id": id, "camera": name, "time_us": at_us, "labels": [e.label], "text": format!("{} (the camera's own detection)", e.label) })
+                }
+                (false, Some(_)) => {
+                    let (id, from_us) = open.remove(e.label).expect("looked up");
+                    serde_json::json!({ "id": id, "camera": name, "time_us": from_us, "end_us": at_us.max(from_us), "labels": [e.label], "text": format!("{} (the camera's own detection)", e.label) })
+                }
+                (false, None) => continue,
+            };
+            if let Err(err) = events.publish("onvif", envelope.to_string().as_bytes(), None).await {
+                warn!(camera = %name, error = %err, "ONVIF events: an event refused");
+            }
+        }
+    };
+    let follow = crate::onvif::subscribe::follow(camera, now_s, sink, status, stop);
+    // The follower ends at the stop (unsubscribed); the intake then drains what is queued.
+    tokio::join!(follow, intake);
+}
+
 /// Carries out an order from Home Assistant; what fails is logged (the sender is a button).
 async fn carry_out(order: crate::mqtt::home::Order, events: &crate::events::Events, config: Option<&Reconfig>) {
     use crate::mqtt::home::Order;
@@ -349,6 +399,7 @@ pub async fn start(
         oidc: Arc::new(crate::oidc::Oidc::new(&config.oidc)),
         mqtt_task: Some(tokio::spawn(mqtt.clone().run(shutdown_rx.clone()))),
         mqtt: mqtt.clone(),
+        events: events.clone(),
     };
     for camera in &config.cameras {
         running.start_camera(camera)?;
@@ -486,6 +537,8 @@ pub struct Running {
     oidc: Arc<crate::oidc::Oidc>,
     /// The MQTT room and its task (it says goodbye to the broker at the stop).
     mqtt: Arc<crate::mqtt::Mqtt>,
+    /// The event intake: cameras' own events (ONVIF) go in there.
+    events: Arc<crate::events::Events>,
     mqtt_task: Option<JoinHandle<()>>,
 }
 
@@ -533,6 +586,18 @@ impl Running {
                 pace: Some(self.ingest_thread.pace().clone()),
             };
             tasks.push(self.ingest_thread.spawn(ingest::supervise(input, stopped.clone())));
+        }
+        if let (Some(device), Some((user, password))) =
+            (&camera.onvif, camera.username.clone().zip(camera.password.clone()))
+        {
+            let follower = crate::onvif::subscribe::Camera { device: device.clone(), user, password };
+            tasks.push(tokio::spawn(follow_camera_events(
+                camera.name.clone(),
+                follower,
+                self.events.clone(),
+                self.clocks.clone(),
+                stopped.clone(),
+            )));
         }
         self.cameras.add(streams);
         self.ingest.push(CameraIngest { name: camera.name.clone(), tasks, stop });

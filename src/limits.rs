@@ -288,6 +288,9 @@ pub const ONVIF_RESUBSCRIBE_MIN_MS: u64 = 2_000;
 /// The longest wait before subscribing again.
 pub const ONVIF_RESUBSCRIBE_MAX_MS: u64 = 60_000;
 
+/// A camera's own events waiting for the intake; past it one is dropped and logged.
+pub const ONVIF_EVENTS_QUEUED_MAX: usize = 64;
+
 /// The soonest a stream's footage is flushed early again after an event asked for it (a
 /// later ask waits for this, it is not dropped): an event storm cannot become a write
 /// storm on flash. Each early flush is one fragment header and one catalog commit.

@@ -62,6 +62,9 @@ pub struct CameraFields {
     pub password: Option<Option<String>>,
     #[serde(default, deserialize_with = "present")]
     pub frame_max_bytes: Option<Option<Scalar>>,
+    /// Its ONVIF device service (its events are followed there); `null` removes it.
+    #[serde(default, deserialize_with = "present")]
+    pub onvif: Option<Option<String>>,
     pub main: Option<StreamFields>,
     #[serde(default, deserialize_with = "present")]
     pub sub: Option<Option<StreamFields>>,
@@ -324,6 +327,9 @@ fn write_camera(t: &mut Table, set: &CameraFields) {
     }
     if let Some(f) = &set.frame_max_bytes {
         put(t, "frame_max_bytes", f.as_ref().map(scalar));
+    }
+    if let Some(o) = &set.onvif {
+        put(t, "onvif", o.as_deref().map(text));
     }
     if let Some(main) = &set.main {
         write_stream(stream_mut(t, "main"), main);

@@ -107,6 +107,9 @@ pub struct Camera {
     pub sub: Option<Source>,
     /// The largest frame of the main stream (sub streams': [`limits::SUB_FRAME_MAX_BYTES`]).
     pub frame_max_bytes: usize,
+    /// Its ONVIF device service, when it was added over ONVIF: its own events (motion and
+    /// the like) are followed there with the camera's credentials.
+    pub onvif: Option<url::Url>,
 }
 
 impl Camera {
@@ -489,6 +492,8 @@ struct RawCamera {
     sub: Option<RawStream>,
     /// The largest frame of the main stream (a 4K camera's I-frames want more than 1 MiB).
     frame_max_bytes: Option<RawBytes>,
+    /// Its ONVIF device service (`http://…/onvif/device_service`).
+    onvif: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -627,6 +632,7 @@ impl Config {
                 main: Source::Builtin,
                 sub: None,
                 frame_max_bytes: limits::FRAME_DEFAULT_MAX_BYTES,
+                onvif: None,
             }],
         }
     }
@@ -863,6 +869,23 @@ impl RawCamera {
                 v as usize
             }
         };
+        let onvif = match &self.onvif {
+            Some(o) => {
+                let u = url::Url::parse(o).map_err(|e| (format!("{at}.onvif"), format!("not an address: {e}")))?;
+                let ok = matches!(u.scheme(), "http" | "https")
+                    && u.host_str().is_some()
+                    && u.username().is_empty()
+                    && o.len() <= limits::CAMERA_URL_MAX_BYTES;
+                if !ok {
+                    return Err((
+                        format!("{at}.onvif"),
+                        "an http address of the camera's ONVIF device service, with no credentials in it".into(),
+                    ));
+                }
+                Some(u)
+            }
+            None => None,
+        };
         Ok(Camera {
             name: self.name,
             record: main_mode,
@@ -875,6 +898,7 @@ impl RawCamera {
             main,
             sub,
             frame_max_bytes,
+            onvif,
         })
     }
 }

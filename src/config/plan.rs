@@ -208,6 +208,7 @@ fn camera_fields(c: &Camera) -> Vec<(&'static str, Option<String>)> {
         ("sub.url", c.sub.as_ref().map(address)),
         ("sub.transport", c.sub.as_ref().and_then(transport)),
         ("frame_max_bytes", Some(c.frame_max_bytes.to_string())),
+        ("onvif", c.onvif.as_ref().map(|u| u.to_string())),
     ]
 }
 

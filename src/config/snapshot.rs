@@ -41,6 +41,7 @@ pub fn camera(c: &Camera) -> Value {
         "main": source(&c.main),
         "sub": c.sub.as_ref().map(source),
         "frame_max_bytes": c.frame_max_bytes,
+        "onvif": c.onvif.as_ref().map(|u| u.to_string()),
     })
 }
 

@@ -128,9 +128,11 @@ pub fn label_of(topic: &str) -> Option<&'static str> {
     }
 }
 
-/// The first data item that reads as a boolean (`true`/`false`, `1`/`0`, `active`/`inactive`).
+/// The first data item that reads as a boolean (`true`/`false`, `1`/`0`, `active`/`inactive`),
+/// leaving out identifiers (`ObjectId`, `…Token`), whose values are numbers, not states.
 pub fn state_of(data: &[(String, String)]) -> Option<bool> {
-    data.iter().find_map(|(_, v)| match v.to_ascii_lowercase().as_str() {
+    let identifier = |n: &str| n.ends_with("Id") || n.ends_with("ID") || n.ends_with("Token");
+    data.iter().filter(|(n, _)| !identifier(n)).find_map(|(_, v)| match v.to_ascii_lowercase().as_str() {
         "true" | "1" | "active" | "on" => Some(true),
         "false" | "0" | "inactive" | "off" => Some(false),
         _ => None,
@@ -304,7 +306,7 @@ mod tests {
                 CameraEvent { label: "person", active: true, utc_us: Some(base + 3_000_000), initial: false },
                 CameraEvent { label: "intrusion", active: true, utc_us: Some(base + 4_000_000), initial: false },
             ],
-            "a relay is not something seen; a data item that is no state says nothing"
+            "a relay is not something seen; a data item that is no state (a level, an object's id) says nothing"
         );
     }
 

@@ -158,7 +158,9 @@ async fn pull_until_failure(
             Err(why) => return Failure::NotOnvif(why),
         };
         let quiet = got.is_empty();
-        for e in got {
+        for mut e in got {
+            // The camera's clock, as the box's.
+            e.utc_us = e.utc_us.map(|u| u - sub.skew_s * 1_000_000);
             sink(e);
         }
         let floor = Duration::from_millis(limits::ONVIF_PULL_MIN_INTERVAL_MS);

@@ -126,3 +126,92 @@ fn a_camera_on_the_network_is_found_read_over_onvif_probed_and_added() {
     assert_eq!(count("searched"), 3);
     assert_eq!(count("onvif_read"), 5);
 }
+
+/// A camera added over ONVIF (its device service kept in the config) has its own motion
+/// followed: oxvif's mock device, which no one here wrote, reports MotionAlarm on and off
+/// as it is pulled; each start becomes a KeepPeek event with the camera's label, its end a
+/// revision with the end time, and the camera, recorded on events, records from the
+/// keyframe at or before the motion minus its pre-roll.
+#[test]
+fn a_cameras_own_motion_becomes_events_that_record_with_the_pre_roll() {
+    let cam = OnvifCamera::start(4);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    write_config(
+        dir.path(),
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n\
+             [[cameras]]\nname = \"porch\"\nrecord = \"events\"\npre_roll_s = 3\npost_roll_s = 2\n\
+             username = \"{CAMERA_USER}\"\npassword = \"{CAMERA_PASSWORD}\"\n\
+             onvif = \"http://{a}:8000/onvif/device_service\"\nmain = {{ url = \"rtsp://{a}:554/mock/stream\" }}\n",
+            a = cam.address
+        ),
+    );
+    let d = Daemon::start(dir.path());
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    let viewer = make_token(port, &admin, r#""view""#);
+    let get = |path: &str| -> Value {
+        let (code, _, body) = request(port, "GET", path, &[("authorization", &format!("Bearer {viewer}"))], "");
+        assert_eq!(code, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    // Once the stream runs and its history holds more than the pre-roll, motion from the
+    // camera: an event labelled motion, then its end.
+    let connected = wait_until(Duration::from_secs(30), || get("/api/cameras")[0]["streams"][0]["connected"] == true);
+    assert!(connected, "the camera's stream:\n{}", d.log_text());
+    std::thread::sleep(Duration::from_secs(6));
+    let ready_us = wall_us();
+    let mut event = Value::Null;
+    let found = wait_until(Duration::from_secs(40), || {
+        let page = get("/api/events?camera=porch");
+        let after =
+            page["events"].as_array().into_iter().flatten().filter(|e| e["time_us"].as_i64().unwrap_or(0) > ready_us);
+        event = after.min_by_key(|e| e["time_us"].as_i64()).cloned().unwrap_or(Value::Null);
+        !event.is_null()
+    });
+    assert!(found, "no event from the camera's motion:\n{}", d.log_text());
+    assert_eq!(event["labels"][0], "motion", "{event}");
+    let id = event["event"].as_u64().unwrap();
+    let ended = wait_until(Duration::from_secs(20), || {
+        get(&format!("/api/events/{id}"))["revisions"].as_array().is_some_and(|r| r.len() >= 2)
+    });
+    assert!(ended, "the motion's end as a revision: {}", get(&format!("/api/events/{id}")));
+    let motion_us = event["time_us"].as_i64().unwrap();
+    // The footage reaches back to the keyframe at or before motion − pre-roll: the runs
+    // (an earlier motion's recording may hold the first part of it) cover that span whole.
+    let pre_roll_us = 3_000_000;
+    let from_us = motion_us - pre_roll_us;
+    let mut covered = false;
+    let mut runs = Vec::new();
+    let recorded = wait_until(Duration::from_secs(30), || {
+        let path = format!(
+            "/api/streams/porch/main/recordings?from_us={}&to_us={}",
+            ready_us - 60_000_000,
+            wall_us() + 1_000_000
+        );
+        runs = get(&path)["runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| Some((r["start_us"].as_i64()?, r["end_us"].as_i64()?)))
+            .collect::<Vec<_>>();
+        runs.sort();
+        // From the run holding motion − pre-roll on, each next run starts where the last ended.
+        let mut reach = None;
+        for &(a, b) in &runs {
+            match reach {
+                None if a <= from_us && b >= from_us => reach = Some(b),
+                Some(r) if a <= r + 200_000 => reach = Some(r.max(b)),
+                _ => {}
+            }
+        }
+        covered = reach.is_some_and(|r| r >= motion_us);
+        covered
+    });
+    let rel: Vec<(i64, i64)> = runs.iter().map(|(a, b)| ((a - motion_us) / 1000, (b - motion_us) / 1000)).collect();
+    assert!(
+        recorded && covered,
+        "motion − pre-roll to motion not recorded whole; runs around the motion (ms): {rel:?}"
+    );
+}

@@ -131,6 +131,8 @@ function cameraForm(camera, onDone, found) {
     if (adding ? user : user !== (camera.username || '')) set.username = user || null;
     if (password.value) set.password = password.value;
     else if (!user && camera && camera.password === 'set') set.password = null;
+    // A camera found over ONVIF keeps its device service: its own events are followed there.
+    if (adding && found && found.device_url) set.onvif = found.device_url;
     if (adding || record.value !== camera.record) set.record = record.value;
     if (Number(keep.value) !== keepDays) set.keep_event_footage_days = Number(keep.value);
     const change = adding ? { op: 'add_camera', name: name.value.trim(), set } : { op: 'change_camera', name: camera.name, set };

@@ -50,7 +50,7 @@ setup() {
         [[ -n $py ]] || { echo "Home Assistant needs a Python 3.13 (pyenv): none found" >&2; exit 1; }
         step "installing Home Assistant 2025.4.4, its frontend and paho-mqtt under target/ha (Python $("$py" -V))"
         rm -rf target/ha && "$py" -m venv target/ha/venv
-        target/ha/venv/bin/pip install -q homeassistant==2025.4.4 home-assistant-frontend==20250411.0 paho-mqtt==2.1.0
+        target/ha/venv/bin/pip install -q --no-compile homeassistant==2025.4.4 home-assistant-frontend==20250411.0 paho-mqtt==2.1.0
     fi
     local installed
     installed=$(rustup target list --installed)

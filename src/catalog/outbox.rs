@@ -242,3 +242,30 @@ mod tests {
         assert_eq!(cat.outbox_state().unwrap(), OutboxState { waiting: 0, dropped: 3 });
     }
 }
+
+#[cfg(test)]
+mod label_tests {
+    use super::*;
+
+    #[test]
+    fn a_camera_keeps_at_most_its_ceiling_of_labels_and_forgets_them_when_it_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(&dir.path().join("c.redb")).unwrap();
+        assert!(cat.add_mqtt_label("front", "").unwrap(), "announced, with no label yet");
+        assert!(!cat.add_mqtt_label("front", "").unwrap());
+        for i in 0..limits::MQTT_LABELS_PER_CAMERA_MAX + 3 {
+            let new = cat.add_mqtt_label("front", &format!("l{i}")).unwrap();
+            assert_eq!(new, i < limits::MQTT_LABELS_PER_CAMERA_MAX, "label {i}");
+        }
+        assert!(!cat.add_mqtt_label("front", "l0").unwrap(), "known already");
+        assert!(cat.add_mqtt_label("yard", "person").unwrap());
+        let labels = cat.mqtt_labels().unwrap();
+        assert_eq!(labels["front"].len(), limits::MQTT_LABELS_PER_CAMERA_MAX);
+        assert_eq!(labels["yard"], ["person"]);
+        cat.remove_mqtt_camera("front").unwrap();
+        assert!(!cat.mqtt_labels().unwrap().contains_key("front"));
+        // The box's id is made once and kept.
+        let id = cat.box_id().unwrap();
+        assert_eq!((id.len(), cat.box_id().unwrap()), (16, id.clone()));
+    }
+}

@@ -109,32 +109,30 @@ impl Mqtt {
         let mut wait_ms = limits::MQTT_RECONNECT_MIN_MS;
         loop {
             let config = settings.borrow_and_update().clone();
+            // A connection ends well only at the stop; Ok here is otherwise the settings
+            // changing meanwhile (connect again at once).
             let ended = match &config {
-                None => None,
-                Some(c) => Some(tokio::select! {
+                None => Ok(()),
+                Some(c) => tokio::select! {
                     r = self.connection(c, &mut shutdown) => r,
-                    _ = settings.changed() => Err(LinkError::Io("the settings changed".into())),
-                }),
+                    _ = settings.changed() => Ok(()),
+                },
             };
             if *shutdown.borrow() {
                 return;
             }
             self.stats.connected.store(false, Ordering::Relaxed);
             match ended {
-                // Settings changed: connect again at once.
-                Some(Err(LinkError::Io(e))) if e == "the settings changed" => {
+                Ok(()) if config.is_some() => {
                     wait_ms = limits::MQTT_RECONNECT_MIN_MS;
                     continue;
                 }
-                Some(r) => {
-                    let why = match r {
-                        Ok(()) => "the connection ended".to_string(),
-                        Err(e) => e.to_string(),
-                    };
+                Ok(()) => {}
+                Err(e) => {
+                    let why = e.to_string();
                     warn!(error = %why, wait_ms, "MQTT: connecting again soon");
                     *self.stats.last_error.lock().expect("lock") = Some(why);
                 }
-                None => {}
             }
             let wait = Duration::from_millis(jittered(wait_ms));
             tokio::select! {

@@ -16,7 +16,7 @@ DEBIAN_PACKAGES=(
     qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross
     chromium
     qemu-system-arm u-boot-qemu squashfs-tools mtools dosfstools fdisk e2fsprogs cpio kmod
-    grub-common minisign iproute2
+    grub-common minisign iproute2 python3-venv
     openssl curl gnutls-bin util-linux
     mosquitto mosquitto-clients
 )
@@ -51,6 +51,13 @@ setup() {
         step "installing Home Assistant 2025.4.4, its frontend and paho-mqtt under target/ha (Python $("$py" -V))"
         rm -rf target/ha && "$py" -m venv target/ha/venv
         target/ha/venv/bin/pip install -q --no-compile homeassistant==2025.4.4 home-assistant-frontend==20250411.0 paho-mqtt==2.1.0
+    fi
+    # The example detector's packages (examples/detector/requirements.txt), for its test.
+    if ! cmp -s examples/detector/requirements.txt target/detector/requirements.txt; then
+        step "installing the example detector's packages under target/detector ($(python3 -V))"
+        rm -rf target/detector && python3 -m venv target/detector/venv
+        target/detector/venv/bin/pip install -q --no-compile -r examples/detector/requirements.txt
+        cp examples/detector/requirements.txt target/detector/requirements.txt
     fi
     local installed
     installed=$(rustup target list --installed)

@@ -55,6 +55,8 @@ use keeppeek::webrtc::{Engine, Owner, Streams};
 use prost::Message;
 use serde_json::{Value, json};
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
 #[path = "support/viewer.rs"]
 mod viewer;
 use viewer::{Farm, Viewer};
@@ -256,15 +258,7 @@ fn admission(smoke: bool) -> Value {
 const BOUNDARY_CAMERA: &str = "bench";
 
 fn fixture_jpeg() -> Vec<u8> {
-    let dir = repo().join("target/fixtures");
-    let ok = std::process::Command::new("bash")
-        .arg(repo().join("tools/make-fixtures.sh"))
-        .arg(&dir)
-        .status()
-        .expect("running tools/make-fixtures.sh")
-        .success();
-    assert!(ok, "make-fixtures");
-    std::fs::read(dir.join("snapshot-4k.jpg")).unwrap()
+    fixtures::fixture("snapshot-4k.jpg")
 }
 
 fn publication(work: &Path, smoke: bool) -> Value {

@@ -540,6 +540,10 @@ pub const MQTT_RECONNECT_MAX_MS: u64 = 30_000;
 /// counted.
 pub const MQTT_OUTBOX_EVENTS_MAX: u64 = 10_000;
 
+/// Delivered outbox rows removed in one commit while events are still in flight (with none
+/// in flight, or at the state tick, whatever was delivered goes at once).
+pub const MQTT_OUTBOX_REMOVE_ROWS: u64 = 64;
+
 /// A topic prefix (`[mqtt] prefix`, `discovery_prefix`).
 pub const MQTT_PREFIX_MAX_BYTES: usize = 64;
 

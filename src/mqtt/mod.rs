@@ -55,6 +55,8 @@ pub struct Mqtt {
     settings: watch::Sender<Option<Arc<MqttConfig>>>,
     /// The box around (cameras, data, orders): Home Assistant's part runs once it is given.
     around: std::sync::OnceLock<home::Around>,
+    /// A removal of delivered rows is under way.
+    removing: Arc<AtomicBool>,
     pub stats: MqttStats,
 }
 
@@ -75,6 +77,7 @@ impl Mqtt {
             wake: Arc::new(Notify::new()),
             settings,
             around: std::sync::OnceLock::new(),
+            removing: Arc::default(),
             stats: MqttStats::default(),
         })
     }
@@ -156,7 +159,7 @@ impl Mqtt {
         self.stats.connected.store(true, Ordering::Relaxed);
         self.stats.connects.fetch_add(1, Ordering::Relaxed);
         info!(broker = %format!("{}:{}", dial.host, dial.port), "MQTT: connected");
-        let mut s = Session { link: &mut link, inflight: VecDeque::new(), next_pkid: 1, sent_upto: 0, acked_upto: 0 };
+        let mut s = Session { link: &mut link, inflight: VecDeque::new(), next_pkid: 1, sent_upto: 0, acked_upto: 0, removed_upto: 0 };
         s.publish_state(&topic(&config.prefix, "available"), b"online".to_vec(), true)?;
         let mut home = home::Home::default();
         if let Some(around) = self.around.get() {
@@ -174,7 +177,7 @@ impl Mqtt {
             let room = s.inflight.len() < limits::MQTT_INFLIGHT_MAX;
             tokio::select! {
                 p = s.link.next() => match p? {
-                    Packet::PubAck(PubAck { pkid }) => self.acked(&mut s, pkid)?,
+                    Packet::PubAck(PubAck { pkid }) => self.acked(&mut s, pkid),
                     Packet::PingResp => pong_due = None,
                     Packet::Publish(p) => {
                         if p.qos == QoS::AtLeastOnce {
@@ -189,11 +192,16 @@ impl Mqtt {
                 },
                 _ = self.wake.notified(), if room => self.fill(&mut s, config, &mut home).await?,
                 _ = tick.tick() => {
+                    self.remove_delivered(&mut s, true);
                     if let Some(around) = self.around.get() {
                         home.tick(&mut s, &home::With { config, around, catalog: &self.catalog })?;
                     }
                 }
                 _ = shutdown.changed() => {
+                    let upto = Self::removable(&s);
+                    if upto > s.removed_upto {
+                        let _ = self.catalog.outbox_delivered(upto);
+                    }
                     let mut p = Publish::new(topic(&config.prefix, "available"), QoS::AtMostOnce, "offline");
                     p.retain = true;
                     s.link.queue(&Packet::Publish(p))?;
@@ -213,11 +221,14 @@ impl Mqtt {
         }
     }
 
-    /// Sends outbox rows after the last sent, while there is room in flight.
+    /// Sends outbox rows after the last sent, while there is room in flight. The events go
+    /// to the broker first; Home Assistant's states that follow from them (labels, the last
+    /// event, the snapshot, read from disk) after.
     async fn fill(&self, s: &mut Session<'_>, config: &MqttConfig, home: &mut home::Home) -> Result<(), LinkError> {
         let room = limits::MQTT_INFLIGHT_MAX.saturating_sub(s.inflight.len());
         let rows = self.catalog.outbox_after(s.sent_upto, room).map_err(|e| LinkError::Io(e.to_string()))?;
         let full = rows.len() == room;
+        let mut sent = Vec::with_capacity(rows.len());
         for (seq, record) in rows {
             s.sent_upto = seq;
             let Some(r) = record else {
@@ -233,12 +244,18 @@ impl Mqtt {
             s.link.queue(&Packet::Publish(p))?;
             s.inflight.push_back((pkid, Sent::Event(seq)));
             self.stats.events_sent.fetch_add(1, Ordering::Relaxed);
-            if let Some(around) = self.around.get() {
-                let now_us = crate::clock::Clocks::wall_us(&crate::clock::RealClocks);
-                home.on_event(s, &home::With { config, around, catalog: &self.catalog }, &r, &payload, now_us).await?;
-            }
+            sent.push((r, payload));
         }
         s.settle_gone();
+        if let Some(around) = self.around.get()
+            && !sent.is_empty()
+        {
+            s.link.flush().await?;
+            let now_us = crate::clock::Clocks::wall_us(&crate::clock::RealClocks);
+            for (r, payload) in &sent {
+                home.on_event(s, &home::With { config, around, catalog: &self.catalog }, r, payload, now_us).await?;
+            }
+        }
         if full {
             // More may wait: the next acknowledgement makes room and looks again.
             self.wake.notify_one();
@@ -246,29 +263,53 @@ impl Mqtt {
         Ok(())
     }
 
-    /// The broker acknowledged `pkid`: its outbox row goes (with every earlier one).
-    fn acked(&self, s: &mut Session<'_>, pkid: u16) -> Result<(), LinkError> {
-        let Some(i) = s.inflight.iter().position(|(p, _)| *p == pkid) else { return Ok(()) };
+    /// The broker acknowledged `pkid`: its outbox row may go (with every earlier one).
+    fn acked(&self, s: &mut Session<'_>, pkid: u16) {
+        let Some(i) = s.inflight.iter().position(|(p, _)| *p == pkid) else { return };
         let (_, sent) = s.inflight.remove(i).expect("found");
         if let Sent::Event(seq) = sent {
             self.stats.events_acked.fetch_add(1, Ordering::Relaxed);
             s.acked_upto = s.acked_upto.max(seq);
         }
         s.settle_gone();
-        // Rows are removed once every row before them is acknowledged too.
+        self.remove_delivered(s, false);
+        self.wake.notify_one();
+    }
+
+    /// The outbox rows every one of which, and every row before them, the broker
+    /// acknowledged.
+    fn removable(s: &Session<'_>) -> u64 {
         let oldest_waiting = s.inflight.iter().find_map(|(_, x)| match x {
             Sent::Event(seq) => Some(*seq),
             Sent::State => None,
         });
-        let removable = match oldest_waiting {
+        match oldest_waiting {
             Some(w) => s.acked_upto.min(w - 1),
             None => s.acked_upto,
-        };
-        if removable > 0 && (oldest_waiting.is_none() || s.inflight.len() < limits::MQTT_INFLIGHT_MAX / 2) {
-            self.catalog.outbox_delivered(removable).map_err(|e| LinkError::Io(e.to_string()))?;
         }
-        self.wake.notify_one();
-        Ok(())
+    }
+
+    /// Removes delivered rows from the outbox, off the room's loop: the removal is a commit,
+    /// which may wait behind the intake's durable ones, and the next events must not. One
+    /// removal at a time; the rows acknowledged meanwhile go with the next (an
+    /// acknowledgement or the state tick). Unless `every`, it waits for
+    /// [`limits::MQTT_OUTBOX_REMOVE_ROWS`] rows while events are in flight. A removal lost to
+    /// a power cut sends its rows again (QoS 1 is at least once).
+    fn remove_delivered(&self, s: &mut Session<'_>, every: bool) {
+        let upto = Self::removable(s);
+        let in_flight = s.inflight.iter().any(|(_, x)| matches!(x, Sent::Event(_)));
+        let enough = every || !in_flight || upto - s.removed_upto.min(upto) >= limits::MQTT_OUTBOX_REMOVE_ROWS;
+        if upto <= s.removed_upto || !enough || self.removing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        s.removed_upto = upto;
+        let (catalog, removing) = (self.catalog.clone(), self.removing.clone());
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = catalog.outbox_delivered(upto) {
+                warn!(error = %e, "MQTT: delivered events could not be removed from the outbox; they go again after a reconnect");
+            }
+            removing.store(false, Ordering::Release);
+        });
     }
 }
 
@@ -283,6 +324,8 @@ pub(super) struct Session<'a> {
     sent_upto: u64,
     /// The highest outbox row acknowledged.
     acked_upto: u64,
+    /// The outbox rows up to this one are removed (or being removed).
+    removed_upto: u64,
 }
 
 impl Session<'_> {
@@ -418,13 +461,9 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn at_most_the_ceiling_of_publishes_wait_for_their_acknowledgement() {
-        let dir = tempfile::tempdir().unwrap();
-        let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
-        catalog.set_outbox(true).unwrap();
-        let records: Vec<_> = (1..=40).map(record).collect();
-        catalog.put_events(&records).unwrap();
+    /// A room connected to a fake broker on a socket of the test: the room, the broker's end
+    /// and what it has read.
+    async fn connected(catalog: Arc<Catalog>) -> (Arc<Mqtt>, watch::Sender<bool>, tokio::task::JoinHandle<()>, tokio::net::TcpStream, BytesMut) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let config: crate::config::MqttConfig = {
@@ -432,7 +471,7 @@ mod tests {
                 toml::from_str(&format!("host = \"127.0.0.1\"\nport = {port}\nclient_id = \"t\"")).unwrap();
             raw.validate().unwrap()
         };
-        let mqtt = Mqtt::new(catalog.clone(), Some(config));
+        let mqtt = Mqtt::new(catalog, Some(config));
         let (stop_tx, stop_rx) = watch::channel(false);
         let room = tokio::spawn(mqtt.clone().run(stop_rx));
         let (mut s, _) = listener.accept().await.unwrap();
@@ -442,6 +481,69 @@ mod tests {
         let mut ack = BytesMut::new();
         Packet::ConnAck(ConnAck::new(ConnectReturnCode::Success, false)).write(&mut ack, 16).unwrap();
         s.write_all(&ack).await.unwrap();
+        (mqtt, stop_tx, room, s, buf)
+    }
+
+    #[tokio::test]
+    async fn delivered_rows_leave_the_outbox_in_batches_while_events_are_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
+        catalog.set_outbox(true).unwrap();
+        let rows = limits::MQTT_OUTBOX_REMOVE_ROWS + 36;
+        catalog.put_events(&(1..=rows).map(record).collect::<Vec<_>>()).unwrap();
+        let (_mqtt, stop_tx, room, mut s, mut buf) = connected(catalog.clone()).await;
+        let waiting = || catalog.outbox_state().unwrap().waiting;
+        // The broker acknowledges events in the order they came, up to `upto` of them.
+        let mut events = std::collections::VecDeque::new();
+        let mut acked = 0;
+        let mut ack_upto = async |upto: u64, s: &mut tokio::net::TcpStream, buf: &mut BytesMut| {
+            while acked < upto {
+                for p in read_until_quiet(s, buf, Duration::from_millis(30)).await {
+                    if let Packet::Publish(p) = p
+                        && p.topic == "keeppeek/events"
+                    {
+                        events.push_back(p.pkid);
+                    }
+                }
+                let mut out = BytesMut::new();
+                while acked < upto
+                    && let Some(pkid) = events.pop_front()
+                {
+                    Packet::PubAck(PubAck::new(pkid)).write(&mut out, 16).unwrap();
+                    acked += 1;
+                }
+                s.write_all(&out).await.unwrap();
+            }
+        };
+        // One short of the batch, with events still in flight: all still in the outbox.
+        ack_upto(limits::MQTT_OUTBOX_REMOVE_ROWS - 1, &mut s, &mut buf).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(waiting(), rows);
+        // The batch: they go in one removal.
+        ack_upto(limits::MQTT_OUTBOX_REMOVE_ROWS, &mut s, &mut buf).await;
+        let t = std::time::Instant::now();
+        while waiting() != rows - limits::MQTT_OUTBOX_REMOVE_ROWS {
+            assert!(t.elapsed() < Duration::from_secs(1), "{} waiting", waiting());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The rest, with nothing left in flight: the outbox is empty at once.
+        ack_upto(rows, &mut s, &mut buf).await;
+        while waiting() != 0 {
+            assert!(t.elapsed() < Duration::from_secs(1), "{} waiting", waiting());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        stop_tx.send(true).unwrap();
+        room.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn at_most_the_ceiling_of_publishes_wait_for_their_acknowledgement() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
+        catalog.set_outbox(true).unwrap();
+        let records: Vec<_> = (1..=40).map(record).collect();
+        catalog.put_events(&records).unwrap();
+        let (mqtt, stop_tx, room, mut s, mut buf) = connected(catalog.clone()).await;
         let sent = read_until_quiet(&mut s, &mut buf, Duration::from_millis(500)).await;
         let publishes: Vec<&rumqttc::mqttbytes::v4::Publish> =
             sent.iter().filter_map(|p| if let Packet::Publish(p) = p { Some(p) } else { None }).collect();

@@ -22,7 +22,8 @@ DEBIAN_PACKAGES=(
 )
 RUST_TARGETS=(aarch64-unknown-linux-musl)
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step says when it starts (seconds since the command began), so a slow one shows.
+step() { printf '\n== %s (at %d s)\n' "$*" "$SECONDS"; }
 
 setup() {
     local missing=()
@@ -79,11 +80,19 @@ step "test peers"
 # cached under target/peers; tools/onvif-camera.sh runs it in a network namespace.
 cargo build --release --locked --quiet --manifest-path tools/onvif-device/Cargo.toml --target-dir target/peers
 
-step "unit tests (host)"
+step "unit tests: on the host, and on aarch64-unknown-linux-musl under qemu-user, side by side"
+# Each run is as long as its 30-day soak, which holds one core: built one after the other,
+# they run at once (the aarch64 run's output is shown after the host's).
+cargo test --lib --bins --no-run
+cargo test --lib --target aarch64-unknown-linux-musl --no-run
+cargo test --lib --target aarch64-unknown-linux-musl >target/unit-aarch64.log 2>&1 &
+aarch64_unit=$!
 cargo test --lib --bins
-
-step "unit tests (aarch64-unknown-linux-musl under qemu-user)"
-cargo test --lib --target aarch64-unknown-linux-musl
+aarch64_ok=0
+wait "$aarch64_unit" || aarch64_ok=$?
+step "unit tests on aarch64-unknown-linux-musl under qemu-user: what they said"
+cat target/unit-aarch64.log
+((aarch64_ok == 0)) || { echo "the aarch64 unit tests failed (exit $aarch64_ok)" >&2; exit 1; }
 
 step "integration tests against real peers"
 # The tests mostly wait on real time (cameras at 15 fps, flush intervals): run them side by
@@ -95,7 +104,9 @@ cargo test --test recorder worst_case -- --ignored --nocapture
 
 step "browser tests (Chromium + playwright-core; screenshots in target/ui/)"
 cargo build --bin keeppeek
-node --test tests/ui/
+# Two files at a time: the tests mostly wait on real time (cameras at 15 fps, the box's
+# intervals).
+node --test --test-concurrency=2 tests/ui/
 
 step "firmware image: build it, boot it under QEMU, update it A/B"
 # The aarch64 image build (LTO) and the arm64 packages are cached under target/.

@@ -139,9 +139,7 @@ impl Mqtt {
             }
             let wait = Duration::from_millis(jittered(wait_ms));
             tokio::select! {
-                _ = tokio::time::sleep(wait), if config.is_some() => {
-                    wait_ms = (wait_ms * 2).min(limits::MQTT_RECONNECT_MAX_MS);
-                }
+                _ = tokio::time::sleep(wait), if config.is_some() => wait_ms = next_wait_ms(wait_ms),
                 _ = settings.changed() => wait_ms = limits::MQTT_RECONNECT_MIN_MS,
                 _ = shutdown.changed() => return,
             }
@@ -159,7 +157,14 @@ impl Mqtt {
         self.stats.connected.store(true, Ordering::Relaxed);
         self.stats.connects.fetch_add(1, Ordering::Relaxed);
         info!(broker = %format!("{}:{}", dial.host, dial.port), "MQTT: connected");
-        let mut s = Session { link: &mut link, inflight: VecDeque::new(), next_pkid: 1, sent_upto: 0, acked_upto: 0, removed_upto: 0 };
+        let mut s = Session {
+            link: &mut link,
+            inflight: VecDeque::new(),
+            next_pkid: 1,
+            sent_upto: 0,
+            acked_upto: 0,
+            removed_upto: 0,
+        };
         s.publish_state(&topic(&config.prefix, "available"), b"online".to_vec(), true)?;
         let mut home = home::Home::default();
         if let Some(around) = self.around.get() {
@@ -313,6 +318,12 @@ impl Mqtt {
     }
 }
 
+/// The wait after another failure: double the last, at most
+/// [`limits::MQTT_RECONNECT_MAX_MS`].
+fn next_wait_ms(ms: u64) -> u64 {
+    (ms * 2).min(limits::MQTT_RECONNECT_MAX_MS)
+}
+
 /// A connection's state.
 pub(super) struct Session<'a> {
     pub(super) link: &'a mut Link,
@@ -432,6 +443,17 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
+    fn waits_double_from_the_first_to_the_ceiling_and_stay() {
+        let mut waits = vec![limits::MQTT_RECONNECT_MIN_MS];
+        while *waits.last().unwrap() < limits::MQTT_RECONNECT_MAX_MS {
+            waits.push(next_wait_ms(*waits.last().unwrap()));
+            assert!(waits.len() < 64, "{waits:?}");
+        }
+        assert!(waits.windows(2).all(|w| w[1] == (w[0] * 2).min(limits::MQTT_RECONNECT_MAX_MS)), "{waits:?}");
+        assert_eq!(next_wait_ms(limits::MQTT_RECONNECT_MAX_MS), limits::MQTT_RECONNECT_MAX_MS);
+    }
+
+    #[test]
     fn waits_are_jittered_a_quarter_either_way() {
         for _ in 0..1000 {
             let w = jittered(1000);
@@ -463,7 +485,9 @@ mod tests {
 
     /// A room connected to a fake broker on a socket of the test: the room, the broker's end
     /// and what it has read.
-    async fn connected(catalog: Arc<Catalog>) -> (Arc<Mqtt>, watch::Sender<bool>, tokio::task::JoinHandle<()>, tokio::net::TcpStream, BytesMut) {
+    async fn connected(
+        catalog: Arc<Catalog>,
+    ) -> (Arc<Mqtt>, watch::Sender<bool>, tokio::task::JoinHandle<()>, tokio::net::TcpStream, BytesMut) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let config: crate::config::MqttConfig = {

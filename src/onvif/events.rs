@@ -192,8 +192,9 @@ pub fn create_body(termination_s: u64) -> String {
     )
 }
 
-/// The subscription's address from a CreatePullPointSubscription answer's body.
-pub fn subscription_address(body: Node) -> Result<String, String> {
+/// The subscription's address and reference parameters from a CreatePullPointSubscription
+/// answer's body.
+pub fn subscription_address(body: Node) -> Result<Reference, String> {
     let answer = xml::child(body, TEV, "CreatePullPointSubscriptionResponse").ok_or("not a subscription answer")?;
     let reference = xml::child(answer, TEV, "SubscriptionReference").ok_or("no SubscriptionReference")?;
     let address = [WSA5, xml::WSA]
@@ -202,7 +203,64 @@ pub fn subscription_address(body: Node) -> Result<String, String> {
         .map(xml::text)
         .filter(|a| !a.is_empty())
         .ok_or("no subscription address")?;
-    Ok(address)
+    let mut parameters = Vec::new();
+    let held = [WSA5, xml::WSA].into_iter().find_map(|ns| xml::child(reference, ns, "ReferenceParameters"));
+    for p in held.into_iter().flat_map(|h| h.children()).filter(|n| n.is_element()) {
+        // Only elements that hold text: what cameras put there (a subscription's id).
+        if p.children().any(|c| c.is_element()) || parameters.len() == REFERENCE_PARAMETERS_MAX {
+            continue;
+        }
+        let name = p.tag_name();
+        parameters.push(Parameter {
+            namespace: name.namespace().unwrap_or("").chars().take(200).collect(),
+            local: name.name().chars().take(64).collect(),
+            text: xml::text(p).chars().take(200).collect(),
+        });
+    }
+    Ok(Reference { address, parameters })
+}
+
+/// Reference parameters kept from a subscription's answer; the rest are ignored.
+const REFERENCE_PARAMETERS_MAX: usize = 4;
+
+/// A subscription's endpoint reference: where to send, and what to send with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reference {
+    pub address: String,
+    /// WS-Addressing reference parameters (e.g. a subscription id): each goes back as a
+    /// header of every request to the subscription.
+    pub parameters: Vec<Parameter>,
+}
+
+/// One reference parameter: an element holding text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parameter {
+    pub namespace: String,
+    pub local: String,
+    pub text: String,
+}
+
+/// The WS-Addressing headers of a request to `to` (with `action`), with the reference's
+/// parameters, as WS-Addressing 1.0 asks and cameras check: some route PullMessages by
+/// `To`, some by a subscription id among the parameters.
+pub fn addressing(action: &str, to: &str, parameters: &[Parameter]) -> String {
+    let mut out = format!(
+        r#"<wsa:Action xmlns:wsa="{WSA5}">{}</wsa:Action><wsa:To xmlns:wsa="{WSA5}">{}</wsa:To>"#,
+        xml::escape(action),
+        xml::escape(to)
+    );
+    for p in parameters {
+        let local: String = p.local.chars().filter(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.')).collect();
+        if local.is_empty() || !local.starts_with(|c: char| c.is_alphabetic() || c == '_') {
+            continue;
+        }
+        out.push_str(&format!(
+            r#"<rp:{local} xmlns:rp="{}" xmlns:wsa="{WSA5}" wsa:IsReferenceParameter="true">{}</rp:{local}>"#,
+            xml::escape(&p.namespace),
+            xml::escape(&p.text)
+        ));
+    }
+    out
 }
 
 /// The body of PullMessages: wait at most `timeout_s`, at most `limit` messages.
@@ -230,6 +288,14 @@ pub fn events_address(body: Node) -> Option<String> {
     xml::text_at(events, &[(xml::TT, "XAddr")]).filter(|a| !a.is_empty())
 }
 
+/// Reads a CreatePullPointSubscription answer's whole text (a fuzz target's entry): never
+/// panics.
+pub fn read_subscription_answer(text: &str) -> Result<Reference, String> {
+    let doc = xml::parse(text)?;
+    let body = xml::body(&doc)?;
+    subscription_address(body)
+}
+
 /// Reads a PullMessages answer's whole text (the fuzz target's entry): never panics.
 pub fn read_pull_answer(text: &str) -> Result<Vec<CameraEvent>, String> {
     let doc = xml::parse(text)?;
@@ -238,16 +304,18 @@ pub fn read_pull_answer(text: &str) -> Result<Vec<CameraEvent>, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn answer(messages: &str) -> String {
+    /// A PullMessages answer with `messages`.
+    pub(crate) fn answer(messages: &str) -> String {
         format!(
             r#"<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope" xmlns:tev="{TEV}" xmlns:wsnt="{WSNT}" xmlns:tt="http://www.onvif.org/ver10/schema" xmlns:tns1="http://www.onvif.org/ver10/topics"><s:Body><tev:PullMessagesResponse><tev:CurrentTime>2026-12-05T10:00:00Z</tev:CurrentTime>{messages}</tev:PullMessagesResponse></s:Body></s:Envelope>"#
         )
     }
 
-    fn message(topic: &str, time: &str, op: &str, data: &str) -> String {
+    /// A notification on `topic` at `time`.
+    pub(crate) fn message(topic: &str, time: &str, op: &str, data: &str) -> String {
         format!(
             r#"<wsnt:NotificationMessage><wsnt:Topic Dialect="http://www.onvif.org/ver10/tev/topicExpression/ConcreteSet">{topic}</wsnt:Topic><wsnt:Message><tt:Message UtcTime="{time}" PropertyOperation="{op}"><tt:Source><tt:SimpleItem Name="VideoSourceConfigurationToken" Value="VS_1"/></tt:Source><tt:Data>{data}</tt:Data></tt:Message></wsnt:Message></wsnt:NotificationMessage>"#
         )
@@ -333,10 +401,47 @@ mod tests {
             r#"<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope" xmlns:tev="{TEV}" xmlns:a="{WSA5}"><s:Body><tev:CreatePullPointSubscriptionResponse><tev:SubscriptionReference><a:Address> http://cam/onvif/events/subscription_1 </a:Address></tev:SubscriptionReference></tev:CreatePullPointSubscriptionResponse></s:Body></s:Envelope>"#
         );
         let doc = xml::parse(&text).unwrap();
-        assert_eq!(subscription_address(xml::body(&doc).unwrap()).unwrap(), "http://cam/onvif/events/subscription_1");
+        let reference = subscription_address(xml::body(&doc).unwrap()).unwrap();
+        assert_eq!(reference.address, "http://cam/onvif/events/subscription_1");
+        assert!(reference.parameters.is_empty());
         let caps = r#"<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope" xmlns:tt="http://www.onvif.org/ver10/schema"><s:Body><x><tt:Events><tt:XAddr>http://cam/onvif/events</tt:XAddr></tt:Events></x></s:Body></s:Envelope>"#;
         let doc = xml::parse(caps).unwrap();
         assert_eq!(events_address(xml::body(&doc).unwrap()).as_deref(), Some("http://cam/onvif/events"));
+    }
+
+    #[test]
+    fn reference_parameters_go_back_as_headers_of_every_request_to_the_subscription() {
+        let text = format!(
+            r#"<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope" xmlns:tev="{TEV}" xmlns:a="{WSA5}" xmlns:v="urn:vendor"><s:Body><tev:CreatePullPointSubscriptionResponse><tev:SubscriptionReference><a:Address>http://cam/events</a:Address><a:ReferenceParameters><v:SubscriptionId>7&amp;1</v:SubscriptionId><v:Nested><v:X>1</v:X></v:Nested></a:ReferenceParameters></tev:SubscriptionReference></tev:CreatePullPointSubscriptionResponse></s:Body></s:Envelope>"#
+        );
+        let doc = xml::parse(&text).unwrap();
+        let reference = subscription_address(xml::body(&doc).unwrap()).unwrap();
+        assert_eq!(
+            reference.parameters,
+            vec![Parameter { namespace: "urn:vendor".into(), local: "SubscriptionId".into(), text: "7&1".into() }]
+        );
+        let headers = addressing("urn:a/Pull", "http://cam/events?x=1&y=2", &reference.parameters);
+        let envelope = crate::onvif::soap::envelope(Some(&headers), "<x/>");
+        let doc = xml::parse(&envelope).unwrap();
+        let header = doc.root_element().first_element_child().unwrap();
+        let got: Vec<(String, String)> = header
+            .children()
+            .filter(|n| n.is_element())
+            .map(|n| (format!("{}|{}", n.tag_name().namespace().unwrap_or(""), n.tag_name().name()), xml::text(n)))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (format!("{WSA5}|Action"), "urn:a/Pull".to_string()),
+                (format!("{WSA5}|To"), "http://cam/events?x=1&y=2".to_string()),
+                ("urn:vendor|SubscriptionId".to_string(), "7&1".to_string()),
+            ]
+        );
+        // No more than the ceiling are kept.
+        let many: String = (0..10).map(|i| format!("<v:P{i}>{i}</v:P{i}>")).collect();
+        let text = text.replace("<v:SubscriptionId>7&amp;1</v:SubscriptionId>", &many);
+        let doc = xml::parse(&text).unwrap();
+        assert_eq!(subscription_address(xml::body(&doc).unwrap()).unwrap().parameters.len(), REFERENCE_PARAMETERS_MAX);
     }
 
     #[test]

@@ -128,12 +128,28 @@ pub async fn call(
     now_s: i64,
     body: &str,
 ) -> Result<String, Failure> {
-    let header = who.map(|w| {
+    call_with(url, namespace, operation, who, now_s, body, |_| String::new()).await
+}
+
+/// [`call`] with more headers: `headers(action)` gives them (WS-Addressing's, for the
+/// events service).
+pub async fn call_with(
+    url: &url::Url,
+    namespace: &str,
+    operation: &'static str,
+    who: Option<&Credentials<'_>>,
+    now_s: i64,
+    body: &str,
+    headers: impl FnOnce(&str) -> String,
+) -> Result<String, Failure> {
+    let action = format!("{namespace}/{operation}");
+    let mut header = headers(&action);
+    if let Some(w) = who {
         let mut nonce = [0u8; 16];
         getrandom::fill(&mut nonce).expect("the OS random source");
-        security(w, now_s, &nonce)
-    });
-    let action = format!("{namespace}/{operation}");
+        header.push_str(&security(w, now_s, &nonce));
+    }
+    let header = (!header.is_empty()).then_some(header);
     let sent = post(url, &action, envelope(header.as_deref(), body));
     let (status, challenged, bytes) = timeout(Duration::from_millis(limits::ONVIF_REQUEST_TIMEOUT_MS), sent)
         .await

@@ -8,6 +8,10 @@
 //! [`limits::ONVIF_SUBSCRIPTION_S`] and is renewed at half of it; a camera that refuses
 //! Renew gets a new subscription instead. Failures wait from
 //! [`limits::ONVIF_RESUBSCRIBE_MIN_MS`] doubling to [`limits::ONVIF_RESUBSCRIBE_MAX_MS`].
+//!
+//! Requests to the events service and the subscription carry WS-Addressing's `Action` and
+//! `To`, and the subscription's reference parameters, as the ONVIF core specification asks
+//! (cameras route PullMessages by them).
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +20,7 @@ use tracing::{debug, info, warn};
 
 use super::device::{date_time, rehost};
 use super::events::{self, CameraEvent};
-use super::soap::{Credentials, call};
+use super::soap::{Credentials, call, call_with};
 use super::{Failure, xml};
 use crate::limits;
 
@@ -50,8 +54,34 @@ fn read<T>(text: &str, f: impl FnOnce(roxmltree::Node) -> Result<T, String>) -> 
 /// One subscription's life.
 struct Subscription {
     address: url::Url,
+    /// Its reference parameters, sent back with every request to it.
+    parameters: Vec<events::Parameter>,
     skew_s: i64,
     renew_at: Instant,
+}
+
+impl Subscription {
+    /// Calls `operation` on the subscription, with its WS-Addressing headers.
+    async fn call(
+        &self,
+        cam: &Camera,
+        namespace: &str,
+        operation: &'static str,
+        now_s: i64,
+        body: &str,
+    ) -> Result<String, Failure> {
+        let who = Credentials { user: &cam.user, password: &cam.password, skew_s: self.skew_s };
+        let to = self.address.as_str();
+        call_with(&self.address, namespace, operation, Some(&who), now_s, body, |action| {
+            events::addressing(action, to, &self.parameters)
+        })
+        .await
+    }
+}
+
+/// The next wait after a failure: double the last, at most [`limits::ONVIF_RESUBSCRIBE_MAX_MS`].
+fn next_wait_ms(ms: u64) -> u64 {
+    (ms * 2).min(limits::ONVIF_RESUBSCRIBE_MAX_MS)
 }
 
 /// Makes a subscription: the camera's clock, its events service, CreatePullPointSubscription.
@@ -70,11 +100,15 @@ async fn subscribe(cam: &Camera, now_s: &impl Fn() -> i64) -> Result<Subscriptio
         .ok_or_else(|| Failure::Device("GetCapabilities", "the camera has no events service".into()))?;
     let service = rehost(&service, &host, &["http", "https"]).map_err(Failure::NotOnvif)?;
     let body = events::create_body(limits::ONVIF_SUBSCRIPTION_S);
-    let text = call(&service, EVENT_PORT, "CreatePullPointSubscriptionRequest", Some(&who), now_s(), &body).await?;
-    let address = read(&text, events::subscription_address)?;
-    let address = rehost(&address, &host, &["http", "https"]).map_err(Failure::NotOnvif)?;
+    let to = service.to_string();
+    let text = call_with(&service, EVENT_PORT, "CreatePullPointSubscriptionRequest", Some(&who), now_s(), &body, |a| {
+        events::addressing(a, &to, &[])
+    })
+    .await?;
+    let reference = events::read_subscription_answer(&text).map_err(Failure::NotOnvif)?;
+    let address = rehost(&reference.address, &host, &["http", "https"]).map_err(Failure::NotOnvif)?;
     let renew_at = Instant::now() + Duration::from_secs(limits::ONVIF_SUBSCRIPTION_S / 2);
-    Ok(Subscription { address, skew_s, renew_at })
+    Ok(Subscription { address, parameters: reference.parameters, skew_s, renew_at })
 }
 
 /// Follows `cam`'s events until `stop` turns true, handing each to `sink`; `status` says how
@@ -118,7 +152,7 @@ pub async fn follow(
             _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
             _ = stop.changed() => return,
         }
-        wait_ms = (wait_ms * 2).min(limits::ONVIF_RESUBSCRIBE_MAX_MS);
+        wait_ms = next_wait_ms(wait_ms);
     }
 }
 
@@ -130,10 +164,9 @@ async fn pull_until_failure(
     sink: &mut impl FnMut(CameraEvent),
 ) -> Failure {
     loop {
-        let who = Credentials { user: &cam.user, password: &cam.password, skew_s: sub.skew_s };
         if Instant::now() >= sub.renew_at {
             let body = events::renew_body(limits::ONVIF_SUBSCRIPTION_S);
-            match call(&sub.address, MANAGER, "RenewRequest", Some(&who), now_s(), &body).await {
+            match sub.call(cam, MANAGER, "RenewRequest", now_s(), &body).await {
                 Ok(_) => sub.renew_at = Instant::now() + Duration::from_secs(limits::ONVIF_SUBSCRIPTION_S / 2),
                 // A camera without Renew: a new subscription before this one runs out.
                 Err(Failure::Device(_, why)) => {
@@ -149,7 +182,7 @@ async fn pull_until_failure(
         }
         let started = Instant::now();
         let body = events::pull_body(limits::ONVIF_PULL_WAIT_S, limits::ONVIF_EVENTS_PER_PULL_MAX);
-        let text = match call(&sub.address, PULL_POINT, "PullMessagesRequest", Some(&who), now_s(), &body).await {
+        let text = match sub.call(cam, PULL_POINT, "PullMessagesRequest", now_s(), &body).await {
             Ok(t) => t,
             Err(e) => return e,
         };
@@ -172,9 +205,244 @@ async fn pull_until_failure(
 
 /// Ends a subscription (cameras cap how many they keep); a failure is only logged.
 async fn unsubscribe(cam: &Camera, sub: &Subscription, now_s: &impl Fn() -> i64) {
-    let who = Credentials { user: &cam.user, password: &cam.password, skew_s: sub.skew_s };
     let body = events::unsubscribe_body();
-    if let Err(e) = call(&sub.address, MANAGER, "UnsubscribeRequest", Some(&who), now_s(), &body).await {
+    if let Err(e) = sub.call(cam, MANAGER, "UnsubscribeRequest", now_s(), &body).await {
         debug!(camera = %cam.device, error = %e, "ONVIF events: Unsubscribe failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onvif::events::tests::{answer, message};
+    use std::collections::HashSet;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// What the fake camera was asked: the action, the request's text, when.
+    type Asked = Vec<(String, String, Instant)>;
+
+    /// A camera's events service as the ONVIF core specification describes it, with a
+    /// subscription id among each subscription's reference parameters; `forget` empties its
+    /// subscriptions as a restart does.
+    #[derive(Default)]
+    struct Fake {
+        alive: HashSet<u32>,
+        made: u32,
+        pulled: HashSet<u32>,
+        asked: Asked,
+    }
+
+    fn envelope(body: &str) -> String {
+        format!(
+            r#"<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope" xmlns:tds="http://www.onvif.org/ver10/device/wsdl" xmlns:tt="http://www.onvif.org/ver10/schema" xmlns:tev="{}" xmlns:a="{}" xmlns:v="urn:fake"><s:Body>{body}</s:Body></s:Envelope>"#,
+            events::TEV,
+            events::WSA5
+        )
+    }
+
+    fn fault(why: &str) -> String {
+        envelope(&format!(
+            r#"<s:Fault><s:Code><s:Value>s:Receiver</s:Value></s:Code><s:Reason><s:Text xml:lang="en">{why}</s:Text></s:Reason></s:Fault>"#
+        ))
+    }
+
+    /// The subscription id in a request's headers, if its `To` names the subscription too.
+    fn subscription_of(request: &str) -> Option<u32> {
+        let doc = xml::parse(request).ok()?;
+        let header = doc.root_element().first_element_child()?;
+        let to = xml::text(xml::child(header, events::WSA5, "To")?);
+        let id: u32 = xml::text(xml::child(header, "urn:fake", "SubscriptionId")?).parse().ok()?;
+        (to.ends_with(&format!("/subscription?id={id}"))).then_some(id)
+    }
+
+    fn answer_to(fake: &Mutex<Fake>, port: u16, action: &str, request: &str) -> (u16, String) {
+        let mut f = fake.lock().unwrap();
+        f.asked.push((action.to_string(), request.to_string(), Instant::now()));
+        let op = action.rsplit('/').next().unwrap_or("");
+        match op {
+            "GetSystemDateAndTime" => (500, fault("no clock here")),
+            "GetCapabilities" => (
+                200,
+                envelope(&format!(
+                    "<tds:GetCapabilitiesResponse><tds:Capabilities><tt:Events><tt:XAddr>http://127.0.0.1:{port}/events</tt:XAddr></tt:Events></tds:Capabilities></tds:GetCapabilitiesResponse>"
+                )),
+            ),
+            "CreatePullPointSubscriptionRequest" => {
+                f.made += 1;
+                let id = f.made;
+                f.alive.insert(id);
+                (
+                    200,
+                    envelope(&format!(
+                        "<tev:CreatePullPointSubscriptionResponse><tev:SubscriptionReference><a:Address>http://127.0.0.1:{port}/subscription?id={id}</a:Address><a:ReferenceParameters><v:SubscriptionId>{id}</v:SubscriptionId></a:ReferenceParameters></tev:SubscriptionReference></tev:CreatePullPointSubscriptionResponse>"
+                    )),
+                )
+            }
+            "PullMessagesRequest" => match subscription_of(request) {
+                Some(id) if f.alive.contains(&id) => {
+                    // Motion once per subscription, then nothing, answered at once (a camera
+                    // that does not wait).
+                    let first = f.pulled.insert(id);
+                    let messages = if first {
+                        message(
+                            "tns1:VideoSource/MotionAlarm",
+                            "2026-12-05T10:00:01Z",
+                            "Changed",
+                            r#"<tt:SimpleItem Name="State" Value="true"/>"#,
+                        )
+                    } else {
+                        String::new()
+                    };
+                    (200, answer(&messages))
+                }
+                _ => (500, fault("no such subscription")),
+            },
+            "UnsubscribeRequest" => {
+                if let Some(id) = subscription_of(request) {
+                    f.alive.remove(&id);
+                }
+                (200, envelope("<wsnt:UnsubscribeResponse xmlns:wsnt=\"http://docs.oasis-open.org/wsn/b-2\"/>"))
+            }
+            _ => (500, fault("not here")),
+        }
+    }
+
+    /// Serves the fake camera: one request per connection, as the box's client makes them.
+    async fn serve(fake: Arc<Mutex<Fake>>) -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let fake = fake.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let (head, body_len) = loop {
+                        let mut chunk = [0u8; 4096];
+                        let n = s.read(&mut chunk).await.unwrap();
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                            let len = head
+                                .lines()
+                                .find_map(|l| {
+                                    l.to_ascii_lowercase()
+                                        .strip_prefix("content-length:")
+                                        .map(|v| v.trim().parse::<usize>().unwrap())
+                                })
+                                .unwrap_or(0);
+                            buf.drain(..end + 4);
+                            break (head, len);
+                        }
+                    };
+                    while buf.len() < body_len {
+                        let mut chunk = [0u8; 4096];
+                        let n = s.read(&mut chunk).await.unwrap();
+                        buf.extend_from_slice(&chunk[..n]);
+                    }
+                    let action =
+                        head.split("action=\"").nth(1).and_then(|a| a.split('"').next()).unwrap_or("").to_string();
+                    let (status, text) = answer_to(&fake, port, &action, &String::from_utf8_lossy(&buf));
+                    let reply = format!(
+                        "HTTP/1.1 {status} X\r\nContent-Type: application/soap+xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                        text.len()
+                    );
+                    let _ = s.write_all(reply.as_bytes()).await;
+                });
+            }
+        });
+        port
+    }
+
+    fn asked(fake: &Mutex<Fake>, op: &str) -> Vec<(String, Instant)> {
+        let f = fake.lock().unwrap();
+        f.asked.iter().filter(|(a, _, _)| a.ends_with(op)).map(|(_, r, t)| (r.clone(), *t)).collect()
+    }
+
+    #[test]
+    fn the_wait_after_failures_doubles_to_its_ceiling() {
+        let mut ms = limits::ONVIF_RESUBSCRIBE_MIN_MS;
+        let mut waits = vec![ms];
+        while ms < limits::ONVIF_RESUBSCRIBE_MAX_MS {
+            ms = next_wait_ms(ms);
+            waits.push(ms);
+        }
+        assert_eq!(next_wait_ms(ms), limits::ONVIF_RESUBSCRIBE_MAX_MS, "stays at the ceiling: {waits:?}");
+        assert!(waits.windows(2).all(|w| w[1] == (w[0] * 2).min(limits::ONVIF_RESUBSCRIBE_MAX_MS)));
+    }
+
+    #[tokio::test]
+    async fn a_camera_that_restarts_is_subscribed_again_and_its_pulls_are_paced_and_addressed() {
+        let fake = Arc::new(Mutex::new(Fake::default()));
+        let port = serve(fake.clone()).await;
+        let cam = Camera {
+            device: format!("http://127.0.0.1:{port}/onvif/device_service").parse().unwrap(),
+            user: "admin".into(),
+            password: "pw".into(),
+        };
+        let (status, mut status_rx) = watch::channel(Status::Subscribing);
+        let (stop_tx, stop) = watch::channel(false);
+        let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+        let now_s = || 1_796_464_800;
+        let follower = tokio::spawn(follow(cam, now_s, move |e| seen_tx.send(e).unwrap(), status, stop));
+
+        // Subscribed for ONVIF_SUBSCRIPTION_S; the motion of its first pull comes through.
+        let e = tokio::time::timeout(Duration::from_secs(5), seen.recv()).await.unwrap().unwrap();
+        assert_eq!((e.label, e.active), ("motion", true));
+        let made = asked(&fake, "CreatePullPointSubscriptionRequest");
+        assert_eq!(made.len(), 1);
+        assert!(made[0].0.contains(&format!("PT{}S", limits::ONVIF_SUBSCRIPTION_S)), "{}", made[0].0);
+        assert!(
+            made[0]
+                .0
+                .contains(&format!("<wsa:To xmlns:wsa=\"{}\">http://127.0.0.1:{port}/events</wsa:To>", events::WSA5))
+        );
+        // Pulls ask the camera to wait ONVIF_PULL_WAIT_S; one answered at once with nothing is
+        // followed by a pause, so they come at most once per ONVIF_PULL_MIN_INTERVAL_MS.
+        let floor = Duration::from_millis(limits::ONVIF_PULL_MIN_INTERVAL_MS);
+        tokio::time::sleep(floor * 3 + floor / 2).await;
+        let pulls = asked(&fake, "PullMessagesRequest");
+        assert!((3..=5).contains(&pulls.len()), "{} pulls in 3.5 intervals", pulls.len());
+        assert!(pulls.iter().all(|(r, _)| r.contains(&format!("PT{}S", limits::ONVIF_PULL_WAIT_S)) && subscription_of(r) == Some(1)));
+        for w in pulls.windows(2).skip(1) {
+            assert!(w[1].1 - w[0].1 >= floor - Duration::from_millis(5), "pulls {:?} apart", w[1].1 - w[0].1);
+        }
+
+        // The camera restarts: it forgets the subscription. The next pull fails, the follower
+        // says so, waits ONVIF_RESUBSCRIBE_MIN_MS, subscribes again and hears the motion of
+        // the new subscription.
+        fake.lock().unwrap().alive.clear();
+        let failed_at = loop {
+            status_rx.changed().await.unwrap();
+            if let Status::Failed(why) = &*status_rx.borrow_and_update() {
+                assert!(why.contains("no such subscription"), "{why}");
+                break Instant::now();
+            }
+        };
+        let e = tokio::time::timeout(Duration::from_millis(limits::ONVIF_RESUBSCRIBE_MIN_MS + 3000), seen.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((e.label, e.active), ("motion", true));
+        let made = asked(&fake, "CreatePullPointSubscriptionRequest");
+        assert_eq!(made.len(), 2);
+        let waited = made[1].1 - failed_at;
+        assert!(
+            waited >= Duration::from_millis(limits::ONVIF_RESUBSCRIBE_MIN_MS - 50),
+            "subscribed again after {waited:?}"
+        );
+        assert_eq!(subscription_of(&asked(&fake, "PullMessagesRequest").last().unwrap().0), Some(2));
+
+        // Stopped: the subscription is ended at the camera.
+        stop_tx.send(true).unwrap();
+        follower.await.unwrap();
+        let gone = asked(&fake, "UnsubscribeRequest");
+        assert_eq!(gone.len(), 1);
+        assert_eq!(subscription_of(&gone[0].0), Some(2));
+        assert!(fake.lock().unwrap().alive.is_empty());
     }
 }

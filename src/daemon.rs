@@ -229,24 +229,24 @@ pub async fn run(config: Config, source: Option<ConfigSource>, system: Arc<Syste
 /// Follows a camera's own events over ONVIF until `stop`: each start of something seen (a
 /// label) is an event, its end a revision of it with its end time, through the intake like
 /// any event (so it records with the pre-roll). Events wait in a bounded queue
-/// ([`limits::ONVIF_EVENTS_QUEUED_MAX`]); past it one is dropped and logged.
+/// ([`limits::ONVIF_EVENTS_QUEUED_MAX`]); past it one is dropped, counted and logged. How it
+/// goes is in `followers` while the camera runs.
 async fn follow_camera_events(
     name: String,
     camera: crate::onvif::subscribe::Camera,
     events: Arc<crate::events::Events>,
+    followers: Arc<crate::onvif::subscribe::Followers>,
     clocks: SharedClocks,
     stop: watch::Receiver<bool>,
 ) {
-    let (tx, mut rx) = mpsc::channel::<crate::onvif::events::CameraEvent>(limits::ONVIF_EVENTS_QUEUED_MAX);
-    let (status, _) = watch::channel(crate::onvif::subscribe::Status::Subscribing);
+    use crate::onvif::subscribe::Follower;
+    let (tx, mut rx) = Follower::queue();
+    let (follower, status) = Follower::new(&name);
+    followers.add(follower.clone());
     let now_clocks = clocks.clone();
     let now_s = move || crate::clock::Clocks::wall_us(&*now_clocks) / 1_000_000;
-    let who = name.clone();
-    let sink = move |e| {
-        if tx.try_send(e).is_err() {
-            warn!(camera = %who, "ONVIF events: one dropped, the intake is behind");
-        }
-    };
+    let offering = follower.clone();
+    let sink = move |e| offering.offer(&tx, e);
     let intake = async {
         // Open events by label: their id and start, for the revision that ends them.
         let mut open: std::collections::HashMap<&'static str, (String, i64)> = Default::default();
@@ -266,14 +266,18 @@ async fn follow_camera_events(
                 }
                 (false, None) => continue,
             };
-            if let Err(err) = events.publish("onvif", envelope.to_string().as_bytes(), None).await {
-                warn!(camera = %name, error = %err, "ONVIF events: an event refused");
+            match events.publish("onvif", envelope.to_string().as_bytes(), None).await {
+                Ok(_) => {
+                    follower.events.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(err) => warn!(camera = %name, error = %err, "ONVIF events: an event refused"),
             }
         }
     };
     let follow = crate::onvif::subscribe::follow(camera, now_s, sink, status, stop);
     // The follower ends at the stop (unsubscribed); the intake then drains what is queued.
     tokio::join!(follow, intake);
+    followers.remove(&follower);
 }
 
 /// Carries out an order from Home Assistant; what fails is logged (the sender is a button).
@@ -400,6 +404,7 @@ pub async fn start(
         mqtt_task: Some(tokio::spawn(mqtt.clone().run(shutdown_rx.clone()))),
         mqtt: mqtt.clone(),
         events: events.clone(),
+        camera_events: Arc::default(),
     };
     for camera in &config.cameras {
         running.start_camera(camera)?;
@@ -461,6 +466,7 @@ pub async fn start(
             tls: tls_store,
             oidc: running.oidc.clone(),
             mqtt,
+            camera_events: running.camera_events.clone(),
         });
         tokio::spawn(http::serve(listeners, Arc::new(http::HttpStats::default()), auth, services, shutdown_rx))
     });
@@ -539,6 +545,8 @@ pub struct Running {
     mqtt: Arc<crate::mqtt::Mqtt>,
     /// The event intake: cameras' own events (ONVIF) go in there.
     events: Arc<crate::events::Events>,
+    /// The cameras whose own events are followed (ONVIF), and how it goes.
+    camera_events: Arc<crate::onvif::subscribe::Followers>,
     mqtt_task: Option<JoinHandle<()>>,
 }
 
@@ -595,6 +603,7 @@ impl Running {
                 camera.name.clone(),
                 follower,
                 self.events.clone(),
+                self.camera_events.clone(),
                 self.clocks.clone(),
                 stopped.clone(),
             )));

@@ -113,6 +113,7 @@ async fn handle(
         HttpsUpload => system::https_upload(ctx, &parts.headers, body).await,
         HttpsReset => system::https_reset(ctx).await,
         Mqtt => system::mqtt(ctx),
+        CameraEvents => system::camera_events(ctx),
         Me => accounts::me(ctx, who),
         Logout => {
             accounts::logout(ctx, who, &parts.headers, parts.extensions.get::<super::OverHttps>().is_some()).await

@@ -28,7 +28,6 @@ fn load(v: &AtomicU64) -> u64 {
     v.load(Ordering::Relaxed)
 }
 
-/// The whole `/metrics` body.
 /// The MQTT connection and its outbox.
 fn mqtt(out: &mut String, services: &Services) {
     let s = &services.mqtt.stats;
@@ -68,6 +67,37 @@ fn mqtt(out: &mut String, services: &Services) {
     );
 }
 
+/// The cameras' own events (ONVIF), by camera.
+fn camera_events(out: &mut String, services: &Services) {
+    let all = services.camera_events.all();
+    let by = |f: &dyn Fn(&crate::onvif::subscribe::Follower) -> u64| -> Vec<(String, u64)> {
+        all.iter().map(|x| (format!("camera=\"{}\"", label(&x.camera)), f(x))).collect()
+    };
+    let subscribed =
+        by(&|x| u64::from(matches!(*x.status.borrow(), crate::onvif::subscribe::Status::Subscribed)));
+    family(
+        out,
+        "keeppeek_onvif_events_subscribed",
+        "gauge",
+        "1 while the camera's own events are subscribed to (ONVIF PullPoint).",
+        &subscribed,
+    );
+    family(
+        out,
+        "keeppeek_onvif_events_total",
+        "counter",
+        "The camera's own detections that became events (starts and ends).",
+        &by(&|x| load(&x.events)),
+    );
+    family(
+        out,
+        "keeppeek_onvif_events_dropped_total",
+        "counter",
+        "The camera's own detections dropped with the intake's queue full (ONVIF_EVENTS_QUEUED_MAX).",
+        &by(&|x| load(&x.dropped)),
+    );
+}
+
 /// The process's resident set, 0 where /proc is not there.
 fn resident_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -77,6 +107,7 @@ fn resident_bytes() -> u64 {
     pages * page.max(0) as u64
 }
 
+/// The whole `/metrics` body.
 pub fn render(s: &HttpStats, services: &Services) -> String {
     let mut out = String::new();
     let one = |v: u64| vec![(String::new(), v)];
@@ -153,6 +184,7 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
         &one(load(&s.redirects)),
     );
     mqtt(&mut out, services);
+    camera_events(&mut out, services);
     streams(&mut out, services);
     let c = &services.config_stats;
     let outcomes: Vec<_> = [

@@ -133,6 +133,8 @@ pub struct Services {
     pub oidc: Arc<crate::oidc::Oidc>,
     /// The MQTT room: its state for `/api/system/mqtt` and `/metrics`.
     pub mqtt: Arc<crate::mqtt::Mqtt>,
+    /// The cameras whose own events are followed (ONVIF): `/api/system/camera-events`.
+    pub camera_events: Arc<crate::onvif::subscribe::Followers>,
 }
 
 /// Config plans and applies, for `/metrics`.
@@ -193,6 +195,7 @@ impl Services {
             tls: None,
             oidc: Arc::new(crate::oidc::Oidc::new(&[])),
             mqtt,
+            camera_events: Arc::default(),
         })
     }
 }

@@ -71,6 +71,8 @@ pub(crate) enum Route<'a> {
     HttpsReset,
     /// The MQTT connection's state.
     Mqtt,
+    /// The cameras' own event subscriptions (ONVIF) and how they go.
+    CameraEvents,
     Me,
     Logout,
     Users,
@@ -147,6 +149,7 @@ impl<'a> Route<'a> {
             (&Method::POST, ["api", "system", "https"]) => HttpsUpload,
             (&Method::DELETE, ["api", "system", "https"]) => HttpsReset,
             (&Method::GET, ["api", "system", "mqtt"]) => Mqtt,
+            (&Method::GET, ["api", "system", "camera-events"]) => CameraEvents,
             (&Method::GET, ["api", "me"]) => Me,
             (&Method::POST, ["api", "logout"]) => Logout,
             (&Method::GET, ["api", "users"]) => Users,
@@ -178,7 +181,7 @@ impl<'a> Route<'a> {
             DeleteRecordings(_) | EventDelete(_) | SystemUpdate | SystemReboot | SystemFactoryReset | SupportBundle => {
                 Access::Scope(scope::ADMIN)
             }
-            HttpsUpload | HttpsReset | Mqtt => Access::Scope(scope::ADMIN),
+            HttpsUpload | HttpsReset | Mqtt | CameraEvents => Access::Scope(scope::ADMIN),
             Users | UserPut | UserDelete(_) | Tokens | TokenCreate | TokenDelete(_) => Access::Scope(scope::ADMIN),
             ConfigSnapshot | ConfigPlan | ConfigApply | ConfigRevisions | CameraProbe | CameraDiscover
             | CameraOnvif => Access::Scope(scope::ADMIN),
@@ -230,6 +233,7 @@ mod tests {
             ("POST", "/api/system/https", admin),
             ("DELETE", "/api/system/https", admin),
             ("GET", "/api/system/mqtt", admin),
+            ("GET", "/api/system/camera-events", admin),
             ("GET", "/api/me", Signed),
             ("POST", "/api/logout", Signed),
             ("GET", "/api/users", admin),

@@ -280,6 +280,35 @@ pub(super) fn mqtt(ctx: &Ctx) -> Reply {
     )
 }
 
+/// `GET /api/system/camera-events`: each camera whose own events are followed (ONVIF), by
+/// name: `subscribing`, `subscribed` or `failed` with why, its detections that became events
+/// and those dropped.
+pub(super) fn camera_events(ctx: &Ctx) -> Reply {
+    use crate::onvif::subscribe::Status;
+    use std::sync::atomic::Ordering::Relaxed;
+    let cameras: Vec<_> = ctx
+        .services
+        .camera_events
+        .all()
+        .iter()
+        .map(|f| {
+            let (state, error) = match &*f.status.borrow() {
+                Status::Subscribing => ("subscribing", None),
+                Status::Subscribed => ("subscribed", None),
+                Status::Failed(why) => ("failed", Some(why.clone())),
+            };
+            serde_json::json!({
+                "camera": f.camera,
+                "state": state,
+                "error": error,
+                "events": f.events.load(Relaxed),
+                "dropped": f.dropped.load(Relaxed),
+            })
+        })
+        .collect();
+    json(StatusCode::OK, serde_json::json!({ "cameras": cameras }))
+}
+
 /// `GET /api/system/https`
 pub(super) fn https(ctx: &Ctx) -> Reply {
     let serving = ctx.services.tls.as_ref().map(|t| t.current());

@@ -13,9 +13,11 @@
 //! `To`, and the subscription's reference parameters, as the ONVIF core specification asks
 //! (cameras route PullMessages by them).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::device::{date_time, rehost};
@@ -43,6 +45,67 @@ pub enum Status {
     Subscribed,
     /// The last failure, and when the next try is.
     Failed(String),
+}
+
+/// A camera whose events are followed: how it goes, for the API, `/metrics` and the
+/// Integrations page.
+pub struct Follower {
+    pub camera: String,
+    pub status: watch::Receiver<Status>,
+    /// Its detections that became events (starts and ends).
+    pub events: AtomicU64,
+    /// Its detections dropped because the intake's queue was full
+    /// ([`limits::ONVIF_EVENTS_QUEUED_MAX`]).
+    pub dropped: AtomicU64,
+}
+
+impl Follower {
+    /// A follower of `camera` and the sender its status is told through.
+    pub fn new(camera: &str) -> (Arc<Follower>, watch::Sender<Status>) {
+        let (tx, status) = watch::channel(Status::Subscribing);
+        let f = Follower { camera: camera.to_string(), status, events: AtomicU64::new(0), dropped: AtomicU64::new(0) };
+        (Arc::new(f), tx)
+    }
+
+    /// The queue between the follower and the intake, at most
+    /// [`limits::ONVIF_EVENTS_QUEUED_MAX`] detections.
+    pub fn queue() -> (mpsc::Sender<CameraEvent>, mpsc::Receiver<CameraEvent>) {
+        mpsc::channel(limits::ONVIF_EVENTS_QUEUED_MAX)
+    }
+
+    /// Hands a detection to the intake's queue; when it is full the detection is dropped,
+    /// counted and logged (the camera's events go on; the intake is behind).
+    pub fn offer(&self, queue: &mpsc::Sender<CameraEvent>, e: CameraEvent) {
+        if queue.try_send(e).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            warn!(camera = %self.camera, "ONVIF events: one dropped, the intake is behind");
+        }
+    }
+}
+
+/// The cameras whose events are followed now.
+#[derive(Default)]
+pub struct Followers {
+    list: Mutex<Vec<Arc<Follower>>>,
+}
+
+impl Followers {
+    /// Adds `f` (a camera started).
+    pub fn add(&self, f: Arc<Follower>) {
+        self.list.lock().expect("lock").push(f);
+    }
+
+    /// Removes `f` once its camera stopped (not a newer follower of the same camera).
+    pub fn remove(&self, f: &Arc<Follower>) {
+        self.list.lock().expect("lock").retain(|x| !Arc::ptr_eq(x, f));
+    }
+
+    /// Every follower, by camera name.
+    pub fn all(&self) -> Vec<Arc<Follower>> {
+        let mut all = self.list.lock().expect("lock").clone();
+        all.sort_by(|a, b| a.camera.cmp(&b.camera));
+        all
+    }
 }
 
 fn read<T>(text: &str, f: impl FnOnce(roxmltree::Node) -> Result<T, String>) -> Result<T, Failure> {
@@ -216,7 +279,6 @@ mod tests {
     use super::*;
     use crate::onvif::events::tests::{answer, message};
     use std::collections::HashSet;
-    use std::sync::{Arc, Mutex};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// What the fake camera was asked: the action, the request's text, when.
@@ -361,6 +423,41 @@ mod tests {
     fn asked(fake: &Mutex<Fake>, op: &str) -> Vec<(String, Instant)> {
         let f = fake.lock().unwrap();
         f.asked.iter().filter(|(a, _, _)| a.ends_with(op)).map(|(_, r, t)| (r.clone(), *t)).collect()
+    }
+
+    #[tokio::test]
+    async fn detections_past_the_intakes_queue_are_dropped_and_counted() {
+        let (f, _status) = Follower::new("porch");
+        let (tx, mut rx) = Follower::queue();
+        let e = CameraEvent { label: "motion", active: true, utc_us: None, initial: false };
+        for _ in 0..limits::ONVIF_EVENTS_QUEUED_MAX + 3 {
+            f.offer(&tx, e.clone());
+        }
+        assert_eq!(f.dropped.load(Ordering::Relaxed), 3);
+        let mut queued = 0;
+        while rx.try_recv().is_ok() {
+            queued += 1;
+        }
+        assert_eq!(queued, limits::ONVIF_EVENTS_QUEUED_MAX);
+        // Room again once the intake has taken them.
+        f.offer(&tx, e);
+        assert_eq!(f.dropped.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_stopped_cameras_follower_goes_and_not_its_successor() {
+        let followers = Followers::default();
+        let (old, _a) = Follower::new("porch");
+        let (yard, _b) = Follower::new("yard");
+        followers.add(yard);
+        followers.add(old.clone());
+        // The camera changed: its new follower starts before the old one has ended.
+        let (new, _c) = Follower::new("porch");
+        followers.add(new.clone());
+        followers.remove(&old);
+        let all = followers.all();
+        assert_eq!(all.iter().map(|f| f.camera.as_str()).collect::<Vec<_>>(), ["porch", "yard"]);
+        assert!(Arc::ptr_eq(&all[0], &new));
     }
 
     #[test]

@@ -214,4 +214,17 @@ fn a_cameras_own_motion_becomes_events_that_record_with_the_pre_roll() {
         recorded && covered,
         "motion − pre-roll to motion not recorded whole; runs around the motion (ms): {rel:?}"
     );
+    // The subscription and what it made, for an admin and in /metrics.
+    let admin_get = |path: &str| -> String {
+        let (code, _, body) = request(port, "GET", path, &[("authorization", &format!("Bearer {admin}"))], "");
+        assert_eq!(code, 200, "{path}: {body}");
+        body
+    };
+    let following: Value = serde_json::from_str(&admin_get("/api/system/camera-events")).unwrap();
+    let porch = &following["cameras"][0];
+    assert_eq!((porch["camera"].as_str(), porch["state"].as_str()), (Some("porch"), Some("subscribed")), "{following}");
+    assert!(porch["events"].as_u64().unwrap() >= 2, "a start and its end: {following}");
+    assert_eq!(porch["dropped"], 0);
+    let metrics = admin_get("/metrics");
+    assert!(metrics.contains("keeppeek_onvif_events_subscribed{camera=\"porch\"} 1"), "{metrics}");
 }

@@ -9,7 +9,8 @@
 // keeps its session while another camera is added; its recording changes to events (the
 // diff shown, then applied) while it stays live; the revisions list who did what; the
 // storage tab shows the disk and how far back each stream reaches, and a retention cap
-// changes; it is removed. Nothing is edited by hand and keeppeek never restarts. Desktop
+// changes; Settings → Integrations shows the camera's own detections subscribed (ONVIF
+// events) with the events they made; it is removed, and its subscription with it. Nothing is edited by hand and keeppeek never restarts. Desktop
 // and phone, axe-core, screenshots in target/ui/.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -140,6 +141,20 @@ test('a camera found working, added, watched, changed and removed from the brows
   await page.setViewportSize(DESKTOP);
   await go(page, '#/settings', '.camera-row[data-camera=porch]');
 
+  // The camera found over ONVIF reports its own detections (the mock camera's motion): its
+  // subscription shows on Settings → Integrations, with the events it made.
+  await go(page, '#/settings/integrations', '#camera-events-card');
+  const follower = page.locator('#camera-events li[data-camera=porch]');
+  await waitFor('porch subscribed, with events', async () => (await follower.count()) === 1
+    && (await follower.getAttribute('data-state')) === 'subscribed' && /· [1-9]\d* events?/.test(await follower.textContent()), 20000);
+  await page.locator('#camera-events-card').screenshot({ path: join(shots, 'settings-camera-events.png') });
+  await checkA11y(page, 'Settings → Integrations with a camera\'s own detections');
+  await page.setViewportSize(PHONE);
+  await checkNoSideScroll(page, 'Integrations at 390 px');
+  await page.screenshot({ path: join(shots, 'settings-integrations-phone.png'), fullPage: true });
+  await page.setViewportSize(DESKTOP);
+  await go(page, '#/settings', '.camera-row[data-camera=porch]');
+
   // Removed, after a confirmation and its plan.
   await page.click('button[aria-label="Remove porch"]');
   await page.click('dialog.confirm button.danger');
@@ -147,6 +162,9 @@ test('a camera found working, added, watched, changed and removed from the brows
   assert.match(await page.locator('.plan .diff').textContent(), /porch: removed/);
   await page.click('.plan button.primary');
   await waitFor('removed', async () => (await camerasOf(page)).map((c) => c.camera).join() === 'gate');
+  // Its subscription ended with it.
+  await waitFor('porch no longer followed', () => page.evaluate(async () =>
+    (await (await fetch('/api/system/camera-events')).json()).cameras.length === 0));
   assert.equal(box.pid(), pid, 'keeppeek never restarted');
   assert.deepEqual(page.errors, []);
 });

@@ -68,3 +68,31 @@ export async function mqttSection(onApplied) {
     h('p.muted', {}, 'The box publishes each event once it is stored, its cameras’ state and its own to an MQTT broker. Home Assistant finds the cameras there by itself (MQTT discovery): a device per camera with its detections, latest snapshot, continuous recording switch and a button that marks an event. Events stored while the broker is away are delivered, in order, when it is back.'),
     status, form, panel);
 }
+
+// The cameras that report their own detections over ONVIF, and how their subscriptions go.
+function followerRow(c) {
+  const badge = c.state === 'subscribed' ? h('span.badge.ok', {}, 'subscribed')
+    : c.state === 'failed' ? h('span.badge.bad', {}, 'not subscribed') : h('span.badge', {}, 'subscribing');
+  const counts = [`${c.events} event${c.events === 1 ? '' : 's'}`];
+  if (c.dropped) counts.push(`${c.dropped} dropped while the box was behind`);
+  return h('li', { 'data-camera': c.camera, 'data-state': c.state }, h('strong', {}, c.camera), ' ', badge, ` · ${counts.join(' · ')}`,
+    c.error ? h('div.muted', {}, c.error) : null);
+}
+
+function followerList(list) {
+  if (!list.cameras.length) {
+    return h('p.muted', { id: 'camera-events' }, 'No camera reports its own detections yet: a camera added from an ONVIF search in Settings → Cameras, with its user name and password, does.');
+  }
+  return h('ul.follow-list', { id: 'camera-events' }, ...list.cameras.map(followerRow));
+}
+
+export async function cameraEventsSection() {
+  const slot = h('div', {}, followerList(await get('/api/system/camera-events')));
+  const timer = setInterval(async () => {
+    if (!slot.isConnected) { clearInterval(timer); return; }
+    try { slot.replaceChildren(followerList(await get('/api/system/camera-events'))); } catch { /* shown next time */ }
+  }, 3000);
+  return h('section.card.wide', { 'aria-labelledby': 'camera-events-title', id: 'camera-events-card' }, h('h2', { id: 'camera-events-title' }, 'Cameras’ own detections'),
+    h('p.muted', {}, 'Cameras found over ONVIF report their own motion and analytics (people, vehicles, line crossing …) to the box. Each detection is an event: it records with the pre-roll and reaches MQTT and Home Assistant like any other.'),
+    slot);
+}

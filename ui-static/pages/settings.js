@@ -11,7 +11,7 @@ import { camerasSection } from './settings-cameras.js';
 import { storageSection } from './settings-storage.js';
 import { recordingSection, revisionsSection } from './settings-recording.js';
 import { signInSection } from './settings-signin.js';
-import { mqttSection } from './settings-mqtt.js';
+import { mqttSection, cameraEventsSection } from './settings-mqtt.js';
 
 const TABS = [['cameras', 'Cameras'], ['recording', 'Recording'], ['storage', 'Storage'], ['revisions', 'Revisions'], ['integrations', 'Integrations'], ['accounts', 'Accounts']];
 
@@ -118,7 +118,7 @@ async function mount(view, args, query) {
     const redraw = async () => body.replaceChildren(await revisionsSection(redraw));
     await redraw();
   } else if (tab === 'integrations') {
-    const redraw = async () => body.replaceChildren(await mqttSection(redraw));
+    const redraw = async () => body.replaceChildren(await mqttSection(redraw), await cameraEventsSection());
     await redraw();
   } else {
     body.append(await usersSection(), await tokensSection());

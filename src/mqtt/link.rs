@@ -111,6 +111,12 @@ impl Link {
         }
     }
 
+    /// A link over `wire`, its CONNECT already answered (the tests' in-memory brokers).
+    #[cfg(test)]
+    pub(crate) fn over(wire: Box<dyn Wire>) -> Link {
+        Link { wire, inbound: BytesMut::new(), outbound: BytesMut::new() }
+    }
+
     /// Queues `packet` to be written (see [`Link::flush`]).
     pub fn queue(&mut self, packet: &Packet) -> Result<(), LinkError> {
         packet
@@ -221,6 +227,19 @@ mod tests {
         // Half a packet waits for the rest.
         let mut half = BytesMut::from(&[0x90, 0x03, 0x00][..]);
         assert_eq!(take_packet(&mut half).unwrap(), None);
+    }
+
+    /// A broker that stops reading: a write gives up at its timeout (on tokio's paused
+    /// clock).
+    #[tokio::test(start_paused = true)]
+    async fn a_broker_that_stops_reading_is_given_up_on_at_the_write_timeout() {
+        let (ours, _broker) = tokio::io::duplex(1024);
+        let mut link = Link::over(Box::new(ours));
+        let p = rumqttc::mqttbytes::v4::Publish::new("k/events", QoS::AtLeastOnce, vec![7u8; 4096]);
+        link.queue(&Packet::Publish(p)).unwrap();
+        let started = tokio::time::Instant::now();
+        assert_eq!(link.flush().await, Err(LinkError::Timeout(limits::MQTT_WRITE_TIMEOUT_MS)));
+        assert_eq!(started.elapsed(), Duration::from_millis(limits::MQTT_WRITE_TIMEOUT_MS));
     }
 
     /// A broker that takes the connection and never answers: the connect gives up at its

@@ -157,8 +157,20 @@ impl Mqtt {
         self.stats.connected.store(true, Ordering::Relaxed);
         self.stats.connects.fetch_add(1, Ordering::Relaxed);
         info!(broker = %format!("{}:{}", dial.host, dial.port), "MQTT: connected");
+        let keep_alive = Duration::from_secs(u64::from(dial.keep_alive_s));
+        self.session(&mut link, config, keep_alive, shutdown).await
+    }
+
+    /// A connection once the broker accepted it: until it fails, or the stop.
+    async fn session(
+        &self,
+        link: &mut Link,
+        config: &MqttConfig,
+        keep_alive: Duration,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(), LinkError> {
         let mut s = Session {
-            link: &mut link,
+            link,
             inflight: VecDeque::new(),
             next_pkid: 1,
             sent_upto: 0,
@@ -173,8 +185,8 @@ impl Mqtt {
         s.link.flush().await?;
         let tick_every = Duration::from_millis(limits::MQTT_STATE_TICK_MS);
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + tick_every, tick_every);
-        let keep_alive = Duration::from_secs(u64::from(dial.keep_alive_s));
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
+        // A PINGRESP is due by then: half the keep-alive after the ping.
         let mut pong_due: Option<tokio::time::Instant> = None;
         // Whatever waits in the outbox goes first.
         self.wake.notify_one();
@@ -215,11 +227,11 @@ impl Mqtt {
                     return Ok(());
                 }
                 _ = ping.tick() => {
-                    if pong_due.is_some_and(|d| tokio::time::Instant::now() >= d) {
-                        return Err(LinkError::Timeout(keep_alive.as_millis() as u64));
-                    }
                     s.link.queue(&Packet::PingReq)?;
-                    pong_due = Some(tokio::time::Instant::now() + keep_alive / 2);
+                    pong_due.get_or_insert(tokio::time::Instant::now() + keep_alive / 2);
+                }
+                _ = tokio::time::sleep_until(pong_due.unwrap_or_else(tokio::time::Instant::now)), if pong_due.is_some() => {
+                    return Err(LinkError::Timeout((keep_alive / 2).as_millis() as u64));
                 }
             }
             s.link.flush().await?;
@@ -506,6 +518,77 @@ mod tests {
         Packet::ConnAck(ConnAck::new(ConnectReturnCode::Success, false)).write(&mut ack, 16).unwrap();
         s.write_all(&ack).await.unwrap();
         (mqtt, stop_tx, room, s, buf)
+    }
+
+    /// A room in session with an in-memory broker of `capacity` bytes a way, on tokio's
+    /// paused clock: the room's task, its stop, and the broker's end.
+    fn in_session(capacity: usize) -> (Arc<Mqtt>, watch::Sender<bool>, tokio::task::JoinHandle<Result<(), LinkError>>, tokio::io::DuplexStream, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
+        let raw: crate::config::mqtt::RawMqtt = toml::from_str("host = \"127.0.0.1\"\nclient_id = \"t\"").unwrap();
+        let config = raw.validate().unwrap();
+        let mqtt = Mqtt::new(catalog, Some(config.clone()));
+        let (ours, broker) = tokio::io::duplex(capacity);
+        let (stop_tx, mut stop) = watch::channel(false);
+        let room = mqtt.clone();
+        let task = tokio::spawn(async move {
+            let mut link = Link::over(Box::new(ours));
+            let keep_alive = Duration::from_secs(u64::from(limits::MQTT_KEEP_ALIVE_S));
+            room.session(&mut link, &config, keep_alive, &mut stop).await
+        });
+        (mqtt, stop_tx, task, broker, dir)
+    }
+
+    /// What the in-memory broker reads until nothing more comes for `quiet` (paused clock).
+    async fn broker_reads(b: &mut tokio::io::DuplexStream, buf: &mut BytesMut, quiet: Duration) -> Vec<Packet> {
+        let mut out = Vec::new();
+        loop {
+            while let Some(p) = link::take_packet(buf).unwrap() {
+                out.push(p);
+            }
+            match tokio::time::timeout(quiet, b.read_buf(buf)).await {
+                Ok(Ok(n)) if n > 0 => continue,
+                _ => return out,
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broker_that_stops_answering_pings_is_left_half_a_keep_alive_after_the_ping() {
+        let (_mqtt, _stop, task, mut broker, _dir) = in_session(64 << 10);
+        let started = tokio::time::Instant::now();
+        let mut buf = BytesMut::new();
+        let first = broker_reads(&mut broker, &mut buf, Duration::from_millis(100)).await;
+        assert!(matches!(first.as_slice(), [Packet::Publish(p)] if p.topic == "keeppeek/available"), "{first:?}");
+        // The ping comes one keep-alive in, and is never answered.
+        let keep_alive = Duration::from_secs(u64::from(limits::MQTT_KEEP_ALIVE_S));
+        let mut pinged = None;
+        while pinged.is_none() {
+            for p in broker_reads(&mut broker, &mut buf, Duration::from_secs(1)).await {
+                if matches!(p, Packet::PingReq) {
+                    pinged = Some(started.elapsed());
+                }
+            }
+        }
+        assert_eq!(pinged.unwrap().as_secs(), keep_alive.as_secs());
+        let ended = task.await.unwrap();
+        assert_eq!(ended, Err(LinkError::Timeout((keep_alive / 2).as_millis() as u64)));
+        assert_eq!(started.elapsed().as_secs(), (keep_alive + keep_alive / 2).as_secs());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_the_stop_a_broker_that_does_not_read_holds_the_box_at_most_the_goodbye() {
+        // Room for the first "online" and little more: the goodbye cannot be written whole.
+        let (_mqtt, stop, task, mut broker, _dir) = in_session(24);
+        let mut buf = BytesMut::new();
+        let first = broker_reads(&mut broker, &mut buf, Duration::from_millis(100)).await;
+        assert!(matches!(first.as_slice(), [Packet::Publish(_)]), "{first:?}");
+        let started = tokio::time::Instant::now();
+        stop.send(true).unwrap();
+        assert_eq!(task.await.unwrap(), Ok(()));
+        let held = started.elapsed();
+        let goodbye = Duration::from_millis(limits::MQTT_GOODBYE_MS);
+        assert!(held >= goodbye && held < goodbye + Duration::from_millis(100), "{held:?}");
     }
 
     #[tokio::test]

@@ -372,7 +372,7 @@ pub async fn start(
     };
     // Home Assistant's commands over MQTT, carried out here: an event marked, continuous
     // recording turned on or off (a config change like the web face's).
-    let (mqtt_orders, mut mqtt_orders_rx) = mpsc::channel(limits::MQTT_ORDERS_MAX);
+    let (mqtt_orders, mut mqtt_orders_rx) = crate::mqtt::home::orders();
     crate::mqtt::home::mark_start();
     mqtt.set_around(crate::mqtt::home::Around {
         cameras: cameras.clone(),

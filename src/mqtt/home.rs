@@ -37,6 +37,11 @@ pub enum Order {
     Mark { camera: String },
 }
 
+/// The queue of Home Assistant's orders to the daemon: at most [`limits::MQTT_ORDERS_MAX`].
+pub fn orders() -> (mpsc::Sender<Order>, mpsc::Receiver<Order>) {
+    mpsc::channel(limits::MQTT_ORDERS_MAX)
+}
+
 /// The box around the room, given once by the daemon.
 pub struct Around {
     pub cameras: Arc<Cameras>,
@@ -60,7 +65,8 @@ pub(super) struct Home {
     /// The last payload published on each state topic.
     last: HashMap<String, Vec<u8>>,
     /// Label sensors to turn off, and when.
-    offs: Vec<(Instant, String)>,
+    /// (On tokio's clock, which the tests pause.)
+    offs: Vec<(tokio::time::Instant, String)>,
 }
 
 fn names<'a>(config: &'a MqttConfig, around: &'a Around) -> Names<'a> {
@@ -209,7 +215,7 @@ impl Home {
             let labels = known.get(&camera).cloned().unwrap_or_default();
             self.announce(s, w, &camera, labels)?;
         }
-        let at = Instant::now();
+        let at = tokio::time::Instant::now();
         let (due, later): (Vec<_>, Vec<_>) =
             std::mem::take(&mut self.offs).into_iter().partition(|(when, _)| *when <= at);
         self.offs = later;
@@ -243,7 +249,7 @@ impl Home {
         let on_us = limits::MQTT_LABEL_ON_S as i64 * 1_000_000;
         let until_us = r.envelope.end_us.unwrap_or(r.envelope.time()).max(r.envelope.time()) + on_us;
         if until_us > now_us {
-            let off_at = Instant::now() + Duration::from_micros((until_us - now_us).min(on_us * 10) as u64);
+            let off_at = tokio::time::Instant::now() + Duration::from_micros((until_us - now_us).min(on_us * 10) as u64);
             let announced = self.announced.get(&camera).cloned().unwrap_or_default();
             for label in r.envelope.labels.iter().filter(|l| announced.contains(l)) {
                 let t = n.camera_topic(&camera, &object_id(label));
@@ -273,9 +279,11 @@ impl Home {
                 self.announce_all(s, w)?;
             }
             Ok(Some(Command::Continuous { camera, on })) => {
-                self.order(around, &camera, |c| Order::Continuous { camera: c, on })
+                self.order(around, &camera, |c| Order::Continuous { camera: c, on });
             }
-            Ok(Some(Command::Mark { camera })) => self.order(around, &camera, |c| Order::Mark { camera: c }),
+            Ok(Some(Command::Mark { camera })) => {
+                self.order(around, &camera, |c| Order::Mark { camera: c });
+            }
             Ok(None) => {}
             Err(e) => {
                 debug!(topic = %p.topic.chars().take(80).collect::<String>(), error = %e, "MQTT: a message that is no command")
@@ -285,15 +293,17 @@ impl Home {
     }
 
     /// Passes an order on for the camera whose object id is `id` (never waits: with the
-    /// daemon busy it is dropped and logged).
-    fn order(&self, around: &Around, id: &str, make: impl FnOnce(String) -> Order) {
+    /// daemon busy it is dropped and logged). Whether it was passed on.
+    fn order(&self, around: &Around, id: &str, make: impl FnOnce(String) -> Order) -> bool {
         let Some(name) = running(&around.cameras).into_keys().find(|c| object_id(c) == id) else {
             debug!(camera = id, "MQTT: a command for a camera that does not run");
-            return;
+            return false;
         };
-        if around.orders.try_send(make(name)).is_err() {
+        let passed = around.orders.try_send(make(name)).is_ok();
+        if !passed {
             tracing::warn!("MQTT: a command dropped, the box is busy with others");
         }
+        passed
     }
 }
 
@@ -306,4 +316,35 @@ fn started() -> Instant {
 /// Starts the uptime's clock (called at the box's start).
 pub fn mark_start() {
     let _ = started();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::{StreamKey, StreamKind};
+    use crate::cameras::RunningStream;
+
+    #[test]
+    fn commands_past_the_orders_queue_are_dropped_and_others_wait_their_turn() {
+        let (tx, mut rx) = orders();
+        let cameras = Arc::new(Cameras::default());
+        cameras.add([RunningStream {
+            key: StreamKey::new("front-door", StreamKind::Main),
+            state: Arc::default(),
+            recording: None,
+            live: Arc::new(crate::live::Fanout::new(crate::live::gop_pool())),
+        }]);
+        let around = Around { cameras, data_dir: PathBuf::new(), box_id: "b".into(), orders: tx };
+        let home = Home::default();
+        let passed: Vec<bool> = (0..limits::MQTT_ORDERS_MAX + 2)
+            .map(|_| home.order(&around, "front_door", |c| Order::Mark { camera: c }))
+            .collect();
+        assert_eq!(passed.iter().filter(|p| **p).count(), limits::MQTT_ORDERS_MAX);
+        assert!(!passed[limits::MQTT_ORDERS_MAX] && !passed[limits::MQTT_ORDERS_MAX + 1]);
+        assert_eq!(rx.try_recv().unwrap(), Order::Mark { camera: "front-door".into() });
+        // One taken: room for one more.
+        assert!(home.order(&around, "front_door", |c| Order::Continuous { camera: c, on: true }));
+        // A camera that does not run gets nothing.
+        assert!(!home.order(&around, "garage", |c| Order::Mark { camera: c }));
+    }
 }

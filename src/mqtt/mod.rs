@@ -554,6 +554,57 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_labels_sensor_goes_off_its_time_after_the_event_at_the_next_state_tick() {
+        let (mqtt, _stop, task, mut broker, dir) = in_session(64 << 10);
+        // The room's Home Assistant part, with camera "front" running.
+        let cameras = Arc::new(crate::cameras::Cameras::default());
+        cameras.add([crate::cameras::RunningStream {
+            key: crate::base::StreamKey::new("front", crate::base::StreamKind::Main),
+            state: Arc::default(),
+            recording: None,
+            live: Arc::new(crate::live::Fanout::new(crate::live::gop_pool())),
+        }]);
+        let (orders, _orders) = home::orders();
+        mqtt.set_around(home::Around { cameras, data_dir: dir.path().to_path_buf(), box_id: "b".into(), orders });
+        // An event of now, waiting in the outbox.
+        mqtt.catalog.set_outbox(true).unwrap();
+        let mut r = record(1);
+        r.envelope = serde_json::from_value(serde_json::json!({
+            "camera": "front", "time_us": crate::clock::Clocks::wall_us(&crate::clock::RealClocks), "labels": ["person"]
+        }))
+        .unwrap();
+        mqtt.catalog.put_events(&[r]).unwrap();
+        mqtt.wake.notify_one();
+        let started = tokio::time::Instant::now();
+        let (mut on, mut off) = (None, None);
+        let mut buf = BytesMut::new();
+        while off.is_none() {
+            assert!(started.elapsed() < Duration::from_secs(120), "no OFF");
+            for p in broker_reads(&mut broker, &mut buf, Duration::from_millis(500)).await {
+                match p {
+                    Packet::Publish(p) if p.topic == "keeppeek/front/person" && p.retain => match p.payload.as_ref() {
+                        b"ON" => on = on.or(Some(started.elapsed())),
+                        b"OFF" => off = off.or(Some(started.elapsed())),
+                        _ => {}
+                    },
+                    // Answered, so the connection lives.
+                    Packet::PingReq => {
+                        let mut out = BytesMut::new();
+                        Packet::PingResp.write(&mut out, 16).unwrap();
+                        broker.write_all(&out).await.unwrap();
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let (on, off) = (on.expect("ON before OFF"), off.unwrap());
+        let lit = off - on;
+        let (on_for, tick) = (Duration::from_secs(limits::MQTT_LABEL_ON_S), Duration::from_millis(limits::MQTT_STATE_TICK_MS));
+        assert!(lit >= on_for - Duration::from_secs(1) && lit <= on_for + tick + Duration::from_millis(600), "on for {lit:?}");
+        task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_broker_that_stops_answering_pings_is_left_half_a_keep_alive_after_the_ping() {
         let (_mqtt, _stop, task, mut broker, _dir) = in_session(64 << 10);
         let started = tokio::time::Instant::now();

@@ -1,7 +1,8 @@
 //! MQTT against a real broker (Debian's mosquitto, started here) and an independent
 //! subscriber (mosquitto_sub): events published once durable, the box's availability and
 //! its last will on `kill -9`, and a broker away for 60 s while 100 events arrive: each is
-//! delivered once, in order, after it returns, and the intake's latency did not change.
+//! delivered once, in order, after it returns, and the intake's latency did not change, nor
+//! the recording's pace (one run across the absence, nothing dropped).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -122,6 +123,11 @@ impl Drop for Subscriber {
 /// A box with camera `front` (the fixture file, recorded on events), its web face and
 /// `[mqtt]` at `broker`; an `events:write` token.
 fn mqtt_box(dir: &Path, broker: u16) -> (Daemon, u16, String, (String, String)) {
+    mqtt_box_recording(dir, broker, "events")
+}
+
+/// [`mqtt_box`] with the camera's `record` mode.
+fn mqtt_box_recording(dir: &Path, broker: u16, record: &str) -> (Daemon, u16, String, (String, String)) {
     std::fs::create_dir_all(dir).unwrap();
     let port = free_port();
     let clip = fixtures().join("h264.mp4");
@@ -130,14 +136,14 @@ fn mqtt_box(dir: &Path, broker: u16) -> (Daemon, u16, String, (String, String)) 
         &format!(
             "listen = \"127.0.0.1:{port}\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n\
              [mqtt]\nhost = \"127.0.0.1\"\nport = {broker}\nclient_id = \"kp-test\"\n\
-             [[cameras]]\nname = \"front\"\nrecord = \"events\"\nmain = {{ url = \"file://{}\" }}\n",
+             [[cameras]]\nname = \"front\"\nrecord = \"{record}\"\nmain = {{ url = \"file://{}\" }}\n",
             clip.display()
         ),
     );
     let d = Daemon::start(dir);
     d.wait_log("web face listening", 1, Duration::from_secs(20));
     let admin = setup_admin(port);
-    let token = make_token(port, &admin, r#""events:write""#);
+    let token = make_token(port, &admin, r#""events:write", "view", "metrics""#);
     (d, port, token, admin)
 }
 
@@ -192,20 +198,28 @@ fn a_broker_away_for_60_s_gets_every_event_once_in_order_and_nothing_waited_for_
     let dir = tempfile::tempdir().unwrap();
     let mut broker = Broker::start(&dir.path().join("broker"), free_port());
     let sub = Subscriber::start(broker.port, "kp-sub-b", &["keeppeek/events"]);
-    let (_d, port, token, _) = mqtt_box(&dir.path().join("box"), broker.port);
+    // Recording all the time, so its pace can be compared too.
+    let (_d, port, token, _) = mqtt_box_recording(&dir.path().join("box"), broker.port, "continuous");
     std::thread::sleep(Duration::from_secs(2));
+    let frames = || sample(port, &token, "keeppeek_stream_frames_total{stream=\"front/main\"}").expect("the stream's frames");
     // Before: the broker up, 20 events.
+    let (f0, t0) = (frames(), Instant::now());
     let up: Vec<Duration> = (0..20).map(|n| post(port, &token, n)).collect();
     sub.wait_for("keeppeek/events", 20, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(t0.elapsed()));
+    let rate_up = (frames() - f0) as f64 / t0.elapsed().as_secs_f64();
     // The broker away for 60 s; 100 events arrive meanwhile.
     broker.kill9();
     let gone = Instant::now();
+    let (f1, away_from_us) = (frames(), wall_us());
     let mut down = Vec::new();
     for n in 0..100 {
         down.push(post(port, &token, 1000 + n));
         std::thread::sleep(Duration::from_millis(500));
     }
     std::thread::sleep(Duration::from_secs(60).saturating_sub(gone.elapsed()));
+    let rate_away = (frames() - f1) as f64 / gone.elapsed().as_secs_f64();
+    let away_to_us = wall_us();
     broker.restart();
     sub.wait_for("keeppeek/events", 120, Duration::from_secs(60));
     // A moment more: a copy sent twice would show now.
@@ -218,6 +232,25 @@ fn a_broker_away_for_60_s_gets_every_event_once_in_order_and_nothing_waited_for_
     let (up, down) = (p95(up), p95(down));
     eprintln!("intake p95: broker up {up:?}, broker away {down:?}");
     assert!(down <= up * 3 + Duration::from_millis(50), "the intake waited on the broker: {up:?} → {down:?}");
+    // Recording went on at its pace (the camera's frames taken), with no gap and nothing
+    // dropped at the recorder, while the broker was away.
+    eprintln!("frames a second: broker up {rate_up:.1}, broker away {rate_away:.1}");
+    assert!(rate_away >= rate_up * 0.9, "recording slowed while the broker was away: {rate_up:.1} → {rate_away:.1}");
+    assert_eq!(sample(port, &token, "keeppeek_recorder_queue_dropped_total{stream=\"front/main\"}"), Some(0));
+    let path = format!("/api/streams/front/main/recordings?from_us={away_from_us}&to_us={away_to_us}");
+    let (code, _, body) = request(port, "GET", &path, &[("authorization", &format!("Bearer {token}"))], "");
+    assert_eq!(code, 200, "{body}");
+    let runs: Value = serde_json::from_str(&body).unwrap();
+    let runs: Vec<(i64, i64)> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["start_us"].as_i64().unwrap(), r["end_us"].as_i64().unwrap()))
+        .collect();
+    assert!(
+        runs.len() == 1 && runs[0].0 <= away_from_us && runs[0].1 >= away_to_us - 2_000_000,
+        "one run across the broker's absence: {runs:?} for {away_from_us}..{away_to_us}"
+    );
 }
 
 /// Home Assistant itself (PyPI `homeassistant` 2025.4.4 on Python 3.13, installed by

@@ -147,7 +147,7 @@ fn a_cameras_own_motion_becomes_events_that_record_with_the_pre_roll() {
             a = cam.address
         ),
     );
-    let d = Daemon::start(dir.path());
+    let mut d = Daemon::start(dir.path());
     d.wait_log("web face listening", 1, Duration::from_secs(20));
     let admin = setup_admin(port);
     let viewer = make_token(port, &admin, r#""view""#);
@@ -227,4 +227,27 @@ fn a_cameras_own_motion_becomes_events_that_record_with_the_pre_roll() {
     assert_eq!(porch["dropped"], 0);
     let metrics = admin_get("/metrics");
     assert!(metrics.contains("keeppeek_onvif_events_subscribed{camera=\"porch\"} 1"), "{metrics}");
+
+    // The frame counter read back: the recording holding motion − pre-roll starts at a
+    // keyframe of the camera's clip (one a second, 150 frames a loop) and its frames follow
+    // one another from there past the motion.
+    d.stop();
+    let recs = d.recordings();
+    let slack = 150_000;
+    let rec = recs
+        .iter()
+        .find(|r| {
+            r["wall_start_us"].as_i64().is_some_and(|a| a <= from_us + slack)
+                && r["wall_end_us"].as_i64().is_some_and(|b| b >= from_us)
+        })
+        .unwrap_or_else(|| panic!("no recording holds motion − pre-roll: {recs:?}"));
+    let start = rec["wall_start_us"].as_i64().unwrap();
+    let upto = rec["wall_end_us"].as_i64().unwrap().min(motion_us);
+    let want = ((upto - start) as f64 * 15.0 / 1e6) as usize;
+    let numbers = frame_numbers(&d.data().join(rec["path"].as_str().unwrap()), want + 1);
+    assert!(numbers.len() >= want, "{} frames read, {want} wanted", numbers.len());
+    assert!(numbers[0].is_multiple_of(15), "starts at a keyframe: frame {}", numbers[0]);
+    for pair in numbers.windows(2) {
+        assert_eq!(pair[1], (pair[0] + 1) % 150, "consecutive frames: {numbers:?}");
+    }
 }

@@ -293,6 +293,8 @@ mod tests {
         made: u32,
         pulled: HashSet<u32>,
         asked: Asked,
+        /// A camera without Renew: it answers with a fault.
+        refuses_renew: bool,
     }
 
     fn envelope(body: &str) -> String {
@@ -358,6 +360,13 @@ mod tests {
                     };
                     (200, answer(&messages))
                 }
+                _ => (500, fault("no such subscription")),
+            },
+            "RenewRequest" if f.refuses_renew => (500, fault("Renew is not supported")),
+            "RenewRequest" => match subscription_of(request) {
+                Some(id) if f.alive.contains(&id) => (200, envelope(
+                    "<wsnt:RenewResponse xmlns:wsnt=\"http://docs.oasis-open.org/wsn/b-2\"><wsnt:TerminationTime>2026-12-05T10:01:00Z</wsnt:TerminationTime></wsnt:RenewResponse>",
+                )),
                 _ => (500, fault("no such subscription")),
             },
             "UnsubscribeRequest" => {
@@ -458,6 +467,51 @@ mod tests {
         let all = followers.all();
         assert_eq!(all.iter().map(|f| f.camera.as_str()).collect::<Vec<_>>(), ["porch", "yard"]);
         assert!(Arc::ptr_eq(&all[0], &new));
+    }
+
+    /// Follows the fake camera on tokio's paused clock for `seconds`, then stops.
+    async fn follow_for(fake: &Arc<Mutex<Fake>>, seconds: u64) {
+        let port = serve(fake.clone()).await;
+        let cam = Camera {
+            device: format!("http://127.0.0.1:{port}/onvif/device_service").parse().unwrap(),
+            user: "admin".into(),
+            password: "pw".into(),
+        };
+        let (status, _status_rx) = watch::channel(Status::Subscribing);
+        let (stop_tx, stop) = watch::channel(false);
+        let follower = tokio::spawn(follow(cam, || 1_796_464_800, |_| {}, status, stop));
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        stop_tx.send(true).unwrap();
+        follower.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscription_is_renewed_at_half_its_time_or_made_anew_where_renew_is_refused() {
+        let half = limits::ONVIF_SUBSCRIPTION_S / 2;
+        // A camera that renews: one subscription, renewed for the whole time again at each
+        // half, addressed like every request to it.
+        let fake = Arc::new(Mutex::new(Fake::default()));
+        follow_for(&fake, half * 2 + half / 2).await;
+        let made = asked(&fake, "CreatePullPointSubscriptionRequest");
+        let renewed = asked(&fake, "RenewRequest");
+        assert_eq!(made.len(), 1);
+        assert_eq!(renewed.len(), 2, "renewed at {half} s and {} s", half * 2);
+        for (i, (body, at)) in renewed.iter().enumerate() {
+            let since = (*at - made[0].1).as_secs_f64();
+            let want = (half * (i as u64 + 1)) as f64;
+            assert!(since >= want && since < want + 1.5, "renewal {i} at {since} s, not {want} s");
+            assert!(body.contains(&format!("PT{}S", limits::ONVIF_SUBSCRIPTION_S)) && subscription_of(body) == Some(1));
+        }
+        // A camera that refuses Renew: the old subscription ended and a new one made, in time.
+        let fake = Arc::new(Mutex::new(Fake { refuses_renew: true, ..Fake::default() }));
+        follow_for(&fake, half + half / 2).await;
+        let made = asked(&fake, "CreatePullPointSubscriptionRequest");
+        assert_eq!(made.len(), 2, "a new subscription where Renew was refused");
+        let since = (made[1].1 - made[0].1).as_secs_f64();
+        assert!(since >= half as f64 && since < half as f64 + 1.5, "made anew at {since} s");
+        let gone: Vec<Option<u32>> = asked(&fake, "UnsubscribeRequest").iter().map(|(r, _)| subscription_of(r)).collect();
+        assert_eq!(gone, [Some(1), Some(2)], "the refused one ended, then the last at the stop");
+        assert!(fake.lock().unwrap().alive.is_empty());
     }
 
     #[test]

@@ -15,9 +15,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
+// tokio's clock, so the tests may pause it; the same as the system's otherwise.
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::device::{date_time, rehost};

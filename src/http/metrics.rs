@@ -73,8 +73,7 @@ fn camera_events(out: &mut String, services: &Services) {
     let by = |f: &dyn Fn(&crate::onvif::subscribe::Follower) -> u64| -> Vec<(String, u64)> {
         all.iter().map(|x| (format!("camera=\"{}\"", label(&x.camera)), f(x))).collect()
     };
-    let subscribed =
-        by(&|x| u64::from(matches!(*x.status.borrow(), crate::onvif::subscribe::Status::Subscribed)));
+    let subscribed = by(&|x| u64::from(matches!(*x.status.borrow(), crate::onvif::subscribe::Status::Subscribed)));
     family(
         out,
         "keeppeek_onvif_events_subscribed",

@@ -249,7 +249,8 @@ impl Home {
         let on_us = limits::MQTT_LABEL_ON_S as i64 * 1_000_000;
         let until_us = r.envelope.end_us.unwrap_or(r.envelope.time()).max(r.envelope.time()) + on_us;
         if until_us > now_us {
-            let off_at = tokio::time::Instant::now() + Duration::from_micros((until_us - now_us).min(on_us * 10) as u64);
+            let off_at =
+                tokio::time::Instant::now() + Duration::from_micros((until_us - now_us).min(on_us * 10) as u64);
             let announced = self.announced.get(&camera).cloned().unwrap_or_default();
             for label in r.envelope.labels.iter().filter(|l| announced.contains(l)) {
                 let t = n.camera_topic(&camera, &object_id(label));

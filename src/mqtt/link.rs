@@ -235,7 +235,8 @@ mod tests {
     async fn a_broker_that_stops_reading_is_given_up_on_at_the_write_timeout() {
         let (ours, _broker) = tokio::io::duplex(1024);
         let mut link = Link::over(Box::new(ours));
-        let p = rumqttc::mqttbytes::v4::Publish::new("k/events", QoS::AtLeastOnce, vec![7u8; 4096]);
+        let mut p = rumqttc::mqttbytes::v4::Publish::new("k/events", QoS::AtLeastOnce, vec![7u8; 4096]);
+        p.pkid = 1;
         link.queue(&Packet::Publish(p)).unwrap();
         let started = tokio::time::Instant::now();
         assert_eq!(link.flush().await, Err(LinkError::Timeout(limits::MQTT_WRITE_TIMEOUT_MS)));

@@ -169,14 +169,8 @@ impl Mqtt {
         keep_alive: Duration,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), LinkError> {
-        let mut s = Session {
-            link,
-            inflight: VecDeque::new(),
-            next_pkid: 1,
-            sent_upto: 0,
-            acked_upto: 0,
-            removed_upto: 0,
-        };
+        let mut s =
+            Session { link, inflight: VecDeque::new(), next_pkid: 1, sent_upto: 0, acked_upto: 0, removed_upto: 0 };
         s.publish_state(&topic(&config.prefix, "available"), b"online".to_vec(), true)?;
         let mut home = home::Home::default();
         if let Some(around) = self.around.get() {
@@ -522,7 +516,15 @@ mod tests {
 
     /// A room in session with an in-memory broker of `capacity` bytes a way, on tokio's
     /// paused clock: the room's task, its stop, and the broker's end.
-    fn in_session(capacity: usize) -> (Arc<Mqtt>, watch::Sender<bool>, tokio::task::JoinHandle<Result<(), LinkError>>, tokio::io::DuplexStream, tempfile::TempDir) {
+    fn in_session(
+        capacity: usize,
+    ) -> (
+        Arc<Mqtt>,
+        watch::Sender<bool>,
+        tokio::task::JoinHandle<Result<(), LinkError>>,
+        tokio::io::DuplexStream,
+        tempfile::TempDir,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
         let raw: crate::config::mqtt::RawMqtt = toml::from_str("host = \"127.0.0.1\"\nclient_id = \"t\"").unwrap();
@@ -599,8 +601,12 @@ mod tests {
         }
         let (on, off) = (on.expect("ON before OFF"), off.unwrap());
         let lit = off - on;
-        let (on_for, tick) = (Duration::from_secs(limits::MQTT_LABEL_ON_S), Duration::from_millis(limits::MQTT_STATE_TICK_MS));
-        assert!(lit >= on_for - Duration::from_secs(1) && lit <= on_for + tick + Duration::from_millis(600), "on for {lit:?}");
+        let (on_for, tick) =
+            (Duration::from_secs(limits::MQTT_LABEL_ON_S), Duration::from_millis(limits::MQTT_STATE_TICK_MS));
+        assert!(
+            lit >= on_for - Duration::from_secs(1) && lit <= on_for + tick + Duration::from_millis(600),
+            "on for {lit:?}"
+        );
         task.abort();
     }
 
@@ -615,7 +621,7 @@ mod tests {
         let keep_alive = Duration::from_secs(u64::from(limits::MQTT_KEEP_ALIVE_S));
         let mut pinged = None;
         while pinged.is_none() {
-            for p in broker_reads(&mut broker, &mut buf, Duration::from_secs(1)).await {
+            for p in broker_reads(&mut broker, &mut buf, Duration::from_millis(10)).await {
                 if matches!(p, Packet::PingReq) {
                     pinged = Some(started.elapsed());
                 }

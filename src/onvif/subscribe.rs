@@ -366,9 +366,12 @@ mod tests {
             },
             "RenewRequest" if f.refuses_renew => (500, fault("Renew is not supported")),
             "RenewRequest" => match subscription_of(request) {
-                Some(id) if f.alive.contains(&id) => (200, envelope(
-                    "<wsnt:RenewResponse xmlns:wsnt=\"http://docs.oasis-open.org/wsn/b-2\"><wsnt:TerminationTime>2026-12-05T10:01:00Z</wsnt:TerminationTime></wsnt:RenewResponse>",
-                )),
+                Some(id) if f.alive.contains(&id) => (
+                    200,
+                    envelope(
+                        "<wsnt:RenewResponse xmlns:wsnt=\"http://docs.oasis-open.org/wsn/b-2\"><wsnt:TerminationTime>2026-12-05T10:01:00Z</wsnt:TerminationTime></wsnt:RenewResponse>",
+                    ),
+                ),
                 _ => (500, fault("no such subscription")),
             },
             "UnsubscribeRequest" => {
@@ -511,7 +514,8 @@ mod tests {
         assert_eq!(made.len(), 2, "a new subscription where Renew was refused");
         let since = (made[1].1 - made[0].1).as_secs_f64();
         assert!(since >= half as f64 && since < half as f64 + 1.5, "made anew at {since} s");
-        let gone: Vec<Option<u32>> = asked(&fake, "UnsubscribeRequest").iter().map(|(r, _)| subscription_of(r)).collect();
+        let gone: Vec<Option<u32>> =
+            asked(&fake, "UnsubscribeRequest").iter().map(|(r, _)| subscription_of(r)).collect();
         assert_eq!(gone, [Some(1), Some(2)], "the refused one ended, then the last at the stop");
         assert!(fake.lock().unwrap().alive.is_empty());
     }

@@ -201,7 +201,8 @@ fn a_broker_away_for_60_s_gets_every_event_once_in_order_and_nothing_waited_for_
     // Recording all the time, so its pace can be compared too.
     let (_d, port, token, _) = mqtt_box_recording(&dir.path().join("box"), broker.port, "continuous");
     std::thread::sleep(Duration::from_secs(2));
-    let frames = || sample(port, &token, "keeppeek_stream_frames_total{stream=\"front/main\"}").expect("the stream's frames");
+    let frames =
+        || sample(port, &token, "keeppeek_stream_frames_total{stream=\"front/main\"}").expect("the stream's frames");
     // Before: the broker up, 20 events.
     let (f0, t0) = (frames(), Instant::now());
     let up: Vec<Duration> = (0..20).map(|n| post(port, &token, n)).collect();

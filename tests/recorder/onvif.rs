@@ -216,7 +216,7 @@ fn a_cameras_own_motion_becomes_events_that_record_with_the_pre_roll() {
     );
     // The subscription and what it made, for an admin and in /metrics.
     let admin_get = |path: &str| -> String {
-        let (code, _, body) = request(port, "GET", path, &[("authorization", &format!("Bearer {admin}"))], "");
+        let (code, _, body) = request(port, "GET", path, &[("cookie", &admin.0)], "");
         assert_eq!(code, 200, "{path}: {body}");
         body
     };

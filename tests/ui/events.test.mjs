@@ -207,7 +207,8 @@ test('the events list pages as it is scrolled, and filters by camera, time and w
   // on the old one as it goes.
   await page.click('.filters button.chip:has-text("All cameras")');
   await page.locator('.filters button.chip[aria-pressed="true"]:has-text("All cameras")').waitFor();
-  await waitFor('all cameras\' first page', async () => (await cards.count()) === 30);
+  await waitFor('all cameras\' first page', async () => (await cards.count()) === 30)
+    .catch(async (e) => { throw new Error(`${e.message}: ${await cards.count()} cards at ${page.url()}`); });
   await page.click('.filters button.chip:has-text("Last hour")');
   await page.locator('.filters button.chip[aria-pressed="true"]:has-text("Last hour")').waitFor();
   await waitFor('the last hour\'s first page', async () => (await cards.count()) === 30 && /time=/.test(page.url()))

@@ -150,7 +150,7 @@ async function list(view, query) {
     }
     busy = false;
     // Still on screen after a short page: go on (not after an error, nor once the page is left).
-    if (!done && !failed && !left && sentinel.isConnected && sentinel.getBoundingClientRect().top < innerHeight) more();
+    if (!done && !failed && !left && inView()) more();
   }
 
   let fresh = 0;
@@ -169,7 +169,10 @@ async function list(view, query) {
     } catch (_) { /* the next poll tries again */ }
   }
 
-  const observer = new IntersectionObserver((entries) => { if (entries.some((e) => e.isIntersecting)) more(); });
+  // An observation may have been made before the page it reports on arrived (the list was
+  // empty then): the sentinel's place now decides.
+  const inView = () => sentinel.isConnected && sentinel.getBoundingClientRect().top < innerHeight;
+  const observer = new IntersectionObserver((entries) => { if (entries.some((e) => e.isIntersecting) && inView()) more(); });
   observer.observe(sentinel);
   await more();
   const timer = setInterval(poll, NEWS_POLL_MS);

@@ -56,8 +56,10 @@ test('the example detector: 20 envelopes, 20 revisions with a 4K JPEG each ackno
     lines.push(line);
     if (line.phase === 'envelope' || line.phase === 'revision') {
       const acked = Date.now();
-      await waitFor(`the notice of event ${line.event} revision ${line.rev}`, () => page.evaluate(([event, rev]) =>
-        keeppeek.notices.some((n) => n.event === event && n.rev === rev), [line.event, line.rev]), 5000);
+      // Looked for at every frame the page draws, so the time it took is to a frame.
+      await page.waitForFunction(([event, rev]) => keeppeek.notices.some((n) => n.event === event && n.rev === rev),
+        [line.event, line.rev], { polling: 'raf', timeout: 5000 })
+        .catch((e) => { throw new Error(`the notice of event ${line.event} revision ${line.rev}: ${e.message}`); });
       noticeMs.push(Date.now() - acked);
       run.stdin.write('next\n');
     }
@@ -79,7 +81,7 @@ test('the example detector: 20 envelopes, 20 revisions with a 4K JPEG each ackno
   const summary = of('summary')[0];
   writeFileSync(join(shots, 'detector-report.json'), JSON.stringify({ ...summary, notice_after_ack_ms: noticeMs }, null, 2));
   console.log(`detector: envelope p50 ${summary.envelope_ms.p50} ms p95 ${summary.envelope_ms.p95} ms; `
-    + `4K revision p50 ${summary.revision_ms.p50} ms p95 ${summary.revision_ms.p95} ms; notice after ack max ${Math.max(...noticeMs)} ms; `
+    + `4K revision p50 ${summary.revision_ms.p50} ms p95 ${summary.revision_ms.p95} ms; notice after ack p50 ${[...noticeMs].sort((a, b) => a - b)[noticeMs.length >> 1]} ms, max ${Math.max(...noticeMs)} ms; `
     + `${summary.watch_events} motion event(s)`);
 
   // No second 21st revision from the retry: the timeline's notices end at 20 for that event.

@@ -31,6 +31,19 @@ pub struct Cameras {
 }
 
 impl Cameras {
+    /// Cameras `names` running, each its main stream only, not recorded (for tests).
+    #[cfg(test)]
+    pub fn main_streams(names: &[&str]) -> Arc<Cameras> {
+        let cameras = Arc::new(Cameras::default());
+        cameras.add(names.iter().map(|name| RunningStream {
+            key: crate::base::StreamKey::new(name, crate::base::StreamKind::Main),
+            state: Arc::default(),
+            recording: None,
+            live: Arc::new(crate::live::Fanout::new(crate::live::gop_pool())),
+        }));
+        cameras
+    }
+
     /// Every running stream, in the order they started.
     pub fn streams(&self) -> Vec<Arc<RunningStream>> {
         self.streams.read().expect("cameras lock").clone()

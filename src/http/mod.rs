@@ -987,13 +987,7 @@ mod tests {
     async fn a_body_that_waited_for_a_handler_is_read_on_a_fresh_clock() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let dir = tempfile::tempdir().unwrap();
-        let cameras = Arc::new(crate::cameras::Cameras::default());
-        cameras.add([crate::cameras::RunningStream {
-            key: crate::base::StreamKey::new("front", crate::base::StreamKind::Main),
-            state: Arc::default(),
-            recording: None,
-            live: Arc::new(crate::live::Fanout::new(crate::live::gop_pool())),
-        }]);
+        let cameras = crate::cameras::Cameras::main_streams(&["front"]);
         let ctx = Arc::new(Ctx::with_cameras(dir.path(), cameras));
         let (_, token) = ctx.auth.create_token("detector", crate::auth::scope::EVENTS_WRITE).unwrap();
         // Every handler is busy for 40 s.

@@ -315,7 +315,7 @@ mod tests {
         assert_eq!(p("other/a/mark/press", b"PRESS"), Err(CommandError::NotMine));
         assert_eq!(p(&"k".repeat(limits::MQTT_TOPIC_MAX_BYTES + 1), b""), Err(CommandError::TopicTooLong));
         assert_eq!(
-            p("keeppeek/a/mark/press", &vec![b'x'; limits::MQTT_COMMAND_MAX_BYTES + 1]),
+            p("keeppeek/a/mark/press", &[b'x'; limits::MQTT_COMMAND_MAX_BYTES + 1]),
             Err(CommandError::PayloadTooLong)
         );
         assert_eq!(p("keeppeek/a/mark/press", &[0xff, 0xfe]), Err(CommandError::BadPayload));

@@ -190,7 +190,7 @@ impl Home {
             set(s, n.camera_topic(&camera, "continuous"), if on { "ON" } else { "OFF" }.into())?;
         }
         let disk = crate::base::fs::disk_space(&around.data_dir).unwrap_or_default();
-        let used = if disk.total_bytes > 0 { 100 - disk.free_bytes * 100 / disk.total_bytes } else { 0 };
+        let used = (disk.free_bytes * 100).checked_div(disk.total_bytes).map_or(0, |free| 100 - free);
         let state = serde_json::json!({
             "disk_used_percent": used,
             "uptime_s": started().elapsed().as_secs() / 60 * 60,
@@ -322,19 +322,11 @@ pub fn mark_start() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::base::{StreamKey, StreamKind};
-    use crate::cameras::RunningStream;
 
     #[test]
     fn commands_past_the_orders_queue_are_dropped_and_others_wait_their_turn() {
         let (tx, mut rx) = orders();
-        let cameras = Arc::new(Cameras::default());
-        cameras.add([RunningStream {
-            key: StreamKey::new("front-door", StreamKind::Main),
-            state: Arc::default(),
-            recording: None,
-            live: Arc::new(crate::live::Fanout::new(crate::live::gop_pool())),
-        }]);
+        let cameras = Cameras::main_streams(&["front-door"]);
         let around = Around { cameras, data_dir: PathBuf::new(), box_id: "b".into(), orders: tx };
         let home = Home::default();
         let passed: Vec<bool> = (0..limits::MQTT_ORDERS_MAX + 2)

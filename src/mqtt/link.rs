@@ -103,9 +103,7 @@ impl Link {
         connect.login = dial.login.as_ref().map(|(u, p)| Login::new(u.clone(), p.clone()));
         link.send(&Packet::Connect(connect)).await?;
         match link.next().await? {
-            Packet::ConnAck(ConnAck { code, .. }) if code == rumqttc::mqttbytes::v4::ConnectReturnCode::Success => {
-                Ok(link)
-            }
+            Packet::ConnAck(ConnAck { code: rumqttc::mqttbytes::v4::ConnectReturnCode::Success, .. }) => Ok(link),
             Packet::ConnAck(ConnAck { code, .. }) => Err(LinkError::Refused(refusal(code))),
             other => Err(LinkError::Protocol(format!("{other:?} before CONNACK").chars().take(120).collect())),
         }

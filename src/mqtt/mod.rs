@@ -514,17 +514,18 @@ mod tests {
         (mqtt, stop_tx, room, s, buf)
     }
 
-    /// A room in session with an in-memory broker of `capacity` bytes a way, on tokio's
-    /// paused clock: the room's task, its stop, and the broker's end.
-    fn in_session(
-        capacity: usize,
-    ) -> (
+    /// The room, its stop, its task, the broker's end, and the catalog's directory.
+    type InSession = (
         Arc<Mqtt>,
         watch::Sender<bool>,
         tokio::task::JoinHandle<Result<(), LinkError>>,
         tokio::io::DuplexStream,
         tempfile::TempDir,
-    ) {
+    );
+
+    /// A room in session with an in-memory broker of `capacity` bytes a way, on tokio's
+    /// paused clock: the room's task, its stop, and the broker's end.
+    fn in_session(capacity: usize) -> InSession {
         let dir = tempfile::tempdir().unwrap();
         let catalog = Arc::new(Catalog::open(&dir.path().join("c.redb")).unwrap());
         let raw: crate::config::mqtt::RawMqtt = toml::from_str("host = \"127.0.0.1\"\nclient_id = \"t\"").unwrap();
@@ -559,13 +560,7 @@ mod tests {
     async fn a_labels_sensor_goes_off_its_time_after_the_event_at_the_next_state_tick() {
         let (mqtt, _stop, task, mut broker, dir) = in_session(64 << 10);
         // The room's Home Assistant part, with camera "front" running.
-        let cameras = Arc::new(crate::cameras::Cameras::default());
-        cameras.add([crate::cameras::RunningStream {
-            key: crate::base::StreamKey::new("front", crate::base::StreamKind::Main),
-            state: Arc::default(),
-            recording: None,
-            live: Arc::new(crate::live::Fanout::new(crate::live::gop_pool())),
-        }]);
+        let cameras = crate::cameras::Cameras::main_streams(&["front"]);
         let (orders, _orders) = home::orders();
         mqtt.set_around(home::Around { cameras, data_dir: dir.path().to_path_buf(), box_id: "b".into(), orders });
         // An event of now, waiting in the outbox.

@@ -174,7 +174,12 @@ pub fn answer(operation: &'static str, status: u16, challenged: bool, bytes: &[u
             return Err(Failure::Credentials);
         }
         let mut why = if reason.is_empty() { codes.join(" / ") } else { reason };
-        why.truncate(why.floor_char_boundary(200));
+        // At most 200 bytes, cut at a character (Rust 1.89 has no `floor_char_boundary`).
+        let mut cut = why.len().min(200);
+        while !why.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        why.truncate(cut);
         return Err(Failure::Device(operation, why));
     }
     if !(200..300).contains(&status) {

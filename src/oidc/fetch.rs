@@ -7,11 +7,13 @@
 //! old, so a sign-in's exchange does not pay a TLS handshake each time.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+// tokio's clock, so the tests may pause it; the same as the system's otherwise.
+use tokio::time::Instant;
 
 use crate::limits;
 
@@ -229,4 +231,80 @@ async fn answer(
         return Err(FetchError::Status { status, detail });
     }
     Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn local(port: u16) -> url::Url {
+        format!("http://127.0.0.1:{port}/x").parse().unwrap()
+    }
+
+    /// A provider that takes the connection and never answers: the fetch gives up at its
+    /// timeout (on tokio's paused clock).
+    #[tokio::test(start_paused = true)]
+    async fn a_provider_that_never_answers_is_given_up_on_at_the_fetch_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let _held = tokio::spawn(async move {
+            let (s, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop(s);
+        });
+        let started = Instant::now();
+        let got = fetch(&trust(None).unwrap(), &Kept::default(), &local(port), Ask::Get, 1024).await;
+        assert_eq!(got, Err(FetchError::Timeout(limits::OIDC_FETCH_TIMEOUT_MS)));
+        assert_eq!(started.elapsed(), Duration::from_millis(limits::OIDC_FETCH_TIMEOUT_MS));
+    }
+
+    /// A provider that answers every request and keeps the connection: it is used again
+    /// until it has been idle for its ceiling, then a new one is made.
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_connection_is_used_again_until_it_has_been_idle_its_ceiling() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counted = connections.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                counted.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        let mut chunk = [0u8; 1024];
+                        let Ok(n) = s.read(&mut chunk).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        // Requests here are GETs: their head is the whole request.
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..end + 4);
+                            let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+                            if s.write_all(reply).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        let (tls, kept, url) = (trust(None).unwrap(), Kept::default(), local(port));
+        assert_eq!(fetch(&tls, &kept, &url, Ask::Get, 1024).await.unwrap(), b"{}");
+        assert!(kept.open_to(&url));
+        let idle = Duration::from_secs(limits::OIDC_CONNECTION_IDLE_S);
+        tokio::time::advance(idle - Duration::from_secs(1)).await;
+        assert!(kept.open_to(&url), "kept until the ceiling");
+        assert_eq!(fetch(&tls, &kept, &url, Ask::Get, 1024).await.unwrap(), b"{}");
+        assert_eq!(connections.load(Ordering::Relaxed), 1, "the kept connection used again");
+        // Idle its ceiling: no longer used; the next fetch makes a new connection.
+        tokio::time::advance(idle).await;
+        assert!(!kept.open_to(&url), "let go at the ceiling");
+        assert_eq!(fetch(&tls, &kept, &url, Ask::Get, 1024).await.unwrap(), b"{}");
+        assert_eq!(connections.load(Ordering::Relaxed), 2);
+    }
 }

@@ -5,6 +5,8 @@
 pub mod fs;
 pub mod pool;
 pub mod stream;
+#[cfg(test)]
+pub mod testing;
 
 pub use pool::{BytePool, Charge};
 pub use stream::{StreamKey, StreamKind};

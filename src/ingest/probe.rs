@@ -193,13 +193,7 @@ mod tests {
     /// ceiling, on tokio's paused clock.
     #[tokio::test(start_paused = true)]
     async fn a_camera_that_never_answers_is_given_up_on_at_the_probes_ceiling() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let _held = tokio::spawn(async move {
-            let (s, _) = listener.accept().await.unwrap();
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            drop(s);
-        });
+        let port = crate::base::testing::silent_peer().await;
         let url: url::Url = format!("rtsp://127.0.0.1:{port}/stream").parse().unwrap();
         let started = Instant::now();
         let got = probe(&url, Transport::Tcp, None).await;

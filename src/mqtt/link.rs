@@ -245,13 +245,7 @@ mod tests {
     /// timeout (on tokio's paused clock).
     #[tokio::test(start_paused = true)]
     async fn a_broker_that_never_acknowledges_the_connect_is_given_up_on() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let _held = tokio::spawn(async move {
-            let (s, _) = listener.accept().await.unwrap();
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            drop(s);
-        });
+        let port = crate::base::testing::silent_peer().await;
         let dial = Dial {
             host: "127.0.0.1".into(),
             port,

@@ -247,13 +247,7 @@ mod tests {
     /// timeout (on tokio's paused clock).
     #[tokio::test(start_paused = true)]
     async fn a_provider_that_never_answers_is_given_up_on_at_the_fetch_timeout() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let _held = tokio::spawn(async move {
-            let (s, _) = listener.accept().await.unwrap();
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            drop(s);
-        });
+        let port = crate::base::testing::silent_peer().await;
         let started = Instant::now();
         let got = fetch(&trust(None).unwrap(), &Kept::default(), &local(port), Ask::Get, 1024).await;
         assert_eq!(got, Err(FetchError::Timeout(limits::OIDC_FETCH_TIMEOUT_MS)));

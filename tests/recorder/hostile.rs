@@ -465,17 +465,26 @@ fn a_normal_client_is_served_through_256_hostile_connections() {
     let mut slowest = Duration::ZERO;
     let mut rounds = 0;
     while start.elapsed() < hold {
+        // Each request is timed on its own: the promise is an answer within a second, and a
+        // round is three of them (the login's hash alone is a good part of one).
+        let round = Instant::now();
+        let mut timed = |what: &str, took: Duration| {
+            assert!(took < Duration::from_secs(1), "round {rounds}: {what} took {took:?}");
+            slowest = slowest.max(took);
+        };
         let t = Instant::now();
         let (code, head, body) = request(port, "POST", "/api/login", &[], ADMIN);
+        timed("the login", t.elapsed());
         assert_eq!(code, 200, "{body}");
         let (cookie, _) = session_of(&head, &body);
+        let t = Instant::now();
         assert_eq!(request(port, "GET", "/api/cameras", &[("cookie", &cookie)], "").0, 200);
+        timed("GET /api/cameras", t.elapsed());
+        let t = Instant::now();
         healthy(port);
-        let took = t.elapsed();
-        assert!(took < Duration::from_secs(1), "round {rounds} took {took:?}");
-        slowest = slowest.max(took);
+        timed("GET /healthz", t.elapsed());
         rounds += 1;
-        std::thread::sleep(Duration::from_secs(1).saturating_sub(took));
+        std::thread::sleep(Duration::from_secs(1).saturating_sub(round.elapsed()));
     }
     for h in hostile {
         h.join().unwrap();

@@ -424,7 +424,7 @@ fn lookup_catalog(work: &Path, streams: u32, recordings: u32, fragments: u32) ->
                 frames: u64::from(fragments),
                 fragments,
                 open: false,
-                has_audio: false,
+                audio: None,
                 path: rel.clone(),
             };
             // Ids given here, not drawn one durable commit at a time: rows go in by the batch.

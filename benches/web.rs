@@ -107,7 +107,7 @@ fn generate(dir: &Path, shape: Shape) -> Catalog {
                     frames: u64::from(n) * (length_us as u64 / 40_000),
                     fragments: n,
                     open: false,
-                    has_audio: false,
+                    audio: None,
                     path: String::new(),
                 };
                 let (id, row) = catalog

@@ -26,10 +26,20 @@ pub const FRAME_DEFAULT_MAX_BYTES: usize = 1 << 20;
 /// counted.
 pub const SUB_FRAME_MAX_BYTES: usize = 256 << 10;
 
-/// One AAC frame from a camera: at most 6,144 bits a channel (ISO 14496-3), 6 KiB for eight
-/// channels. A larger one is dropped and counted; while one is put together from RTP packets
-/// it holds at most this (within each camera session's `RTSP_SESSION_OVERHEAD_BYTES`).
+/// One audio frame from a camera: an AAC frame is at most 6,144 bits a channel (ISO
+/// 14496-3), 6 KiB for eight channels; a G.711 or Opus frame is one RTP packet (under 1.5
+/// KiB on a LAN). A larger one is dropped and counted; while one is put together from RTP
+/// packets it holds at most this (within each camera session's `RTSP_SESSION_OVERHEAD_BYTES`).
 pub const AUDIO_FRAME_MAX_BYTES: usize = 16 << 10;
+
+/// How long a video frame of a session with sound waits on the ingest's side of the recorder
+/// queue for the session's audio to reach it (its bytes charged to the queue meanwhile).
+/// Cameras send sound a packet or two (20-60 ms) after the picture of the same moment; past
+/// this the frame goes on, and audio that comes later still lands at its time in the track.
+pub const AUDIO_SYNC_WAIT_MS: u64 = 250;
+
+/// Video frames held at once for audio: 250 ms of a 60 fps stream. Past it the oldest goes on.
+pub const AUDIO_SYNC_HOLD_FRAMES: usize = 16;
 
 /// Codec parameters (an `avc1`/`hvc1` sample entry with SPS/PPS/VPS). Real ones are under
 /// 200 bytes; this bounds what a camera's SDP can make us store per segment.

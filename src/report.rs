@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::catalog::{Catalog, CatalogError};
+use crate::media::AudioCodec;
 
 /// A gap between two recordings of a stream longer than this is reported.
 const GAP_MIN_US: i64 = 1_000_000;
@@ -33,6 +34,8 @@ pub struct RecordingDump {
     pub codec: String,
     pub open: bool,
     pub has_audio: bool,
+    /// The audio track's codec (`aac`, `pcmu`, `pcma`, `opus`), if it has one.
+    pub audio: Option<&'static str>,
     pub wall_start_us: i64,
     pub wall_end_us: i64,
     pub media_duration_90k: u64,
@@ -80,7 +83,8 @@ pub fn dump(catalog: &Catalog) -> Result<Vec<RecordingDump>, CatalogError> {
             run_id: r.run_id,
             codec: r.codec.name().into(),
             open: r.open,
-            has_audio: r.has_audio,
+            has_audio: r.audio.is_some(),
+            audio: r.audio.map(AudioCodec::name),
             wall_start_us: r.wall_start_us,
             wall_end_us: r.wall_end_us,
             media_duration_90k: r.media_duration_90k,

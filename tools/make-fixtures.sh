@@ -17,9 +17,12 @@
 #   h264-long-gop.264  20 s, H.264 raw Annex-B, GOP 10 s (long-GOP tests)
 #   snapshot-4k.jpg    a 3840x2160 JPEG of about 420 kB (noise keeps it from compressing
 #                      to nothing), an event's snapshot
-#   aac.adts           ~10 s of 440 Hz sine, AAC-LC mono 48 kHz 32 kb/s, raw ADTS:
-#                      exactly 469 frames of 1024 samples = 10.0053 s (the camera's
-#                      /h264-aac audio; see gen_aac_adts)
+#   tone.adts          the camera's sound: a quiet 440 Hz tone and a loud 1 kHz burst at
+#                      5.0-5.2 s (where video frame 75 is), AAC-LC mono 48 kHz 32 kb/s,
+#                      raw ADTS: exactly 469 frames of 1024 samples = 10.0053 s (the
+#                      camera's /h264-aac audio; see gen_tone_adts)
+#   tone.pcmu          the same sound, 10.000 s of G.711 µ-law, 8 kHz mono, raw (80,000 bytes)
+#   tone.pcma          the same as A-law
 #
 # Files that already exist are kept (idempotent): delete one to regenerate it.
 # Needs ffmpeg with libx264, libx265 and drawtext (Debian's ffmpeg has all three)
@@ -121,19 +124,31 @@ gen_h264_long_gop() {
     ff -f lavfi -i "$(video_src 20)" $(x264_args 150) -t 20 -f h264 "$1"
 }
 
-gen_aac_adts() {
+# The camera's sound, at sample rate $1 for $2 s: a quiet 440 Hz tone (so a listener always
+# hears something) and a loud 1 kHz burst from 5.0 to 5.2 s of every 10 s, which a test
+# finds in a recording (ffmpeg's silencedetect at -20 dB) and lines up with video frame 75.
+tone_src() {
+    printf '%s' "aevalsrc=exprs='0.05*sin(2*PI*440*t)+0.8*between(mod(t\,10)\,5\,5.2)*sin(2*PI*1000*t)'"
+    printf '%s' ":s=$1:d=$2"
+}
+
+gen_tone_adts() {
     # The RTSP camera loops this next to the 10 s h264.264 and stamps each frame
     # itself (n * 1024 / 48000 s), so audio timestamps run at real time whatever the
     # file's length. Its content cannot loop in exactly 10 s (10 s at 48 kHz is
     # 468.75 frames), so it is cut at a whole 469 frames (10.0053 s): the audio
     # content drifts 5.3 ms per loop against the video's, the timestamps do not.
-    # The tone's phase also jumps at the wrap, and ffmpeg's AAC encoder puts one
-    # frame of priming (encoder delay) first, which raw ADTS cannot signal: a decoder
-    # plays a one-frame (21 ms) dip at every loop point. Harmless for a test tone.
-    # 48 kHz mono 32 kb/s is the same audio as in h264.mp4.
-    ff -f lavfi -i "sine=frequency=440:sample_rate=48000:duration=11" \
+    # ffmpeg's AAC encoder puts one frame of priming (encoder delay) first, which raw
+    # ADTS cannot signal: a decoder hears the burst 21 ms late, and a one-frame dip at
+    # every loop point.
+    ff -f lavfi -i "$(tone_src 48000 11)" \
         -c:a aac -profile:a aac_low -b:a 32k -ac 1 -ar 48000 \
         -frames:a 469 -f adts "$1"
+}
+
+gen_tone_g711() {
+    # $1 is mulaw or alaw. 10 s exactly (80,000 samples): it loops in step with the video.
+    ff -f lavfi -i "$(tone_src 8000 10)" -c:a "pcm_$1" -f "$1" "$2"
 }
 
 gen_snapshot_4k() {
@@ -144,7 +159,9 @@ generate h264.mp4 gen_h264_mp4
 generate h264.264 gen_h264_annexb
 generate h265.265 gen_h265_annexb
 generate h264-long-gop.264 gen_h264_long_gop
-generate aac.adts gen_aac_adts
+generate tone.adts gen_tone_adts
+generate tone.pcmu gen_tone_g711 mulaw
+generate tone.pcma gen_tone_g711 alaw
 generate snapshot-4k.jpg gen_snapshot_4k
 
 gen_bench_clip() {

@@ -10,9 +10,16 @@ Paths (fixtures from tools/make-fixtures.sh):
   /h265           h265.265, 15 fps, keyframe every 1 s
   /h264-auth      h264.264; with --user/--password it needs credentials
   /h264-long-gop  h264-long-gop.264, 15 fps, keyframe every 10 s
-  /h264-aac       h264.264 as on /h264 (pay0) plus aac.adts (pay1): AAC-LC mono
+  /h264-aac       h264.264 as on /h264 (pay0) plus tone.adts (pay1): AAC-LC mono
                   48 kHz as RTP mpeg4-generic (RFC 3640, AAC-hbr, config= in the
                   SDP fmtp), payload type 97, as most IP cameras send it
+  /h264-pcmu      h264.264 plus tone.pcmu: G.711 µ-law, 8 kHz mono, payload type 0,
+                  20 ms packets (many cameras' default)
+  /h265-pcma      h265.265 plus tone.pcma: G.711 A-law, payload type 8, 20 ms packets
+  /h264-opus      h264.264 plus tone.pcmu encoded to Opus on the fly (payload type 111,
+                  20 ms packets), as the few cameras with Opus send it
+                  The audio fixtures hold a quiet 440 Hz tone with a loud 1 kHz burst at
+                  5.0-5.2 s of each 10 s loop: where video frame 75 is.
   /mjpeg          a test pattern as Motion JPEG, 320x240 at 5 fps: a codec KeepPeek
                   does not record (what a camera probe must name)
 
@@ -41,14 +48,36 @@ from gi.repository import GLib, Gst, GstRtsp, GstRtspServer  # noqa: E402
 
 FPS_NUM, FPS_DEN = 15, 1
 
-# name -> (video fixture, codec, audio fixture or None). The codec selects parser
-# and payloader; the audio fixture is raw ADTS AAC.
+# name -> (video fixture, codec, (audio fixture, audio codec) or None). The codec selects
+# parser and payloader; the audio fixture is raw ADTS AAC or raw G.711.
 PATHS = {
     "/h264": ("h264.264", "h264", None),
     "/h265": ("h265.265", "h265", None),
     "/h264-auth": ("h264.264", "h264", None),
     "/h264-long-gop": ("h264-long-gop.264", "h264", None),
-    "/h264-aac": ("h264.264", "h264", "aac.adts"),
+    "/h264-aac": ("h264.264", "h264", ("tone.adts", "aac")),
+    "/h264-pcmu": ("h264.264", "h264", ("tone.pcmu", "pcmu")),
+    "/h265-pcma": ("h265.265", "h265", ("tone.pcma", "pcma")),
+    "/h264-opus": ("h264.264", "h264", ("tone.pcmu", "opus")),
+}
+
+# The elements from an audio fixture's file to its payloader (pay1), for each audio codec.
+# G.711 comes as whole files: rawaudioparse (named aparse) hands them on, stamped by
+# stamp_raw_audio, and the payloader cuts 20 ms packets, as cameras send.
+G711_PTIME_NS = 20_000_000
+AUDIO_CHAINS = {
+    # aacparse turns ADTS into raw AAC frames with codec_data (the AudioSpecificConfig),
+    # which rtpmp4gpay puts into the SDP as config=: RFC 3640 "mpeg4-generic", mode
+    # AAC-hbr, as IP cameras send.
+    "aac": " ! audio/mpeg,mpegversion=4,stream-format=adts ! aacparse name=aparse"
+           " ! audio/mpeg,mpegversion=4,stream-format=raw ! rtpmp4gpay name=pay1 pt=97",
+    "pcmu": " ! rawaudioparse name=aparse format=mulaw sample-rate=8000 num-channels=1"
+            f" ! rtppcmupay name=pay1 pt=0 min-ptime={G711_PTIME_NS} max-ptime={G711_PTIME_NS}",
+    "pcma": " ! rawaudioparse name=aparse format=alaw sample-rate=8000 num-channels=1"
+            f" ! rtppcmapay name=pay1 pt=8 min-ptime={G711_PTIME_NS} max-ptime={G711_PTIME_NS}",
+    "opus": " ! rawaudioparse name=aparse format=mulaw sample-rate=8000 num-channels=1"
+            " ! mulawdec ! audioconvert ! audioresample ! audio/x-raw,rate=48000"
+            " ! opusenc frame-size=20 ! rtpopuspay name=pay1 pt=111",
 }
 
 # Served only when their fixtures were made (`tools/make-fixtures.sh DIR --bench`): the
@@ -143,15 +172,33 @@ def stamp_aac_frames(pad, info, state):
     return Gst.PadProbeReturn.OK
 
 
+def stamp_raw_audio(pad, info, state):
+    """Pad probe: stamp raw 8-bit audio (G.711) by the samples before it, at 8 kHz.
+
+    The file comes whole, once per loop; counting samples keeps the timestamps at real
+    time and monotonic across loops, with the video's origin (0), as stamp_aac_frames.
+    """
+    buf = info.get_buffer()
+    if buf is not None:
+        n = state["samples"]
+        size = buf.get_size()
+        state["samples"] = n + size
+        buf.pts = n * Gst.SECOND // 8000
+        buf.dts = buf.pts
+        buf.duration = (n + size) * Gst.SECOND // 8000 - buf.pts
+    return Gst.PadProbeReturn.OK
+
+
 class LoopingClipFactory(GstRtspServer.RTSPMediaFactory):
     """Serves one Annex-B file in a loop, timestamped at 15 fps, and optionally
-    an ADTS AAC file in a loop next to it as a second stream."""
+    an audio file (ADTS AAC, raw G.711) in a loop next to it as a second stream."""
 
-    def __init__(self, location, codec, audio_location=None):
+    def __init__(self, location, codec, audio=None):
         super().__init__()
         self.location = location
         self.codec = codec
-        self.audio_location = audio_location
+        # (fixture path, audio codec) or None.
+        self.audio = audio
 
     def do_create_element(self, url):
         c = self.codec
@@ -166,17 +213,8 @@ class LoopingClipFactory(GstRtspServer.RTSPMediaFactory):
             f" ! video/x-{c},stream-format=byte-stream,alignment=au"
             f" ! rtp{c}pay name=pay0 pt=96 config-interval=-1"
         )
-        if self.audio_location:
-            # aacparse turns ADTS into raw AAC frames with codec_data (the
-            # AudioSpecificConfig), which rtpmp4gpay puts into the SDP as config=.
-            # rtpmp4gpay: RFC 3640 "mpeg4-generic", mode AAC-hbr, as IP cameras send.
-            desc += (
-                " multifilesrc name=asrc loop=true"
-                " ! audio/mpeg,mpegversion=4,stream-format=adts"
-                " ! aacparse name=aparse"
-                " ! audio/mpeg,mpegversion=4,stream-format=raw"
-                " ! rtpmp4gpay name=pay1 pt=97"
-            )
+        if self.audio:
+            desc += " multifilesrc name=asrc loop=true" + AUDIO_CHAINS[self.audio[1]]
         # A bin (not a pipeline): gst-rtsp-media puts it into its own pipeline.
         bin_ = Gst.parse_bin_from_description(desc, False)
         # Set the path as a property, not inside the launch string: no quoting issues.
@@ -185,10 +223,14 @@ class LoopingClipFactory(GstRtspServer.RTSPMediaFactory):
         # pipeline, so each pipeline has its own frame counter starting at 0.
         parse_src = bin_.get_by_name("parse").get_static_pad("src")
         parse_src.add_probe(Gst.PadProbeType.BUFFER, stamp_frames, {"frame": 0})
-        if self.audio_location:
-            bin_.get_by_name("asrc").set_property("location", self.audio_location)
+        if self.audio:
+            location, codec = self.audio
+            bin_.get_by_name("asrc").set_property("location", location)
             aparse_src = bin_.get_by_name("aparse").get_static_pad("src")
-            aparse_src.add_probe(Gst.PadProbeType.BUFFER, stamp_aac_frames, {"frame": 0})
+            if codec == "aac":
+                aparse_src.add_probe(Gst.PadProbeType.BUFFER, stamp_aac_frames, {"frame": 0})
+            else:
+                aparse_src.add_probe(Gst.PadProbeType.BUFFER, stamp_raw_audio, {"samples": 0})
         return bin_
 
 
@@ -238,10 +280,11 @@ def build_server(args):
         paths[new] = paths[existing]
         if existing in auth_paths:
             auth_paths.add(new)
-    for path, (filename, codec, audio_filename) in paths.items():
+    for path, (filename, codec, audio) in paths.items():
         location = fixture_path(args.fixtures, filename)
-        audio_location = fixture_path(args.fixtures, audio_filename) if audio_filename else None
-        factory = LoopingClipFactory(location, codec, audio_location)
+        if audio:
+            audio = (fixture_path(args.fixtures, audio[0]), audio[1])
+        factory = LoopingClipFactory(location, codec, audio)
         factory.set_shared(True)
         factory.set_protocols(GstRtsp.RTSPLowerTrans.TCP | GstRtsp.RTSPLowerTrans.UDP)
         if use_auth:
@@ -279,7 +322,7 @@ def main():
     p.add_argument("--alias", action="append", metavar="NEW=EXISTING",
                    help="serve the path EXISTING at NEW too (an ONVIF device's stream address); repeatable")
     p.add_argument("--fixtures", default="fixtures",
-                   help="directory with h264.264, h265.265, h264-long-gop.264, aac.adts"
+                   help="directory with h264.264, h265.265, h264-long-gop.264, tone.adts, tone.pcmu, tone.pcma"
                         " (default: %(default)s)")
     p.add_argument("--user", help="username required on the --auth-path paths")
     p.add_argument("--password", help="password for --user")

@@ -2,7 +2,7 @@
 //! written by this firmware is read back exactly and a row from a future one is refused
 //! rather than misread. Pure; every decoder is bounded by the row's length.
 
-use crate::media::Codec;
+use crate::media::{AudioCodec, Codec};
 
 /// Layout version written in every row's first byte.
 const ROW_VERSION: u8 = 1;
@@ -35,8 +35,8 @@ pub struct RecordingRow {
     pub fragments: u32,
     /// Still being written (or was, when the power went).
     pub open: bool,
-    /// The file has an audio track.
-    pub has_audio: bool,
+    /// The codec of the file's audio track, if it has one (stored as its code, 0 for none).
+    pub audio: Option<AudioCodec>,
     /// Path relative to the data directory.
     pub path: String,
 }
@@ -145,7 +145,7 @@ impl RecordingRow {
             .u64(self.frames)
             .u32(self.fragments)
             .u8(u8::from(self.open))
-            .u8(u8::from(self.has_audio))
+            .u8(self.audio.map_or(0, AudioCodec::code))
             .u16(self.path.len() as u16);
         e.0.extend_from_slice(self.path.as_bytes());
         e.0
@@ -182,7 +182,10 @@ impl RecordingRow {
             frames: d.u64()?,
             fragments: d.u32()?,
             open: d.u8()? != 0,
-            has_audio: d.u8()? != 0,
+            audio: match d.u8()? {
+                0 => None,
+                code => Some(AudioCodec::from_code(code).ok_or(RowError { table, why: "unknown audio codec" })?),
+            },
             path: {
                 let n = usize::from(d.u16()?);
                 if d.b.len() != n {
@@ -231,7 +234,13 @@ impl FragmentRow {
 impl RecordingRow {
     /// A recording as it opens: no fragment yet, its end at its start, no path until the
     /// catalog gives it an id ([`super::Catalog::begin_recording`]).
-    pub fn opening(stream_id: u32, run_id: u64, video: (Codec, u16, u16), wall_start_us: i64, has_audio: bool) -> Self {
+    pub fn opening(
+        stream_id: u32,
+        run_id: u64,
+        video: (Codec, u16, u16),
+        wall_start_us: i64,
+        audio: Option<AudioCodec>,
+    ) -> Self {
         let (codec, width, height) = video;
         RecordingRow {
             stream_id,
@@ -247,7 +256,7 @@ impl RecordingRow {
             frames: 0,
             fragments: 0,
             open: true,
-            has_audio,
+            audio,
             path: String::new(),
         }
     }
@@ -255,7 +264,7 @@ impl RecordingRow {
     /// An open, empty 640x360 H.264 recording of stream 1 at `path`, for tests.
     #[cfg(test)]
     pub(crate) fn for_test(path: &str) -> RecordingRow {
-        RecordingRow { path: path.into(), ..RecordingRow::opening(1, 1, (Codec::H264, 640, 360), 0, false) }
+        RecordingRow { path: path.into(), ..RecordingRow::opening(1, 1, (Codec::H264, 640, 360), 0, None) }
     }
 }
 
@@ -278,7 +287,7 @@ mod tests {
             frames: 900,
             fragments: 60,
             open: true,
-            has_audio: true,
+            audio: Some(AudioCodec::Pcma),
             path: "recordings/front/main/0001700000000000000-7.mp4".into(),
         }
     }
@@ -287,6 +296,14 @@ mod tests {
     fn rows_round_trip() {
         let r = recording();
         assert_eq!(RecordingRow::decode(&r.encode()).unwrap(), r);
+        // Rows from before G.711 and Opus stored 1 for "has audio": that reads as AAC, and a
+        // code this build does not know is an error.
+        let mut old = RecordingRow { audio: None, ..recording() }.encode();
+        let at = old.iter().zip(r.encode()).position(|(a, b)| *a != b).expect("the audio byte differs");
+        old[at] = 1;
+        assert_eq!(RecordingRow::decode(&old).unwrap().audio, Some(AudioCodec::Aac));
+        old[at] = 9;
+        assert!(RecordingRow::decode(&old).is_err());
         let f = FragmentRow {
             wall_start_us: -5,
             wall_end_us: 7,

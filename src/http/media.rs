@@ -78,6 +78,10 @@ pub fn cameras(ctx: &Ctx) -> Reply {
             "fps": st.fps,
             "bitrate_bps": st.bitrate_bps,
             "last_error": st.last_error,
+            "audio": st.audio.map(|c| c.name()),
+            "audio_frames": st.audio_frames_received,
+            "audio_dropped": st.audio_dropped,
+            "audio_last_error": st.audio_last_error,
         }));
     }
     let list: Vec<_> = by_camera.into_iter().map(|(c, streams)| json!({ "camera": c, "streams": streams })).collect();

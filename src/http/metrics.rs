@@ -423,12 +423,18 @@ fn streams(out: &mut String, services: &Services) {
     let rec = |i: usize, f: fn(&crate::record::stream::RecorderStats) -> &AtomicU64| {
         streams[i].recording.as_ref().map(|r| load(f(&r.stats)))
     };
-    let counters: [PerStream; 20] = [
+    let counters: [PerStream; 22] = [
         ("keeppeek_stream_sessions_total", "Camera sessions started.", &|i| Some(snapshots[i].sessions_started)),
         ("keeppeek_stream_frames_total", "Video frames received.", &|i| Some(snapshots[i].frames_received)),
         ("keeppeek_stream_frames_oversized_total", "Frames over the frame ceiling, dropped.", &|i| {
             Some(snapshots[i].frames_oversized)
         }),
+        ("keeppeek_stream_audio_frames_total", "Audio frames received.", &|i| Some(snapshots[i].audio_frames_received)),
+        (
+            "keeppeek_stream_audio_dropped_total",
+            "Audio frames, packets or streams that could not be used, dropped (the video goes on).",
+            &|i| Some(snapshots[i].audio_dropped),
+        ),
         ("keeppeek_recorder_queue_dropped_total", "Frames dropped at a full recorder queue.", &|i| {
             streams[i].recording.as_ref().map(|r| load(&r.queue.frames_dropped))
         }),

@@ -148,6 +148,7 @@ fn aac_params(t: &mp4::Mp4Track) -> Result<(u32, AudioParams), IngestError> {
     }
     let object_type = mp4a.esds.as_ref().map_or(2, |e| e.es_desc.dec_config.dec_specific.profile);
     let params = AudioParams {
+        codec: crate::media::AudioCodec::Aac,
         rfc6381: format!("mp4a.40.{object_type}"),
         sample_rate: t.timescale(),
         sample_entry: Bytes::from(entry),

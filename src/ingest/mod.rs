@@ -7,6 +7,7 @@
 //! ceiling ([`limits::FRAME_MAX_BYTES`], [`limits::SUB_FRAME_MAX_BYTES`]) is dropped and
 //! counted, never buffered.
 
+pub mod avsync;
 pub mod file;
 pub mod pace;
 pub mod probe;
@@ -98,19 +99,27 @@ impl Sink<'_> {
         }
     }
 
-    /// Counts an audio frame dropped for its size.
-    fn oversized_audio(&mut self) {
-        self.state.oversized();
+    /// Counts audio dropped for `why`: the video goes on.
+    fn audio_dropped(&mut self, why: String) {
+        self.state.audio_dropped(why);
+    }
+
+    /// The session's audio cannot be recorded, for `why`: it goes on with video only.
+    fn audio_unusable(&mut self, why: String) {
+        warn!("audio not recorded: {why}");
+        self.state.audio_dropped(why);
     }
 
     /// Hands one audio frame on, unless it is over [`limits::AUDIO_FRAME_MAX_BYTES`].
     fn deliver_audio(&mut self, frame: AudioFrame) {
         if frame.data.len() > limits::AUDIO_FRAME_MAX_BYTES {
-            self.oversized_audio();
+            self.audio_dropped(format!("audio frame over AUDIO_FRAME_MAX_BYTES ({})", limits::AUDIO_FRAME_MAX_BYTES));
             return;
         }
+        self.state.audio_frame();
+        let now_mono_us = self.clocks.mono_us();
         if let Some(r) = self.recorder.as_deref_mut() {
-            r.send_audio(frame);
+            r.send_audio(frame, now_mono_us);
         }
     }
 
@@ -323,6 +332,7 @@ mod tests {
             connecting: None,
         };
         let params = Arc::new(crate::media::AudioParams {
+            codec: crate::media::AudioCodec::Aac,
             rfc6381: "mp4a.40.2".into(),
             sample_rate: 48_000,
             sample_entry: bytes::Bytes::new(),
@@ -335,7 +345,8 @@ mod tests {
         };
         sink.deliver_audio(audio(limits::AUDIO_FRAME_MAX_BYTES));
         sink.deliver_audio(audio(limits::AUDIO_FRAME_MAX_BYTES + 1));
-        assert_eq!(state.snapshot().frames_oversized, 1);
+        assert_eq!(state.snapshot().audio_dropped, 1);
+        assert_eq!(state.snapshot().audio_frames_received, 1);
         use std::sync::atomic::Ordering;
         assert_eq!(queue.bytes_in_flight.load(Ordering::Relaxed), limits::AUDIO_FRAME_MAX_BYTES);
     }

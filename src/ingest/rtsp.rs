@@ -22,10 +22,11 @@ use retina::testutil::DepacketizeBuf;
 use tokio::time::{Instant, timeout};
 use tracing::warn;
 
+use super::avsync::{AvSync, Report};
 use super::{IngestError, Sink};
 use crate::config::Transport;
 use crate::limits;
-use crate::media::{AudioFrame, AudioParams, Codec, Frame, VideoParams};
+use crate::media::{AudioCodec, AudioFrame, AudioParams, Codec, Frame, VideoParams, audio};
 
 /// Where and how to reach one camera stream.
 pub struct Target<'a> {
@@ -70,23 +71,28 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
         .await
         .map_err(|_| IngestError::Timeout("SETUP"))??;
     let mut video = Assembler::new(&session.streams()[video_i], &sdp, sink.frame_max_bytes)?;
-    // AAC audio is recorded along with the video when the camera offers it. Its parameters
-    // come from the SDP, so they are known before the first frame.
-    let audio_i = session.streams().iter().position(|s| s.media() == "audio" && s.encoding_name() == "mpeg4-generic");
-    let mut audio: Option<(usize, Arc<AudioParams>, Assembler)> = None;
-    if let Some(i) = audio_i {
-        timeout(ms(limits::RTSP_SETUP_PLAY_TIMEOUT_MS), session.setup(i, setup()))
-            .await
-            .map_err(|_| IngestError::Timeout("SETUP"))??;
-        let stream = &session.streams()[i];
-        match stream.parameters() {
-            Some(ParametersRef::Audio(a)) => {
-                let assembler = Assembler::new(stream, &sdp, limits::AUDIO_FRAME_MAX_BYTES)?;
-                audio = Some((i, Arc::new(audio_params(a)?), assembler));
+    // Audio is recorded along with the video when the camera offers a codec KeepPeek keeps.
+    // Nothing about it may stop the video: a stream that cannot be set up or read is
+    // dropped and counted, and the session goes on without it.
+    let mut audio = match session.streams().iter().position(|s| s.media() == "audio" && audio_codec(s).is_some()) {
+        None => None,
+        Some(i) => match timeout(ms(limits::RTSP_SETUP_PLAY_TIMEOUT_MS), session.setup(i, setup())).await {
+            // A request left without its answer leaves the connection in an unknown state.
+            Err(_) => return Err(IngestError::Timeout("SETUP")),
+            Ok(Err(e)) => {
+                sink.audio_unusable(format!("audio SETUP refused: {e}"));
+                None
             }
-            _ => warn!(url = %target.url, "audio stream without usable parameters; recording video only"),
-        }
-    }
+            Ok(Ok(_)) => match AudioIn::new(&session.streams()[i], i, &sdp) {
+                Ok(a) => Some(a),
+                Err(why) => {
+                    sink.audio_unusable(why);
+                    None
+                }
+            },
+        },
+    };
+    sink.state.audio(audio.as_ref().map(|a| a.params.codec));
     drop(sdp);
     let play = PlayOptions::default().enforce_timestamps_with_max_jump_secs(NonZeroU32::new(10).expect("nonzero"));
     let mut session = timeout(ms(limits::RTSP_SETUP_PLAY_TIMEOUT_MS), session.play(play))
@@ -117,25 +123,19 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
             None => return Err(IngestError::Ended),
             Some(item) => match item? {
                 PacketItem::Rtp(pkt) => pkt,
+                PacketItem::Rtcp(r) => {
+                    if let Some(a) = &mut audio {
+                        a.rtcp(&r, video_i);
+                    }
+                    continue;
+                }
                 _ => continue,
             },
         };
-        if let Some((i, p, assembler)) = &mut audio
-            && pkt.stream_id() == *i
+        if let Some(a) = &mut audio
+            && pkt.stream_id() == a.stream_i
         {
-            if assembler.push(&pkt)? {
-                sink.oversized_audio();
-            }
-            while let Some(item) = assembler.pull()? {
-                let CodecItem::AudioFrame(a) = item else { continue };
-                let ts = a.timestamp();
-                sink.deliver_audio(AudioFrame {
-                    pts_90k: ts.elapsed() * 90_000 / i64::from(ts.clock_rate().get()),
-                    duration_samples: a.frame_length().get(),
-                    data: Bytes::copy_from_slice(a.data()),
-                    params: p.clone(),
-                });
-            }
+            a.packet(&pkt, sink);
             continue;
         }
         if pkt.stream_id() != video_i {
@@ -160,16 +160,205 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
             let rate = i64::from(ts.clock_rate().get());
             let pts_90k = if rate == 90_000 { ts.elapsed() } else { ts.elapsed() * 90_000 / rate };
             let is_key = frame.is_random_access_point();
+            let received_mono_us = sink.clocks.mono_us();
+            if let Some(a) = &mut audio {
+                a.sync.video_frame(pts_90k, received_mono_us);
+            }
             sink.deliver(Frame {
                 pts_90k,
-                received_mono_us: sink.clocks.mono_us(),
+                received_mono_us,
                 received_wall_us: sink.clocks.wall_us(),
                 is_key,
                 data: frame.into_data().into(),
                 params: p.clone(),
-                audio: audio.as_ref().map(|(_, a, _)| a.clone()),
+                audio: audio.as_ref().map(|a| a.params.clone()),
             });
         }
+    }
+}
+
+/// The audio codec KeepPeek records `stream` in, from its RTP encoding name.
+fn audio_codec(stream: &Stream) -> Option<AudioCodec> {
+    codec_of_encoding(stream.encoding_name())
+}
+
+fn codec_of_encoding(encoding_name: &str) -> Option<AudioCodec> {
+    match encoding_name {
+        "mpeg4-generic" => Some(AudioCodec::Aac),
+        "pcmu" => Some(AudioCodec::Pcmu),
+        "pcma" => Some(AudioCodec::Pcma),
+        "opus" => Some(AudioCodec::Opus),
+        _ => None,
+    }
+}
+
+/// A session's audio stream, while it is recorded: its parameters, how its packets become
+/// frames, and where its frames fall on the video's timeline.
+struct AudioIn {
+    stream_i: usize,
+    payload_type: u8,
+    params: Arc<AudioParams>,
+    /// retina's depacketizer (AAC, G.711) under KeepPeek's ceiling; `None` for Opus, whose
+    /// every RTP packet is one frame (RFC 7587).
+    assembler: Option<Assembler>,
+    sync: AvSync,
+    /// Packets taken since audio was last dropped, to say so once per run of bad ones.
+    since_drop: u64,
+}
+
+impl AudioIn {
+    /// The audio stream `stream_i` (set up), or why it cannot be recorded.
+    fn new(stream: &Stream, stream_i: usize, sdp: &sdp_types::Session) -> Result<AudioIn, String> {
+        let codec =
+            audio_codec(stream).ok_or_else(|| format!("audio codec {} is not recorded", stream.encoding_name()))?;
+        let channels = stream.channels().map_or(1, std::num::NonZeroU16::get);
+        let error = |e: IngestError| format!("{codec} audio: {e}");
+        let (params, assembler) = match codec {
+            AudioCodec::Aac => {
+                let a = Assembler::new(stream, sdp, limits::AUDIO_FRAME_MAX_BYTES).map_err(error)?;
+                let Some(ParametersRef::Audio(p)) = a.parameters() else {
+                    return Err("AAC audio without its configuration in the SDP".into());
+                };
+                (audio_params(p).map_err(error)?, Some(a))
+            }
+            AudioCodec::Pcmu | AudioCodec::Pcma => {
+                let p = audio::g711_params(codec, stream.clock_rate_hz(), channels).map_err(|e| e.to_string())?;
+                (p, Some(Assembler::new(stream, sdp, limits::AUDIO_FRAME_MAX_BYTES).map_err(error)?))
+            }
+            AudioCodec::Opus => {
+                // RTP always says 2 channels for Opus; `sprop-stereo=1` says the camera
+                // sends stereo (RFC 7587 section 7.1).
+                let stereo = fmtp(stream, sdp)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|f| f.split(';').any(|p| p.trim().eq_ignore_ascii_case("sprop-stereo=1")));
+                (audio::opus_params(if stereo { 2 } else { 1 }, 0).map_err(|e| e.to_string())?, None)
+            }
+        };
+        Ok(AudioIn {
+            stream_i,
+            payload_type: stream.rtp_payload_type(),
+            sync: AvSync::new(params.sample_rate),
+            params: Arc::new(params),
+            assembler,
+            since_drop: u64::MAX,
+        })
+    }
+
+    /// A sender report of the video's stream or of this one.
+    fn rtcp(&mut self, r: &retina::rtcp::ReceivedCompoundPacket, video_i: usize) {
+        let Some(ts) = r.rtp_timestamp() else { return };
+        let Some(Ok(Some(sr))) = r.pkts().next().map(|p| p.as_sender_report()) else { return };
+        let rate = i64::from(ts.clock_rate().get());
+        let report = |rtp_elapsed| Report { rtp_elapsed, ntp: sr.ntp_timestamp().0 };
+        if r.stream_id() == video_i {
+            let elapsed = if rate == 90_000 { ts.elapsed() } else { ts.elapsed().saturating_mul(90_000) / rate };
+            self.sync.video_report(report(elapsed));
+        } else if r.stream_id() == self.stream_i {
+            self.sync.audio_report(report(ts.elapsed()));
+        }
+    }
+
+    /// Takes one packet of this stream: the frames it completes go to `sink`. A packet that
+    /// cannot be used is dropped and counted, and the stream goes on from the next.
+    fn packet(&mut self, pkt: &ReceivedPacket, sink: &mut Sink<'_>) {
+        let pt = pkt.header().payload_type();
+        if pt != self.payload_type {
+            match switched_codec(pt) {
+                Some(codec) => {
+                    // The camera changed codec mid-stream: the segment being written closes
+                    // at the next keyframe and the next records the new one.
+                    match audio::g711_params(codec, 8_000, 1) {
+                        Ok(p) => {
+                            if self.params.sample_rate != p.sample_rate {
+                                self.sync = AvSync::new(p.sample_rate);
+                            }
+                            self.params = Arc::new(p);
+                            self.payload_type = pt;
+                            self.assembler = Assembler::from_parts(
+                                "audio",
+                                codec.name(),
+                                8_000,
+                                None,
+                                None,
+                                limits::AUDIO_FRAME_MAX_BYTES,
+                            )
+                            .ok();
+                            sink.state.audio(Some(codec));
+                        }
+                        Err(e) => return self.drop(sink, e.to_string()),
+                    }
+                }
+                _ => {
+                    return self.drop(
+                        sink,
+                        format!("audio packet of payload type {pt}, not the {pt0} set up", pt0 = self.payload_type),
+                    );
+                }
+            }
+        }
+        let elapsed = pkt.timestamp().elapsed();
+        let Some(assembler) = &mut self.assembler else {
+            // Opus: the packet is the frame.
+            match audio::opus_packet_samples(pkt.payload()) {
+                Some(samples) => self.frame(elapsed, samples, Bytes::copy_from_slice(pkt.payload()), sink),
+                None => self.drop(sink, "an Opus packet that is not one".into()),
+            }
+            return;
+        };
+        match assembler.push(pkt) {
+            Ok(true) => {
+                return self
+                    .drop(sink, format!("audio frame over AUDIO_FRAME_MAX_BYTES ({})", limits::AUDIO_FRAME_MAX_BYTES));
+            }
+            Ok(false) => {}
+            Err(e) => {
+                assembler.reset();
+                return self.drop(sink, e.to_string());
+            }
+        }
+        loop {
+            let assembler = self.assembler.as_mut().expect("set");
+            match assembler.pull() {
+                Ok(None) => break,
+                Ok(Some(CodecItem::AudioFrame(a))) => {
+                    let ts = a.timestamp();
+                    // Both depacketizers run at the stream's clock rate, the sample rate.
+                    let (elapsed, samples) = (ts.elapsed(), a.frame_length().get());
+                    self.frame(elapsed, samples, Bytes::copy_from_slice(a.data()), sink);
+                }
+                Ok(Some(_)) => {}
+                Err(e) => {
+                    assembler.reset();
+                    self.drop(sink, e.to_string());
+                    break;
+                }
+            }
+        }
+    }
+
+    fn frame(&mut self, elapsed: i64, samples: u32, data: Bytes, sink: &mut Sink<'_>) {
+        self.since_drop = self.since_drop.saturating_add(1);
+        let Some(pts_90k) = self.sync.audio_pts_90k(elapsed, sink.clocks.mono_us()) else { return };
+        sink.deliver_audio(AudioFrame { pts_90k, duration_samples: samples, data, params: self.params.clone() });
+    }
+
+    fn drop(&mut self, sink: &mut Sink<'_>, why: String) {
+        if self.since_drop > 0 {
+            warn!(stream = self.stream_i, "audio dropped: {why}");
+        }
+        self.since_drop = 0;
+        sink.audio_dropped(why);
+    }
+}
+
+/// The G.711 codec of a static RTP payload type (RFC 3551: 0 µ-law, 8 A-law, at 8 kHz): what
+/// a camera that changes codec mid-stream changes to.
+fn switched_codec(payload_type: u8) -> Option<AudioCodec> {
+    match payload_type {
+        0 => Some(AudioCodec::Pcmu),
+        8 => Some(AudioCodec::Pcma),
+        _ => None,
     }
 }
 
@@ -242,6 +431,17 @@ impl Assembler {
         })
     }
 
+    /// Starts again from the next packet: what a bad packet left is dropped.
+    pub(super) fn reset(&mut self) {
+        self.skipping = None;
+        self.pending_bytes = 0;
+        if let Ok(d) =
+            new_depacketizer(&self.media, &self.encoding_name, self.clock_rate, self.channels, self.fmtp.as_deref())
+        {
+            self.depacketizer = d;
+        }
+    }
+
     /// Pushes one packet into the frame being put together; true when it would have taken
     /// that frame past the ceiling, which drops it.
     pub(super) fn push(&mut self, pkt: &ReceivedPacket) -> Result<bool, IngestError> {
@@ -251,15 +451,7 @@ impl Assembler {
                 return Ok(false);
             }
             // The next frame: what the dropped one left in the depacketizer goes with it.
-            self.skipping = None;
-            self.pending_bytes = 0;
-            self.depacketizer = new_depacketizer(
-                &self.media,
-                &self.encoding_name,
-                self.clock_rate,
-                self.channels,
-                self.fmtp.as_deref(),
-            )?;
+            self.reset();
         }
         let payload = pkt.payload();
         if self.pending_bytes + payload.len() > self.max_bytes {
@@ -345,6 +537,7 @@ fn audio_params(a: &retina::codec::AudioParameters) -> Result<AudioParams, Inges
         return Err(IngestError::Source("audio parameters over SAMPLE_ENTRY_MAX_BYTES".into()));
     }
     Ok(AudioParams {
+        codec: crate::media::AudioCodec::Aac,
         rfc6381: a.rfc6381_codec().unwrap_or("mp4a.40.2").to_string(),
         sample_rate: a.clock_rate(),
         sample_entry: entry.into(),

@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::media::{Codec, VideoParams};
+use crate::media::{AudioCodec, Codec, VideoParams};
 
 /// A snapshot of one stream's state.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -22,6 +22,15 @@ pub struct StreamStatus {
     /// Frames over [`crate::limits::FRAME_MAX_BYTES`], dropped.
     pub frames_oversized: u64,
     pub sessions_started: u64,
+    /// The session's audio codec, while its audio is recorded.
+    pub audio: Option<AudioCodec>,
+    pub audio_frames_received: u64,
+    /// Audio frames or packets that could not be used (garbage, a codec the session did
+    /// not set up, over [`crate::limits::AUDIO_FRAME_MAX_BYTES`]), and audio streams that
+    /// could not be set up: each dropped, the video going on.
+    pub audio_dropped: u64,
+    /// Why audio was last dropped.
+    pub audio_last_error: Option<String>,
 }
 
 /// Shared, updated by the stream's ingest task.
@@ -56,9 +65,26 @@ impl StreamState {
         s.sessions_started += 1;
     }
 
+    /// The session records audio in `codec` (`None`: it has none, or no more).
+    pub fn audio(&self, codec: Option<AudioCodec>) {
+        self.status.lock().expect("state lock").audio = codec;
+    }
+
+    pub fn audio_frame(&self) {
+        self.status.lock().expect("state lock").audio_frames_received += 1;
+    }
+
+    /// Counts audio dropped for `why`.
+    pub fn audio_dropped(&self, why: String) {
+        let mut s = self.status.lock().expect("state lock");
+        s.audio_dropped += 1;
+        s.audio_last_error = Some(why);
+    }
+
     pub fn disconnected(&self, error: String) {
         let mut s = self.status.lock().expect("state lock");
         s.connected = false;
+        s.audio = None;
         s.fps = 0.0;
         s.bitrate_bps = 0;
         s.last_error = Some(error);

@@ -6,6 +6,7 @@
 //! shared as [`Bytes`] and never copied per consumer. Media time is in 90 kHz units.
 
 pub mod annexb;
+pub mod audio;
 pub mod avc;
 pub mod fmp4;
 pub mod fmp4_read;
@@ -14,6 +15,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
+
+pub use audio::AudioCodec;
 
 /// The video codecs KeepPeek records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,26 +65,27 @@ pub struct VideoParams {
     pub sample_entry: Bytes,
 }
 
-/// Codec parameters of an audio stream (AAC).
+/// Codec parameters of an audio stream: any change closes the segment being written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AudioParams {
-    /// RFC 6381 codec string, e.g. `mp4a.40.2`.
+    pub codec: AudioCodec,
+    /// RFC 6381 codec string, e.g. `mp4a.40.2` (`ulaw`, `alaw`, `opus` for the others).
     pub rfc6381: String,
     /// Samples per second: also the audio track's timescale.
     pub sample_rate: u32,
-    /// The whole `mp4a` sample entry box, as it goes into `stsd`.
+    /// The whole sample entry box (`mp4a`, `ulaw`, `alaw`, `Opus`), as it goes into `stsd`.
     pub sample_entry: Bytes,
 }
 
-/// One encoded audio frame (an AAC access unit).
+/// One encoded audio frame: an AAC access unit, a G.711 packet's samples, an Opus packet.
 #[derive(Clone, Debug)]
 pub struct AudioFrame {
     /// Presentation time on the camera's clock converted to 90 kHz, relative to the session's
     /// start like [`Frame::pts_90k`]: used only to place the audio track against the video.
     pub pts_90k: i64,
-    /// Duration in samples (1024 for AAC-LC).
+    /// Duration in samples (1024 for AAC-LC; one per byte for G.711).
     pub duration_samples: u32,
-    /// Raw AAC (no ADTS header).
+    /// The codec's own bytes: raw AAC (no ADTS header), G.711 samples, an Opus packet.
     pub data: Bytes,
     pub params: Arc<AudioParams>,
 }

@@ -24,7 +24,8 @@
 //!   fragment's video is pending go into that fragment. A segment has an audio track when its
 //!   first frame names the session's audio parameters; its audio decode time starts at the
 //!   first audio frame's offset from the segment's first video frame and then runs on
-//!   contiguously.
+//!   contiguously. A change of the session's audio (its codec, or audio that comes or goes)
+//!   closes the segment at the next keyframe, as new video parameters do at once.
 
 use std::sync::Arc;
 
@@ -295,7 +296,15 @@ impl Fragmenter {
             && let Some(seg) = &self.segment
         {
             let too_long = frame.pts_90k - seg.start_pts_90k >= self.bounds.max_duration_90k;
-            if too_long || seg.bytes >= self.bounds.max_bytes || params_changed {
+            // The session's audio changed (its codec, or it came or went): a segment has one
+            // audio track, so the next keyframe starts a segment with the new one. Audio
+            // until then has no track to go in (counted in `skipped.audio`).
+            let audio_changed = match (&seg.audio, &frame.audio) {
+                (None, None) => false,
+                (Some(a), Some(b)) => !Arc::ptr_eq(a, b) && **a != **b,
+                _ => true,
+            };
+            if too_long || seg.bytes >= self.bounds.max_bytes || params_changed || audio_changed {
                 self.segment = None;
                 out.push(Event::EndSegment);
             }
@@ -368,7 +377,11 @@ impl Fragmenter {
     pub fn push_audio(&mut self, frame: AudioFrame) {
         let same_params =
             |s: &Segment| s.audio.as_ref().is_some_and(|a| Arc::ptr_eq(a, &frame.params) || **a == *frame.params);
-        let fits = self.segment.as_ref().is_some_and(same_params)
+        // Sound of a moment before the segment began (the previous segment's, come late)
+        // would sit at the segment's start, ahead of its time: it is dropped.
+        let ends_90k =
+            frame.pts_90k + i64::from(frame.duration_samples) * 90_000 / i64::from(frame.params.sample_rate.max(1));
+        let fits = self.segment.as_ref().is_some_and(|s| same_params(s) && ends_90k > s.start_pts_90k)
             && !self.pending.is_empty()
             && self.pending_audio.len() < self.capacity.1
             && self.pending_audio_bytes + frame.data.len() <= limits::FRAGMENT_AUDIO_MAX_BYTES;
@@ -460,6 +473,7 @@ impl Fragmenter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::media::AudioCodec;
     use crate::media::Codec;
     use bytes::Bytes;
 
@@ -714,6 +728,15 @@ mod tests {
         }
     }
 
+    fn aac_params() -> Arc<AudioParams> {
+        Arc::new(AudioParams {
+            codec: crate::media::AudioCodec::Aac,
+            rfc6381: "mp4a.40.2".into(),
+            sample_rate: 48_000,
+            sample_entry: Bytes::new(),
+        })
+    }
+
     fn aac(pts_90k: i64, params: &Arc<AudioParams>) -> AudioFrame {
         AudioFrame { pts_90k, duration_samples: 1024, data: Bytes::from(vec![1u8; 20]), params: params.clone() }
     }
@@ -721,7 +744,7 @@ mod tests {
     #[test]
     fn audio_rides_with_the_video_fragment_and_its_decode_time_runs_on() {
         let p = params(640);
-        let a = Arc::new(AudioParams { rfc6381: "mp4a.40.2".into(), sample_rate: 48_000, sample_entry: Bytes::new() });
+        let a = aac_params();
         let mut fr = Fragmenter::new(bounds(), true);
         let mut out = Vec::new();
         // Audio before any video has nowhere to go.
@@ -810,7 +833,7 @@ mod tests {
         audio_bytes: usize,
     ) -> (Vec<Event>, usize) {
         let p = params(640);
-        let a = Arc::new(AudioParams { rfc6381: "mp4a.40.2".into(), sample_rate: 48_000, sample_entry: Bytes::new() });
+        let a = aac_params();
         let (step, audio_step) = (90_000 / fps, 90_000 / per_second);
         let mut out = Vec::new();
         let mut audio_pts = 1000;
@@ -872,9 +895,51 @@ mod tests {
     }
 
     #[test]
+    fn an_audio_codec_change_closes_the_segment_at_the_next_keyframe_and_loses_no_video() {
+        let p = params(640);
+        let (aac, pcmu) =
+            (aac_params(), Arc::new(crate::media::audio::g711_params(AudioCodec::Pcmu, 8_000, 1).unwrap()));
+        let mut fr = Fragmenter::new(bounds(), true);
+        let mut out = Vec::new();
+        for i in 0..50 {
+            let mut f = frame(i, 15, &p);
+            // The codec changes at frame 20, mid-GOP; audio goes away at frame 40.
+            f.audio = match i {
+                0..20 => Some(aac.clone()),
+                20..40 => Some(pcmu.clone()),
+                _ => None,
+            };
+            let audio = f.audio.clone();
+            let pts = f.pts_90k;
+            fr.push(f, &mut out);
+            if let Some(a) = audio {
+                fr.push_audio(AudioFrame {
+                    pts_90k: pts,
+                    duration_samples: 160,
+                    data: Bytes::from(vec![0xff; 160]),
+                    params: a,
+                });
+            }
+        }
+        fr.finish(&mut out);
+        let starts: Vec<_> = out
+            .iter()
+            .filter_map(|e| match e {
+                Event::StartSegment { audio, .. } => Some(audio.as_ref().map(|a| a.codec)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(starts, [Some(AudioCodec::Aac), Some(AudioCodec::Pcmu), None]);
+        assert_eq!(out.iter().filter(|e| matches!(e, Event::FrameData(_))).count(), 50, "every video frame kept");
+        assert_eq!(fr.skipped().before_keyframe, 0);
+        // Frames 20..30 carried PCMU audio while their segment's track was AAC.
+        assert_eq!(fr.skipped().audio, 10);
+    }
+
+    #[test]
     fn lost_audio_leaves_a_gap_instead_of_pulling_later_audio_early() {
         let p = params(640);
-        let a = Arc::new(AudioParams { rfc6381: "mp4a.40.2".into(), sample_rate: 48_000, sample_entry: Bytes::new() });
+        let a = aac_params();
         let mut fr = Fragmenter::new(bounds(), true);
         let mut out = Vec::new();
         for i in 0..46 {

@@ -8,10 +8,19 @@
 //! frame after it until the next keyframe (a decoder cannot use them). The first frame
 //! queued after a drop or a reconnect carries `after_gap`, which ends the recorder's run.
 //!
+//! When the session has sound, a video frame waits on the ingest's side until the session's
+//! audio has reached it (at most [`limits::AUDIO_SYNC_WAIT_MS`] and
+//! [`limits::AUDIO_SYNC_HOLD_FRAMES`]), its bytes charged to the queue all the while. Cameras
+//! send a stretch of sound after they capture it, so its audio comes tens of milliseconds
+//! after the video of the same moment; in this order the recorder finds each moment's sound
+//! before the keyframe that follows it, and a segment that ends at that keyframe holds its
+//! sound to its end. Live viewers get the frame at once: only the recorder's copy waits.
+//!
 //! A frame's bytes stay charged to the queue until the stream's next frame is taken. By then
 //! the writer has it in hand for its next write, at most [`limits::RECORD_WRITE_BATCH_MAX_BYTES`]
 //! a writer, which the budget counts apart, or a pre-roll history holds it in its own pool.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -56,6 +65,11 @@ pub struct FrameSender {
     pool: Arc<BytePool>,
     need_keyframe: bool,
     gap: bool,
+    /// Video frames (and their `after_gap`) charged to the queue but held until the
+    /// session's audio reaches them, oldest first.
+    held: VecDeque<(Frame, bool)>,
+    /// The start of the newest audio frame queued, on the video's timeline (90 kHz).
+    audio_reached_90k: Option<i64>,
 }
 
 /// The recorder's end of the queue.
@@ -82,34 +96,56 @@ pub fn channel(pool: &Arc<BytePool>) -> (FrameSender, FrameReceiver, Arc<QueueSt
     let (tx, rx) = mpsc::channel(limits::INGEST_QUEUE_FRAMES);
     let stats = Arc::new(QueueStats::default());
     (
-        FrameSender { tx, stats: stats.clone(), pool: pool.clone(), need_keyframe: false, gap: true },
+        FrameSender {
+            tx,
+            stats: stats.clone(),
+            pool: pool.clone(),
+            need_keyframe: false,
+            gap: true,
+            held: VecDeque::new(),
+            audio_reached_90k: None,
+        },
         FrameReceiver { rx, stats: stats.clone(), pool: pool.clone(), newest_bytes: 0 },
         stats,
     )
 }
 
 impl FrameSender {
-    /// Queues a frame if it fits; returns false when it was dropped.
+    /// Queues a frame if it fits; returns false when it was dropped. A frame of a session
+    /// with sound is held until the session's audio reaches it (see the module's notes).
     pub fn send(&mut self, frame: Frame) -> bool {
         if self.need_keyframe && !frame.is_key {
             self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
             return false;
         }
         let after_gap = self.gap;
-        if self.queue(StreamMsg::Frame { frame, after_gap }) {
-            self.need_keyframe = false;
-            self.gap = false;
-            return true;
+        if frame.audio.is_none() && self.held.is_empty() {
+            if self.queue(StreamMsg::Frame { frame, after_gap }) {
+                self.need_keyframe = false;
+                self.gap = false;
+                return true;
+            }
+            self.dropped();
+            return false;
         }
-        self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
-        self.need_keyframe = true;
-        self.gap = true;
-        false
+        if !self.reserve(frame.data.len()) {
+            self.dropped();
+            return false;
+        }
+        self.need_keyframe = false;
+        self.gap = false;
+        let now_mono_us = frame.received_mono_us;
+        self.held.push_back((frame, after_gap));
+        self.release(now_mono_us, false);
+        true
     }
 
     /// Queues an audio frame if it fits; audio is small and never waits for a keyframe, but
-    /// counts against the same byte ceilings.
-    pub fn send_audio(&mut self, frame: AudioFrame) -> bool {
+    /// counts against the same byte ceilings. The video frames held for audio up to its
+    /// start go first.
+    pub fn send_audio(&mut self, frame: AudioFrame, now_mono_us: i64) -> bool {
+        self.audio_reached_90k = Some(frame.pts_90k);
+        self.release(now_mono_us, false);
         let queued = self.queue(StreamMsg::Audio(frame));
         if !queued {
             self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
@@ -117,9 +153,59 @@ impl FrameSender {
         queued
     }
 
+    /// Hands on the held video frames the audio has reached, that waited their longest, or
+    /// past the count ceiling; every one when `all`.
+    fn release(&mut self, now_mono_us: i64, all: bool) {
+        while let Some((front, _)) = self.held.front() {
+            let heard = self.audio_reached_90k.is_some_and(|a| a >= front.pts_90k);
+            let waited = now_mono_us - front.received_mono_us >= limits::AUDIO_SYNC_WAIT_MS as i64 * 1000;
+            if !(all || heard || waited || self.held.len() > limits::AUDIO_SYNC_HOLD_FRAMES) {
+                break;
+            }
+            let (frame, after_gap) = self.held.pop_front().expect("front exists");
+            let len = frame.data.len();
+            if let Err(e) = self.tx.try_send(StreamMsg::Frame { frame, after_gap }) {
+                // The recorder is behind: this frame and the rest until a keyframe go.
+                drop(e);
+                self.unreserve(len);
+                self.dropped();
+                while self.held.front().is_some_and(|(f, _)| !f.is_key) {
+                    let (f, _) = self.held.pop_front().expect("front exists");
+                    self.unreserve(f.data.len());
+                    self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                if let Some((_, after_gap)) = self.held.front_mut() {
+                    // A held keyframe goes on, and starts the new run.
+                    *after_gap = true;
+                    self.need_keyframe = false;
+                    self.gap = false;
+                }
+            }
+        }
+    }
+
+    /// A frame dropped: the frames after it are useless until the next keyframe.
+    fn dropped(&mut self) {
+        self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+        self.need_keyframe = true;
+        self.gap = true;
+    }
+
     /// Queues `msg` if its bytes fit the stream's ceiling and the pool.
     fn queue(&mut self, msg: StreamMsg) -> bool {
         let len = msg.bytes();
+        if !self.reserve(len) {
+            return false;
+        }
+        if self.tx.try_send(msg).is_ok() {
+            return true;
+        }
+        self.unreserve(len);
+        false
+    }
+
+    /// Charges `len` bytes to the stream's ceiling and the pool, if both have room.
+    fn reserve(&mut self, len: usize) -> bool {
         let stream_fits = self
             .stats
             .bytes_in_flight
@@ -134,28 +220,37 @@ impl FrameSender {
             self.stats.bytes_in_flight.fetch_sub(len, Ordering::Relaxed);
             return false;
         }
-        if self.tx.try_send(msg).is_ok() {
-            return true;
-        }
+        true
+    }
+
+    fn unreserve(&mut self, len: usize) {
         self.stats.bytes_in_flight.fetch_sub(len, Ordering::Relaxed);
         self.pool.release(len);
-        false
     }
 
     /// Counts a frame that ingest refused (over a ceiling): the frames after it are useless
     /// until the next keyframe.
     pub fn reject(&mut self) {
-        self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
-        self.need_keyframe = true;
-        self.gap = true;
+        self.release(0, true);
+        self.dropped();
     }
 
-    /// Tells the recorder the session ended; the next frame starts a new run.
+    /// Tells the recorder the session ended; the next frame starts a new run. The frames
+    /// held for audio go first: the audio they waited for will not come.
     pub fn session_ended(&mut self) {
+        self.release(0, true);
+        self.audio_reached_90k = None;
         self.gap = true;
         self.need_keyframe = false;
         // If the queue is full the recorder is busy and will see `after_gap` instead.
         let _ = self.tx.try_send(StreamMsg::SessionEnded);
+    }
+}
+
+impl Drop for FrameSender {
+    /// The frames held for audio go to the recorder, which drains the queue as it closes.
+    fn drop(&mut self) {
+        self.release(0, true);
     }
 }
 
@@ -266,6 +361,100 @@ mod tests {
         assert!(!tx.send(frame(1, false)), "and drops until the next keyframe");
         queues.truncate(1);
         assert_eq!(pool.held_bytes(), each, "dropped queues give their bytes back");
+    }
+
+    /// A frame of a session with sound, at `pts_90k`, received at `mono_us`.
+    fn heard_frame(pts_90k: i64, mono_us: i64, is_key: bool) -> Frame {
+        let mut f = frame(10, is_key);
+        (f.pts_90k, f.received_mono_us) = (pts_90k, mono_us);
+        f.audio = Some(Arc::new(crate::media::audio::g711_params(crate::media::AudioCodec::Pcmu, 8_000, 1).unwrap()));
+        f
+    }
+
+    fn audio_at(pts_90k: i64) -> AudioFrame {
+        let params = Arc::new(crate::media::audio::g711_params(crate::media::AudioCodec::Pcmu, 8_000, 1).unwrap());
+        AudioFrame { pts_90k, duration_samples: 160, data: vec![0xff; 160].into(), params }
+    }
+
+    /// What the recorder finds in the queue now: `V<pts>` for a frame, `A<pts>` for audio.
+    fn order(rx: &mut FrameReceiver) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Recv::Msg(m) = rx.try_recv() {
+            out.push(match m {
+                StreamMsg::Frame { frame, .. } => format!("V{}", frame.pts_90k),
+                StreamMsg::Audio(a) => format!("A{}", a.pts_90k),
+                StreamMsg::SessionEnded => "end".into(),
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn a_frame_with_sound_waits_until_the_audio_reaches_it() {
+        let pool = BytePool::shared(limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
+        let (mut tx, mut rx, stats) = channel(&pool);
+        // The picture of 0 and 6000 comes before the sound of the same moments.
+        assert!(tx.send(heard_frame(0, 0, true)));
+        assert!(tx.send(heard_frame(6_000, 66_000, false)));
+        assert!(order(&mut rx).is_empty(), "both wait for their sound");
+        assert_eq!(stats.bytes_in_flight.load(Ordering::Relaxed), 20, "held frames are charged to the queue");
+        assert!(tx.send_audio(audio_at(0), 70_000));
+        assert!(tx.send_audio(audio_at(1_800), 90_000));
+        assert!(tx.send_audio(audio_at(3_600), 110_000));
+        assert!(tx.send_audio(audio_at(5_400), 130_000));
+        assert_eq!(order(&mut rx), ["V0", "A0", "A1800", "A3600", "A5400"]);
+        assert!(tx.send_audio(audio_at(7_200), 150_000));
+        assert_eq!(order(&mut rx), ["V6000", "A7200"], "the sound before 6000 went first");
+    }
+
+    #[test]
+    fn a_frame_waits_for_sound_at_most_audio_sync_wait_ms_and_audio_sync_hold_frames() {
+        let pool = BytePool::shared(limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
+        let (mut tx, mut rx, _) = channel(&pool);
+        let wait_us = limits::AUDIO_SYNC_WAIT_MS as i64 * 1000;
+        assert!(tx.send(heard_frame(0, 0, true)));
+        assert!(tx.send(heard_frame(3_000, wait_us - 1, false)));
+        assert!(order(&mut rx).is_empty());
+        // No sound comes: a frame that waited its longest goes on when the next one comes.
+        assert!(tx.send(heard_frame(6_000, wait_us, false)));
+        assert_eq!(order(&mut rx), ["V0"]);
+        // However fast frames come, no more than the ceiling wait.
+        for i in 0..limits::AUDIO_SYNC_HOLD_FRAMES as i64 {
+            assert!(tx.send(heard_frame(9_000 + i, wait_us, false)));
+        }
+        assert_eq!(order(&mut rx), ["V3000", "V6000"]);
+        assert_eq!(tx.held.len(), limits::AUDIO_SYNC_HOLD_FRAMES);
+        // The session's end, or the sender's, hands every held frame on.
+        tx.session_ended();
+        assert_eq!(order(&mut rx).len(), limits::AUDIO_SYNC_HOLD_FRAMES + 1);
+        assert!(tx.send(heard_frame(0, 0, true)));
+        drop(tx);
+        assert_eq!(order(&mut rx), ["V0"]);
+    }
+
+    #[test]
+    fn a_full_queue_drops_held_frames_until_a_held_keyframe() {
+        let pool = BytePool::shared(limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
+        let (mut tx, mut rx, stats) = channel(&pool);
+        for i in 0..limits::INGEST_QUEUE_FRAMES {
+            assert!(tx.send_audio(audio_at(i as i64 - 1_000), 0));
+        }
+        for (pts, key) in [(0, true), (1, false), (2, true)] {
+            assert!(tx.send(heard_frame(pts, 0, key)));
+        }
+        // The sound reaches them but the recorder has taken nothing: 0 and 1 are lost, and
+        // the audio that could not go either; 2 is still held, a keyframe after a gap.
+        assert!(!tx.send_audio(audio_at(1), 0));
+        assert_eq!(stats.frames_dropped.load(Ordering::Relaxed), 3);
+        assert_eq!(order(&mut rx).len(), limits::INGEST_QUEUE_FRAMES);
+        assert!(tx.send_audio(audio_at(2), 0));
+        match rx.try_recv() {
+            Recv::Msg(StreamMsg::Frame { frame, after_gap }) => {
+                assert!(frame.is_key && after_gap && frame.pts_90k == 2)
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(stats.bytes_in_flight.load(Ordering::Relaxed), 10 + 160, "the taken frame and the audio");
     }
 
     #[test]

@@ -382,7 +382,13 @@ impl StreamRecorder {
             return;
         };
         let video = (params.codec, params.width, params.height);
-        let row = RecordingRow::opening(self.stream_id, self.run_id, video, wall_start_us, self.audio.is_some());
+        let row = RecordingRow::opening(
+            self.stream_id,
+            self.run_id,
+            video,
+            wall_start_us,
+            self.audio.as_ref().map(|a| a.codec),
+        );
         // File names sort by time: 20 digits of µs since the epoch, then the id.
         let dir_rel = self.dir_rel.clone();
         let name_us = wall_start_us.max(0);
@@ -550,12 +556,12 @@ impl StreamRecorder {
         let video = TrackRun { base_decode: base_decode_90k, samples: &f.samples };
         // A segment reopened mid-run numbers its audio from its own first fragment.
         let audio_offset = seg.audio_decode_offset.unwrap_or(0);
-        let audio = seg.row.has_audio.then(|| TrackRun {
+        let audio = seg.row.audio.is_some().then(|| TrackRun {
             base_decode: f.audio_base_decode.saturating_sub(audio_offset),
             samples: &f.audio_samples,
         });
         let (flusher, stats, stream) = (&self.flusher, &*self.stats, self.stream_id);
-        if seg.row.has_audio && !f.audio_frames.is_empty() {
+        if seg.row.audio.is_some() && !f.audio_frames.is_empty() {
             let audio_at = fragment.start_byte + fragment.header_bytes as u64 + fragment.video_bytes;
             write_making_room(&seg.file, flusher, stats, stream, |file| {
                 let mut slices: Vec<IoSlice<'_>> = f.audio_frames.iter().map(|a| IoSlice::new(&a.data)).collect();

@@ -21,6 +21,7 @@ mod power_cut;
 mod retention;
 mod rtsp_recording;
 mod scale;
+mod sound;
 mod sso;
 mod tls;
 #[path = "../../benches/support/viewer.rs"]

@@ -1,0 +1,147 @@
+//! Sound from cameras: AAC, G.711 µ-law and A-law, and Opus recorded as the second track of
+//! each segment, in step with the video.
+//!
+//! The RTSP test camera (gst-rtsp-server) sends its fixtures' sound: a quiet 440 Hz tone with
+//! a loud 1 kHz burst at 5.0-5.2 s of every 10 s loop, where video frame 75 (bar-coded in the
+//! picture) is. In a recording, ffmpeg finds each burst (its `silencedetect` at -20 dB) and the
+//! test finds frame 75 in the decoded picture: they must line up within 100 ms.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::*;
+
+/// The camera's paths with sound: the catalog's name of the codec, ffprobe's, and the
+/// length of one audio frame (a packet, for G.711 and Opus) in seconds.
+const KINDS: [(&str, &str, &str, &str, f64); 4] = [
+    ("aac", "/h264-aac", "aac", "aac", 1024.0 / 48_000.0),
+    ("pcmu", "/h264-pcmu", "pcmu", "pcm_mulaw", 0.020),
+    ("pcma", "/h265-pcma", "pcma", "pcm_alaw", 0.020),
+    ("opus", "/h264-opus", "opus", "opus", 0.020),
+];
+
+#[test]
+fn aac_g711_and_opus_are_recorded_with_the_video_and_the_tone_on_its_frame() {
+    let cam = Camera::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = String::from(
+        // Segments of 512 KiB (an eighth of the stream's cap): 10-14 s of these streams, so
+        // each run has a segment that ends at a keyframe mid-run.
+        "flush_interval_s = 2\n[retention]\nstream_max_bytes = \"4 MiB\"\ntotal_max_bytes = \"64 MiB\"\n",
+    );
+    for (name, path, ..) in KINDS {
+        config += &format!("[[cameras]]\nname = \"{name}\"\nmain = {{ url = \"{}\" }}\n", cam.url(path));
+    }
+    write_config(dir.path(), &config);
+    let mut d = Daemon::start(dir.path());
+    for (name, ..) in KINDS {
+        d.wait_log(&format!("recording to recordings/{name}/main"), 1, Duration::from_secs(20));
+    }
+    std::thread::sleep(Duration::from_secs(23));
+    d.stop();
+
+    let recs = d.recordings();
+    for (name, _, codec, ffprobe_codec, frame_s) in KINDS {
+        let mine = of_stream(&recs, &format!("{name}/main"));
+        let secs = seconds(&mine);
+        assert!(secs >= 20.0, "{name}: only {secs} s recorded");
+        assert!(mine.len() >= 2, "{name}: {} segments", mine.len());
+        let (mut bursts, mut worst_burst_s, mut worst_edge_s) = (0, 0.0f64, 0.0f64);
+        for (i, r) in mine.iter().enumerate() {
+            let path = d.data().join(r["path"].as_str().unwrap());
+            assert_eq!(r["audio"], codec, "{name}: {r}");
+            assert_recording_matches_file(&d.data(), r);
+            assert_decodes(&path);
+            assert_eq!(stream_codec(&path, "a:0"), ffprobe_codec, "{}", path.display());
+            worst_edge_s = worst_edge_s.max(assert_tracks_agree(&path, frame_s, i + 1 == mine.len()));
+            let (n, worst) = assert_bursts_on_frame_75(&path);
+            (bursts, worst_burst_s) = (bursts + n, worst_burst_s.max(worst));
+        }
+        eprintln!(
+            "{name}: {} segments, {secs:.1} s; audio and video edges apart by at most {:.1} ms (the run's end aside); \
+             {bursts} tone bursts, at most {:.1} ms from frame 75",
+            mine.len(),
+            worst_edge_s * 1e3,
+            worst_burst_s * 1e3
+        );
+        assert!(bursts >= 2, "{name}: {bursts} tone bursts in {secs} s of recording");
+    }
+    let v = d.check();
+    assert!(v["problems"].as_array().unwrap().is_empty(), "{v}");
+}
+
+/// ffprobe's name of the codec of `stream` (`a:0`) in the file.
+fn stream_codec(path: &Path, stream: &str) -> String {
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-select_streams", stream, "-show_entries", "stream=codec_name", "-of", "csv=p=0"])
+        .arg(path)
+        .output()
+        .expect("ffprobe");
+    assert!(out.status.success() && out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The audio track starts and ends with the video, each within one audio frame, and its
+/// timestamps increase. A run's last segment (`last`: the daemon stopped) ends with its
+/// last video frame given the duration of the one before, a guess, and without the sound
+/// the camera had not sent yet: there its audio may end up to a video frame earlier.
+/// Returns how far apart the edges were (the run's end aside).
+fn assert_tracks_agree(path: &Path, frame_s: f64, last: bool) -> f64 {
+    let audio = ffprobe_stream_packets(path, "a:0");
+    let video = ffprobe_packets(path);
+    assert!(!audio.is_empty(), "{} has no audio", path.display());
+    for w in audio.windows(2) {
+        assert!(w[1].pts_s > w[0].pts_s, "{}: audio timestamps do not increase: {w:?}", path.display());
+    }
+    let (a0, v0) = (audio[0].pts_s, video[0].pts_s);
+    let a_end = audio.last().map(|p| p.pts_s + p.duration_s).unwrap();
+    let v_end = video.last().map(|p| p.pts_s + p.duration_s).unwrap();
+    let slack = frame_s + 1e-3;
+    let end_slack = if last { slack + 1.0 / 15.0 } else { slack };
+    assert!(
+        (a0 - v0).abs() <= slack && (a_end - v_end).abs() <= end_slack,
+        "{}: audio {a0:.4}..{a_end:.4} s, video {v0:.4}..{v_end:.4} s (one audio frame is {frame_s:.4} s)",
+        path.display()
+    );
+    if last { (a0 - v0).abs() } else { (a0 - v0).abs().max((a_end - v_end).abs()) }
+}
+
+/// Each tone burst in the file starts within 100 ms of a picture of frame 75 (mod 150: the
+/// clip is 10 s at 15 fps); returns how many there were and the farthest.
+fn assert_bursts_on_frame_75(path: &Path) -> (usize, f64) {
+    let out = Command::new("ffmpeg")
+        .args(["-hide_banner", "-nostdin", "-i"])
+        .arg(path)
+        .args(["-map", "0:a:0", "-af", "silencedetect=n=-20dB:d=0.1", "-f", "null", "-"])
+        .output()
+        .expect("ffmpeg");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let log = String::from_utf8_lossy(&out.stderr);
+    let onsets: Vec<f64> = log
+        .lines()
+        .filter_map(|l| l.split("silence_end: ").nth(1))
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect();
+    let video = ffprobe_packets(path);
+    let numbers = frame_numbers(path, video.len());
+    assert_eq!(numbers.len(), video.len(), "{}: every frame decoded", path.display());
+    let marked: Vec<f64> = video.iter().zip(&numbers).filter(|(_, n)| *n % 150 == 75).map(|(p, _)| p.pts_s).collect();
+    let last_pts = video.last().map_or(0.0, |p| p.pts_s);
+    let (mut bursts, mut worst) = (0, 0.0f64);
+    for onset in onsets {
+        // The end of silence at the file's end is no burst.
+        if onset > last_pts {
+            continue;
+        }
+        let nearest = marked.iter().map(|m| (m - onset).abs()).fold(f64::INFINITY, f64::min);
+        assert!(
+            nearest <= 0.100,
+            "{}: a tone burst at {onset:.3} s, the nearest frame 75 {nearest:.3} s away (frames 75 at {marked:?})",
+            path.display()
+        );
+        bursts += 1;
+        worst = worst.max(nearest);
+    }
+    (bursts, worst)
+}

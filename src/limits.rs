@@ -826,6 +826,16 @@ pub const PREROLL_GOP_MAX_MS: u64 = 10_000;
 /// Frame slots of one stream's history, whatever its pre-roll.
 pub const PREROLL_FRAMES_MAX: usize = 4096;
 
+/// The audio frames a second a history's audio slots are sized for: G.711 in 10 ms packets
+/// (AAC at 48 kHz makes 47, Opus and G.711 in 20 ms packets 50). Past its slots a history
+/// lets its oldest GOP go, as for video.
+pub const PREROLL_AUDIO_FPS_MAX: usize = 100;
+
+/// Audio frame slots of one stream's history, whatever its pre-roll (the longest pre-roll,
+/// backdate and GOP at [`PREROLL_AUDIO_FPS_MAX`] take 4,200). Allocated at the stream's first
+/// audio frame.
+pub const PREROLL_AUDIO_FRAMES_MAX: usize = 8192;
+
 /// Keyframes one stream's history indexes (fixed capacity): 32 s of quarter-second GOPs.
 pub const PREROLL_KEYFRAMES_MAX: usize = 128;
 

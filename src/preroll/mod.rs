@@ -11,6 +11,10 @@
 //!   more than its per-stream caps (bytes, frame slots, keyframes) nor, with every other
 //!   stream, more than the global byte cap of its [`HistoryPool`]. At a cap the oldest GOP
 //!   goes first. With no pre-roll no history exists at all.
+//! - A session's audio is held with its video: each audio frame after the video frame it
+//!   came after, in the same caps and pool, and let go with that frame's GOP. A recording
+//!   from history hands both on in the order they came, so its sound starts with its first
+//!   keyframe and lines up as in continuous recording.
 //!
 //! The history holds the frames' shared buffers (`Bytes`, reference-counted), not copies:
 //! the ingest has already allocated each frame once, and copying it into a byte ring would
@@ -23,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::limits;
-use crate::media::Frame;
+use crate::media::{AudioFrame, Frame};
 
 /// Bytes of history held across every stream, against a global cap.
 #[derive(Debug)]
@@ -95,6 +99,8 @@ pub struct Caps {
     pub max_bytes: usize,
     /// Frame slots (allocated up front).
     pub slots: usize,
+    /// Audio frame slots (allocated at the first audio frame).
+    pub audio_slots: usize,
     /// How far back it keeps, µs: the pre-roll plus how late an event may arrive.
     pub keep_us: i64,
 }
@@ -106,12 +112,18 @@ impl Caps {
         // Enough slots for the kept time plus one whole GOP at the highest frame rate.
         let span_ms = keep_ms + limits::PREROLL_GOP_MAX_MS;
         let slots = (span_ms * limits::PREROLL_FPS_MAX as u64).div_ceil(1000) as usize;
-        Caps { max_bytes, slots: slots.min(limits::PREROLL_FRAMES_MAX), keep_us: keep_ms as i64 * 1000 }
+        let audio_slots = (span_ms * limits::PREROLL_AUDIO_FPS_MAX as u64).div_ceil(1000) as usize;
+        Caps {
+            max_bytes,
+            slots: slots.min(limits::PREROLL_FRAMES_MAX),
+            audio_slots: audio_slots.min(limits::PREROLL_AUDIO_FRAMES_MAX),
+            keep_us: keep_ms as i64 * 1000,
+        }
     }
 
-    /// Bytes of the slot array itself.
+    /// Bytes of the slot arrays themselves (video and audio).
     pub fn slot_bytes(&self) -> usize {
-        self.slots * std::mem::size_of::<Entry>()
+        self.slots * std::mem::size_of::<Entry>() + self.audio_slots * std::mem::size_of::<AudioEntry>()
     }
 }
 
@@ -120,9 +132,23 @@ struct Entry {
     after_gap: bool,
 }
 
+/// An audio frame and the sequence number of the video frame it came after.
+struct AudioEntry {
+    after_seq: u64,
+    frame: AudioFrame,
+}
+
+/// What a history hands back from a sequence number on, in the order it came.
+pub enum Held<'a> {
+    Video(&'a Frame, bool),
+    Audio(&'a AudioFrame),
+}
+
 /// One stream's recent frames: always starting at a keyframe, never over its caps.
 pub struct History {
     entries: VecDeque<Entry>,
+    /// Audio frames, oldest first, each after a video frame held.
+    audio: VecDeque<AudioEntry>,
     /// Sequence number of `entries[0]`.
     first_seq: u64,
     /// Sequence numbers of the keyframes held, oldest first; `keyframes[0] == first_seq`.
@@ -143,6 +169,7 @@ impl History {
     pub fn new(caps: Caps, pool: Arc<HistoryPool>) -> History {
         History {
             entries: VecDeque::with_capacity(caps.slots),
+            audio: VecDeque::new(),
             first_seq: 0,
             keyframes: heapless::Deque::new(),
             bytes: 0,
@@ -227,6 +254,33 @@ impl History {
         Some(seq)
     }
 
+    /// Keeps an audio frame after the newest video frame; false when it is not kept (no
+    /// video held yet, or no room even with every older GOP gone).
+    pub fn push_audio(&mut self, frame: AudioFrame) -> bool {
+        if self.entries.is_empty() || self.need_key || self.caps.audio_slots == 0 {
+            return false;
+        }
+        if self.audio.capacity() == 0 {
+            self.audio.reserve_exact(self.caps.audio_slots);
+        }
+        let len = frame.data.len();
+        loop {
+            let room = self.audio.len() < self.caps.audio_slots && self.bytes + len <= self.caps.max_bytes;
+            if room && self.pool.reserve(len) {
+                break;
+            }
+            if !self.evict_oldest_gop() {
+                self.stats.frames_refused.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+            self.stats.gops_capped.fetch_add(1, Ordering::Relaxed);
+        }
+        self.audio.push_back(AudioEntry { after_seq: self.next_seq() - 1, frame });
+        self.bytes += len;
+        self.high_water = self.high_water.max(self.bytes);
+        true
+    }
+
     fn refuse(&mut self) {
         self.gap_pending = true;
         self.stats.frames_refused.fetch_add(1, Ordering::Relaxed);
@@ -246,6 +300,9 @@ impl History {
             }
             self.first_seq += 1;
         }
+        while self.audio.front().is_some_and(|a| a.after_seq < self.first_seq) {
+            freed += self.audio.pop_front().map_or(0, |a| a.frame.data.len());
+        }
         self.bytes -= freed;
         self.pool.release(freed);
         self.publish_stats();
@@ -256,6 +313,7 @@ impl History {
     fn clear(&mut self) {
         self.first_seq = self.next_seq();
         self.entries.clear();
+        self.audio.clear();
         self.keyframes.clear();
         self.pool.release(self.bytes);
         self.bytes = 0;
@@ -289,6 +347,25 @@ impl History {
 
     pub fn held_bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// Hands `f` the video frames from sequence `seq` on and the audio that came after
+    /// them, in the order they came.
+    pub fn each_since(&self, seq: u64, mut f: impl FnMut(Held<'_>)) {
+        let seq = seq.max(self.first_seq);
+        let mut audio = self.audio.range(self.audio.partition_point(|a| a.after_seq < seq)..).peekable();
+        for (i, (frame, gap)) in self.since(seq).enumerate() {
+            f(Held::Video(frame, gap));
+            let at = seq + i as u64;
+            while let Some(a) = audio.next_if(|a| a.after_seq == at) {
+                f(Held::Audio(&a.frame));
+            }
+        }
+    }
+
+    /// Audio frames held.
+    pub fn held_audio_frames(&self) -> usize {
+        self.audio.len()
     }
 
     pub fn held_frames(&self) -> usize {
@@ -430,6 +507,7 @@ pub enum Out {
         frame: Frame,
         after_gap: bool,
     },
+    Audio(AudioFrame),
     /// The recording ends here: close what is open.
     Finish,
 }
@@ -489,6 +567,29 @@ impl Admission {
         self.mode == Mode::Continuous
     }
 
+    /// Takes one audio frame from the queue: written when the video it came after was, and
+    /// held with it in the history.
+    pub fn audio(&mut self, frame: AudioFrame, out: &mut impl FnMut(Out)) {
+        match self.mode {
+            Mode::Continuous => out(Out::Audio(frame)),
+            Mode::Off => {}
+            Mode::Events { .. } => {
+                let writing = self.recording && !self.waiting_key;
+                match &mut self.history {
+                    Some(h) if writing => {
+                        h.push_audio(frame.clone());
+                        out(Out::Audio(frame));
+                    }
+                    Some(h) => {
+                        h.push_audio(frame);
+                    }
+                    None if writing => out(Out::Audio(frame)),
+                    None => {}
+                }
+            }
+        }
+    }
+
     /// Takes one frame from the queue; hands what is to be written to `out`.
     pub fn frame(&mut self, frame: Frame, after_gap: bool, out: &mut impl FnMut(Out)) {
         let (pre_roll_ms, post_roll_ms) = match self.mode {
@@ -515,10 +616,13 @@ impl Admission {
                     };
                     if let Some(start) = start {
                         let mut n = 0u64;
-                        for (i, (f, gap)) in h.since(start).enumerate() {
-                            out(Out::Frame { frame: f.clone(), after_gap: gap || i == 0 });
-                            n += 1;
-                        }
+                        h.each_since(start, |held| match held {
+                            Held::Video(f, gap) => {
+                                out(Out::Frame { frame: f.clone(), after_gap: gap || n == 0 });
+                                n += 1;
+                            }
+                            Held::Audio(a) => out(Out::Audio(a.clone())),
+                        });
                         self.stats.preroll_frames.fetch_add(n.saturating_sub(1), Ordering::Relaxed);
                         self.written_seq = kept;
                         self.waiting_key = false;
@@ -703,7 +807,7 @@ mod tests {
     #[test]
     fn slots_and_the_keyframe_index_are_caps_too() {
         let pool = Arc::new(HistoryPool::new(1 << 30));
-        let c = Caps { max_bytes: 1 << 30, slots: 50, keep_us: 3_600_000_000 };
+        let c = Caps { max_bytes: 1 << 30, slots: 50, audio_slots: 0, keep_us: 3_600_000_000 };
         let mut h = History::new(c, pool.clone());
         let mut cam = Camera { n: 0, gop: 7, len: 10 };
         for _ in 0..200 {
@@ -720,6 +824,105 @@ mod tests {
         assert_eq!(h.held_frames(), limits::PREROLL_KEYFRAMES_MAX);
         assert_eq!(Caps::for_pre_roll(limits::PREROLL_MAX_MS, 1).slots, limits::PREROLL_FRAMES_MAX.min(2520));
         assert_eq!(Caps::for_pre_roll(u32::MAX, 1).slots, limits::PREROLL_FRAMES_MAX, "whatever the pre-roll");
+    }
+
+    fn sound(pts_90k: i64, len: usize) -> AudioFrame {
+        let params = Arc::new(crate::media::audio::g711_params(crate::media::AudioCodec::Pcmu, 8_000, 1).unwrap());
+        AudioFrame { pts_90k, duration_samples: len as u32, data: vec![0xff; len].into(), params }
+    }
+
+    /// What a history hands back from `seq`: `V<pts>` and `A<pts>` in order.
+    fn replay(h: &History, seq: u64) -> Vec<String> {
+        let mut out = Vec::new();
+        h.each_since(seq, |held| {
+            out.push(match held {
+                Held::Video(f, _) => format!("V{}", f.pts_90k),
+                Held::Audio(a) => format!("A{}", a.pts_90k),
+            })
+        });
+        out
+    }
+
+    #[test]
+    fn sound_is_held_after_its_video_and_goes_with_its_gop() {
+        let pool = Arc::new(HistoryPool::new(1 << 30));
+        let mut h = History::new(Caps::for_pre_roll(1_000, 1 << 30), pool.clone());
+        assert!(!h.push_audio(sound(0, 800)), "no video held yet");
+        let mut cam = Camera { n: 0, gop: 10, len: 1000 };
+        for _ in 0..40 {
+            let f = cam.next();
+            let pts = f.pts_90k;
+            h.push(f, false);
+            // Two 50 ms packets of sound after each 100 ms frame.
+            assert!(h.push_audio(sound(pts, 400)));
+            assert!(h.push_audio(sound(pts + 4_500, 400)));
+        }
+        // 1 s of pre-roll and 2 s of backdate: GOPs of 1 s, the oldest at 3.7 s back.
+        let first = h.keyframe_at_or_before(0).unwrap();
+        let got = replay(&h, first);
+        let oldest = h.oldest_mono_us().unwrap() / 100_000 * 9_000;
+        assert_eq!(got[..3], [format!("V{oldest}"), format!("A{oldest}"), format!("A{}", oldest + 4_500)]);
+        assert_eq!(got.len(), 3 * h.held_frames(), "every frame's sound, none of a GOP let go");
+        assert_eq!(h.held_audio_frames(), 2 * h.held_frames());
+        assert_eq!(h.held_bytes(), 1000 * h.held_frames() + 800 * h.held_frames());
+        assert_eq!(pool.held_bytes(), h.held_bytes());
+        // From a later keyframe: its frames and their sound only.
+        let later = h.keyframe_after(first).unwrap();
+        assert_eq!(replay(&h, later).len(), 3 * (h.held_frames() - (later - first) as usize));
+        drop(h);
+        assert_eq!(pool.held_bytes(), 0);
+    }
+
+    #[test]
+    fn audio_slots_are_a_cap_and_preroll_audio_frames_max_bounds_them() {
+        let pool = Arc::new(HistoryPool::new(1 << 30));
+        let c = Caps { max_bytes: 1 << 30, slots: 1000, audio_slots: 30, keep_us: 3_600_000_000 };
+        let mut h = History::new(c, pool);
+        let mut cam = Camera { n: 0, gop: 5, len: 10 };
+        for _ in 0..100 {
+            let f = cam.next();
+            let pts = f.pts_90k;
+            h.push(f, false);
+            for i in 0..3 {
+                h.push_audio(sound(pts + i * 3_000, 8));
+            }
+            assert!(h.held_audio_frames() <= 30);
+        }
+        assert!(h.stats.gops_capped.load(Ordering::Relaxed) > 0, "GOPs went to make room for sound");
+        assert!(h.held_audio_frames() >= 15);
+        assert_eq!(Caps::for_pre_roll(limits::PREROLL_MAX_MS, 1).audio_slots, 4_200);
+        assert_eq!(Caps::for_pre_roll(u32::MAX, 1).audio_slots, limits::PREROLL_AUDIO_FRAMES_MAX);
+    }
+
+    #[test]
+    fn an_event_recording_from_history_starts_its_sound_with_its_first_keyframe() {
+        let pool = Arc::new(HistoryPool::new(1 << 30));
+        let trigger = Arc::new(Trigger::new(0));
+        let history = History::new(Caps::for_pre_roll(1_000, 1 << 30), pool);
+        let mut a =
+            Admission::new(Mode::Events { pre_roll_ms: 1_000, post_roll_ms: 0 }, Some(history), trigger.clone());
+        let mut cam = Camera { n: 0, gop: 10, len: 100 };
+        let mut out = Vec::new();
+        let mut take = |o: Out| {
+            out.push(match o {
+                Out::Frame { frame, .. } => format!("V{}", frame.pts_90k),
+                Out::Audio(s) => format!("A{}", s.pts_90k),
+                Out::Finish => "end".into(),
+            })
+        };
+        for i in 0..35 {
+            let f = cam.next();
+            let (pts, mono) = (f.pts_90k, f.received_mono_us);
+            if i == 34 {
+                trigger.fire(mono);
+            }
+            a.frame(f, false, &mut take);
+            a.audio(sound(pts + 1, 400), &mut take);
+        }
+        // The pre-roll reaches 2.4 s: from the keyframe at 2.0 s (pts 180,000).
+        assert_eq!(out[..3], ["V180000", "A180001", "V189000"]);
+        assert_eq!(out.len(), 2 * 15, "frames 20 to 34 and each one's sound");
+        assert_eq!(out.last().unwrap(), "A306001", "the live sound after the frame that fired");
     }
 
     #[test]
@@ -785,6 +988,7 @@ mod tests {
                     written.push(n);
                 }
                 Out::Finish => written.push(-1),
+                Out::Audio(_) => unreachable!("no sound here"),
             });
         }
         (written, a.stats.clone())

@@ -269,6 +269,7 @@ impl StreamRecorder {
                         }
                         fragmenter.push(frame, &mut events);
                     }
+                    Out::Audio(a) => fragmenter.push_audio(a),
                     Out::Finish => {
                         fragmenter.finish(&mut events);
                         finished = true;
@@ -278,10 +279,14 @@ impl StreamRecorder {
                 // written now, made durable too.
                 self.durable.at_fragment_end |= finished;
             }
-            // Audio is not held in the pre-roll, so event recordings are video only:
-            // live audio would not line up with pre-roll video in one fragment.
-            StreamMsg::Audio(frame) if admission.is_continuous() => self.fragmenter.push_audio(frame),
-            StreamMsg::Audio(_) => {}
+            StreamMsg::Audio(frame) => {
+                let fragmenter = &mut self.fragmenter;
+                admission.audio(frame, &mut |out| {
+                    if let Out::Audio(a) = out {
+                        fragmenter.push_audio(a);
+                    }
+                });
+            }
             StreamMsg::SessionEnded => self.fragmenter.finish(&mut events),
         }
         let fragments_before = self.stats.fragments_written.load(Ordering::Relaxed);

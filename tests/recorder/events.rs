@@ -32,7 +32,7 @@ fn multipart(envelope: &str, snapshot: Option<&[u8]>) -> Vec<u8> {
     b
 }
 
-fn post_event(port: u16, token: &str, envelope: &str, snapshot: Option<&[u8]>) -> (u16, Value) {
+pub(crate) fn post_event(port: u16, token: &str, envelope: &str, snapshot: Option<&[u8]>) -> (u16, Value) {
     let auth = format!("Bearer {token}");
     let ct = format!("multipart/form-data; boundary={BOUNDARY}");
     let body = multipart(envelope, snapshot);
@@ -63,14 +63,14 @@ fn snapshot(n: usize) -> Vec<u8> {
 /// A daemon with a web face and camera `front` (the fixture file) recorded on events, `extra`
 /// config lines before its tables; its first admin set up, and an `events:write`, a `view`
 /// and a `metrics` token.
-struct EventsBox {
-    dir: tempfile::TempDir,
-    port: u16,
-    daemon: Daemon,
-    writer: String,
-    viewer: String,
-    metrics: String,
-    admin: String,
+pub(crate) struct EventsBox {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    pub daemon: Daemon,
+    pub writer: String,
+    pub viewer: String,
+    pub metrics: String,
+    pub admin: String,
 }
 
 fn events_box(extra: &str) -> EventsBox {
@@ -83,7 +83,7 @@ fn events_box(extra: &str) -> EventsBox {
 }
 
 /// A box with `top` settings and `cameras`, its admin's writer and viewer tokens.
-fn events_box_of(top: &str, cameras: &str) -> EventsBox {
+pub(crate) fn events_box_of(top: &str, cameras: &str) -> EventsBox {
     events_box_with(top, "stream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n", cameras)
 }
 

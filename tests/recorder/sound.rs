@@ -11,6 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::common::*;
+use crate::events::{EventsBox, events_box_of, post_event};
 
 /// The camera's paths with sound: the catalog's name of the codec, ffprobe's, and the
 /// length of one audio frame (a packet, for G.711 and Opus) in seconds.
@@ -69,6 +70,48 @@ fn aac_g711_and_opus_are_recorded_with_the_video_and_the_tone_on_its_frame() {
     }
     let v = d.check();
     assert!(v["problems"].as_array().unwrap().is_empty(), "{v}");
+}
+
+/// An event recording from a camera with sound (G.711, 1 s GOPs; 5 s of pre-roll, 6 s of
+/// post-roll) has its sound from its first keyframe, to its end, with the tone on its frame.
+#[test]
+fn an_event_recording_has_its_sound_from_its_first_keyframe() {
+    let cam = Camera::start();
+    let cameras = format!(
+        "[[cameras]]\nname = \"door\"\nrecord = \"events\"\npre_roll_s = 5\npost_roll_s = 6\nmain = {{ url = \"{}\" }}\n",
+        cam.url("/h264-pcmu")
+    );
+    let EventsBox { dir: _dir, port, daemon: mut d, writer, metrics, .. } =
+        events_box_of("flush_interval_s = 1\n", &cameras);
+    let stream = |name: &str| sample(port, &metrics, &format!("{name}{{stream=\"door/main\"}}"));
+    let up = wait_until(Duration::from_secs(20), || stream("keeppeek_stream_connected") == Some(1));
+    assert!(up, "the camera connects: {}", d.log_text());
+    // The history fills: 5 s of pre-roll and the GOP it starts in.
+    std::thread::sleep(Duration::from_secs(8));
+    let e = format!(r#"{{"camera":"door","time_us":{},"labels":["person"]}}"#, wall_us());
+    let (code, answer) = post_event(port, &writer, &e, None);
+    assert_eq!(code, 201, "{answer}");
+    let done = wait_until(Duration::from_secs(20), || stream("keeppeek_event_recordings_finished_total") == Some(1));
+    assert!(done, "an event recording: {}", d.log_text());
+    d.stop();
+    let recs = d.recordings();
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    let rec = &recs[0];
+    assert_eq!(rec["audio"], "pcmu", "{rec}");
+    let path = d.data().join(rec["path"].as_str().unwrap());
+    assert_decodes(&path);
+    let numbers = frame_numbers(&path, 1);
+    assert!(numbers[0].is_multiple_of(15), "starts at a keyframe: frame {}", numbers[0]);
+    // It ends at the keyframe after the post-roll, mid-run: both ends within one packet.
+    let edges = assert_tracks_agree(&path, 0.020, false);
+    let (bursts, worst) = assert_bursts_on_frame_75(&path);
+    assert!(bursts >= 1, "{bursts} tone bursts in {} s", rec["media_duration_90k"].as_f64().unwrap() / 90_000.0);
+    eprintln!(
+        "event recording: starts at frame {}, audio and video edges {:.1} ms apart, {bursts} bursts at most {:.1} ms from frame 75",
+        numbers[0],
+        edges * 1e3,
+        worst * 1e3
+    );
 }
 
 /// ffprobe's name of the codec of `stream` (`a:0`) in the file.

@@ -7,6 +7,12 @@
 //! [`Export::read_at`] serves any byte range from the files, so HTTP range requests (and a
 //! plain download) cost constant memory. The plan holds one small entry per fragment.
 //!
+//! Sound goes with the video, each file's audio at its place against its video. AAC and Opus
+//! are served as stored; G.711, which browsers do not play from MP4, is given as FLAC (see
+//! [`crate::media::flac`]): those fragments are rebuilt as they are read, each G.711 sample a
+//! FLAC frame of the same samples, their sizes known at the plan from the sample counts, so
+//! byte ranges still cost constant memory.
+//!
 //! A range is cut at fragment (GOP) boundaries — a fragment is in when its middle is — so an
 //! export starts on a keyframe and its duration matches the request within one GOP. An export stops early at a change of codec
 //! parameters (a different init segment): one file has one set.
@@ -19,7 +25,9 @@ use std::path::{Path, PathBuf};
 use crate::base::StreamKey;
 use crate::catalog::{Catalog, CatalogError};
 use crate::limits;
-use crate::media::fmp4_read::{ReadError, SegmentReader, retime_fragment_header};
+use crate::media::fmp4::{self, AudioTrack, SampleEntry, TrackRun};
+use crate::media::fmp4_read::{FragmentIndex, ReadError, SegmentReader, retime_fragment_header};
+use crate::media::{AudioCodec, flac};
 
 /// Why an export cannot be made.
 #[derive(Debug, thiserror::Error)]
@@ -51,13 +59,26 @@ struct Part {
     sequence: u32,
     video_delta: i64,
     audio_delta: i64,
+    /// Rebuilt as it is read (its G.711 given as FLAC): `len_bytes` is the rebuilt length.
+    rebuilt: bool,
+}
+
+/// G.711 given as FLAC.
+#[derive(Clone, Copy, Debug)]
+struct AsFlac {
+    decode: fn(u8) -> i16,
+    channels: u16,
 }
 
 /// A planned export.
 #[derive(Debug)]
 pub struct Export {
-    files: Vec<PathBuf>,
+    /// Each file and its valid length.
+    files: Vec<(PathBuf, u64)>,
+    /// The init segment served: the first file's, or made anew with a FLAC audio track.
     init: Vec<u8>,
+    /// G.711 audio, given as FLAC.
+    as_flac: Option<AsFlac>,
     parts: Vec<Part>,
     video_track: u32,
     audio_track: Option<u32>,
@@ -92,6 +113,7 @@ impl Export {
         let mut ex = Export {
             files: Vec::new(),
             init: Vec::new(),
+            as_flac: None,
             parts: Vec::new(),
             video_track: 0,
             audio_track: None,
@@ -100,6 +122,9 @@ impl Export {
             wall_start_us: 0,
             cut_at_new_parameters: false,
         };
+        // The first file's init segment: every later file must have the same.
+        let mut first_init = Vec::new();
+        let mut audio_rate = 0u32;
         let mut video_at: u64 = 0;
         let mut audio_at: u64 = 0;
         for (id, rec) in &catalog.recordings_of(stream_id, from_us, to_us)? {
@@ -123,25 +148,44 @@ impl Export {
             let mut init_bytes = vec![0u8; init.end_byte as usize];
             file.read_exact_at(&mut init_bytes, 0).map_err(io_err(&path))?;
             if ex.parts.is_empty() {
-                ex.init = init_bytes;
                 ex.video_track = init.video_track_id;
                 ex.audio_track = init.audio.as_ref().map(|a| a.track_id);
                 ex.wall_start_us = first.wall_start_us;
-            } else if init_bytes != ex.init {
+                audio_rate = init.audio.as_ref().map_or(0, |a| a.timescale);
+                ex.as_flac = init.audio.as_ref().and_then(|a| {
+                    let decode = AudioCodec::from_sample_entry(&a.sample_entry).and_then(flac::g711_decoder)?;
+                    let channels = a.sample_entry.get(24..26).map_or(1, |c| u16::from_be_bytes([c[0], c[1]]));
+                    Some(AsFlac { decode, channels: channels.clamp(1, 2) })
+                });
+                ex.init = match (ex.as_flac, &init.audio) {
+                    (Some(f), Some(a)) => flac_init(&init, f.channels, a.timescale).map_err(read_err(&path))?,
+                    _ => init_bytes.clone(),
+                };
+                first_init = init_bytes;
+            } else if init_bytes != first_init {
                 ex.cut_at_new_parameters = true;
                 break;
             }
-            // The first and last exported fragments place this file's audio on the timeline.
+            // The file's first exported fragment places its audio on the timeline: moved as
+            // its video is, and never before the audio already placed (a file's sound may
+            // run a little past its last frame).
             reader.seek_to(first.start_byte);
             let first_ix = reader.next_fragment().map_err(read_err(&path))?.ok_or(ExportError::Empty)?;
-            reader.seek_to(last.start_byte);
-            let last_ix = reader.next_fragment().map_err(read_err(&path))?.ok_or(ExportError::Empty)?;
+            let to_audio = |t_90k: i64| t_90k * i64::from(audio_rate) / 90_000;
+            if ex.parts.is_empty() {
+                // Sound that starts before the first frame: the video starts that much later.
+                let early = to_audio(first.media_start_90k as i64) - first_ix.audio_base_decode as i64;
+                if audio_rate > 0 && early > 0 {
+                    video_at = (early as u64 * 90_000).div_ceil(u64::from(audio_rate));
+                }
+            }
             let video_delta = video_at as i64 - first.media_start_90k as i64;
-            let audio_delta = audio_at as i64 - first_ix.audio_base_decode as i64;
-            ex.files.push(path);
+            let audio_delta = to_audio(video_delta).max(audio_at as i64 - first_ix.audio_base_decode as i64);
+            ex.files.push((path.clone(), rec.bytes));
+            let file_index = ex.files.len() - 1;
             for (_, f) in &frags {
-                ex.parts.push(Part {
-                    file: ex.files.len() - 1,
+                let mut part = Part {
+                    file: file_index,
                     start_byte: f.start_byte,
                     len_bytes: f.end_byte - f.start_byte,
                     out_start: 0,
@@ -149,12 +193,20 @@ impl Export {
                     sequence: ex.parts.len() as u32 + 1,
                     video_delta,
                     audio_delta,
-                });
+                    rebuilt: false,
+                };
+                reader.seek_to(f.start_byte);
+                let ix = reader.next_fragment().map_err(read_err(&path))?.ok_or(ExportError::Empty)?;
+                if let Some(as_flac) = ex.as_flac {
+                    part.len_bytes = rebuilt_len(&ix, as_flac.channels, audio_delta);
+                    part.rebuilt = true;
+                }
+                let audio_end =
+                    ix.audio_base_decode + ix.audio_samples.iter().map(|s| u64::from(s.duration)).sum::<u64>();
+                audio_at = audio_at.max(audio_end.saturating_add_signed(audio_delta));
+                ex.parts.push(part);
             }
             video_at += last.media_start_90k + last.duration_90k - first.media_start_90k;
-            let last_audio_end =
-                last_ix.audio_base_decode + last_ix.audio_samples.iter().map(|s| u64::from(s.duration)).sum::<u64>();
-            audio_at += last_audio_end.saturating_sub(first_ix.audio_base_decode);
         }
         if ex.parts.is_empty() {
             return Err(ExportError::Empty);
@@ -205,8 +257,11 @@ impl Export {
         let p = &self.parts[i];
         let within = offset - p.out_start;
         let want = ((p.len_bytes - within) as usize).min(buf.len());
-        let path = &self.files[p.file];
+        let (path, file_len) = &self.files[p.file];
         let file = File::open(path).map_err(io_err(path))?;
+        if let (true, Some(as_flac)) = (p.rebuilt, self.as_flac) {
+            return self.read_rebuilt(p, &file, (path, *file_len), as_flac, within, &mut buf[..want]);
+        }
         // The fragment header (within the first MOOF_MAX_BYTES) is served retimed.
         let head_len = (p.len_bytes as usize).min(limits::MOOF_MAX_BYTES);
         if (within as usize) < head_len {
@@ -221,6 +276,67 @@ impl Export {
         }
         file.read_exact_at(&mut buf[..want], p.start_byte + within).map_err(io_err(path))?;
         Ok(want)
+    }
+
+    /// Fills `buf` from `within` a rebuilt fragment: its header made anew, its video as
+    /// stored, its G.711 given as FLAC frames (as many whole or part frames as `buf` takes).
+    fn read_rebuilt(
+        &self,
+        p: &Part,
+        file: &File,
+        (path, file_len): (&Path, u64),
+        as_flac: AsFlac,
+        within: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, ExportError> {
+        let (mut reader, _) = SegmentReader::open(file, file_len).map_err(read_err(path))?;
+        reader.seek_to(p.start_byte);
+        let ix = reader.next_fragment().map_err(read_err(path))?.ok_or(ExportError::Empty)?;
+        let audio = flac_samples(&ix, as_flac.channels, p.audio_delta);
+        let video_bytes: u64 = ix.samples.iter().map(|s| u64::from(s.size_bytes)).sum();
+        let mut head = vec![0u8; fmp4::fragment_header_bytes(ix.samples.len(), Some(audio.len()))];
+        let video =
+            TrackRun { base_decode: ix.base_decode_90k.saturating_add_signed(p.video_delta), samples: &ix.samples };
+        let audio_run =
+            TrackRun { base_decode: ix.audio_base_decode.saturating_add_signed(p.audio_delta), samples: &audio };
+        let head_len =
+            fmp4::write_fragment_header(&mut head, p.sequence, ix.wall_us.unwrap_or(0), video, Some(audio_run))
+                .map_err(|_| {
+                    read_err(path)(ReadError::Malformed { at_byte: p.start_byte, what: "a rebuilt fragment header" })
+                })?;
+        let head_len = head_len as u64;
+        if within < head_len {
+            let n = ((head_len - within) as usize).min(buf.len());
+            buf[..n].copy_from_slice(&head[within as usize..within as usize + n]);
+            return Ok(n);
+        }
+        if within < head_len + video_bytes {
+            let n = ((head_len + video_bytes - within) as usize).min(buf.len());
+            file.read_exact_at(&mut buf[..n], ix.data_start_byte + within - head_len).map_err(io_err(path))?;
+            return Ok(n);
+        }
+        // The audio: frame by frame, from the one `within` falls in.
+        let mut out_at = head_len + video_bytes;
+        let mut source_at = ix.data_start_byte + video_bytes;
+        let mut sample_no = audio_run.base_decode;
+        let (mut filled, mut g711, mut frame) = (0, Vec::new(), Vec::new());
+        for (source, rebuilt) in ix.audio_samples.iter().zip(&audio) {
+            let frame_end = out_at + u64::from(rebuilt.size_bytes);
+            if frame_end > within + filled as u64 && filled < buf.len() {
+                g711.resize(source.size_bytes as usize, 0);
+                file.read_exact_at(&mut g711, source_at).map_err(io_err(path))?;
+                frame.clear();
+                flac::write_frame(&mut frame, &g711, as_flac.channels, as_flac.decode, sample_no);
+                let from = (within + filled as u64).saturating_sub(out_at) as usize;
+                let n = (frame.len() - from).min(buf.len() - filled);
+                buf[filled..filled + n].copy_from_slice(&frame[from..from + n]);
+                filled += n;
+            }
+            out_at = frame_end;
+            source_at += u64::from(source.size_bytes);
+            sample_no += u64::from(source.duration);
+        }
+        Ok(filled)
     }
 
     /// Fills as much of `buf` as the export has from `offset` on, across fragments (one
@@ -250,6 +366,41 @@ impl Export {
             at += n as u64;
         }
     }
+}
+
+/// The init segment of an export whose G.711 is given as FLAC: the file's video track as it
+/// is, and a FLAC audio track at the same rate.
+fn flac_init(init: &crate::media::fmp4_read::InitSegment, channels: u16, rate: u32) -> Result<Vec<u8>, ReadError> {
+    let entry = flac::sample_entry(channels, rate);
+    let mut buf = vec![0u8; limits::INIT_SEGMENT_MAX_BYTES];
+    let audio = AudioTrack { sample_entry: &entry, sample_rate: rate };
+    let n = fmp4::write_init_segment(&mut buf, &init.sample_entry, init.width, init.height, Some(audio))
+        .map_err(|_| ReadError::Malformed { at_byte: 0, what: "an export's init segment" })?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// A fragment's audio samples as FLAC frames: each G.711 sample's duration, and the size of
+/// the frame of its samples at its place in the export.
+fn flac_samples(ix: &FragmentIndex, channels: u16, audio_delta: i64) -> Vec<SampleEntry> {
+    let mut sample_no = ix.audio_base_decode.saturating_add_signed(audio_delta);
+    ix.audio_samples
+        .iter()
+        .map(|s| {
+            let samples = (s.size_bytes / u32::from(channels)).clamp(1, flac::MAX_BLOCK);
+            let size = flac::frame_len(samples, channels, sample_no) as u32;
+            sample_no += u64::from(s.duration);
+            SampleEntry { size_bytes: size, ..*s }
+        })
+        .collect()
+}
+
+/// The length of a fragment rebuilt with its G.711 as FLAC.
+fn rebuilt_len(ix: &FragmentIndex, channels: u16, audio_delta: i64) -> u64 {
+    let audio = flac_samples(ix, channels, audio_delta);
+    let header = fmp4::fragment_header_bytes(ix.samples.len(), Some(audio.len())) as u64;
+    let bytes = |s: &[SampleEntry]| s.iter().map(|s| u64::from(s.size_bytes)).sum::<u64>();
+    header + bytes(&ix.samples) + bytes(&audio)
 }
 
 #[cfg(test)]

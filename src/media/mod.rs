@@ -8,6 +8,7 @@
 pub mod annexb;
 pub mod audio;
 pub mod avc;
+pub mod flac;
 pub mod fmp4;
 pub mod fmp4_read;
 

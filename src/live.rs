@@ -15,6 +15,10 @@
 //! (a consumer that lags holds frames the recorder has written), so its bytes count until
 //! the consumer drops it. A frame that does not fit is dropped for that tap and the tap is
 //! marked lagged; its consumer skips to the next keyframe.
+//!
+//! The session's sound goes to the taps too ([`Fanout::publish_audio`]), charged the same
+//! way; an audio frame that does not fit is dropped (a moment of silence) and counted, and
+//! breaks nothing after it.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -27,7 +31,7 @@ use tokio::sync::mpsc;
 
 use crate::base::{BytePool, Charge, StreamKey};
 use crate::limits;
-use crate::media::{Frame, VideoParams};
+use crate::media::{AudioFrame, AudioParams, Frame, VideoParams};
 
 /// What a tap receives.
 #[derive(Debug)]
@@ -42,10 +46,26 @@ pub struct LiveFrame {
     pub charge: Charge,
 }
 
+/// The sound of a stream, as a tap receives it.
+#[derive(Debug)]
+pub struct LiveAudio {
+    pub stream: StreamKey,
+    pub frame: AudioFrame,
+    /// Its bytes in the consumer's queue pool.
+    pub charge: Charge,
+}
+
+/// What a tap's queue carries.
+#[derive(Debug)]
+pub enum Live {
+    Video(LiveFrame),
+    Audio(LiveAudio),
+}
+
 struct Tap {
     id: u64,
     stream: StreamKey,
-    tx: mpsc::Sender<LiveFrame>,
+    tx: mpsc::Sender<Live>,
     /// The bytes of the frames in the consumer's queue.
     queue: Arc<BytePool>,
     lagged: bool,
@@ -71,6 +91,8 @@ struct Inner {
     taps: Vec<Tap>,
     /// The codec parameters of the newest frame.
     params: Option<Arc<VideoParams>>,
+    /// The codec parameters of the newest audio frame.
+    audio: Option<Arc<AudioParams>>,
     /// A camera session ended: every tap's next frame is after a gap.
     session_gap: bool,
     /// Counts [`Fanout::forget_gop`]s: a GOP read back across one may hold what the
@@ -85,6 +107,8 @@ pub struct FanoutStats {
     pub tap_drops: AtomicU64,
     /// GOPs dropped at a cap.
     pub gops_dropped: AtomicU64,
+    /// Audio frames a tap had no room for.
+    pub tap_audio_drops: AtomicU64,
 }
 
 /// Bytes of held GOPs across every fanout, against [`limits::LIVE_GOP_TOTAL_MAX_BYTES`].
@@ -136,7 +160,7 @@ impl Fanout {
             let sent = tap.queue.charge(len).is_some_and(|charge| {
                 let after_gap = gap || tap.lagged;
                 let item = LiveFrame { stream: tap.stream.clone(), frame: frame.clone(), after_gap, charge };
-                tap.tx.try_send(item).is_ok()
+                tap.tx.try_send(Live::Video(item)).is_ok()
             });
             if sent {
                 tap.lagged = false;
@@ -147,6 +171,23 @@ impl Fanout {
         }
         inner.taps.retain(|t| !t.tx.is_closed());
         !inner.taps.is_empty()
+    }
+
+    /// Hands an audio frame to every tap (nothing is held of sound for a new viewer).
+    pub fn publish_audio(&self, frame: &AudioFrame) {
+        let mut inner = self.inner.lock().expect("fanout lock");
+        if inner.audio.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &frame.params)) {
+            inner.audio = Some(frame.params.clone());
+        }
+        for tap in &inner.taps {
+            let sent = tap.queue.charge(frame.data.len()).is_some_and(|charge| {
+                let item = LiveAudio { stream: tap.stream.clone(), frame: frame.clone(), charge };
+                tap.tx.try_send(Live::Audio(item)).is_ok()
+            });
+            if !sent {
+                self.stats.tap_audio_drops.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     fn release(&self, inner: &mut Inner) {
@@ -190,6 +231,13 @@ impl Fanout {
         self.release(&mut inner);
         inner.session_gap = true;
         inner.params = None;
+        inner.audio = None;
+    }
+
+    /// The codec parameters of the stream's newest audio frame: none until it has sent one
+    /// in this camera session.
+    pub fn audio_params(&self) -> Option<Arc<AudioParams>> {
+        self.inner.lock().expect("fanout lock").audio.clone()
     }
 
     /// The codec parameters of the stream's newest frame: none until it has sent one.
@@ -237,7 +285,7 @@ impl Fanout {
 
     /// Registers a tap sending to `tx`, its frames labelled `stream` and their bytes charged
     /// to `queue` while they wait; returns its id.
-    pub fn tap(&self, stream: StreamKey, tx: mpsc::Sender<LiveFrame>, queue: Arc<BytePool>) -> u64 {
+    pub fn tap(&self, stream: StreamKey, tx: mpsc::Sender<Live>, queue: Arc<BytePool>) -> u64 {
         let id = self.next_tap.fetch_add(1, Ordering::Relaxed);
         self.inner.lock().expect("fanout lock").taps.push(Tap { id, stream, tx, queue, lagged: false });
         id
@@ -271,6 +319,44 @@ mod tests {
 
     fn frame(len: usize, is_key: bool) -> Frame {
         Frame::for_test(len, is_key)
+    }
+
+    fn video(item: Live) -> LiveFrame {
+        match item {
+            Live::Video(f) => f,
+            Live::Audio(a) => panic!("audio where a frame was due: {a:?}"),
+        }
+    }
+
+    #[test]
+    fn sound_goes_to_every_tap_charged_and_is_dropped_alone_when_a_queue_is_full() {
+        let f = Fanout::new(crate::live::gop_pool());
+        let key = StreamKey::new("cam", crate::base::StreamKind::Main);
+        let params = Arc::new(crate::media::audio::g711_params(crate::media::AudioCodec::Pcma, 8_000, 1).unwrap());
+        let sound =
+            AudioFrame { pts_90k: 0, duration_samples: 160, data: vec![0xd5; 160].into(), params: params.clone() };
+        assert!(f.audio_params().is_none());
+        f.publish_audio(&sound);
+        assert_eq!(f.audio_params().as_deref(), Some(&*params), "known before anyone watches");
+        let (tx, mut rx) = mpsc::channel(2);
+        let queue = BytePool::shared(limits::LIVE_TAP_QUEUE_MAX_BYTES as u64);
+        f.tap(key.clone(), tx, queue.clone());
+        f.publish(&frame(10, true));
+        f.publish_audio(&sound);
+        f.publish_audio(&sound);
+        assert_eq!(f.stats.tap_audio_drops.load(Ordering::Relaxed), 1, "the queue holds two");
+        assert_eq!(queue.held_bytes(), 170);
+        assert!(matches!(rx.try_recv().unwrap(), Live::Video(_)));
+        match rx.try_recv().unwrap() {
+            Live::Audio(a) => assert_eq!((a.stream, a.frame.data.len()), (key, 160)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(queue.held_bytes(), 0);
+        // Nothing after the dropped sound lags: the next picture is not after a gap.
+        f.publish(&frame(10, false));
+        assert!(!video(rx.try_recv().unwrap()).after_gap);
+        f.session_ended();
+        assert!(f.audio_params().is_none(), "a new camera session may send other sound");
     }
 
     #[test]
@@ -379,22 +465,22 @@ mod tests {
         }
         assert_eq!(f.stats.tap_drops.load(Ordering::Relaxed), 5);
         assert_eq!(queue.held_bytes(), 10 * limits::LIVE_TAP_FRAMES, "the queued frames' bytes");
-        let first = rx.try_recv().unwrap();
+        let first = video(rx.try_recv().unwrap());
         assert_eq!((&first.stream, first.after_gap), (&key, false));
         drop(first);
         while rx.try_recv().is_ok() {}
         assert_eq!(queue.held_bytes(), 0, "given back as the consumer drops them");
         f.publish(&frame(10, false));
-        assert!(rx.try_recv().unwrap().after_gap, "the tap lagged");
+        assert!(video(rx.try_recv().unwrap()).after_gap, "the tap lagged");
         // Past the queue's bytes, frames are dropped however few wait.
         let big = limits::LIVE_TAP_QUEUE_MAX_BYTES / 2 + 1;
         f.publish(&frame(big, true));
         f.publish(&frame(big, false));
         assert_eq!(f.stats.tap_drops.load(Ordering::Relaxed), 6);
-        assert_eq!((rx.try_recv().unwrap().frame.data.len(), queue.refusals()), (big, 1));
+        assert_eq!((video(rx.try_recv().unwrap()).frame.data.len(), queue.refusals()), (big, 1));
         f.session_ended();
         f.publish(&frame(10, true));
-        assert!(rx.try_recv().unwrap().after_gap, "a new camera session");
+        assert!(video(rx.try_recv().unwrap()).after_gap, "a new camera session");
         drop(rx);
         f.publish(&frame(10, false));
         assert_eq!(f.taps(), 0, "a closed tap goes");

@@ -16,6 +16,7 @@ Paths (fixtures from tools/make-fixtures.sh):
   /h264-pcmu      h264.264 plus tone.pcmu: G.711 µ-law, 8 kHz mono, payload type 0,
                   20 ms packets (many cameras' default)
   /h265-pcma      h265.265 plus tone.pcma: G.711 A-law, payload type 8, 20 ms packets
+  /h264-pcma      h264.264 plus tone.pcma (A-law with a picture any browser decodes)
   /h264-opus      h264.264 plus tone.pcmu encoded to Opus on the fly (payload type 111,
                   20 ms packets), as the few cameras with Opus send it
                   The audio fixtures hold a quiet 440 Hz tone with a loud 1 kHz burst at
@@ -58,6 +59,7 @@ PATHS = {
     "/h264-aac": ("h264.264", "h264", ("tone.adts", "aac")),
     "/h264-pcmu": ("h264.264", "h264", ("tone.pcmu", "pcmu")),
     "/h265-pcma": ("h265.265", "h265", ("tone.pcma", "pcma")),
+    "/h264-pcma": ("h264.264", "h264", ("tone.pcma", "pcma")),
     "/h264-opus": ("h264.264", "h264", ("tone.pcmu", "opus")),
 }
 

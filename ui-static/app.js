@@ -3,7 +3,7 @@
 // #/live, #/timeline/porch, #/events/12 … so Back, reload and links work.
 import { h, $, field, showFieldError } from './lib/dom.js';
 import { request, session, say, clearSay, ApiError } from './lib/api.js';
-import { closeAll } from './lib/whep.js';
+import { closeAll, openSessions } from './lib/whep.js';
 import { icon } from './lib/icons.js';
 import live from './pages/live.js';
 import timeline from './pages/timeline.js';
@@ -14,7 +14,7 @@ import system from './pages/system.js';
 
 const PAGES = [live, timeline, events, health, settings, system];
 // What tests and the benchmark read of the running page.
-window.keeppeek = { pages: PAGES.map((p) => p.id) };
+window.keeppeek = { pages: PAGES.map((p) => p.id), sessions: openSessions };
 
 let current = null;
 // Counts navigations: a show() overtaken by a newer one while it waited stops there.

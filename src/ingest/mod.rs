@@ -117,6 +117,9 @@ impl Sink<'_> {
             return;
         }
         self.state.audio_frame();
+        if let Some(live) = self.live {
+            live.publish_audio(&frame);
+        }
         let now_mono_us = self.clocks.mono_us();
         if let Some(r) = self.recorder.as_deref_mut() {
             r.send_audio(frame, now_mono_us);

@@ -31,7 +31,7 @@ use crate::cameras::Cameras;
 use crate::catalog::Catalog;
 use crate::events::Notice;
 use crate::limits;
-use crate::live::{Fanout, LiveFrame};
+use crate::live::{Fanout, Live, LiveAudio, LiveFrame};
 use crate::media::annexb;
 use crate::media::{Frame, VideoParams};
 
@@ -64,7 +64,7 @@ pub struct Core {
     pub(super) sessions: Vec<Session>,
     deadlines: Vec<Instant>,
     /// Live frames of watched streams come back to the shell on this queue.
-    frames_tx: mpsc::Sender<LiveFrame>,
+    frames_tx: mpsc::Sender<Live>,
     stats: Arc<WebrtcStats>,
     max_sessions: usize,
     /// Bytes of frames waiting for the sessions' pacers ([`super::send_pool_bytes`]).
@@ -85,12 +85,7 @@ pub struct Core {
 }
 
 impl Core {
-    pub fn new(
-        streams: Streams,
-        frames_tx: mpsc::Sender<LiveFrame>,
-        stats: Arc<WebrtcStats>,
-        max_sessions: usize,
-    ) -> Core {
+    pub fn new(streams: Streams, frames_tx: mpsc::Sender<Live>, stats: Arc<WebrtcStats>, max_sessions: usize) -> Core {
         Core {
             streams,
             watched: HashMap::new(),
@@ -134,9 +129,11 @@ impl Core {
         let fanout = self.streams.cameras.stream(&stream).ok_or(OpenError::NoStream)?.live.clone();
         self.admit(&owner, peer)?;
         let params = fanout.params().ok_or(OpenError::NotLive)?;
+        let audio = fanout.audio_params();
         let id = self.next_id;
         let viewer = Viewer { id, owner, peer, stream: stream.clone() };
-        let accepted = Session::accept(viewer, &params, offer, &locals(), self.send_pool.clone(), now);
+        let accepted =
+            Session::accept(viewer, &params, audio.as_deref(), offer, &locals(), self.send_pool.clone(), now);
         let (session, answer) = accepted.inspect_err(|_| {
             self.stats.bad_offers.fetch_add(1, Ordering::Relaxed);
         })?;
@@ -416,6 +413,9 @@ impl Core {
                     viewers.push((i, t));
                 }
             }
+            if lf.after_gap && matches!(&s.tracks[0].source, Source::Live(x) if x == stream) {
+                s.rebase_audio();
+            }
         }
         let wanted = viewers.iter().any(|&(i, t)| {
             let (s, track) = (&self.sessions[i], &self.sessions[i].tracks[t]);
@@ -458,6 +458,25 @@ impl Core {
         }
         self.viewers = viewers;
         true
+    }
+
+    /// A live audio frame of a watched stream, sent to every session whose first track shows
+    /// that stream and which takes its sound.
+    pub fn audio(&mut self, la: LiveAudio, now: Instant, out: Out<'_>) {
+        for i in 0..self.sessions.len() {
+            let s = &mut self.sessions[i];
+            if s.audio.is_none() || !matches!(&s.tracks[0].source, Source::Live(x) if *x == la.stream) {
+                continue;
+            }
+            match s.send_audio(&la.frame, now) {
+                Ok(true) => {
+                    self.stats.audio_frames_sent.fetch_add(1, Ordering::Relaxed);
+                    self.drive(i, now, out);
+                }
+                Ok(false) => {}
+                Err(_) => {}
+            }
+        }
     }
 
     /// Handles session `i`'s control messages.
@@ -732,6 +751,55 @@ mod tests {
         sim.run_for(Duration::from_millis(100));
         assert_eq!(sim.core.sessions.len(), 0);
         assert_eq!((sim.core.watched(), sim.fanout.taps()), (0, 0));
+    }
+
+    #[test]
+    fn a_live_sessions_sound_goes_as_it_came_in_step_with_its_picture() {
+        let dir = tempfile::tempdir().unwrap();
+        let params = Arc::new(crate::media::audio::g711_params(crate::media::AudioCodec::Pcmu, 8_000, 1).unwrap());
+        // 20 ms of µ-law: its bytes say which it is.
+        let sound = |k: i64| crate::media::AudioFrame {
+            pts_90k: k * 1_800,
+            duration_samples: 160,
+            data: vec![k as u8; 160].into(),
+            params: params.clone(),
+        };
+        let mut sim = Sim::connected_with(dir.path(), 1, Some(&sound(0)));
+        assert!(sim.core.sessions[0].audio.is_some(), "the offer's audio line takes PCMU");
+        // Sound before the picture has a live frame in time has nothing to go with: skipped.
+        sim.camera_audio(&sound(1));
+        assert!(sim.sound.is_empty());
+        let mut k = 2;
+        for n in 1..=30 {
+            sim.camera(n, n % 15 == 0);
+            // The sound of a frame's moment comes after it (the camera sends it once heard).
+            while k * 1_800 < n * 6_000 {
+                sim.camera_audio(&sound(k));
+                k += 1;
+            }
+            sim.run_for(Duration::from_millis(66));
+        }
+        let heard: Vec<u8> = sim.sound.iter().map(|(_, data)| data[0]).collect();
+        assert_eq!(heard.len(), 98, "every frame after the first live picture: {heard:?}");
+        assert!(heard.windows(2).all(|w| w[1] == w[0] + 1), "as they came, none lost: {heard:?}");
+        assert!(sim.sound.iter().all(|(_, d)| d.len() == 160), "passed through as it came");
+        // RTP time at 8 kHz: 160 a frame, as the camera's.
+        assert!(sim.sound.windows(2).all(|w| w[1].0 - w[0].0 == 160));
+        assert_eq!(sim.core.stats.audio_frames_sent.load(Ordering::Relaxed), 98);
+        // A new camera session: the sound's offset is found anew, and its RTP time goes on
+        // increasing.
+        sim.fanout.session_ended();
+        let before = sim.sound.len();
+        for n in 31..=45 {
+            sim.camera(n, n == 31);
+            while k * 1_800 < n * 6_000 {
+                sim.camera_audio(&sound(k));
+                k += 1;
+            }
+            sim.run_for(Duration::from_millis(66));
+        }
+        assert!(sim.sound.len() > before + 40, "{} after the new session", sim.sound.len() - before);
+        assert!(sim.sound.windows(2).all(|w| w[1].0 > w[0].0), "increasing RTP time");
     }
 
     #[test]

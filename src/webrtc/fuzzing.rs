@@ -36,7 +36,8 @@ impl Harness {
         let who = Viewer { id: 1, owner, peer: PEER.0.into(), stream: StreamKey::new("cam", StreamKind::Main) };
         let now = Instant::now();
         let pool = crate::base::BytePool::shared(super::send_pool_bytes(1) as u64);
-        let (session, _answer) = Session::accept(who, &params(), offer, &[SocketAddr::from(LOCAL)], pool, now).ok()?;
+        let (session, _answer) =
+            Session::accept(who, &params(), None, offer, &[SocketAddr::from(LOCAL)], pool, now).ok()?;
         Some(Harness { session, now, pts_90k: 0 })
     }
 

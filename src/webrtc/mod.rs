@@ -64,6 +64,8 @@ pub struct WebrtcStats {
     pub datagrams_unmatched: AtomicU64,
     pub send_errors: AtomicU64,
     pub frames_sent: AtomicU64,
+    /// Live audio frames written to sessions.
+    pub audio_frames_sent: AtomicU64,
     pub keyframe_bursts: AtomicU64,
     pub control_messages: AtomicU64,
     /// Control messages answered with an error.

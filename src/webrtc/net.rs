@@ -25,7 +25,7 @@ use super::{Command, WebrtcHandle, WebrtcStats};
 use crate::base::StreamKey;
 use crate::events::Notice;
 use crate::limits;
-use crate::live::LiveFrame;
+use crate::live::Live;
 
 /// The addresses to offer host candidates on: every IPv4 and global IPv6 address of an
 /// interface, loopback only when asked.
@@ -124,7 +124,7 @@ pub struct Engine {
     pub(super) core: Core,
     pub(super) cmd_rx: mpsc::Receiver<Command>,
     events_rx: mpsc::Receiver<Notice>,
-    frames_rx: mpsc::Receiver<LiveFrame>,
+    frames_rx: mpsc::Receiver<Live>,
     stats: Arc<WebrtcStats>,
     /// Where the box's current addresses come from, when they are followed (the daemon);
     /// `None`: the addresses bound at the start are all there is.
@@ -143,7 +143,7 @@ enum Step {
 enum Input {
     /// (socket, length in the buffer, sender).
     Datagram(io::Result<(usize, usize, SocketAddr)>),
-    Frame(LiveFrame),
+    Frame(Live),
     Event(Notice),
     Timeout,
 }
@@ -263,12 +263,13 @@ impl Engine {
                 }
             }
             Input::Datagram(Err(e)) => debug!("webrtc receive: {e}"),
-            Input::Frame(f) => {
+            Input::Frame(Live::Video(f)) => {
                 // Timed only when sent, as the benchmark compares frames that reached viewers.
                 if core.frame(f, now, &mut out) {
                     stats.record_frame(now.elapsed());
                 }
             }
+            Input::Frame(Live::Audio(a)) => core.audio(a, now, &mut out),
             Input::Event(e) => core.event(&e, now, &mut out),
             Input::Timeout => core.timeouts(now, &mut out),
         }

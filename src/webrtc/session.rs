@@ -11,7 +11,7 @@ use str0m::bwe::Bitrate;
 use str0m::change::SdpOffer;
 use str0m::channel::ChannelId;
 use str0m::format::Codec as RtcCodec;
-use str0m::media::{MediaKind, MediaTime, Mid, Pt};
+use str0m::media::{Frequency, MediaKind, MediaTime, Mid, Pt};
 use str0m::net::Transmit;
 use str0m::rtp::Extension;
 use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc, RtcError};
@@ -22,7 +22,7 @@ use super::control::{self, PlayState};
 use super::playback::Cursor;
 use crate::base::{BytePool, Charge, StreamKey};
 use crate::limits;
-use crate::media::{Codec, VideoParams};
+use crate::media::{AudioCodec, AudioFrame, AudioParams, Codec, VideoParams};
 
 /// The RTP header extension a session sends: the MID (browsers demultiplex the tracks of a
 /// bundle by it), at str0m's usual id.
@@ -107,6 +107,22 @@ pub struct Session {
     pub frames_skipped: u64,
     /// The time of the newest input str0m took (it ignores one older than that).
     last_input: Option<Instant>,
+    /// The live stream's sound, when the offer has an audio line and the stream's codec is
+    /// one browsers take as it is (G.711, Opus).
+    pub audio: Option<AudioOut>,
+}
+
+/// The sound a session sends with its first track's live picture.
+pub struct AudioOut {
+    mid: Mid,
+    pt: Pt,
+    codec: AudioCodec,
+    /// Samples a second: the RTP clock of G.711 and Opus alike is the sample rate.
+    rate: u32,
+    /// Output RTP time = the frame's time in samples + offset.
+    offset: Option<i64>,
+    last_rtp: Option<i64>,
+    pub frames_sent: u64,
 }
 
 /// A session's subscription to event notices, with the notices its channel has not taken
@@ -166,6 +182,10 @@ pub struct Track {
     pub reported: Option<Instant>,
     /// Frames written and not yet all sent by the pacer, oldest first.
     sending: VecDeque<Sending>,
+    /// The newest live frame sent in time (not in a keyframe burst): when it was written and
+    /// its presentation time. The sound is written at the same wall time as the picture of
+    /// its moment, so the reports (RTCP) of the two tracks put them in step in the browser.
+    anchor: Option<(Instant, i64)>,
 }
 
 /// A frame handed to str0m and not yet all sent, with its charge to the send pool.
@@ -201,6 +221,7 @@ impl Track {
     pub fn rebase(&mut self) {
         self.offset_90k = None;
         self.need_key = true;
+        self.anchor = None;
     }
 }
 
@@ -224,17 +245,53 @@ fn pick_pt(rtc: &mut Rtc, mid: Mid, params: &VideoParams) -> Result<Pt, OfferErr
     same_profile.or(candidates.first()).map(|(pt, _)| *pt).ok_or(OfferError::NoCodec(name))
 }
 
-/// The `mid`s of an offer's video media lines, in order.
-fn video_mids(sdp: &str) -> Vec<&str> {
+/// The `mid`s of an offer's media lines of `kind` (`video`, `audio`), in order.
+fn mids_of<'a>(sdp: &'a str, kind: &str) -> Vec<&'a str> {
     let mut out = Vec::new();
-    let mut in_video = false;
+    let mut in_kind = false;
     for line in sdp.lines().map(str::trim_end) {
         if let Some(m) = line.strip_prefix("m=") {
-            in_video = m.starts_with("video ");
+            in_kind = m.strip_prefix(kind).is_some_and(|rest| rest.starts_with(' '));
         } else if let Some(mid) = line.strip_prefix("a=mid:")
-            && in_video
+            && in_kind
         {
             out.push(mid);
+        }
+    }
+    out
+}
+
+/// The payload type the offer allows for `codec` on media `mid`.
+fn audio_pt(rtc: &mut Rtc, mid: Mid, codec: AudioCodec) -> Option<Pt> {
+    let want = match codec {
+        AudioCodec::Pcmu => RtcCodec::PCMU,
+        AudioCodec::Pcma => RtcCodec::PCMA,
+        AudioCodec::Opus => RtcCodec::Opus,
+        AudioCodec::Aac => return None,
+    };
+    let writer = rtc.writer(mid)?;
+    writer.payload_params().find(|p| p.spec().codec == want).map(|p| p.pt())
+}
+
+/// The answer with every media line in one media stream (`a=msid`): a browser plays the
+/// tracks of one stream in step (lip sync), and str0m names a stream for each line the
+/// browser offered without one.
+fn one_media_stream(answer: &str) -> String {
+    const STREAM: &str = "keeppeek";
+    let mut out = String::with_capacity(answer.len());
+    for line in answer.split_inclusive('\n') {
+        let (body, end) = line.find(['\r', '\n']).map_or((line, ""), |i| line.split_at(i));
+        if let Some(rest) = body.strip_prefix("a=msid:") {
+            let track = rest.split_whitespace().nth(1).unwrap_or("-");
+            out.push_str(&format!("a=msid:{STREAM} {track}{end}"));
+        } else if body.starts_with("a=msid-semantic:") {
+            out.push_str(&format!("a=msid-semantic: WMS {STREAM}{end}"));
+        } else if let (Some(rest), true) = (body.strip_prefix("a=ssrc:"), body.contains(" msid:")) {
+            let ssrc = rest.split_whitespace().next().unwrap_or("0");
+            let track = body.split_whitespace().nth(2).unwrap_or("-");
+            out.push_str(&format!("a=ssrc:{ssrc} msid:{STREAM} {track}{end}"));
+        } else {
+            out.push_str(line);
         }
     }
     out
@@ -246,18 +303,25 @@ impl Session {
     pub fn accept(
         who: Viewer,
         params: &VideoParams,
+        audio: Option<&AudioParams>,
         offer: &str,
         candidates: &[SocketAddr],
         send_pool: Arc<BytePool>,
         now: Instant,
     ) -> Result<(Session, String), OfferError> {
         let offer_text = offer;
+        let sound = audio.map(|a| a.codec);
         let offer = SdpOffer::from_sdp_string(offer).map_err(|e| OfferError::BadSdp(e.to_string()))?;
         let mut rtc = Rtc::builder()
             .set_ice_lite(true)
             .clear_codecs()
             .enable_h264(params.codec == Codec::H264)
             .enable_h265(params.codec == Codec::H265)
+            // The camera's sound as it comes, no transcode: G.711 and Opus, which browsers
+            // decode; AAC is not sent (see docs/architecture.md, "Sound").
+            .enable_pcmu(sound == Some(AudioCodec::Pcmu), false)
+            .enable_pcma(sound == Some(AudioCodec::Pcma), false)
+            .enable_opus(sound == Some(AudioCodec::Opus), false)
             .set_send_buffer_video(limits::WEBRTC_SEND_BUFFER_PACKETS)
             // str0m paces only with its bandwidth estimator on; without it every frame leaves
             // in one burst. With no transport-wide congestion feedback negotiated (the map
@@ -276,7 +340,7 @@ impl Session {
         }
         let answer = rtc.sdp_api().accept_offer(offer).map_err(|e| OfferError::Rejected(e.to_string()))?;
         let Viewer { id, owner, peer, stream } = who;
-        let mids: Vec<Mid> = video_mids(offer_text)
+        let mids: Vec<Mid> = mids_of(offer_text, "video")
             .into_iter()
             .map(Mid::from)
             .filter(|m| rtc.media(*m).is_some_and(|media| media.kind() == MediaKind::Video))
@@ -299,8 +363,25 @@ impl Session {
                 last_sent_mono_us: i64::MIN,
                 reported: None,
                 sending: VecDeque::new(),
+                anchor: None,
             });
         }
+        let audio = audio.and_then(|a| {
+            let mid = mids_of(offer_text, "audio")
+                .into_iter()
+                .map(Mid::from)
+                .find(|m| rtc.media(*m).is_some_and(|media| media.kind() == MediaKind::Audio))?;
+            let pt = audio_pt(&mut rtc, mid, a.codec)?;
+            Some(AudioOut {
+                mid,
+                pt,
+                codec: a.codec,
+                rate: a.sample_rate,
+                offset: None,
+                last_rtp: None,
+                frames_sent: 0,
+            })
+        });
         let session = Session {
             id,
             owner,
@@ -323,8 +404,9 @@ impl Session {
             waiting_bytes: 0,
             frames_skipped: 0,
             last_input: None,
+            audio,
         };
-        Ok((session, answer.to_sdp_string()))
+        Ok((session, one_media_stream(&answer.to_sdp_string())))
     }
 
     pub fn is_connected(&self) -> bool {
@@ -449,6 +531,9 @@ impl Session {
             track.offset_90k = Some(rtp.saturating_sub(pts_90k));
         }
         let (mid, pt) = (track.mid, track.pt);
+        if !squeeze && matches!(track.source, Source::Live(_)) {
+            track.anchor = Some((now, pts_90k));
+        }
         let Some(writer) = self.rtc.writer(mid) else { return Ok(false) };
         writer.write(pt, now, MediaTime::from_90khz(rtp as u64), annexb.clone())?;
         let track = &mut self.tracks[t];
@@ -457,6 +542,54 @@ impl Session {
         track.sending.push_back(Sending { charge, packetized: None });
         self.waiting_bytes += len;
         self.frames_sent += 1;
+        Ok(true)
+    }
+
+    /// A new camera session: the sound's times start from a new base.
+    pub fn rebase_audio(&mut self) {
+        if let Some(out) = self.audio.as_mut() {
+            out.offset = None;
+        }
+    }
+
+    /// Sends one frame of the live stream's sound, at the wall time its moment's picture
+    /// was (or will be) written: skipped until the first track has sent a live frame in
+    /// time, and when it would go back in time (a new placement of the sound, or a frame
+    /// older than one sent).
+    pub fn send_audio(&mut self, frame: &AudioFrame, now: Instant) -> Result<bool, RtcError> {
+        let anchor = self.tracks.first().and_then(|t| t.anchor);
+        let (Some(out), Some((at, at_pts)), true) = (self.audio.as_mut(), anchor, self.connected) else {
+            return Ok(false);
+        };
+        if frame.params.codec != out.codec || frame.params.sample_rate != out.rate {
+            return Ok(false);
+        }
+        let ahead_us = crate::clock::ticks_90k_to_us(frame.pts_90k.saturating_sub(at_pts));
+        let wallclock = if ahead_us >= 0 {
+            at.checked_add(std::time::Duration::from_micros(ahead_us as u64))
+        } else {
+            at.checked_sub(std::time::Duration::from_micros(ahead_us.unsigned_abs()))
+        };
+        // A moment far from the picture's (the sound being placed anew): not sent until near.
+        let near = |w: &Instant| {
+            w.saturating_duration_since(now).as_secs() < 2 && now.saturating_duration_since(*w).as_secs() < 2
+        };
+        let Some(wallclock) = wallclock.filter(near) else {
+            return Ok(false);
+        };
+        let samples = (i128::from(frame.pts_90k) * i128::from(out.rate) / 90_000) as i64;
+        let offset = *out.offset.get_or_insert(out.last_rtp.map_or(0, |l| l + 1).saturating_sub(samples));
+        let rtp = samples.saturating_add(offset);
+        if out.last_rtp.is_some_and(|l| rtp <= l) || rtp < 0 {
+            return Ok(false);
+        }
+        let (mid, pt, rate) = (out.mid, out.pt, out.rate);
+        let Some(writer) = self.rtc.writer(mid) else { return Ok(false) };
+        let clock = Frequency::new(rate).unwrap_or(Frequency::FORTY_EIGHT_KHZ);
+        writer.write(pt, wallclock, MediaTime::new(rtp as u64, clock), frame.data.to_vec())?;
+        let out = self.audio.as_mut().expect("checked");
+        out.last_rtp = Some(rtp);
+        out.frames_sent += 1;
         Ok(true)
     }
 
@@ -577,5 +710,27 @@ impl Session {
     /// Stored-playback cursors this session holds.
     pub fn cursors(&self) -> usize {
         self.tracks.iter().filter(|t| matches!(t.source, Source::Stored(_))).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_line_of_an_answer_joins_one_media_stream() {
+        let answer = "v=0\r\na=msid-semantic: WMS a b\r\nm=video 9 x 96\r\na=msid:a t1\r\na=ssrc:11 msid:a t1\r\n\
+                      a=ssrc:11 cname:c\r\nm=audio 9 x 0\r\na=msid:b t2\r\na=ssrc:12 msid:b t2\r\n";
+        let one = one_media_stream(answer);
+        assert_eq!(
+            one,
+            "v=0\r\na=msid-semantic: WMS keeppeek\r\nm=video 9 x 96\r\na=msid:keeppeek t1\r\n\
+             a=ssrc:11 msid:keeppeek t1\r\na=ssrc:11 cname:c\r\nm=audio 9 x 0\r\na=msid:keeppeek t2\r\n\
+             a=ssrc:12 msid:keeppeek t2\r\n"
+        );
+        assert_eq!(
+            mids_of("m=audio 9 x 0\r\na=mid:1\r\nm=audiox 9\r\na=mid:2\r\nm=video 9\r\na=mid:3\r\n", "audio"),
+            ["1"]
+        );
     }
 }

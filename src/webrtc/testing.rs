@@ -22,7 +22,7 @@ use super::{WebrtcStats, fuzzing};
 use crate::base::{StreamKey, StreamKind};
 use crate::cameras::{Cameras, RunningStream};
 use crate::catalog::Catalog;
-use crate::live::{Fanout, LiveFrame};
+use crate::live::{Fanout, Live};
 use crate::media::Frame;
 
 /// Wall time of the test recording's start.
@@ -94,7 +94,7 @@ fn live_frame_of(n: i64, nal: &[u8]) -> Frame {
 }
 
 /// A core serving [`streams`], with the queue its live frames come back on.
-pub fn core(dir: &Path, max_sessions: usize) -> (Core, mpsc::Receiver<LiveFrame>, Arc<Fanout>) {
+pub fn core(dir: &Path, max_sessions: usize) -> (Core, mpsc::Receiver<Live>, Arc<Fanout>) {
     let (streams, fanout) = streams(dir);
     let (frames_tx, frames_rx) = mpsc::channel(crate::limits::LIVE_TAP_FRAMES);
     let core = Core::new(streams, frames_tx, Arc::new(WebrtcStats::default()), max_sessions);
@@ -114,7 +114,7 @@ fn from_box(sent: &mut Vec<Transmit>) -> impl FnMut(Transmit) + '_ {
 /// other in memory while simulated time passes.
 pub struct Sim {
     pub core: Core,
-    frames_rx: mpsc::Receiver<LiveFrame>,
+    frames_rx: mpsc::Receiver<Live>,
     pub fanout: Arc<Fanout>,
     browser: Rtc,
     channel: ChannelId,
@@ -128,20 +128,36 @@ pub struct Sim {
     /// Frames the browser received: (track, RTP time in 90 kHz, the frame's bytes).
     pub frames: Vec<(usize, u64, Vec<u8>)>,
     mids: Vec<str0m::media::Mid>,
+    /// The offer's audio line, when it has one.
+    audio_mid: Option<str0m::media::Mid>,
+    /// Sound the browser received: (RTP time in its clock, the frame's bytes).
+    pub sound: Vec<(u64, Vec<u8>)>,
     pub connected: bool,
 }
 
 impl Sim {
     /// A browser with `videos` tracks, its session opened on the box and connected.
     pub fn connected(dir: &Path, videos: usize) -> Sim {
+        Sim::connected_with(dir, videos, None)
+    }
+
+    /// [`Sim::connected`], its offer with an audio line too when the camera has `sound`
+    /// (the fanout hears one frame of it first).
+    pub fn connected_with(dir: &Path, videos: usize, sound: Option<&crate::media::AudioFrame>) -> Sim {
         let (core, frames_rx, fanout) = core(dir, 8);
+        if let Some(s) = sound {
+            fanout.publish_audio(s);
+        }
         let now = Instant::now();
         // A browser's packet buffer holds a frame of up to 2,048 packets.
-        let mut browser = Rtc::builder().set_reordering_size_video(2048).build(now);
+        // And G.711 besides str0m's Opus, as browsers offer.
+        let mut browser =
+            Rtc::builder().set_reordering_size_video(2048).enable_pcmu(true, false).enable_pcma(true, false).build(now);
         browser.add_local_candidate(Candidate::host(BROWSER.into(), "udp").unwrap());
         let mut api = browser.sdp_api();
         let mids: Vec<_> =
             (0..videos).map(|_| api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None)).collect();
+        let audio_mid = sound.map(|_| api.add_media(MediaKind::Audio, Direction::RecvOnly, None, None, None));
         let channel = api.add_channel("control".into());
         let (offer, pending) = api.apply().expect("an offer");
         let mut sim = Sim {
@@ -158,6 +174,8 @@ impl Sim {
             messages: Vec::new(),
             frames: Vec::new(),
             mids,
+            audio_mid,
+            sound: Vec::new(),
             connected: false,
         };
         let peer = IpAddr::from(BROWSER.0);
@@ -208,15 +226,31 @@ impl Sim {
         self.camera_frame(live_frame(n, is_key));
     }
 
-    /// The camera sends `frame`.
-    pub fn camera_frame(&mut self, frame: Frame) {
-        self.fanout.publish(&frame);
-        while let Ok(lf) = self.frames_rx.try_recv() {
+    /// The camera sends `frame` of sound.
+    pub fn camera_audio(&mut self, frame: &crate::media::AudioFrame) {
+        self.fanout.publish_audio(frame);
+        self.hand_over();
+    }
+
+    /// Hands the core what the tap holds.
+    fn hand_over(&mut self) {
+        while let Ok(item) = self.frames_rx.try_recv() {
             let mut sent = Vec::new();
-            self.core.frame(lf, self.now, &mut from_box(&mut sent));
+            match item {
+                Live::Video(lf) => {
+                    self.core.frame(lf, self.now, &mut from_box(&mut sent));
+                }
+                Live::Audio(la) => self.core.audio(la, self.now, &mut from_box(&mut sent)),
+            }
             self.to_browser.extend(sent);
         }
         self.exchange();
+    }
+
+    /// The camera sends `frame`.
+    pub fn camera_frame(&mut self, frame: Frame) {
+        self.fanout.publish(&frame);
+        self.hand_over();
     }
 
     /// Lets `dur` of simulated time pass, each side woken at its deadlines.
@@ -283,6 +317,7 @@ impl Sim {
             Event::Connected => self.connected = true,
             Event::ChannelOpen(..) => self.channel_open = true,
             Event::ChannelData(d) => self.messages.push(pb::ServerMessage::decode(&d.data[..]).expect("a message")),
+            Event::MediaData(m) if Some(m.mid) == self.audio_mid => self.sound.push((m.time.numer(), m.data.to_vec())),
             Event::MediaData(m) => {
                 let track = self.mids.iter().position(|x| *x == m.mid).expect("a track of the offer");
                 self.frames.push((track, m.time.numer(), m.data.to_vec()));

@@ -4,7 +4,7 @@
 // timeline can follow).
 import { h } from './dom.js';
 import { dateTime } from './format.js';
-import { WhepSession } from './whep.js';
+import { WhepSession, soundButton } from './whep.js';
 import { icon } from './icons.js';
 
 export class Player {
@@ -30,6 +30,7 @@ export class Player {
       this.pauseButton,
       button('step', icon('step'), 'Next frame', () => this.send({ step: {} })),
       this.rate,
+      this.soundSlot = h('span.player-sound'),
       this.position,
       button('fullscreen', icon('fullscreen'), 'Full screen', () => this.fullscreen()));
     this.root = h('div.player', {}, this.frame, this.controls, this.state);
@@ -46,6 +47,7 @@ export class Player {
     const s = await WhepSession.open(this.stream, this.video, { control: true, onMessage: (m) => this.message(m) });
     if (this.destroyed) { s.close(); throw new Error('closed'); }
     this.session = s;
+    this.soundSlot.replaceChildren(...(s.hasAudio ? [soundButton(this.video, this.stream)] : []));
     s.onLost = (why) => { if (this.session === s && this.on.lost) this.on.lost(why); };
     try {
       await s.opened;

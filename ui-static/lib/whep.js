@@ -2,8 +2,11 @@
 // DELETE to end it). The box is ICE-lite with a candidate on each of its LAN addresses, so
 // no STUN server is needed. With `control`, the session carries the protobuf control
 // channel (/control_pb.js, generated from the box's own .proto): playback of recordings,
-// the timeline and event notices.
+// the timeline and event notices. The offer asks for sound too: the box sends a camera's
+// G.711 or Opus as it comes (`hasAudio` once answered); the page starts muted, as browsers
+// require, and a button unmutes it.
 import { session as auth } from './api.js';
+import { icon } from './icons.js';
 
 // Every session this page holds, so a page change or logout can end them all.
 const open = new Set();
@@ -57,6 +60,7 @@ export class WhepSession {
 
   async start(control, onMessage) {
     this.pc.addTransceiver('video', { direction: 'recvonly' });
+    this.pc.addTransceiver('audio', { direction: 'recvonly' });
     if (control) {
       this.channel = this.pc.createDataChannel('control');
       this.channel.binaryType = 'arraybuffer';
@@ -68,7 +72,13 @@ export class WhepSession {
       });
       this.opened.catch(() => {});
     }
-    this.pc.ontrack = (e) => { if (!this.closed) this.video.srcObject = e.streams[0] || new MediaStream([e.track]); };
+    // Picture and sound in one stream, which the browser plays in step.
+    this.media = new MediaStream();
+    this.pc.ontrack = (e) => {
+      if (this.closed) return;
+      this.media.addTrack(e.track);
+      if (this.video.srcObject !== this.media) this.video.srcObject = this.media;
+    };
     await this.pc.setLocalDescription(await this.pc.createOffer());
     const headers = { 'content-type': 'application/sdp' };
     if (auth.csrf) headers['x-csrf-token'] = auth.csrf;
@@ -80,7 +90,9 @@ export class WhepSession {
     }
     this.location = r.headers.get('location');
     if (this.closed) return this.release();
-    await this.pc.setRemoteDescription({ type: 'answer', sdp: await r.text() });
+    const answer = await r.text();
+    this.hasAudio = hasSound(answer);
+    await this.pc.setRemoteDescription({ type: 'answer', sdp: answer });
   }
 
   // Sends a control command ({ play_stored: {…} }, { pause: {} } …) on track 0.
@@ -106,6 +118,42 @@ export class WhepSession {
     const headers = auth.csrf ? { 'x-csrf-token': auth.csrf } : {};
     return fetch(location, { method: 'DELETE', headers, keepalive: true }).catch(() => {});
   }
+}
+
+// Whether an answer sends sound: an audio line the box took (a port, not inactive).
+function hasSound(sdp) {
+  return sdp.split(/\r?\nm=/).slice(1).some((m) => /^audio [1-9]/.test(m) && !/\na=inactive/.test(m));
+}
+
+// A button that mutes and unmutes `video`, named for `what`; muted to begin with, as
+// browsers require.
+export function soundButton(video, what) {
+  const b = document.createElement('button');
+  b.type = 'button';
+  b.className = 'sound';
+  const show = () => {
+    const label = video.muted ? `Unmute ${what}` : `Mute ${what}`;
+    b.setAttribute('aria-label', label);
+    b.title = label;
+    b.setAttribute('aria-pressed', String(!video.muted));
+    b.dataset.sound = video.muted ? 'muted' : 'on';
+    b.replaceChildren(icon(video.muted ? 'muted' : 'sound'));
+  };
+  b.addEventListener('click', (e) => {
+    e.stopPropagation();
+    video.muted = !video.muted;
+    if (!video.muted) video.play().catch(() => {});
+    show();
+  });
+  b.addEventListener('dblclick', (e) => e.stopPropagation());
+  video.muted = true;
+  show();
+  return b;
+}
+
+// The sessions this page holds (what tests read their statistics from).
+export function openSessions() {
+  return [...open];
 }
 
 export function closeAll() {

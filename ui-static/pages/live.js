@@ -6,7 +6,7 @@
 import { h } from '../lib/dom.js';
 import { say, sayThenGo, session } from '../lib/api.js';
 import { listCameras, smallStream, streamOf, streamState } from '../lib/cameras.js';
-import { WhepSession } from '../lib/whep.js';
+import { WhepSession, soundButton } from '../lib/whep.js';
 import { Player } from '../lib/player.js';
 import { icon } from '../lib/icons.js';
 
@@ -31,8 +31,9 @@ class Tile {
     this.chip = h('span.chip.state');
     this.error = h('span.tile-error');
     this.link = h('a.tile-name', { href: `#/live/${encodeURIComponent(this.camera)}` }, this.camera);
+    this.sound = h('span.tile-sound');
     this.el = h('figure.tile', { 'data-camera': this.camera }, this.video,
-      h('figcaption', {}, this.link, this.chip, this.error));
+      h('figcaption', {}, this.link, this.chip, this.sound, this.error));
     // One click opens the camera; two make the tile full screen.
     let clicks = 0;
     this.el.addEventListener('click', (e) => {
@@ -72,6 +73,8 @@ class Tile {
       const s = await WhepSession.open(this.stream, this.video);
       this.session = s;
       this.el.dataset.session = 'open';
+      // Sound, when the camera sends some the browser can play.
+      this.sound.replaceChildren(...(s.hasAudio ? [soundButton(this.video, this.camera)] : []));
       // A lost connection gives the session back: the next state poll opens a new one.
       s.onLost = (why) => { if (this.session === s) { this.error.textContent = `Reconnecting: ${why}`; this.close(); } };
       this.video.addEventListener('playing', () => this.update({ camera: this.camera, streams: [this.status] }), { once: true });
@@ -88,6 +91,8 @@ class Tile {
     if (!s) return;
     this.session = null;
     delete this.el.dataset.session;
+    this.sound.replaceChildren();
+    this.video.muted = true;
     await s.close();
     // Back to the poster.
     this.video.src = posterUrl(this.stream);

@@ -99,7 +99,7 @@ impl Drop for Firehose {
 }
 
 /// The SPS and PPS of the fixture clip (640×360), for the SDP.
-fn parameter_sets() -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn parameter_sets() -> (Vec<u8>, Vec<u8>) {
     let clip = std::fs::read(fixtures().join("h264.264")).expect("the fixture clip");
     let mut nals = Vec::new();
     let mut i = 0;
@@ -189,7 +189,7 @@ fn serve(stream: TcpStream, port: u16, sdp: &str, shared: &Shared, sizes: (usize
 }
 
 /// Reads one request head: (method, CSeq, URI); skips interleaved binary frames.
-fn read_request(reader: &mut BufReader<TcpStream>) -> Option<(String, String, String)> {
+pub(crate) fn read_request(reader: &mut BufReader<TcpStream>) -> Option<(String, String, String)> {
     use std::io::Read;
     let mut head = Vec::new();
     loop {

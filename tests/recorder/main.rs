@@ -4,6 +4,7 @@
 mod common;
 
 mod auth;
+mod bad_sound;
 mod camera_failures;
 mod cli;
 mod config_apply;

@@ -139,6 +139,12 @@ impl<R: Read + Seek> SegmentReader<R> {
         self.pos_byte = pos_byte;
     }
 
+    /// The file has grown to `len_bytes` (a segment still being written): its new fragments
+    /// are read too.
+    pub fn set_len(&mut self, len_bytes: u64) {
+        self.len_bytes = len_bytes;
+    }
+
     /// Reads the next whole fragment. `Ok(None)` at a clean end of file; `Truncated` when the
     /// file ends inside a fragment.
     pub fn next_fragment(&mut self) -> Result<Option<FragmentIndex>, ReadError> {

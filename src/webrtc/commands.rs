@@ -47,8 +47,8 @@ impl Core {
                 let track = &mut self.sessions[i].tracks[t];
                 track.source = Source::Live(running.key.clone());
                 track.play = control::PlayState::live(running.key.name());
-                track.rebase();
                 track.last_sent_mono_us = i64::MIN;
+                self.sessions[i].rebase_track(t);
                 self.keyframe_burst(i, t, now, out);
             }
             Command::PlayStored { stream, wall_us } => {
@@ -58,13 +58,13 @@ impl Core {
                 track.source = Source::Stored(Box::new(cursor));
                 let name = key.name();
                 track.play = control::PlayState { stored: true, stream: name, paused: false, rate: 1.0, step: false };
-                track.rebase();
+                self.sessions[i].rebase_track(t);
             }
             Command::Seek { wall_us } => {
                 let track = &mut self.sessions[i].tracks[t];
                 let Source::Stored(cursor) = &mut track.source else { return Err(Refusal::NotStored) };
                 cursor.seek(*wall_us, now).map_err(Refusal::NoFootage)?;
-                track.rebase();
+                self.sessions[i].rebase_track(t);
             }
             Command::Pause | Command::Resume | Command::SetRate { .. } | Command::Step => {
                 let track = &mut self.sessions[i].tracks[t];

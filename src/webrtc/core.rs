@@ -24,6 +24,7 @@ use str0m::net::{Receive, Transmit};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
+use super::playback::Stored;
 use super::session::{self, Owner, Session, Source, Viewer};
 use super::{OpenError, WebrtcStats, control, for_everyone, principal_max};
 use crate::base::{BytePool, StreamKey};
@@ -353,7 +354,14 @@ impl Core {
         for t in 0..s.tracks.len() {
             while let Source::Stored(cursor) = &mut s.tracks[t].source {
                 let frame = match cursor.pop(now) {
-                    Ok(Some(f)) => f,
+                    Ok(Some(Stored::Frame(f))) => f,
+                    Ok(Some(Stored::Audio(a))) => {
+                        // The session's one sound line goes with its first track.
+                        if t == 0 && !a.data.is_empty() && matches!(s.send_audio(&a, now), Ok(true)) {
+                            self.stats.audio_frames_sent.fetch_add(1, Ordering::Relaxed);
+                        }
+                        continue;
+                    }
                     Ok(None) => break,
                     Err(e) => {
                         s.send_control(&control::error(0, t as u32, "internal", e.to_string()));

@@ -4,8 +4,12 @@
 //! time divided by the rate. Gaps between recordings are skipped, not waited out. Above 2×
 //! only keyframes are read.
 //!
-//! Memory: one fragment's sample table (at most [`limits::FRAGMENT_MAX_SAMPLES`] entries) and
-//! one frame.
+//! A recording's sound comes with its pictures, each audio sample at its wall time (placed
+//! against the fragment's first picture as the file places it), at 1× only: at other rates,
+//! paused and stepping, the sound is left out.
+//!
+//! Memory: one fragment's sample tables (at most [`limits::FRAGMENT_MAX_SAMPLES`] and
+//! [`limits::FRAGMENT_MAX_AUDIO_SAMPLES`] entries) and one frame.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -20,7 +24,7 @@ use crate::catalog::{Catalog, CatalogError, Keyframe, RecordingRow};
 use crate::clock::ticks_90k_to_us;
 use crate::limits;
 use crate::media::fmp4_read::{ReadError, SegmentReader};
-use crate::media::{VideoParams, annexb};
+use crate::media::{AudioCodec, AudioFrame, AudioParams, VideoParams, annexb};
 
 /// Why a cursor cannot go on.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +57,8 @@ struct Sample {
     len: u32,
     wall_us: i64,
     is_key: bool,
+    /// An audio sample: its duration in samples.
+    audio: Option<u32>,
 }
 
 /// One open file for both the fragment reader (which seeks) and the sample reads (which
@@ -79,6 +85,15 @@ struct Open {
     reader: SegmentReader<Shared>,
     params: Arc<VideoParams>,
     sets: Vec<Bytes>,
+    /// The recording's sound, when it has some in a codec KeepPeek knows.
+    audio: Option<Arc<AudioParams>>,
+}
+
+/// What a cursor hands on.
+pub enum Stored {
+    Frame(StoredFrame),
+    /// A frame of the recording's sound, its time the 90 kHz form of its wall time.
+    Audio(AudioFrame),
 }
 
 /// A frame read for sending.
@@ -157,8 +172,13 @@ impl Cursor {
         let row = self.catalog.recording(rec)?.ok_or(CursorError::NothingRecorded)?;
         let reuse = self.open.as_ref().is_some_and(|o| o.row.path == row.path);
         if reuse {
-            // The same file, perhaps grown since: its current length is the row's.
-            self.open.as_mut().expect("checked").row = row;
+            // The same file, perhaps grown since: its current length is the row's, for the
+            // reader too (else a cursor opened on a segment being written stops where the
+            // file ended when it opened: found with sound, whose stored playback at 1× runs
+            // on to the live edge).
+            let open = self.open.as_mut().expect("checked");
+            open.reader.set_len(row.bytes);
+            open.row = row;
         } else {
             let path = self.data_dir.join(&row.path);
             let file = File::open(&path).map_err(io_err(&path))?;
@@ -173,7 +193,16 @@ impl Cursor {
                 sample_entry: init.sample_entry.into(),
             });
             let sets = annexb::parameter_sets(&params)?;
-            self.open = Some(Open { row, path, file, reader, params, sets });
+            let audio = init.audio.as_ref().and_then(|a| {
+                let codec = AudioCodec::from_sample_entry(&a.sample_entry)?;
+                Some(Arc::new(AudioParams {
+                    codec,
+                    rfc6381: codec.name().into(),
+                    sample_rate: a.timescale,
+                    sample_entry: Bytes::copy_from_slice(&a.sample_entry),
+                }))
+            });
+            self.open = Some(Open { row, path, file, reader, params, sets, audio });
         }
         let open = self.open.as_mut().expect("just opened");
         open.reader.seek_to(kf.fragment_start_byte);
@@ -198,16 +227,47 @@ impl Cursor {
         let Some(wall0) = f.wall_us else { return Ok(false) };
         let mut offset = f.data_start_byte;
         let mut at_90k: i64 = 0;
+        let mut video = Vec::with_capacity(f.samples.len());
         for s in f.samples.iter().take(limits::FRAGMENT_MAX_SAMPLES) {
-            self.pending.push_back(Sample {
+            video.push(Sample {
                 offset,
                 len: s.size_bytes,
                 wall_us: wall0 + ticks_90k_to_us(at_90k),
                 is_key: s.is_key,
+                audio: None,
             });
             offset += u64::from(s.size_bytes);
             at_90k += i64::from(s.duration);
         }
+        // The sound after the pictures in the file, placed against the fragment's first
+        // picture as the file's two decode times place it.
+        let rate = open.audio.as_ref().map_or(0, |a| i64::from(a.sample_rate.max(1)));
+        let mut audio = Vec::new();
+        if rate > 0 {
+            let video_start_us = ticks_90k_to_us(f.base_decode_90k as i64);
+            let mut at = f.audio_base_decode as i64;
+            for s in f.audio_samples.iter().take(limits::FRAGMENT_MAX_AUDIO_SAMPLES) {
+                let at_us = (i128::from(at) * 1_000_000 / i128::from(rate)) as i64;
+                audio.push(Sample {
+                    offset,
+                    len: s.size_bytes,
+                    wall_us: wall0 + at_us - video_start_us,
+                    is_key: false,
+                    audio: Some(s.duration),
+                });
+                offset += u64::from(s.size_bytes);
+                at += i64::from(s.duration);
+            }
+        }
+        // Both in time order, as they are to be sent.
+        let mut audio = audio.into_iter().peekable();
+        for v in video {
+            while let Some(a) = audio.next_if(|a| a.wall_us < v.wall_us) {
+                self.pending.push_back(a);
+            }
+            self.pending.push_back(v);
+        }
+        self.pending.extend(audio);
         Ok(true)
     }
 
@@ -271,7 +331,7 @@ impl Cursor {
     }
 
     /// The next frame if it is due at `now`; `Ok(None)` when not yet (or at the end).
-    pub fn pop(&mut self, now: Instant) -> Result<Option<StoredFrame>, CursorError> {
+    pub fn pop(&mut self, now: Instant) -> Result<Option<Stored>, CursorError> {
         if self.due().is_none_or(|d| d > now) {
             return Ok(None);
         }
@@ -281,6 +341,9 @@ impl Cursor {
             self.retry_at = Some(now + END_RETRY);
             return Ok(None);
         };
+        if let Some(duration_samples) = s.audio {
+            return self.audio(s, duration_samples).map(Some);
+        }
         if s.wall_us - self.last_wall_us > GAP_SKIP_US || s.wall_us < self.last_wall_us {
             self.anchor = (now, s.wall_us);
         }
@@ -299,7 +362,22 @@ impl Cursor {
         let sets: &[Bytes] = if s.is_key { &open.sets } else { &[] };
         let mut out = Vec::with_capacity(data.len() + 64);
         annexb::to_annexb(&data, sets, &mut out)?;
-        Ok(Some(StoredFrame { annexb: out.into(), is_key: s.is_key, wall_us: s.wall_us }))
+        Ok(Some(Stored::Frame(StoredFrame { annexb: out.into(), is_key: s.is_key, wall_us: s.wall_us })))
+    }
+
+    /// An audio sample read, at 1× (else skipped: `Ok(Stored::Audio)` with no bytes).
+    fn audio(&mut self, s: Sample, duration_samples: u32) -> Result<Stored, CursorError> {
+        let open = self.open.as_ref().expect("a sample comes from an open file");
+        let params = open.audio.clone().expect("audio samples come from a file with sound");
+        let heard = self.rate == 1.0 && !self.paused && !self.step;
+        let len = if heard { s.len as usize } else { 0 };
+        if len > limits::AUDIO_FRAME_MAX_BYTES {
+            let source = ReadError::Malformed { at_byte: s.offset, what: "an audio sample over its ceiling" };
+            return Err(CursorError::Read { path: open.path.display().to_string(), source });
+        }
+        let mut data = vec![0u8; len];
+        open.file.read_exact_at(&mut data, s.offset).map_err(io_err(&open.path))?;
+        Ok(Stored::Audio(AudioFrame { pts_90k: s.wall_us * 9 / 100, duration_samples, data: data.into(), params }))
     }
 
     /// The wall time of the last frame read.

@@ -217,7 +217,8 @@ impl Track {
         self.need_key = true;
     }
 
-    /// A new source or camera session: presentation times start from a new base.
+    /// A new source or camera session: presentation times start from a new base (for the
+    /// session's sound too, when it is the first track's: see [`Session::rebase_track`]).
     pub fn rebase(&mut self) {
         self.offset_90k = None;
         self.need_key = true;
@@ -531,7 +532,7 @@ impl Session {
             track.offset_90k = Some(rtp.saturating_sub(pts_90k));
         }
         let (mid, pt) = (track.mid, track.pt);
-        if !squeeze && matches!(track.source, Source::Live(_)) {
+        if !squeeze && !matches!(track.source, Source::Idle) {
             track.anchor = Some((now, pts_90k));
         }
         let Some(writer) = self.rtc.writer(mid) else { return Ok(false) };
@@ -543,6 +544,14 @@ impl Session {
         self.waiting_bytes += len;
         self.frames_sent += 1;
         Ok(true)
+    }
+
+    /// Track `t` starts from a new base; the sound with it when it is the first.
+    pub fn rebase_track(&mut self, t: usize) {
+        self.tracks[t].rebase();
+        if t == 0 {
+            self.rebase_audio();
+        }
     }
 
     /// A new camera session: the sound's times start from a new base.

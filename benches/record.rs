@@ -7,7 +7,11 @@
 //! CPU (% of one core), peak RSS, PSS and anonymous memory, threads, bytes written per
 //! recorded hour, and for KeepPeek the catalog commits and file syncs per recorded hour and
 //! the memory budget's total beside its measured peak; then the ratios KeepPeek / ffmpeg.
-//! Reports: `target/bench/record.json` and `target/bench/record.md`.
+//! Each clip is also recorded with the camera's sound (G.711 in 20 ms packets, 50 audio frames
+//! a second: the most frames of any codec cameras send; ffmpeg, which cannot put G.711 in MP4,
+//! turns it into AAC as NVRs built on it do), and the table "what sound costs"
+//! sets KeepPeek with sound beside the same clip without (issue 20's goal: at most 10 % more
+//! CPU). Reports: `target/bench/record.json` and `target/bench/record.md`.
 //!
 //! `cargo bench --bench record`            the full run (60 s per side, clip and N)
 //! `cargo bench --bench record -- --smoke` the small test clip, N = 1 for 8 s per side (CI)
@@ -173,11 +177,15 @@ fn run_ffmpeg(url: &str, n: usize, secs: u64, work: &Path) -> Usage {
     let dir = work.join(format!("ffmpeg-{n}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    // MP4 has no G.711 ffmpeg writes: NVRs on ffmpeg turn it into AAC to keep it (Frigate's
+    // "preset-record-generic-audio-aac"), and so does this side.
+    let codecs: &[&str] = if url.ends_with("-pcmu") { &["-c:v", "copy", "-c:a", "aac"] } else { &["-c", "copy"] };
     let mut children: Vec<Child> = (0..n)
         .map(|i| {
             Command::new("ffmpeg")
                 .args(["-nostdin", "-loglevel", "error", "-rtsp_transport", "tcp", "-i", url])
-                .args(["-c", "copy", "-f", "segment", "-segment_time", "60", "-reset_timestamps", "1"])
+                .args(codecs)
+                .args(["-f", "segment", "-segment_time", "60", "-reset_timestamps", "1"])
                 .arg(dir.join(format!("s{i}-%03d.mp4")))
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -254,9 +262,14 @@ fn main() {
     let smoke = args.iter().any(|a| a == "--smoke");
     let (mut counts, mut secs): (Vec<usize>, u64) = if smoke { (vec![1], 8) } else { (vec![1, 4, 16, 64], 60) };
     let mut clips: Vec<(&'static str, &str)> = if smoke {
-        vec![("360p test clip", "/h264")]
+        vec![("360p test clip", "/h264"), ("360p test clip + G.711", "/h264-pcmu")]
     } else {
-        vec![("720p 2 Mbit/s", "/h264-720p"), ("1080p 4 Mbit/s", "/h264-1080p")]
+        vec![
+            ("720p 2 Mbit/s", "/h264-720p"),
+            ("720p 2 Mbit/s + G.711", "/h264-720p-pcmu"),
+            ("1080p 4 Mbit/s", "/h264-1080p"),
+            ("1080p 4 Mbit/s + G.711", "/h264-1080p-pcmu"),
+        ]
     };
     let mut reference: Option<(&str, &str)> = None;
     // `--streams 1,4 --seconds 30 --clip 720p` for a quicker look at one change.
@@ -367,6 +380,24 @@ fn main() {
             ratio(r.reference_rss_ratio)
         );
     }
+    // What sound costs: each clip with sound against the same clip without, same N.
+    md.push_str(
+        "\nWhat sound costs KeepPeek (the clip with G.711 over the same clip without):\n\n\
+         | clip | streams | CPU with / without | peak RSS with / without |\n| --- | --- | --- | --- |\n",
+    );
+    for r in rows.iter().filter(|r| r.clip.ends_with(" + G.711")) {
+        let plain = r.clip.trim_end_matches(" + G.711");
+        if let Some(p) = rows.iter().find(|p| p.clip == plain && p.streams == r.streams) {
+            let _ = writeln!(
+                md,
+                "| {plain} | {} | {:.3} | {:.3} |",
+                r.streams,
+                r.keeppeek.cpu_s / p.keeppeek.cpu_s.max(1e-9),
+                r.keeppeek.peak_rss_bytes as f64 / p.keeppeek.peak_rss_bytes.max(1) as f64
+            );
+        }
+    }
+    md.push_str("\nGoal (issue 20): sound adds at most 10 % to recording CPU (a ratio of at most 1.100).\n");
     // Issue 14's goal: KeepPeek at most 0.8 times Moonfire NVR's CPU and RSS at every N,
     // recording the same 720p 2 Mbit/s clip, judged with Moonfire as the reference side.
     md.push_str(

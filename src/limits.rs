@@ -45,12 +45,14 @@ pub const AUDIO_SYNC_HOLD_FRAMES: usize = 16;
 /// 200 bytes; this bounds what a camera's SDP can make us store per segment.
 pub const SAMPLE_ENTRY_MAX_BYTES: usize = 4 << 10;
 
-/// Frames waiting between ingest and the recorder, per stream. At 30 fps this is two seconds
-/// of slack for a slow disk; past it frames are dropped until the next keyframe.
-pub const INGEST_QUEUE_FRAMES: usize = 64;
+/// Frames waiting between ingest and the recorder, per stream, video and audio together. At
+/// 30 fps with G.711 in 10 ms packets (100 audio frames a second) this is two seconds of slack
+/// for a slow disk; past it frames are dropped until the next keyframe. A slot is a few words
+/// (the frame's bytes are counted by `INGEST_QUEUE_BYTES_PER_STREAM`).
+pub const INGEST_QUEUE_FRAMES: usize = 256;
 
 /// Bytes of frames waiting between ingest and the recorder, per stream (the byte side of the
-/// same queue: 64 frames of a 16 Mbit/s stream fit).
+/// same queue: two seconds of a 32 Mbit/s stream and its sound fit).
 pub const INGEST_QUEUE_BYTES_PER_STREAM: usize = 8 << 20;
 
 /// Bytes of frames waiting between ingest and the recorder across every stream, per GiB of
@@ -632,8 +634,10 @@ pub const WEBRTC_SESSIONS_SERVER_MAX: usize = 512;
 /// opens; past this many, a new address takes the socket of one the box no longer has.
 pub const WEBRTC_HOST_ADDRESSES_MAX: usize = 8;
 
-/// What one session is budgeted (str0m's state, send buffer, DTLS and SCTP): the goal per
-/// viewer.
+/// What one session is budgeted (str0m's state, send buffers, DTLS and SCTP): the goal per
+/// viewer. Its sound adds str0m's resend buffer for audio (50 packets, its default: 10 KB of
+/// G.711, at most 64 KB of Opus) and a few words of state; nothing else per viewer, as the
+/// camera's frames are passed through, not transcoded.
 pub const WEBRTC_SESSION_BUDGET_BYTES: usize = 512 << 10;
 
 /// RTP packets a session keeps for resends (~1.2 KB each): with paced sending, the packets

@@ -87,6 +87,8 @@ AUDIO_CHAINS = {
 BENCH_PATHS = {
     "/h264-720p": ("h264-720p.264", "h264", None),
     "/h264-1080p": ("h264-1080p.264", "h264", None),
+    "/h264-720p-pcmu": ("h264-720p.264", "h264", ("tone.pcmu", "pcmu")),
+    "/h264-1080p-pcmu": ("h264-1080p.264", "h264", ("tone.pcmu", "pcmu")),
 }
 
 # AAC-LC: every frame (ADTS or RTP access unit) holds 1024 samples per channel.

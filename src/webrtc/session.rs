@@ -182,10 +182,6 @@ pub struct Track {
     pub reported: Option<Instant>,
     /// Frames written and not yet all sent by the pacer, oldest first.
     sending: VecDeque<Sending>,
-    /// The newest live frame sent in time (not in a keyframe burst): when it was written and
-    /// its presentation time. The sound is written at the same wall time as the picture of
-    /// its moment, so the reports (RTCP) of the two tracks put them in step in the browser.
-    anchor: Option<(Instant, i64)>,
 }
 
 /// A frame handed to str0m and not yet all sent, with its charge to the send pool.
@@ -222,7 +218,6 @@ impl Track {
     pub fn rebase(&mut self) {
         self.offset_90k = None;
         self.need_key = true;
-        self.anchor = None;
     }
 }
 
@@ -364,7 +359,6 @@ impl Session {
                 last_sent_mono_us: i64::MIN,
                 reported: None,
                 sending: VecDeque::new(),
-                anchor: None,
             });
         }
         let audio = audio.and_then(|a| {
@@ -532,9 +526,6 @@ impl Session {
             track.offset_90k = Some(rtp.saturating_sub(pts_90k));
         }
         let (mid, pt) = (track.mid, track.pt);
-        if !squeeze && !matches!(track.source, Source::Idle) {
-            track.anchor = Some((now, pts_90k));
-        }
         let Some(writer) = self.rtc.writer(mid) else { return Ok(false) };
         writer.write(pt, now, MediaTime::from_90khz(rtp as u64), annexb.clone())?;
         let track = &mut self.tracks[t];
@@ -561,31 +552,19 @@ impl Session {
         }
     }
 
-    /// Sends one frame of the live stream's sound, at the wall time its moment's picture
-    /// was (or will be) written: skipped until the first track has sent a live frame in
-    /// time, and when it would go back in time (a new placement of the sound, or a frame
-    /// older than one sent).
+    /// Sends one frame of the stream's sound (live, or a recording's at 1×) as it comes;
+    /// skipped when it would go back in time (a new placement of the sound, or a frame older
+    /// than one sent).
     pub fn send_audio(&mut self, frame: &AudioFrame, now: Instant) -> Result<bool, RtcError> {
-        let anchor = self.tracks.first().and_then(|t| t.anchor);
-        let (Some(out), Some((at, at_pts)), true) = (self.audio.as_mut(), anchor, self.connected) else {
+        let (Some(out), true) = (self.audio.as_mut(), self.connected) else {
             return Ok(false);
         };
         if frame.params.codec != out.codec || frame.params.sample_rate != out.rate {
             return Ok(false);
         }
-        let ahead_us = crate::clock::ticks_90k_to_us(frame.pts_90k.saturating_sub(at_pts));
-        let wallclock = if ahead_us >= 0 {
-            at.checked_add(std::time::Duration::from_micros(ahead_us as u64))
-        } else {
-            at.checked_sub(std::time::Duration::from_micros(ahead_us.unsigned_abs()))
-        };
-        // A moment far from the picture's (the sound being placed anew): not sent until near.
-        let near = |w: &Instant| {
-            w.saturating_duration_since(now).as_secs() < 2 && now.saturating_duration_since(*w).as_secs() < 2
-        };
-        let Some(wallclock) = wallclock.filter(near) else {
-            return Ok(false);
-        };
+        // Written now, as the pictures are: a camera sends a moment's sound with its picture
+        // (within tens of milliseconds), so the two tracks' reports put them in step.
+        let wallclock = now;
         let samples = (i128::from(frame.pts_90k) * i128::from(out.rate) / 90_000) as i64;
         let offset = *out.offset.get_or_insert(out.last_rtp.map_or(0, |l| l + 1).saturating_sub(samples));
         let rtp = samples.saturating_add(offset);

@@ -196,6 +196,7 @@ fn admission_run(shape: &Shape, cameras: usize, variant: Variant, seconds: i64) 
             let fragmenter = &mut fragmenters[cam];
             let mut sink = |o: Out| match o {
                 Out::Frame { frame, .. } => fragmenter.push(frame, &mut out),
+                Out::Audio(a) => fragmenter.push_audio(a),
                 Out::Finish => fragmenter.finish(&mut out),
             };
             match variant {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::common::*;
-use crate::firehose::{parameter_sets, read_request};
+use crate::firehose::{answer_beside_media, parameter_sets, read_request};
 
 /// The camera; stops its sessions when dropped.
 struct NoisyCamera {
@@ -112,15 +112,7 @@ fn serve(stream: TcpStream, port: u16, stop: &AtomicBool) {
             break;
         }
     }
-    let w = writer.clone();
-    std::thread::spawn(move || {
-        while let Some((_, cseq, _)) = read_request(&mut reader) {
-            let reply = format!("RTSP/1.0 200 OK\r\nCSeq: {cseq}\r\nSession: 4242\r\n\r\n");
-            if w.lock().unwrap().write_all(reply.as_bytes()).is_err() {
-                return;
-            }
-        }
-    });
+    answer_beside_media(reader, writer.clone());
     let clip = clip_frames();
     let start = Instant::now();
     let (mut video_seq, mut audio_seq) = (0u16, 0u16);

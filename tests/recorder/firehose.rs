@@ -152,17 +152,7 @@ fn serve(stream: TcpStream, port: u16, sdp: &str, shared: &Shared, sizes: (usize
             break;
         }
     }
-    // Keep-alives and RTCP from the client are read (and answered) beside the media.
-    let w = writer.clone();
-    std::thread::spawn(move || {
-        loop {
-            let Some((_, cseq, _)) = read_request(&mut reader) else { return };
-            let reply = format!("RTSP/1.0 200 OK\r\nCSeq: {cseq}\r\nSession: 4242\r\n\r\n");
-            if w.lock().unwrap().write_all(reply.as_bytes()).is_err() {
-                return;
-            }
-        }
-    });
+    answer_beside_media(reader, writer.clone());
     let group = shared.playing.fetch_add(1, Ordering::Relaxed) % GROUPS;
     let mut seq: u16 = 0;
     let mut n: u64 = 0;
@@ -186,6 +176,19 @@ fn serve(stream: TcpStream, port: u16, sdp: &str, shared: &Shared, sizes: (usize
         }
         n += 1;
     }
+}
+
+/// Reads the client's keep-alives and RTCP beside the media, answering each request, on a
+/// thread of its own until the client goes.
+pub(crate) fn answer_beside_media(mut reader: BufReader<TcpStream>, writer: Arc<Mutex<TcpStream>>) {
+    std::thread::spawn(move || {
+        while let Some((_, cseq, _)) = read_request(&mut reader) {
+            let reply = format!("RTSP/1.0 200 OK\r\nCSeq: {cseq}\r\nSession: 4242\r\n\r\n");
+            if writer.lock().unwrap().write_all(reply.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
 }
 
 /// Reads one request head: (method, CSeq, URI); skips interleaved binary frames.

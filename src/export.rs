@@ -152,7 +152,8 @@ impl Export {
                 ex.audio_track = init.audio.as_ref().map(|a| a.track_id);
                 ex.wall_start_us = first.wall_start_us;
                 audio_rate = init.audio.as_ref().map_or(0, |a| a.timescale);
-                ex.as_flac = init.audio.as_ref().and_then(|a| {
+                // G.711 is 8 kHz; a file that says otherwise is served as it is.
+                ex.as_flac = init.audio.as_ref().filter(|a| a.timescale == 8_000).and_then(|a| {
                     let decode = AudioCodec::from_sample_entry(&a.sample_entry).and_then(flac::g711_decoder)?;
                     let channels = a.sample_entry.get(24..26).map_or(1, |c| u16::from_be_bytes([c[0], c[1]]));
                     Some(AsFlac { decode, channels: channels.clamp(1, 2) })
@@ -171,16 +172,18 @@ impl Export {
             // run a little past its last frame).
             reader.seek_to(first.start_byte);
             let first_ix = reader.next_fragment().map_err(read_err(&path))?.ok_or(ExportError::Empty)?;
-            let to_audio = |t_90k: i64| t_90k * i64::from(audio_rate) / 90_000;
+            // Times from files: saturating, so a damaged one cannot overflow.
+            let to_audio = |t_90k: i64| t_90k.saturating_mul(i64::from(audio_rate)) / 90_000;
             if ex.parts.is_empty() {
                 // Sound that starts before the first frame: the video starts that much later.
-                let early = to_audio(first.media_start_90k as i64) - first_ix.audio_base_decode as i64;
+                let early = to_audio(first.media_start_90k as i64).saturating_sub(first_ix.audio_base_decode as i64);
                 if audio_rate > 0 && early > 0 {
-                    video_at = (early as u64 * 90_000).div_ceil(u64::from(audio_rate));
+                    video_at = (early as u64).saturating_mul(90_000).div_ceil(u64::from(audio_rate));
                 }
             }
-            let video_delta = video_at as i64 - first.media_start_90k as i64;
-            let audio_delta = to_audio(video_delta).max(audio_at as i64 - first_ix.audio_base_decode as i64);
+            let video_delta = (video_at as i64).saturating_sub(first.media_start_90k as i64);
+            let audio_delta =
+                to_audio(video_delta).max((audio_at as i64).saturating_sub(first_ix.audio_base_decode as i64));
             ex.files.push((path.clone(), rec.bytes));
             let file_index = ex.files.len() - 1;
             for (_, f) in &frags {
@@ -202,7 +205,7 @@ impl Export {
                     part.rebuilt = true;
                 }
                 let audio_end =
-                    ix.audio_base_decode + ix.audio_samples.iter().map(|s| u64::from(s.duration)).sum::<u64>();
+                    ix.audio_base_decode.saturating_add(ix.audio_samples.iter().map(|s| u64::from(s.duration)).sum());
                 audio_at = audio_at.max(audio_end.saturating_add_signed(audio_delta));
                 ex.parts.push(part);
             }
@@ -334,7 +337,7 @@ impl Export {
             }
             out_at = frame_end;
             source_at += u64::from(source.size_bytes);
-            sample_no += u64::from(source.duration);
+            sample_no = sample_no.saturating_add(u64::from(source.duration));
         }
         Ok(filled)
     }
@@ -389,7 +392,7 @@ fn flac_samples(ix: &FragmentIndex, channels: u16, audio_delta: i64) -> Vec<Samp
         .map(|s| {
             let samples = (s.size_bytes / u32::from(channels)).clamp(1, flac::MAX_BLOCK);
             let size = flac::frame_len(samples, channels, sample_no) as u32;
-            sample_no += u64::from(s.duration);
+            sample_no = sample_no.saturating_add(u64::from(s.duration));
             SampleEntry { size_bytes: size, ..*s }
         })
         .collect()

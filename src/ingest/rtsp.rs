@@ -268,25 +268,20 @@ impl AudioIn {
                 Some(codec) => {
                     // The camera changed codec mid-stream: the segment being written closes
                     // at the next keyframe and the next records the new one.
-                    match audio::g711_params(codec, 8_000, 1) {
-                        Ok(p) => {
+                    let assembler =
+                        Assembler::from_parts("audio", codec.name(), 8_000, None, None, limits::AUDIO_FRAME_MAX_BYTES);
+                    match (audio::g711_params(codec, 8_000, 1), assembler) {
+                        (Ok(p), Ok(assembler)) => {
                             if self.params.sample_rate != p.sample_rate {
                                 self.sync = AvSync::new(p.sample_rate);
                             }
                             self.params = Arc::new(p);
                             self.payload_type = pt;
-                            self.assembler = Assembler::from_parts(
-                                "audio",
-                                codec.name(),
-                                8_000,
-                                None,
-                                None,
-                                limits::AUDIO_FRAME_MAX_BYTES,
-                            )
-                            .ok();
+                            self.assembler = Some(assembler);
                             sink.state.audio(Some(codec));
                         }
-                        Err(e) => return self.drop(sink, e.to_string()),
+                        (Err(e), _) => return self.drop(sink, e.to_string()),
+                        (_, Err(e)) => return self.drop(sink, e.to_string()),
                     }
                 }
                 _ => {

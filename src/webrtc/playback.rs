@@ -251,12 +251,12 @@ impl Cursor {
                 audio.push(Sample {
                     offset,
                     len: s.size_bytes,
-                    wall_us: wall0 + at_us - video_start_us,
+                    wall_us: wall0.saturating_add(at_us).saturating_sub(video_start_us),
                     is_key: false,
                     audio: Some(s.duration),
                 });
                 offset += u64::from(s.size_bytes);
-                at += i64::from(s.duration);
+                at = at.saturating_add(i64::from(s.duration));
             }
         }
         // Both in time order, as they are to be sent.
@@ -377,7 +377,8 @@ impl Cursor {
         }
         let mut data = vec![0u8; len];
         open.file.read_exact_at(&mut data, s.offset).map_err(io_err(&open.path))?;
-        Ok(Stored::Audio(AudioFrame { pts_90k: s.wall_us * 9 / 100, duration_samples, data: data.into(), params }))
+        let pts_90k = s.wall_us.saturating_mul(9) / 100;
+        Ok(Stored::Audio(AudioFrame { pts_90k, duration_samples, data: data.into(), params }))
     }
 
     /// The wall time of the last frame read.

@@ -8,6 +8,9 @@
 //!    to RTP packets handed to the socket, for every viewer; measured inside the engine),
 //!    p50/p95 (goal ≤ 1 ms p95), against a baseline of copying the frame once per viewer;
 //!    and delivery (publish to the whole frame depacketized at every viewer), p50/p95.
+//!    Then again with sound: G.711 µ-law in 20 ms frames (50 a second, as cameras send it)
+//!    published beside the pictures, and the engine's time per sound frame for all viewers
+//!    (in to RTP out, passed through: no transcode), p50/p95, and per viewer.
 //! 2. The daemon as its own process, recording the same clip from a file camera, with 0, 1,
 //!    16 and 64 viewers connected over WHEP: CPU (% of a core) and RSS per viewer (goal
 //!    ≤ 512 KiB).
@@ -31,7 +34,7 @@ use keeppeek::cameras::{Cameras, RunningStream};
 use keeppeek::catalog::Catalog;
 use keeppeek::ingest::file::Clip;
 use keeppeek::live::Fanout;
-use keeppeek::media::Frame;
+use keeppeek::media::{AudioCodec, AudioFrame, Frame};
 use keeppeek::webrtc::{Engine, Owner, Streams};
 use serde_json::{Value, json};
 
@@ -102,15 +105,29 @@ impl Source {
     }
 }
 
-/// Part 1 for `n` viewers: (engine time per frame, copy baseline, delivery).
-fn in_process(clip: &Path, work: &Path, n: usize, frames: usize) -> Value {
+/// Part 1 for `n` viewers: (engine time per frame, copy baseline, delivery); with `sound`,
+/// G.711 published beside the pictures and the engine's time per sound frame.
+fn in_process(clip: &Path, work: &Path, n: usize, frames: usize, sound: bool) -> Value {
     let fanout = Arc::new(Fanout::new(keeppeek::live::gop_pool()));
     let mut source = Source::new(clip);
     // A first GOP, so the stream has parameters and new viewers a picture.
     for _ in 0..15 {
         fanout.publish(&source.next());
     }
-    let dir = work.join(format!("engine-{n}"));
+    let pcmu = Arc::new(keeppeek::media::audio::g711_params(AudioCodec::Pcmu, 8_000, 1).unwrap());
+    let sound_at = |pts_90k: i64| AudioFrame {
+        pts_90k,
+        duration_samples: 160,
+        data: vec![0xff; 160].into(),
+        params: pcmu.clone(),
+    };
+    let mut next_sound_90k = 0;
+    if sound {
+        // The stream's sound is known before anyone watches, so viewers are offered it.
+        fanout.publish_audio(&sound_at(next_sound_90k));
+        next_sound_90k += 1_800;
+    }
+    let dir = work.join(format!("engine-{n}{}", if sound { "-sound" } else { "" }));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let catalog = Arc::new(Catalog::open(&dir.join("catalog.redb")).unwrap());
@@ -125,7 +142,7 @@ fn in_process(clip: &Path, work: &Path, n: usize, frames: usize) -> Value {
     let client = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut viewers = Vec::new();
     for i in 0..n {
-        let (mut v, pending, offer) = Viewer::offer();
+        let (mut v, pending, offer) = if sound { Viewer::offer_with_sound() } else { Viewer::offer() };
         let owner = Owner { principal: format!("token:{}", i % 32), login: None, admin: false };
         let peer = format!("10.0.0.{}", i / 100 + 1).parse().unwrap();
         let (_, answer) = client.block_on(handle.open(key.clone(), offer, owner, peer)).expect("a session");
@@ -140,6 +157,7 @@ fn in_process(clip: &Path, work: &Path, n: usize, frames: usize) -> Value {
         std::thread::sleep(Duration::from_millis(10));
     }
     handle.stats.frame_times_us(); // drop the warm-up's samples
+    handle.stats.audio_times_ns();
     let mut delivery = Vec::new();
     let mut copies = Vec::new();
     let tick = Duration::from_micros(1_000_000 / 15);
@@ -162,18 +180,35 @@ fn in_process(clip: &Path, work: &Path, n: usize, frames: usize) -> Value {
             std::hint::spin_loop();
         }
         delivery.push(t.elapsed().as_secs_f64() * 1e6);
+        // The sound of this frame's time, as a camera sends it after the picture.
+        next_sound_90k = next_sound_90k.max(frame.pts_90k);
+        while sound && next_sound_90k < frame.pts_90k + 6_000 {
+            fanout.publish_audio(&sound_at(next_sound_90k));
+            next_sound_90k += 1_800;
+        }
         due += tick;
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
     }
     let engine_us: Vec<f64> = handle.stats.frame_times_us().into_iter().map(f64::from).collect();
+    let audio_us: Vec<f64> = handle.stats.audio_times_ns().into_iter().map(|ns| f64::from(ns) / 1000.0).collect();
+    if sound {
+        let t = Instant::now();
+        while farm.min_audio_frames() < 100 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(farm.min_audio_frames() >= 100, "every viewer hears the sound: {}", farm.min_audio_frames());
+        assert!(!audio_us.is_empty(), "the engine timed the sound frames it sent");
+    }
     drop(farm);
     let _ = stop_tx.send(true);
     let _ = runner.join();
     json!({
         "viewers": n,
+        "sound": sound,
         "engine_per_frame": percentiles(engine_us),
+        "engine_per_sound_frame": if sound { percentiles(audio_us) } else { Value::Null },
         "copy_baseline": percentiles(copies),
         "delivery": percentiles(delivery),
     })
@@ -319,7 +354,8 @@ fn markdown(r: &Value) -> String {
     let mut md = format!("Mode: {}.\n\n### In process: 1080p H.264, one frame per 1/15 s\n\n", r["mode"]);
     md.push_str("| viewers | engine per frame p50 µs | p95 µs | copy-per-viewer baseline p95 µs | engine / baseline | delivery p50 µs | delivery p95 µs |\n| --- | --- | --- | --- | --- | --- | --- |\n");
     let f = |v: &Value| v.as_f64().unwrap_or(0.0);
-    for row in r["in_process"].as_array().unwrap() {
+    let rows = r["in_process"].as_array().unwrap();
+    for row in rows.iter().filter(|row| row["sound"] != true) {
         let (e, c, d) = (&row["engine_per_frame"], &row["copy_baseline"], &row["delivery"]);
         let _ = writeln!(
             md,
@@ -331,6 +367,26 @@ fn markdown(r: &Value) -> String {
             f(&e["p95_us"]) / f(&c["p95_us"]).max(1.0),
             f(&d["p50_us"]),
             f(&d["p95_us"])
+        );
+    }
+    md.push_str(
+        "\n### In process, with sound: G.711 µ-law, 20 ms frames (50 a second) beside the pictures\n\n\
+         | viewers | video engine per frame p95 µs (without sound) | engine per sound frame p50 µs | p95 µs | per viewer p50 µs |\n\
+         | --- | --- | --- | --- | --- |\n",
+    );
+    for row in rows.iter().filter(|row| row["sound"] == true) {
+        let a = &row["engine_per_sound_frame"];
+        let n = row["viewers"].as_f64().unwrap_or(1.0);
+        let without = rows.iter().find(|w| w["sound"] != true && w["viewers"] == row["viewers"]);
+        let without = without.map_or("–".into(), |w| format!("{:.0}", f(&w["engine_per_frame"]["p95_us"])));
+        let _ = writeln!(
+            md,
+            "| {} | {:.0} ({without}) | {:.1} | {:.1} | {:.2} |",
+            row["viewers"],
+            f(&row["engine_per_frame"]["p95_us"]),
+            f(&a["p50_us"]),
+            f(&a["p95_us"]),
+            f(&a["p50_us"]) / n
         );
     }
     md.push_str("\n### The daemon with live viewers of one 1080p stream\n\n| viewers | CPU % of a core | RSS MiB | CPU % per viewer | RSS KiB per viewer |\n| --- | --- | --- | --- | --- |\n");
@@ -365,10 +421,15 @@ fn main() {
     let (counts, frames, window) =
         if smoke { (vec![1, 4], 45, Duration::from_secs(3)) } else { (vec![1, 16, 64], 150, Duration::from_secs(10)) };
     let mut part1 = Vec::new();
-    for &n in &counts {
-        let r = in_process(&clip, &work, n, frames);
-        eprintln!("{n} viewers in process: engine p95 {} µs", r["engine_per_frame"]["p95_us"]);
-        part1.push(r);
+    for sound in [false, true] {
+        for &n in &counts {
+            let r = in_process(&clip, &work, n, frames, sound);
+            eprintln!(
+                "{n} viewers in process (sound {sound}): engine p95 {} µs, per sound frame p95 {} µs",
+                r["engine_per_frame"]["p95_us"], r["engine_per_sound_frame"]["p95_us"]
+            );
+            part1.push(r);
+        }
     }
     let part2 = per_viewer(&clip, &work, &counts, window);
     let mut report = json!({ "mode": if smoke { "smoke" } else { "full" }, "in_process": part1, "daemon": part2 });

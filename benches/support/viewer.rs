@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use str0m::change::{SdpAnswer, SdpPendingOffer};
 use str0m::channel::ChannelId;
-use str0m::media::{Direction, MediaKind};
+use str0m::media::{Direction, MediaKind, Mid};
 use str0m::net::{Protocol, Receive};
 use str0m::{Candidate, Event, Input, Output, Rtc};
 
@@ -23,6 +23,9 @@ pub struct Viewer {
     next: Instant,
     /// Video frames received.
     pub frames: u64,
+    /// The sound's line, when the viewer asked for it, and the sound frames received.
+    audio_mid: Option<Mid>,
+    pub audio_frames: u64,
     /// Bytes of datagrams received (media and everything else).
     pub received_bytes: u64,
     /// Control-channel messages received.
@@ -43,18 +46,32 @@ impl Viewer {
 
     /// [`Viewer::offer`] with `videos` recvonly video lines (tracks).
     pub fn offer_tracks(videos: usize) -> (Viewer, SdpPendingOffer, String) {
+        Viewer::offer_media(videos, false)
+    }
+
+    /// [`Viewer::offer`] with a recvonly sound line too (G.711 µ-law).
+    pub fn offer_with_sound() -> (Viewer, SdpPendingOffer, String) {
+        Viewer::offer_media(1, true)
+    }
+
+    fn offer_media(videos: usize, sound: bool) -> (Viewer, SdpPendingOffer, String) {
         let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
         socket.set_nonblocking(true).unwrap();
         let local = socket.local_addr().unwrap();
         // A browser reassembles a frame of up to 2,048 packets (libwebrtc's packet buffer);
         // str0m's default of 30 would drop every frame over ~36 KB.
-        let mut rtc =
-            Rtc::builder().clear_codecs().enable_h264(true).set_reordering_size_video(2048).build(Instant::now());
+        let mut rtc = Rtc::builder()
+            .clear_codecs()
+            .enable_h264(true)
+            .enable_pcmu(sound, false)
+            .set_reordering_size_video(2048)
+            .build(Instant::now());
         rtc.add_local_candidate(Candidate::host(local, "udp").unwrap());
         let mut api = rtc.sdp_api();
         for _ in 0..videos {
             api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None);
         }
+        let audio_mid = sound.then(|| api.add_media(MediaKind::Audio, Direction::RecvOnly, None, None, None));
         api.add_channel("control".into());
         let (offer, pending) = api.apply().unwrap();
         let sdp = offer.to_sdp_string();
@@ -64,6 +81,8 @@ impl Viewer {
             local,
             next: Instant::now(),
             frames: 0,
+            audio_mid,
+            audio_frames: 0,
             received_bytes: 0,
             messages: 0,
             connected: false,
@@ -73,8 +92,8 @@ impl Viewer {
         (v, pending, sdp)
     }
 
-    fn counts(&self) -> (u64, u64, u64, bool) {
-        (self.frames, self.messages, self.received_bytes, self.connected)
+    fn counts(&self) -> Counts {
+        (self.frames, self.messages, self.received_bytes, self.connected, self.audio_frames)
     }
 
     /// Sends `message` on the control channel as soon as it opens.
@@ -115,6 +134,7 @@ impl Viewer {
                 Ok(Output::Transmit(t)) => {
                     let _ = self.socket.send_to(&t.contents, t.destination);
                 }
+                Ok(Output::Event(Event::MediaData(d))) if Some(d.mid) == self.audio_mid => self.audio_frames += 1,
                 Ok(Output::Event(Event::MediaData(_))) => self.frames += 1,
                 Ok(Output::Event(Event::Connected)) => self.connected = true,
                 Ok(Output::Event(Event::ChannelOpen(id, _))) => {
@@ -131,10 +151,14 @@ impl Viewer {
     }
 }
 
+/// What the farm mirrors of a viewer: video frames, control messages, bytes received,
+/// connected, sound frames.
+type Counts = (u64, u64, u64, bool, u64);
+
 /// Viewers driven on a thread of their own until stopped; `counts` mirrors each one's
-/// (frames, control messages, bytes received, connected).
+/// (frames, control messages, bytes received, connected, sound frames).
 pub struct Farm {
-    counts: Arc<Mutex<Vec<(u64, u64, u64, bool)>>>,
+    counts: Arc<Mutex<Vec<Counts>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<Vec<Viewer>>>,
 }
@@ -168,6 +192,11 @@ impl Farm {
     /// The fewest frames any viewer has received.
     pub fn min_frames(&self) -> u64 {
         self.counts.lock().unwrap().iter().map(|c| c.0).min().unwrap_or(0)
+    }
+
+    /// The fewest sound frames any viewer has received.
+    pub fn min_audio_frames(&self) -> u64 {
+        self.counts.lock().unwrap().iter().map(|c| c.4).min().unwrap_or(0)
     }
 
     /// How many viewers have connected.

@@ -198,8 +198,14 @@ struct AudioIn {
     stream_i: usize,
     payload_type: u8,
     params: Arc<AudioParams>,
-    /// retina's depacketizer (AAC, G.711) under KeepPeek's ceiling; `None` for Opus, whose
-    /// every RTP packet is one frame (RFC 7587).
+    /// The stream's channels: a G.711 packet holds this many bytes a sample.
+    channels: u16,
+    /// retina's depacketizer under KeepPeek's ceiling, for AAC (whose frames may be split
+    /// over packets or share one). `None` for G.711 and Opus, where every RTP packet is one
+    /// frame as it stands (RFC 3551 section 4.5.14, RFC 7587): taken here without passing
+    /// through a depacketizer, which would copy each packet into its buffer and out again.
+    /// At 50 packets a second a camera, that copy and its allocations were a measured part
+    /// of what recording sound cost (`benches/record.rs`).
     assembler: Option<Assembler>,
     sync: AvSync,
     /// Packets taken since audio was last dropped, to say so once per run of bad ones.
@@ -211,35 +217,54 @@ impl AudioIn {
     fn new(stream: &Stream, stream_i: usize, sdp: &sdp_types::Session) -> Result<AudioIn, String> {
         let codec =
             audio_codec(stream).ok_or_else(|| format!("audio codec {} is not recorded", stream.encoding_name()))?;
-        let channels = stream.channels().map_or(1, std::num::NonZeroU16::get);
+        let fmtp = match fmtp(stream, sdp) {
+            Ok(f) => f,
+            // Opus reads only whether it is stereo there.
+            Err(_) if codec == AudioCodec::Opus => None,
+            Err(e) => return Err(format!("{codec} audio: {e}")),
+        };
+        AudioIn::of(codec, stream_i, stream.rtp_payload_type(), stream.clock_rate_hz(), stream.channels(), fmtp)
+    }
+
+    /// The audio stream `stream_i` in `codec` from what its SDP says.
+    fn of(
+        codec: AudioCodec,
+        stream_i: usize,
+        payload_type: u8,
+        clock_rate: u32,
+        channels: Option<std::num::NonZeroU16>,
+        fmtp: Option<String>,
+    ) -> Result<AudioIn, String> {
+        let n_channels = channels.map_or(1, std::num::NonZeroU16::get);
         let error = |e: IngestError| format!("{codec} audio: {e}");
-        let (params, assembler) = match codec {
+        let (params, assembler, n_channels) = match codec {
             AudioCodec::Aac => {
-                let a = Assembler::new(stream, sdp, limits::AUDIO_FRAME_MAX_BYTES).map_err(error)?;
+                let max = limits::AUDIO_FRAME_MAX_BYTES;
+                let a =
+                    Assembler::from_parts("audio", "mpeg4-generic", clock_rate, channels, fmtp, max).map_err(error)?;
                 let Some(ParametersRef::Audio(p)) = a.parameters() else {
                     return Err("AAC audio without its configuration in the SDP".into());
                 };
-                (audio_params(p).map_err(error)?, Some(a))
+                (audio_params(p).map_err(error)?, Some(a), n_channels)
             }
             AudioCodec::Pcmu | AudioCodec::Pcma => {
-                let p = audio::g711_params(codec, stream.clock_rate_hz(), channels).map_err(|e| e.to_string())?;
-                (p, Some(Assembler::new(stream, sdp, limits::AUDIO_FRAME_MAX_BYTES).map_err(error)?))
+                (audio::g711_params(codec, clock_rate, n_channels).map_err(|e| e.to_string())?, None, n_channels)
             }
             AudioCodec::Opus => {
                 // RTP always says 2 channels for Opus; `sprop-stereo=1` says the camera
                 // sends stereo (RFC 7587 section 7.1).
-                let stereo = fmtp(stream, sdp)
-                    .ok()
-                    .flatten()
-                    .is_some_and(|f| f.split(';').any(|p| p.trim().eq_ignore_ascii_case("sprop-stereo=1")));
-                (audio::opus_params(if stereo { 2 } else { 1 }, 0).map_err(|e| e.to_string())?, None)
+                let stereo =
+                    fmtp.is_some_and(|f| f.split(';').any(|p| p.trim().eq_ignore_ascii_case("sprop-stereo=1")));
+                let n = if stereo { 2 } else { 1 };
+                (audio::opus_params(n, 0).map_err(|e| e.to_string())?, None, n)
             }
         };
         Ok(AudioIn {
             stream_i,
-            payload_type: stream.rtp_payload_type(),
+            payload_type,
             sync: AvSync::new(params.sample_rate),
             params: Arc::new(params),
+            channels: n_channels,
             assembler,
             since_drop: u64::MAX,
         })
@@ -268,20 +293,18 @@ impl AudioIn {
                 Some(codec) => {
                     // The camera changed codec mid-stream: the segment being written closes
                     // at the next keyframe and the next records the new one.
-                    let assembler =
-                        Assembler::from_parts("audio", codec.name(), 8_000, None, None, limits::AUDIO_FRAME_MAX_BYTES);
-                    match (audio::g711_params(codec, 8_000, 1), assembler) {
-                        (Ok(p), Ok(assembler)) => {
+                    match audio::g711_params(codec, 8_000, 1) {
+                        Ok(p) => {
                             if self.params.sample_rate != p.sample_rate {
                                 self.sync = AvSync::new(p.sample_rate);
                             }
                             self.params = Arc::new(p);
                             self.payload_type = pt;
-                            self.assembler = Some(assembler);
+                            self.channels = 1;
+                            self.assembler = None;
                             sink.state.audio(Some(codec));
                         }
-                        (Err(e), _) => return self.drop(sink, e.to_string()),
-                        (_, Err(e)) => return self.drop(sink, e.to_string()),
+                        Err(e) => return self.drop(sink, e.to_string()),
                     }
                 }
                 _ => {
@@ -294,10 +317,17 @@ impl AudioIn {
         }
         let elapsed = pkt.timestamp().elapsed();
         let Some(assembler) = &mut self.assembler else {
-            // Opus: the packet is the frame.
-            match audio::opus_packet_samples(pkt.payload()) {
-                Some(samples) => self.frame(elapsed, samples, Bytes::copy_from_slice(pkt.payload()), sink),
-                None => self.drop(sink, "an Opus packet that is not one".into()),
+            // G.711 and Opus: the packet is the frame.
+            let payload = pkt.payload();
+            let samples = match self.params.codec {
+                AudioCodec::Opus => audio::opus_packet_samples(payload),
+                _ => g711_samples(payload.len(), self.channels),
+            };
+            match samples {
+                Some(samples) => self.frame(elapsed, samples, Bytes::copy_from_slice(payload), sink),
+                None => {
+                    self.drop(sink, format!("{} packet that is not one ({} bytes)", self.params.codec, payload.len()))
+                }
             }
             return;
         };
@@ -345,6 +375,13 @@ impl AudioIn {
         self.since_drop = 0;
         sink.audio_dropped(why);
     }
+}
+
+/// The samples a G.711 packet of `len` bytes holds for `channels` (one byte a sample a
+/// channel); `None` for an empty packet or one that does not hold whole samples.
+fn g711_samples(len: usize, channels: u16) -> Option<u32> {
+    let channels = usize::from(channels.max(1));
+    (len > 0 && len.is_multiple_of(channels)).then(|| u32::try_from(len / channels).ok()).flatten()
 }
 
 /// The G.711 codec of a static RTP payload type (RFC 3551: 0 µ-law, 8 A-law, at 8 kHz): what
@@ -460,12 +497,12 @@ impl Assembler {
         Ok(false)
     }
 
-    /// The next frame (or other item) the pushed packets made, if any.
     /// The stream's codec parameters, once the depacketizer has seen them.
     pub(super) fn parameters(&self) -> Option<ParametersRef<'_>> {
         self.depacketizer.parameters()
     }
 
+    /// The next frame (or other item) the pushed packets made, if any.
     pub(super) fn pull(&mut self) -> Result<Option<CodecItem>, IngestError> {
         match self.depacketizer.pull() {
             None => Ok(None),
@@ -569,12 +606,25 @@ pub mod fuzzing {
     /// An RTP packet of stream 0 as the session hands it out; `None` if retina refuses it
     /// (a payload too long for one packet).
     pub fn packet(seq: u16, ts: i64, clock_rate: u32, mark: bool, loss: u16, payload: &[u8]) -> Option<ReceivedPacket> {
+        packet_of_type(96, seq, ts, clock_rate, mark, loss, payload)
+    }
+
+    /// [`packet`] with its payload type.
+    pub fn packet_of_type(
+        payload_type: u8,
+        seq: u16,
+        ts: i64,
+        clock_rate: u32,
+        mark: bool,
+        loss: u16,
+        payload: &[u8],
+    ) -> Option<ReceivedPacket> {
         ReceivedPacketBuilder {
             ctx: retina::PacketContext::dummy(),
             stream_id: 0,
             sequence_number: seq,
             timestamp: retina::Timestamp::new(ts, NonZeroU32::new(clock_rate)?, 0)?,
-            payload_type: 96,
+            payload_type,
             ssrc: 1,
             mark,
             loss,
@@ -637,6 +687,117 @@ pub mod fuzzing {
                     Err(_) => return,
                 }
             }
+        }
+    }
+
+    /// Whether retina would take `raw` as a compound RTCP packet: it checks one as it comes
+    /// off the wire (a session never hands out another), but its `dummy` does not.
+    fn valid_compound(raw: &[u8]) -> bool {
+        use retina::rtcp::PacketRef;
+        let Ok((mut pkt, mut rest)) = PacketRef::parse(raw) else { return false };
+        while !rest.is_empty() {
+            if pkt.has_padding() {
+                return false;
+            }
+            let Ok((next, after)) = PacketRef::parse(rest) else { return false };
+            (pkt, rest) = (next, after);
+        }
+        true
+    }
+
+    /// A sink that only counts, in `state`: no recorder, no live viewers.
+    pub(super) fn detached_sink<'a>(
+        state: &'a super::super::StreamState,
+        clocks: &'a dyn crate::clock::Clocks,
+    ) -> Sink<'a> {
+        Sink {
+            recorder: None,
+            state,
+            live: None,
+            clocks,
+            frame_max_bytes: 1 << 20,
+            pace: None,
+            watched: None,
+            connecting: None,
+        }
+    }
+
+    /// A session's audio stream as a camera sends it. The first byte picks the codec (AAC,
+    /// G.711 µ-law, A-law, Opus; bit 2 two channels); then each record is a flags byte, a
+    /// 2-byte length and its bytes:
+    /// - flags bit 7 clear: an RTP packet of the stream (bit 0 the marker, bits 1-3 how many
+    ///   frame times its timestamp moves on, bit 4 a packet lost before it, bits 5-6 its
+    ///   payload type: the one set up, 0, 8 or one not set up);
+    /// - flags bit 7 set, bits 0-1: a video frame at the time in the first 8 bytes; a sender
+    ///   report of the video's stream or of the audio's (its RTP time in the first 8 bytes,
+    ///   the RTCP packet after them); the clock moving on by the first 2 bytes in ms.
+    pub fn audio(data: &[u8]) {
+        let Some((&first, mut rest)) = data.split_first() else { return };
+        let codec = [AudioCodec::Aac, AudioCodec::Pcmu, AudioCodec::Pcma, AudioCodec::Opus][usize::from(first % 4)];
+        let two = first & 4 != 0;
+        let aac_sdp =
+            "streamtype=5;profile-level-id=1;mode=AAC-hbr;sizelength=13;indexlength=3;indexdeltalength=3;config=1190";
+        let (set_up_type, rate, step, fmtp) = match codec {
+            AudioCodec::Aac => (96, 48_000, 1024, Some(aac_sdp.to_string())),
+            AudioCodec::Pcmu => (0, 8_000, 160, None),
+            AudioCodec::Pcma => (8, 8_000, 160, None),
+            AudioCodec::Opus => (111, 48_000, 960, two.then(|| "sprop-stereo=1".to_string())),
+        };
+        let channels = std::num::NonZeroU16::new(if two { 2 } else { 1 });
+        let Ok(mut a) = AudioIn::of(codec, 0, set_up_type, rate, channels, fmtp) else { return };
+        let state = super::super::StreamState::default();
+        state.audio(Some(codec));
+        let clocks = crate::clock::SimulatedClocks::new(0);
+        let mut sink = detached_sink(&state, &clocks);
+        let (mut ts, mut seq) = (0i64, 0u16);
+        while let [flags, hi, lo, tail @ ..] = rest {
+            let len = usize::from(u16::from_be_bytes([*hi, *lo])).min(tail.len());
+            let (body, next) = tail.split_at(len);
+            rest = next;
+            if flags & 0x80 != 0 {
+                let at = body.get(..8).map_or(0, |b| i64::from_be_bytes(b.try_into().expect("8 bytes")));
+                match flags & 3 {
+                    0 => a.sync.video_frame(at, crate::clock::Clocks::mono_us(&clocks)),
+                    3 => {
+                        let ms = body.get(..2).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+                        clocks.advance(std::time::Duration::from_millis(u64::from(ms)));
+                    }
+                    kind => {
+                        let report_rate = if kind == 1 { 90_000 } else { rate };
+                        let Some(t) = NonZeroU32::new(report_rate).and_then(|r| retina::Timestamp::new(at, r, 0))
+                        else {
+                            continue;
+                        };
+                        let raw = body.get(8..).unwrap_or_default();
+                        if !valid_compound(raw) {
+                            continue;
+                        }
+                        let r = retina::rtcp::ReceivedCompoundPacket::dummy(Some(t), raw);
+                        // The report is of stream 0, the audio's here: naming stream 0 the
+                        // video's makes it the video's report.
+                        a.rtcp(&r, if kind == 1 { 0 } else { 1 });
+                    }
+                }
+                continue;
+            }
+            ts = ts.saturating_add(i64::from(flags >> 1 & 7) * step);
+            let lost = u16::from(flags >> 4 & 1);
+            seq = seq.wrapping_add(1 + lost);
+            let payload_type = [set_up_type, 0, 8, 101][usize::from(flags >> 5 & 3)];
+            let Some(pkt) = packet_of_type(payload_type, seq, ts, rate, flags & 1 == 1, lost, body) else {
+                return;
+            };
+            a.packet(&pkt, &mut sink);
+            if let Some(asm) = &a.assembler {
+                assert!(asm.pending_bytes <= asm.max_bytes, "held {} of {}", asm.pending_bytes, asm.max_bytes);
+            }
+            // A static payload type is read as its own codec, never as the one before it.
+            match a.payload_type {
+                0 => assert_eq!(a.params.codec, AudioCodec::Pcmu),
+                8 => assert_eq!(a.params.codec, AudioCodec::Pcma),
+                _ => {}
+            }
+            assert_eq!(state.snapshot().audio, Some(a.params.codec), "the stream shows the codec it records");
         }
     }
 }
@@ -714,15 +875,61 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_fuzz_corpus_goes_through_without_panicking() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/rtp_assemble");
+    /// Runs every input of `target`'s committed fuzz corpus through `run`; returns how many.
+    fn replay_corpus(target: &str, run: fn(&[u8])) -> usize {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
         let mut n = 0;
-        for e in std::fs::read_dir(dir).expect("the rtp_assemble corpus under fuzz/") {
-            fuzzing::assemble(&std::fs::read(e.unwrap().path()).unwrap());
+        for e in std::fs::read_dir(dir).expect("the corpus under fuzz/") {
+            run(&std::fs::read(e.unwrap().path()).unwrap());
             n += 1;
         }
+        n
+    }
+
+    #[test]
+    fn the_fuzz_corpus_goes_through_without_panicking() {
+        let n = replay_corpus("rtp_assemble", fuzzing::assemble);
         assert!(n > 100, "{n} inputs in the corpus");
+    }
+
+    #[test]
+    fn the_audio_fuzz_corpus_goes_through_without_panicking() {
+        let n = replay_corpus("rtp_audio", fuzzing::audio);
+        assert!(n > 20, "{n} inputs in the corpus");
+    }
+
+    /// A camera's G.711 and Opus packets are each a frame; one that holds no whole sample,
+    /// or is no Opus packet, is dropped and counted, and the stream goes on.
+    #[test]
+    fn g711_and_opus_packets_are_frames_as_they_stand() {
+        let state = super::super::StreamState::default();
+        let clocks = crate::clock::SimulatedClocks::new(0);
+        let mut sink = fuzzing::detached_sink(&state, &clocks);
+        let two = std::num::NonZeroU16::new(2);
+        let mut pcmu = AudioIn::of(AudioCodec::Pcmu, 1, 0, 8_000, two, None).unwrap();
+        pcmu.sync.video_frame(0, 0);
+        let pkt = |pt, seq, ts, payload: &[u8]| fuzzing::packet_of_type(pt, seq, ts, 8_000, false, 0, payload).unwrap();
+        pcmu.packet(&pkt(0, 1, 0, &[0xff; 320]), &mut sink);
+        pcmu.packet(&pkt(0, 2, 160, &[0xff; 321]), &mut sink);
+        pcmu.packet(&pkt(0, 3, 320, &[]), &mut sink);
+        pcmu.packet(&pkt(0, 4, 480, &[0xff; 2]), &mut sink);
+        let s = state.snapshot();
+        assert_eq!((s.audio_frames_received, s.audio_dropped), (2, 2));
+        assert!(s.audio_last_error.unwrap().contains("pcmu packet that is not one"));
+        // A switch to A-law (payload type 8) is mono G.711 at 8 kHz.
+        pcmu.packet(&pkt(8, 5, 640, &[0xd5; 160]), &mut sink);
+        assert_eq!(
+            (pcmu.params.codec, pcmu.channels, state.snapshot().audio_frames_received),
+            (AudioCodec::Pcma, 1, 3)
+        );
+        let mut opus = AudioIn::of(AudioCodec::Opus, 1, 111, 48_000, two, None).unwrap();
+        opus.sync.video_frame(0, 0);
+        // A 20 ms SILK frame (TOC config 1, code 0), then a code 3 packet missing its count.
+        let opus_pkt = |seq, payload: &[u8]| fuzzing::packet_of_type(111, seq, 0, 48_000, false, 0, payload).unwrap();
+        opus.packet(&opus_pkt(1, &[0x08, 0xaa]), &mut sink);
+        opus.packet(&opus_pkt(2, &[0x0b]), &mut sink);
+        let s = state.snapshot();
+        assert_eq!((s.audio_frames_received, s.audio_dropped), (4, 3));
     }
 
     #[test]

@@ -16,6 +16,12 @@
 //! before the keyframe that follows it, and a segment that ends at that keyframe holds its
 //! sound to its end. Live viewers get the frame at once: only the recorder's copy waits.
 //!
+//! G.711 is gathered on the same side: packets that follow on from each other become one
+//! sample of up to [`limits::RECORD_AUDIO_GATHER_MS`], charged to the queue as they come.
+//! What is gathered goes ahead of each keyframe up to that keyframe's time (a G.711 sample
+//! splits anywhere), so a segment cut there still holds its sound to its end; between
+//! keyframes, sound that follows its pictures lands in the next fragment at its own time.
+//!
 //! A frame's bytes stay charged to the queue until the stream's next frame is taken. By then
 //! the writer has it in hand for its next write, at most [`limits::RECORD_WRITE_BATCH_MAX_BYTES`]
 //! a writer, which the budget counts apart, or a pre-roll history holds it in its own pool.
@@ -24,11 +30,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use bytes::BytesMut;
 use tokio::sync::mpsc;
 
 use crate::base::BytePool;
 use crate::limits;
-use crate::media::{AudioFrame, Frame};
+use crate::media::{AudioCodec, AudioFrame, AudioParams, Frame};
 
 /// What a recorder thread receives.
 #[derive(Debug)]
@@ -70,6 +77,91 @@ pub struct FrameSender {
     held: VecDeque<(Frame, bool)>,
     /// The start of the newest audio frame queued, on the video's timeline (90 kHz).
     audio_reached_90k: Option<i64>,
+    /// G.711 gathered into one sample, not yet queued.
+    gathered: Option<Gathered>,
+}
+
+/// G.711 packets that follow on from each other, gathered into one sample (see the module's
+/// notes); its bytes are charged to the queue.
+struct Gathered {
+    pts_90k: i64,
+    samples: u32,
+    /// Bytes a sample: the stream's channels.
+    sample_bytes: usize,
+    data: BytesMut,
+    params: Arc<AudioParams>,
+}
+
+impl Gathered {
+    /// The most samples one holds.
+    fn max_samples(params: &AudioParams) -> u32 {
+        let by_time = u64::from(params.sample_rate) * limits::RECORD_AUDIO_GATHER_MS / 1000;
+        u32::try_from(by_time).unwrap_or(u32::MAX).max(1)
+    }
+
+    /// A gathering that starts with `frame`, if it is G.711 of whole samples.
+    fn start(frame: &AudioFrame) -> Option<Gathered> {
+        if !matches!(frame.params.codec, AudioCodec::Pcmu | AudioCodec::Pcma) || frame.duration_samples == 0 {
+            return None;
+        }
+        let sample_bytes = frame.data.len() / frame.duration_samples as usize;
+        if sample_bytes == 0 || sample_bytes * frame.duration_samples as usize != frame.data.len() {
+            return None;
+        }
+        let max = Gathered::max_samples(&frame.params) as usize * sample_bytes;
+        let mut data = BytesMut::with_capacity(max.max(frame.data.len()));
+        data.extend_from_slice(&frame.data);
+        Some(Gathered {
+            pts_90k: frame.pts_90k,
+            samples: frame.duration_samples,
+            sample_bytes,
+            data,
+            params: frame.params.clone(),
+        })
+    }
+
+    /// The 90 kHz time `samples` after the start.
+    fn at(&self, samples: u32) -> i64 {
+        let ticks = i64::from(samples) * 90_000 / i64::from(self.params.sample_rate.max(1));
+        self.pts_90k.saturating_add(ticks)
+    }
+
+    /// Takes `frame` if it follows on from what is gathered (same stream, the next sample
+    /// within a tick of rounding) and fits.
+    fn take(&mut self, frame: &AudioFrame) -> bool {
+        let follows = Arc::ptr_eq(&self.params, &frame.params)
+            && frame.data.len() == frame.duration_samples as usize * self.sample_bytes
+            && frame.pts_90k.abs_diff(self.at(self.samples)) <= 1
+            && self.samples.saturating_add(frame.duration_samples) <= Gathered::max_samples(&self.params);
+        if follows {
+            self.data.extend_from_slice(&frame.data);
+            self.samples += frame.duration_samples;
+        }
+        follows
+    }
+
+    /// Splits off the samples that start before `before_90k` (all of them for `None`).
+    fn split(&mut self, before_90k: Option<i64>) -> Option<AudioFrame> {
+        let n = match before_90k {
+            None => self.samples,
+            Some(t) if t <= self.pts_90k => 0,
+            Some(t) => {
+                let ticks = i128::from(t) - i128::from(self.pts_90k);
+                let rate = i128::from(self.params.sample_rate.max(1));
+                // Sample k starts at k × 90,000 / rate ticks: those before `t` are k < this.
+                let n = (ticks * rate + 89_999) / 90_000;
+                u32::try_from(n).unwrap_or(u32::MAX).min(self.samples)
+            }
+        };
+        if n == 0 {
+            return None;
+        }
+        let data = self.data.split_to(n as usize * self.sample_bytes).freeze();
+        let frame = AudioFrame { pts_90k: self.pts_90k, duration_samples: n, data, params: self.params.clone() };
+        self.pts_90k = self.at(n);
+        self.samples -= n;
+        Some(frame)
+    }
 }
 
 /// The recorder's end of the queue.
@@ -104,6 +196,7 @@ pub fn channel(pool: &Arc<BytePool>) -> (FrameSender, FrameReceiver, Arc<QueueSt
             gap: true,
             held: VecDeque::new(),
             audio_reached_90k: None,
+            gathered: None,
         },
         FrameReceiver { rx, stats: stats.clone(), pool: pool.clone(), newest_bytes: 0 },
         stats,
@@ -120,6 +213,8 @@ impl FrameSender {
         }
         let after_gap = self.gap;
         if frame.audio.is_none() && self.held.is_empty() {
+            // A session without sound now: what the one before gathered goes first.
+            self.flush_gathered(None);
             if self.queue(StreamMsg::Frame { frame, after_gap }) {
                 self.need_keyframe = false;
                 self.gap = false;
@@ -140,17 +235,61 @@ impl FrameSender {
         true
     }
 
-    /// Queues an audio frame if it fits; audio is small and never waits for a keyframe, but
-    /// counts against the same byte ceilings. The video frames held for audio up to its
-    /// start go first.
+    /// Queues an audio frame if it fits (G.711: gathers it, see the module's notes); audio is
+    /// small and never waits for a keyframe, but counts against the same byte ceilings. The
+    /// video frames held for audio up to its start go first.
     pub fn send_audio(&mut self, frame: AudioFrame, now_mono_us: i64) -> bool {
         self.audio_reached_90k = Some(frame.pts_90k);
         self.release(now_mono_us, false);
-        let queued = self.queue(StreamMsg::Audio(frame));
+        let gathers = matches!(frame.params.codec, AudioCodec::Pcmu | AudioCodec::Pcma);
+        let queued = if !gathers {
+            self.flush_gathered(None);
+            self.queue(StreamMsg::Audio(frame))
+        } else if !self.reserve(frame.data.len()) {
+            false
+        } else {
+            let taken = self.gathered.as_mut().is_some_and(|g| g.take(&frame));
+            if !taken {
+                self.flush_gathered(None);
+                match Gathered::start(&frame) {
+                    Some(g) => self.gathered = Some(g),
+                    None => {
+                        // Not whole samples: it goes as it came.
+                        let len = frame.data.len();
+                        if self.tx.try_send(StreamMsg::Audio(frame)).is_err() {
+                            self.unreserve(len);
+                            self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+                            return false;
+                        }
+                        return true;
+                    }
+                }
+            }
+            if self.gathered.as_ref().is_some_and(|g| g.samples >= Gathered::max_samples(&g.params)) {
+                self.flush_gathered(None);
+            }
+            true
+        };
         if !queued {
             self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
         }
         queued
+    }
+
+    /// Queues the gathered G.711 that starts before `before_90k` (all of it for `None`);
+    /// its bytes are charged already. Counted as dropped if the queue is full.
+    fn flush_gathered(&mut self, before_90k: Option<i64>) {
+        let Some(g) = &mut self.gathered else { return };
+        let frame = g.split(before_90k);
+        if g.samples == 0 {
+            self.gathered = None;
+        }
+        let Some(frame) = frame else { return };
+        let len = frame.data.len();
+        if self.tx.try_send(StreamMsg::Audio(frame)).is_err() {
+            self.unreserve(len);
+            self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Hands on the held video frames the audio has reached, that waited their longest, or
@@ -163,6 +302,10 @@ impl FrameSender {
                 break;
             }
             let (frame, after_gap) = self.held.pop_front().expect("front exists");
+            if frame.is_key {
+                // A segment may end here: the sound before it goes first.
+                self.flush_gathered(Some(frame.pts_90k));
+            }
             let len = frame.data.len();
             if let Err(e) = self.tx.try_send(StreamMsg::Frame { frame, after_gap }) {
                 // The recorder is behind: this frame and the rest until a keyframe go.
@@ -232,6 +375,7 @@ impl FrameSender {
     /// until the next keyframe.
     pub fn reject(&mut self) {
         self.release(0, true);
+        self.flush_gathered(None);
         self.dropped();
     }
 
@@ -239,6 +383,7 @@ impl FrameSender {
     /// held for audio go first: the audio they waited for will not come.
     pub fn session_ended(&mut self) {
         self.release(0, true);
+        self.flush_gathered(None);
         self.audio_reached_90k = None;
         self.gap = true;
         self.need_keyframe = false;
@@ -251,6 +396,7 @@ impl Drop for FrameSender {
     /// The frames held for audio go to the recorder, which drains the queue as it closes.
     fn drop(&mut self) {
         self.release(0, true);
+        self.flush_gathered(None);
     }
 }
 
@@ -371,9 +517,80 @@ mod tests {
         f
     }
 
+    /// 20 ms of Opus at `pts_90k`: sound that goes to the queue as it comes.
     fn audio_at(pts_90k: i64) -> AudioFrame {
-        let params = Arc::new(crate::media::audio::g711_params(crate::media::AudioCodec::Pcmu, 8_000, 1).unwrap());
-        AudioFrame { pts_90k, duration_samples: 160, data: vec![0xff; 160].into(), params }
+        let params = Arc::new(crate::media::audio::opus_params(1, 0).unwrap());
+        AudioFrame { pts_90k, duration_samples: 960, data: vec![0xff; 160].into(), params }
+    }
+
+    /// A G.711 packet of `samples` at `pts_90k` of the stream with `params`.
+    fn g711_at(params: &Arc<AudioParams>, pts_90k: i64, samples: u32) -> AudioFrame {
+        AudioFrame {
+            pts_90k,
+            duration_samples: samples,
+            data: vec![0xff; samples as usize].into(),
+            params: params.clone(),
+        }
+    }
+
+    /// What the recorder finds in the queue now, its sound with each sample's length.
+    fn order_with_samples(rx: &mut FrameReceiver) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Recv::Msg(m) = rx.try_recv() {
+            out.push(match m {
+                StreamMsg::Frame { frame, .. } => format!("V{}", frame.pts_90k),
+                StreamMsg::Audio(a) => format!("A{}x{}", a.pts_90k, a.duration_samples),
+                StreamMsg::SessionEnded => "end".into(),
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn g711_is_gathered_up_to_record_audio_gather_ms_and_split_at_a_keyframe() {
+        let pool = BytePool::shared(limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
+        let (mut tx, mut rx, stats) = channel(&pool);
+        let pcmu = Arc::new(crate::media::audio::g711_params(AudioCodec::Pcmu, 8_000, 1).unwrap());
+        let most = (8_000 * limits::RECORD_AUDIO_GATHER_MS / 1000) as u32;
+        assert_eq!(most, 800);
+        // Twelve 20 ms packets (1,800 ticks each): two whole samples of the ceiling go.
+        for k in 0..12 {
+            assert!(tx.send_audio(g711_at(&pcmu, k * 1_800, 160), 0));
+        }
+        assert_eq!(order_with_samples(&mut rx), ["A0x800", "A9000x800"]);
+        assert_eq!(stats.bytes_in_flight.load(Ordering::Relaxed), 320, "what is gathered is charged");
+        // A keyframe in the middle of the last packet gathered waits for the sound; when it
+        // comes, the sound before the keyframe goes first, to the sample.
+        assert!(tx.send(heard_frame(20_700, 0, true)));
+        assert!(tx.send_audio(g711_at(&pcmu, 21_600, 160), 0));
+        assert_eq!(order_with_samples(&mut rx), ["A18000x240", "V20700"]);
+        // The rest follows on; a frame that is not a keyframe does not split it.
+        assert!(tx.send(heard_frame(23_700, 0, false)));
+        assert!(tx.send_audio(g711_at(&pcmu, 23_400, 160), 0));
+        assert!(tx.send_audio(g711_at(&pcmu, 25_200, 160), 0));
+        assert_eq!(order_with_samples(&mut rx), ["V23700"]);
+        // A packet that does not follow on (lost packets) starts a new sample.
+        assert!(tx.send_audio(g711_at(&pcmu, 36_000, 160), 0));
+        assert_eq!(order_with_samples(&mut rx), ["A20700x560"]);
+        tx.session_ended();
+        assert_eq!(order_with_samples(&mut rx), ["A36000x160", "end"]);
+        assert_eq!((stats.bytes_in_flight.load(Ordering::Relaxed), pool.held_bytes()), (0, 0));
+        assert_eq!(stats.frames_dropped.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn gathered_g711_goes_before_other_sound_and_at_the_senders_end() {
+        let pool = BytePool::shared(limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
+        let (mut tx, mut rx, _) = channel(&pool);
+        let pcma = Arc::new(crate::media::audio::g711_params(AudioCodec::Pcma, 8_000, 1).unwrap());
+        assert!(tx.send_audio(g711_at(&pcma, 0, 160), 0));
+        // The camera switched to Opus: the G.711 before it goes first.
+        assert!(tx.send_audio(audio_at(1_800), 0));
+        assert!(tx.send_audio(g711_at(&pcma, 3_600, 160), 0));
+        assert_eq!(order_with_samples(&mut rx), ["A0x160", "A1800x960"]);
+        drop(tx);
+        assert_eq!(order_with_samples(&mut rx), ["A3600x160"]);
+        assert_eq!(pool.held_bytes(), 0);
     }
 
     /// What the recorder finds in the queue now: `V<pts>` for a frame, `A<pts>` for audio.

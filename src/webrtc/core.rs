@@ -469,8 +469,9 @@ impl Core {
     }
 
     /// A live audio frame of a watched stream, sent to every session whose first track shows
-    /// that stream and which takes its sound.
-    pub fn audio(&mut self, la: LiveAudio, now: Instant, out: Out<'_>) {
+    /// that stream and which takes its sound; returns how many it went to.
+    pub fn audio(&mut self, la: LiveAudio, now: Instant, out: Out<'_>) -> usize {
+        let mut sent = 0;
         for i in 0..self.sessions.len() {
             let s = &mut self.sessions[i];
             if s.audio.is_none() || !matches!(&s.tracks[0].source, Source::Live(x) if *x == la.stream) {
@@ -480,11 +481,13 @@ impl Core {
                 Ok(true) => {
                     self.stats.audio_frames_sent.fetch_add(1, Ordering::Relaxed);
                     self.drive(i, now, out);
+                    sent += 1;
                 }
                 Ok(false) => {}
                 Err(_) => {}
             }
         }
+        sent
     }
 
     /// Handles session `i`'s control messages.

@@ -90,6 +90,8 @@ pub struct WebrtcStats {
     pub events_cut_off: AtomicU64,
     /// The engine's time for each of the last live frames (in to RTP out, all viewers), µs.
     frame_times: std::sync::Mutex<std::collections::VecDeque<u32>>,
+    /// The same for the last live sound frames that reached a viewer, in ns (a few µs each).
+    audio_times: std::sync::Mutex<std::collections::VecDeque<u32>>,
 }
 
 /// Frame times kept for [`WebrtcStats::frame_times_us`].
@@ -97,17 +99,31 @@ const FRAME_TIMES_KEPT: usize = 4096;
 
 impl WebrtcStats {
     fn record_frame(&self, took: Duration) {
-        let mut times = self.frame_times.lock().expect("stats lock");
-        if times.len() == FRAME_TIMES_KEPT {
-            times.pop_front();
-        }
-        times.push_back(took.as_micros().min(u128::from(u32::MAX)) as u32);
+        keep_time(&self.frame_times, took.as_micros());
+    }
+
+    fn record_audio(&self, took: Duration) {
+        keep_time(&self.audio_times, took.as_nanos());
     }
 
     /// Takes the engine's recorded times per live frame (for the benchmark), µs.
     pub fn frame_times_us(&self) -> Vec<u32> {
         self.frame_times.lock().expect("stats lock").drain(..).collect()
     }
+
+    /// Takes the engine's recorded times per live sound frame (for the benchmark), ns.
+    pub fn audio_times_ns(&self) -> Vec<u32> {
+        self.audio_times.lock().expect("stats lock").drain(..).collect()
+    }
+}
+
+/// Keeps `took` among the last [`FRAME_TIMES_KEPT`] times.
+fn keep_time(times: &std::sync::Mutex<std::collections::VecDeque<u32>>, took: u128) {
+    let mut times = times.lock().expect("stats lock");
+    if times.len() == FRAME_TIMES_KEPT {
+        times.pop_front();
+    }
+    times.push_back(took.min(u128::from(u32::MAX)) as u32);
 }
 
 /// Why a session could not be opened.

@@ -269,7 +269,11 @@ impl Engine {
                     stats.record_frame(now.elapsed());
                 }
             }
-            Input::Frame(Live::Audio(a)) => core.audio(a, now, &mut out),
+            Input::Frame(Live::Audio(a)) => {
+                if core.audio(a, now, &mut out) > 0 {
+                    stats.record_audio(now.elapsed());
+                }
+            }
             Input::Event(e) => core.event(&e, now, &mut out),
             Input::Timeout => core.timeouts(now, &mut out),
         }

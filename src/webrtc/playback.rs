@@ -61,6 +61,17 @@ struct Sample {
     audio: Option<u32>,
 }
 
+/// How a G.711 sample of `duration` samples in `size_bytes` is sent: in pieces of 20 ms
+/// of `rate`, and the bytes of one sample; `None` to send it as it is (20 ms or less, not
+/// whole samples, or longer than the recorder gathers, which bounds the pieces a fragment
+/// makes to `RECORD_AUDIO_GATHER_MS` / 20 a sample).
+fn g711_piece(duration: u32, size_bytes: u32, rate: u32) -> Option<(u32, u32)> {
+    let piece = (rate / 50).max(1);
+    let most = u64::from(rate) * limits::RECORD_AUDIO_GATHER_MS / 1000;
+    let whole = duration > 0 && size_bytes.is_multiple_of(duration);
+    (whole && duration > piece && u64::from(duration) <= most).then(|| (piece, size_bytes / duration))
+}
+
 /// One open file for both the fragment reader (which seeks) and the sample reads (which
 /// are positioned, so the shared offset does not matter): one descriptor per cursor.
 struct Shared(Arc<File>);
@@ -242,21 +253,41 @@ impl Cursor {
         // The sound after the pictures in the file, placed against the fragment's first
         // picture as the file's two decode times place it.
         let rate = open.audio.as_ref().map_or(0, |a| i64::from(a.sample_rate.max(1)));
+        let g711 = open.audio.as_ref().is_some_and(|a| matches!(a.codec, AudioCodec::Pcmu | AudioCodec::Pcma));
         let mut audio = Vec::new();
         if rate > 0 {
             let video_start_us = ticks_90k_to_us(f.base_decode_90k as i64);
             let mut at = f.audio_base_decode as i64;
-            for s in f.audio_samples.iter().take(limits::FRAGMENT_MAX_AUDIO_SAMPLES) {
+            let wall_at = |at: i64| {
                 let at_us = (i128::from(at) * 1_000_000 / i128::from(rate)) as i64;
-                audio.push(Sample {
-                    offset,
-                    len: s.size_bytes,
-                    wall_us: wall0.saturating_add(at_us).saturating_sub(video_start_us),
-                    is_key: false,
-                    audio: Some(s.duration),
-                });
-                offset += u64::from(s.size_bytes);
-                at = at.saturating_add(i64::from(s.duration));
+                wall0.saturating_add(at_us).saturating_sub(video_start_us)
+            };
+            for s in f.audio_samples.iter().take(limits::FRAGMENT_MAX_AUDIO_SAMPLES) {
+                // G.711 the recorder gathered into longer samples goes to viewers in 20 ms
+                // pieces, each at its time, as cameras send it: the packets browsers' jitter
+                // buffers expect.
+                let piece = g711_piece(s.duration, s.size_bytes, rate as u32).filter(|_| g711);
+                let Some((piece, sample_bytes)) = piece else {
+                    audio.push(Sample {
+                        offset,
+                        len: s.size_bytes,
+                        wall_us: wall_at(at),
+                        is_key: false,
+                        audio: Some(s.duration),
+                    });
+                    offset += u64::from(s.size_bytes);
+                    at = at.saturating_add(i64::from(s.duration));
+                    continue;
+                };
+                let mut left = s.duration;
+                while left > 0 {
+                    let n = piece.min(left);
+                    let len = n * sample_bytes;
+                    audio.push(Sample { offset, len, wall_us: wall_at(at), is_key: false, audio: Some(n) });
+                    offset += u64::from(len);
+                    at = at.saturating_add(i64::from(n));
+                    left -= n;
+                }
             }
         }
         // Both in time order, as they are to be sent.
@@ -389,5 +420,23 @@ impl Cursor {
     /// The codec parameters of the recording being read.
     pub fn params(&self) -> Option<&Arc<VideoParams>> {
         self.open.as_ref().map(|o| &o.params)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gathered_g711_goes_to_viewers_in_20_ms_pieces() {
+        // 100 ms mono and stereo at 8 kHz: five pieces of 160 samples.
+        assert_eq!(g711_piece(800, 800, 8_000), Some((160, 1)));
+        assert_eq!(g711_piece(800, 1_600, 8_000), Some((160, 2)));
+        // As a camera's packet: as it is.
+        assert_eq!(g711_piece(160, 160, 8_000), None);
+        // Longer than the recorder gathers, or not whole samples, or empty: as it is.
+        assert_eq!(g711_piece(801, 801, 8_000), None);
+        assert_eq!(g711_piece(400, 401, 8_000), None);
+        assert_eq!(g711_piece(0, 0, 8_000), None);
     }
 }

@@ -240,7 +240,9 @@ impl Sim {
                 Live::Video(lf) => {
                     self.core.frame(lf, self.now, &mut from_box(&mut sent));
                 }
-                Live::Audio(la) => self.core.audio(la, self.now, &mut from_box(&mut sent)),
+                Live::Audio(la) => {
+                    self.core.audio(la, self.now, &mut from_box(&mut sent));
+                }
             }
             self.to_browser.extend(sent);
         }

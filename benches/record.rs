@@ -160,7 +160,15 @@ fn run_keeppeek(url: &str, n: usize, secs: u64, work: &Path) -> (Usage, String, 
         .spawn()
         .unwrap();
     let pid = child.id();
-    std::thread::sleep(Duration::from_secs(2));
+    // Measured from when every stream records, and a second more: what a box costs while it
+    // records, not the sessions' set-up (which takes longer with sound: a second SETUP), so a
+    // window that began during it charged the set-up to the side that took longer.
+    let end = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&log).unwrap_or_default().matches("recording to").count() < n {
+        assert!(Instant::now() < end, "KeepPeek did not start recording all {n} streams in 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(1));
     let before = usage(pid);
     std::thread::sleep(Duration::from_secs(secs));
     let after = usage(pid);

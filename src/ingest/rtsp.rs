@@ -2,8 +2,8 @@
 //! frames until the session ends or stalls.
 //!
 //! retina has no timeouts of its own: connect and DESCRIBE, each SETUP and PLAY are bounded
-//! here, and a watchdog ends a session that is connected but delivers no video frame for
-//! [`limits::INGEST_NO_FRAMES_TIMEOUT_MS`]. Frames arrive in the MP4 form (4-byte lengths,
+//! here, and a watchdog ends a session that is connected but sends no video frame for
+//! [`limits::INGEST_NO_FRAMES_TIMEOUT_MS`] (one dropped over its ceiling counts as sent). Frames arrive in the MP4 form (4-byte lengths,
 //! parameter sets in the sample entry), which is what the recorder stores.
 //!
 //! A frame being put together has a ceiling (the stream's frame ceiling, or
@@ -142,6 +142,10 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
             continue;
         }
         if video.push(&pkt)? {
+            // A frame over its ceiling is still a frame the camera sent: the session is not
+            // stalled, so it does not end. A frame that never ends is skipped no longer than
+            // a watchdog from here, and then the session does end.
+            last_frame = Instant::now();
             sink.oversized();
         }
         while let Some(item) = video.pull()? {

@@ -41,6 +41,23 @@ pub const AUDIO_SYNC_WAIT_MS: u64 = 250;
 /// Video frames held at once for audio: 250 ms of a 60 fps stream. Past it the oldest goes on.
 pub const AUDIO_SYNC_HOLD_FRAMES: usize = 16;
 
+/// How long an audio frame waits on the ingest's side of the recorder queue for the
+/// session's video to reach it (its bytes charged to the queue meanwhile). Cameras whose
+/// video encoder is slower than their sound's send the sound of a moment before its
+/// picture, by up to half a second or more; past this the frame goes on, and lands at its
+/// time in the track all the same, but a segment that ends meanwhile may end with it.
+pub const AUDIO_AHEAD_WAIT_MS: u64 = 1_000;
+
+/// Audio frames held at once for video: a second of AAC at 48 kHz (47 frames) or of 20 ms
+/// packets (50), with room. Past it the oldest goes on.
+pub const AUDIO_AHEAD_HOLD_FRAMES: usize = 64;
+
+/// How far a live stream's sound may be ahead of its newest picture when it is sent to
+/// viewers; sound further ahead waits in the live engine (once per stream, at most
+/// AUDIO_AHEAD_WAIT_MS and AUDIO_AHEAD_HOLD_FRAMES) for pictures to near it. A browser puts
+/// a smaller gap in step at once; a larger one it closes at about 80 ms a second.
+pub const LIVE_AUDIO_LEAD_MAX_MS: u64 = 100;
+
 /// The longest G.711 sample the recorder writes: a camera's packets (20 ms each, most
 /// often) that follow on from each other are gathered into one, on the ingest's side of the
 /// recorder queue, until they hold this much sound. Each packet that goes through the queue,
@@ -659,6 +676,12 @@ pub const WEBRTC_SEND_BUFFER_PACKETS: usize = 128;
 /// stream is sent at the camera's bitrate whatever the link, so the rate is fixed rather
 /// than estimated: no padding or probes to learn the link, nothing sent to an idle viewer.
 pub const WEBRTC_PACING_BITS_PER_S: u64 = 40_000_000;
+
+/// A live frame (picture or sound) reaching the engine this much later than its place on its
+/// stream's timeline starts that timeline anew: the capture times sent to the browser follow
+/// the stream's own timestamps through delays up to this, which a camera that stalled and
+/// caught up, or a starved box, can cause; longer is a camera whose clock went wrong.
+pub const WEBRTC_MEDIA_CLOCK_LAG_MAX_MS: u64 = 10_000;
 
 /// Frame bytes waiting for the pacer across every session, per session the RAM class
 /// holds: one pool, so a viewer catching up (a keyframe burst, a slow link) borrows what the

@@ -15,6 +15,9 @@ Paths (fixtures from tools/make-fixtures.sh):
                   SDP fmtp), payload type 97, as most IP cameras send it
   /h264-pcmu      h264.264 plus tone.pcmu: G.711 µ-law, 8 kHz mono, payload type 0,
                   20 ms packets (many cameras' default)
+  /h264-pcmu-late as /h264-pcmu, but each picture leaves 600 ms after the sound of its
+                  moment (a camera whose video encoder lags its sound; the RTCP sender
+                  reports still pair each stream's RTP time with its capture time)
   /h265-pcma      h265.265 plus tone.pcma: G.711 A-law, payload type 8, 20 ms packets
   /h264-pcma      h264.264 plus tone.pcma (A-law with a picture any browser decodes)
   /h264-opus      h264.264 plus tone.pcmu encoded to Opus on the fly (payload type 111,
@@ -58,10 +61,15 @@ PATHS = {
     "/h264-long-gop": ("h264-long-gop.264", "h264", None),
     "/h264-aac": ("h264.264", "h264", ("tone.adts", "aac")),
     "/h264-pcmu": ("h264.264", "h264", ("tone.pcmu", "pcmu")),
+    "/h264-pcmu-late": ("h264.264", "h264", ("tone.pcmu", "pcmu")),
     "/h265-pcma": ("h265.265", "h265", ("tone.pcma", "pcma")),
     "/h264-pcma": ("h264.264", "h264", ("tone.pcma", "pcma")),
     "/h264-opus": ("h264.264", "h264", ("tone.pcmu", "opus")),
 }
+
+# Paths whose pictures are held this long (ns) before they are sent, after their timestamps
+# are set: the sound of a moment leaves that much before its picture.
+VIDEO_DELAY_NS = {"/h264-pcmu-late": 600_000_000}
 
 # The elements from an audio fixture's file to its payloader (pay1), for each audio codec.
 # G.711 comes as whole files: rawaudioparse (named aparse) hands them on, stamped by
@@ -193,16 +201,38 @@ def stamp_raw_audio(pad, info, state):
     return Gst.PadProbeReturn.OK
 
 
+def report_capture_times(factory, media):
+    """Makes the media's RTCP sender reports pair each stream's RTP time with the moment it
+    was captured (its timestamp), not the moment it was sent (rtpbin's default): what a
+    camera whose pictures leave later than its sound must report for a receiver to put them
+    in step. Set on each RTP session once the media is prepared (rtpbin makes them then and
+    does not pass a change of its own property on to them)."""
+
+    def prepared(media):
+        pipeline = media.get_element().get_parent()
+        it = pipeline.iterate_recurse()
+        while True:
+            ok, element = it.next()
+            if ok != Gst.IteratorResult.OK:
+                break
+            factory_ = element.get_factory()
+            if factory_ is not None and factory_.get_name() == "rtpsession":
+                element.set_property("rtcp-sync-send-time", False)
+
+    media.connect("prepared", prepared)
+
+
 class LoopingClipFactory(GstRtspServer.RTSPMediaFactory):
     """Serves one Annex-B file in a loop, timestamped at 15 fps, and optionally
     an audio file (ADTS AAC, raw G.711) in a loop next to it as a second stream."""
 
-    def __init__(self, location, codec, audio=None):
+    def __init__(self, location, codec, audio=None, video_delay_ns=0):
         super().__init__()
         self.location = location
         self.codec = codec
         # (fixture path, audio codec) or None.
         self.audio = audio
+        self.video_delay_ns = video_delay_ns
 
     def do_create_element(self, url):
         c = self.codec
@@ -215,8 +245,13 @@ class LoopingClipFactory(GstRtspServer.RTSPMediaFactory):
             f" ! video/x-{c},stream-format=byte-stream,framerate={FPS_NUM}/{FPS_DEN}"
             f" ! {c}parse name=parse"
             f" ! video/x-{c},stream-format=byte-stream,alignment=au"
-            f" ! rtp{c}pay name=pay0 pt=96 config-interval=-1"
         )
+        if self.video_delay_ns:
+            # Holds each picture until its time plus the delay (its timestamp, set on the
+            # parser's output, stays): the sinks, which send each buffer at its time, find
+            # it late and send it at once.
+            desc += f" ! identity sync=true ts-offset={self.video_delay_ns}"
+        desc += f" ! rtp{c}pay name=pay0 pt=96 config-interval=-1"
         if self.audio:
             desc += " multifilesrc name=asrc loop=true" + AUDIO_CHAINS[self.audio[1]]
         # A bin (not a pipeline): gst-rtsp-media puts it into its own pipeline.
@@ -288,7 +323,9 @@ def build_server(args):
         location = fixture_path(args.fixtures, filename)
         if audio:
             audio = (fixture_path(args.fixtures, audio[0]), audio[1])
-        factory = LoopingClipFactory(location, codec, audio)
+        factory = LoopingClipFactory(location, codec, audio, VIDEO_DELAY_NS.get(path, 0))
+        if path in VIDEO_DELAY_NS:
+            factory.connect("media-configure", report_capture_times)
         factory.set_shared(True)
         factory.set_protocols(GstRtsp.RTSPLowerTrans.TCP | GstRtsp.RTSPLowerTrans.UDP)
         if use_auth:

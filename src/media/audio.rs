@@ -94,6 +94,17 @@ pub enum AudioParamsError {
     Channels(u16),
 }
 
+/// How many samples of a stream at `rate` starting at `start_90k` start before `t_90k`
+/// (sample k starts k × 90,000 / `rate` ticks in): 0 when `t_90k` is not after the start.
+pub fn samples_before(start_90k: i64, rate: u32, t_90k: i64) -> u32 {
+    let ticks = i128::from(t_90k) - i128::from(start_90k);
+    if ticks <= 0 {
+        return 0;
+    }
+    let n = (ticks * i128::from(rate.max(1)) + 89_999) / 90_000;
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 /// The parameters of a G.711 stream (8 kHz, as RTP's static payload types 0 and 8 are).
 /// Its sample entry is what ffmpeg's own MOV writer puts for G.711: version 0, 16 in the
 /// sample size field (ffmpeg reads the size from the codec, not the field).

@@ -91,6 +91,26 @@ pub struct AudioFrame {
     pub params: Arc<AudioParams>,
 }
 
+impl AudioFrame {
+    /// Keeps what of the frame starts before `end_90k`; false when nothing does. G.711
+    /// splits anywhere, so it keeps its samples before `end_90k`; a frame of another codec
+    /// is whole or nothing.
+    pub fn keep_before(&mut self, end_90k: i64) -> bool {
+        if self.pts_90k >= end_90k {
+            return false;
+        }
+        let g711 = matches!(self.params.codec, AudioCodec::Pcmu | AudioCodec::Pcma);
+        let n = self.duration_samples as usize;
+        if !g711 || n == 0 || !self.data.len().is_multiple_of(n) {
+            return true;
+        }
+        let keep = audio::samples_before(self.pts_90k, self.params.sample_rate, end_90k).min(self.duration_samples);
+        self.data.truncate(self.data.len() / n * keep as usize);
+        self.duration_samples = keep;
+        true
+    }
+}
+
 /// One encoded video frame (access unit) and when it arrived.
 #[derive(Clone, Debug)]
 pub struct Frame {

@@ -400,6 +400,12 @@ impl Fragmenter {
             let last = self.pending.last().expect("non-empty");
             let end_pts = last.pts_90k + self.last_duration_90k;
             let end_mono = last.received_mono_us + clock::ticks_90k_to_us(self.last_duration_90k);
+            // Sound after the run's last picture has no picture to go with (a camera that
+            // sends its sound ahead of its pictures, then went): the run's sound ends with it.
+            let before = self.pending_audio.len();
+            self.pending_audio.retain_mut(|a| a.keep_before(end_pts));
+            self.skipped.audio += (before - self.pending_audio.len()) as u64;
+            self.pending_audio_bytes = self.pending_audio.iter().map(|a| a.data.len()).sum();
             self.emit_fragment(end_pts, end_mono, out);
         }
         if self.segment.take().is_some() {
@@ -776,6 +782,39 @@ mod tests {
         fr.push(frame(0, 15, &p), &mut out);
         fr.push_audio(aac(1000, &a));
         assert_eq!(fr.skipped().audio, 1);
+    }
+
+    #[test]
+    fn a_runs_sound_ends_with_its_last_picture() {
+        // Three frames at 1000, 7000 and 13,000: the run ends at 19,000 (the last repeats
+        // the duration before it). Sound that came ahead of the pictures reaches past it.
+        let p = params(640);
+        let g711 = Arc::new(crate::media::audio::g711_params(crate::media::AudioCodec::Pcmu, 8_000, 1).unwrap());
+        let mut fr = Fragmenter::new(bounds(), true);
+        let mut out = Vec::new();
+        for i in 0..3 {
+            let mut f = frame(i, 15, &p);
+            f.audio = Some(g711.clone());
+            fr.push(f, &mut out);
+        }
+        let pcmu = |pts_90k: i64, samples: u32| AudioFrame {
+            pts_90k,
+            duration_samples: samples,
+            data: Bytes::from(vec![0xffu8; samples as usize]),
+            params: g711.clone(),
+        };
+        // 100 ms gathered from 10,000 (to 19,000 exactly), then 100 ms from 19,000 - 900:
+        // its first 80 samples start before the end. Then a sample wholly after it.
+        fr.push_audio(pcmu(10_000, 800));
+        fr.push_audio(pcmu(18_100, 800));
+        fr.push_audio(pcmu(19_000, 160));
+        fr.finish(&mut out);
+        let frags = fragments(&out);
+        let last = frags.last().unwrap();
+        let durations: Vec<u32> = last.audio_samples.iter().map(|s| s.duration).collect();
+        assert_eq!(durations, [800, 80]);
+        assert_eq!(last.audio_frames[1].data.len(), 80);
+        assert_eq!(fr.skipped().audio, 1, "the sound after the run's end is counted");
     }
 
     #[test]

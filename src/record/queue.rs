@@ -8,19 +8,24 @@
 //! frame after it until the next keyframe (a decoder cannot use them). The first frame
 //! queued after a drop or a reconnect carries `after_gap`, which ends the recorder's run.
 //!
-//! When the session has sound, a video frame waits on the ingest's side until the session's
-//! audio has reached it (at most [`limits::AUDIO_SYNC_WAIT_MS`] and
-//! [`limits::AUDIO_SYNC_HOLD_FRAMES`]), its bytes charged to the queue all the while. Cameras
-//! send a stretch of sound after they capture it, so its audio comes tens of milliseconds
-//! after the video of the same moment; in this order the recorder finds each moment's sound
-//! before the keyframe that follows it, and a segment that ends at that keyframe holds its
-//! sound to its end. Live viewers get the frame at once: only the recorder's copy waits.
+//! When the session has sound, the recorder gets picture and sound in the order of their
+//! times, whichever the camera sent first: on the ingest's side, a video frame waits until
+//! the session's audio has reached it (at most [`limits::AUDIO_SYNC_WAIT_MS`] and
+//! [`limits::AUDIO_SYNC_HOLD_FRAMES`]), and an audio frame until the video has (at most
+//! [`limits::AUDIO_AHEAD_WAIT_MS`] and [`limits::AUDIO_AHEAD_HOLD_FRAMES`]), their bytes
+//! charged to the queue all the while. Many cameras send a stretch of sound after they
+//! capture it, tens of milliseconds after the picture of the same moment; others send their
+//! pictures later than their sound (a slow video encoder), by half a second or more. In time
+//! order the recorder finds each moment's sound before the keyframe that follows it and none
+//! of the sound after it, so a segment that ends at that keyframe holds its sound to its end
+//! and the next starts its sound there, and the pre-roll keeps each moment's sound with its
+//! picture. Live viewers get each frame at once: only the recorder's copy waits.
 //!
-//! G.711 is gathered on the same side: packets that follow on from each other become one
-//! sample of up to [`limits::RECORD_AUDIO_GATHER_MS`], charged to the queue as they come.
-//! What is gathered goes ahead of each keyframe up to that keyframe's time (a G.711 sample
-//! splits anywhere), so a segment cut there still holds its sound to its end; between
-//! keyframes, sound that follows its pictures lands in the next fragment at its own time.
+//! G.711 is gathered on the same side, as it leaves in time order: packets that follow on
+//! from each other become one sample of up to [`limits::RECORD_AUDIO_GATHER_MS`], charged to
+//! the queue as they come. What is gathered goes ahead of each keyframe up to that
+//! keyframe's time (a G.711 sample splits anywhere), so a segment cut there still holds its
+//! sound to its end.
 //!
 //! A frame's bytes stay charged to the queue until the stream's next frame is taken. By then
 //! the writer has it in hand for its next write, at most [`limits::RECORD_WRITE_BATCH_MAX_BYTES`]
@@ -35,7 +40,7 @@ use tokio::sync::mpsc;
 
 use crate::base::BytePool;
 use crate::limits;
-use crate::media::{AudioCodec, AudioFrame, AudioParams, Frame};
+use crate::media::{AudioCodec, AudioFrame, AudioParams, Frame, audio};
 
 /// What a recorder thread receives.
 #[derive(Debug)]
@@ -75,8 +80,13 @@ pub struct FrameSender {
     /// Video frames (and their `after_gap`) charged to the queue but held until the
     /// session's audio reaches them, oldest first.
     held: VecDeque<(Frame, bool)>,
-    /// The start of the newest audio frame queued, on the video's timeline (90 kHz).
+    /// Audio frames (and when they came, µs monotonic) charged to the queue but held until
+    /// the session's video reaches them, oldest first.
+    held_audio: VecDeque<(AudioFrame, i64)>,
+    /// The start of the newest audio frame sent, on the video's timeline (90 kHz).
     audio_reached_90k: Option<i64>,
+    /// The time of the newest video frame sent (90 kHz).
+    video_reached_90k: Option<i64>,
     /// G.711 gathered into one sample, not yet queued.
     gathered: Option<Gathered>,
 }
@@ -144,14 +154,7 @@ impl Gathered {
     fn split(&mut self, before_90k: Option<i64>) -> Option<AudioFrame> {
         let n = match before_90k {
             None => self.samples,
-            Some(t) if t <= self.pts_90k => 0,
-            Some(t) => {
-                let ticks = i128::from(t) - i128::from(self.pts_90k);
-                let rate = i128::from(self.params.sample_rate.max(1));
-                // Sample k starts at k × 90,000 / rate ticks: those before `t` are k < this.
-                let n = (ticks * rate + 89_999) / 90_000;
-                u32::try_from(n).unwrap_or(u32::MAX).min(self.samples)
-            }
+            Some(t) => audio::samples_before(self.pts_90k, self.params.sample_rate, t).min(self.samples),
         };
         if n == 0 {
             return None;
@@ -195,7 +198,9 @@ pub fn channel(pool: &Arc<BytePool>) -> (FrameSender, FrameReceiver, Arc<QueueSt
             need_keyframe: false,
             gap: true,
             held: VecDeque::new(),
+            held_audio: VecDeque::new(),
             audio_reached_90k: None,
+            video_reached_90k: None,
             gathered: None,
         },
         FrameReceiver { rx, stats: stats.clone(), pool: pool.clone(), newest_bytes: 0 },
@@ -212,8 +217,10 @@ impl FrameSender {
             return false;
         }
         let after_gap = self.gap;
+        self.video_reached_90k = Some(frame.pts_90k);
         if frame.audio.is_none() && self.held.is_empty() {
-            // A session without sound now: what the one before gathered goes first.
+            // A session without sound now: what the one before held and gathered goes first.
+            self.release(frame.received_mono_us, true);
             self.flush_gathered(None);
             if self.queue(StreamMsg::Frame { frame, after_gap }) {
                 self.need_keyframe = false;
@@ -235,67 +242,93 @@ impl FrameSender {
         true
     }
 
-    /// Queues an audio frame if it fits (G.711: gathers it, see the module's notes); audio is
-    /// small and never waits for a keyframe, but counts against the same byte ceilings. The
-    /// video frames held for audio up to its start go first.
+    /// Takes an audio frame if it fits; it is held until the video reaches it (see the
+    /// module's notes). Audio is small and never waits for a keyframe, but counts against the
+    /// same byte ceilings. The video frames held for audio up to its start go first.
     pub fn send_audio(&mut self, frame: AudioFrame, now_mono_us: i64) -> bool {
+        if !self.reserve(frame.data.len()) {
+            self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
         self.audio_reached_90k = Some(frame.pts_90k);
+        self.held_audio.push_back((frame, now_mono_us));
         self.release(now_mono_us, false);
-        let gathers = matches!(frame.params.codec, AudioCodec::Pcmu | AudioCodec::Pcma);
-        let queued = if !gathers {
+        true
+    }
+
+    /// Hands on an audio frame whose turn came, its bytes charged already: G.711 is
+    /// gathered (see the module's notes), other sound queued as it is.
+    fn pass_audio(&mut self, frame: AudioFrame) {
+        if !matches!(frame.params.codec, AudioCodec::Pcmu | AudioCodec::Pcma) {
             self.flush_gathered(None);
-            self.queue(StreamMsg::Audio(frame))
-        } else if !self.reserve(frame.data.len()) {
-            false
-        } else {
-            let taken = self.gathered.as_mut().is_some_and(|g| g.take(&frame));
-            if !taken {
-                self.flush_gathered(None);
-                match Gathered::start(&frame) {
-                    Some(g) => self.gathered = Some(g),
-                    None => {
-                        // Not whole samples: it goes as it came.
-                        let len = frame.data.len();
-                        if self.tx.try_send(StreamMsg::Audio(frame)).is_err() {
-                            self.unreserve(len);
-                            self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
-                            return false;
-                        }
-                        return true;
-                    }
+            self.send_charged(StreamMsg::Audio(frame));
+            return;
+        }
+        let taken = self.gathered.as_mut().is_some_and(|g| g.take(&frame));
+        if !taken {
+            self.flush_gathered(None);
+            match Gathered::start(&frame) {
+                Some(g) => self.gathered = Some(g),
+                None => {
+                    // Not whole samples: it goes as it came.
+                    self.send_charged(StreamMsg::Audio(frame));
+                    return;
                 }
             }
-            if self.gathered.as_ref().is_some_and(|g| g.samples >= Gathered::max_samples(&g.params)) {
-                self.flush_gathered(None);
-            }
-            true
-        };
-        if !queued {
+        }
+        if self.gathered.as_ref().is_some_and(|g| g.samples >= Gathered::max_samples(&g.params)) {
+            self.flush_gathered(None);
+        }
+    }
+
+    /// Queues `msg`, its bytes charged already; counted as dropped (its charge given back)
+    /// if the queue is full.
+    fn send_charged(&mut self, msg: StreamMsg) {
+        let len = msg.bytes();
+        if self.tx.try_send(msg).is_err() {
+            self.unreserve(len);
             self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
         }
-        queued
     }
 
     /// Queues the gathered G.711 that starts before `before_90k` (all of it for `None`);
-    /// its bytes are charged already. Counted as dropped if the queue is full.
+    /// its bytes are charged already.
     fn flush_gathered(&mut self, before_90k: Option<i64>) {
         let Some(g) = &mut self.gathered else { return };
         let frame = g.split(before_90k);
         if g.samples == 0 {
             self.gathered = None;
         }
-        let Some(frame) = frame else { return };
-        let len = frame.data.len();
-        if self.tx.try_send(StreamMsg::Audio(frame)).is_err() {
-            self.unreserve(len);
-            self.stats.frames_dropped.fetch_add(1, Ordering::Relaxed);
+        if let Some(frame) = frame {
+            self.send_charged(StreamMsg::Audio(frame));
         }
     }
 
-    /// Hands on the held video frames the audio has reached, that waited their longest, or
-    /// past the count ceiling; every one when `all`.
+    /// Hands on, in the order of their times, the held frames the other track has reached,
+    /// that waited their longest, or past the count ceilings; every one when `all`. (Of two
+    /// held fronts, the earlier has always been reached by the other track, whose front is
+    /// later; a picture goes before sound of the same time, which a segment starting there
+    /// holds.)
     fn release(&mut self, now_mono_us: i64, all: bool) {
-        while let Some((front, _)) = self.held.front() {
+        loop {
+            let video = self.held.front().map(|(f, _)| f.pts_90k);
+            let audio = self.held_audio.front().map(|(a, _)| a.pts_90k);
+            let video_first = match (video, audio) {
+                (Some(v), Some(a)) => v <= a,
+                (v, a) => v.is_some() || a.is_none(),
+            };
+            if !video_first {
+                let (front, came_mono_us) = self.held_audio.front().expect("checked");
+                let seen = self.video_reached_90k.is_some_and(|v| v >= front.pts_90k);
+                let waited = now_mono_us - came_mono_us >= limits::AUDIO_AHEAD_WAIT_MS as i64 * 1000;
+                if !(all || seen || waited || self.held_audio.len() > limits::AUDIO_AHEAD_HOLD_FRAMES) {
+                    break;
+                }
+                let (frame, _) = self.held_audio.pop_front().expect("front exists");
+                self.pass_audio(frame);
+                continue;
+            }
+            let Some((front, _)) = self.held.front() else { break };
             let heard = self.audio_reached_90k.is_some_and(|a| a >= front.pts_90k);
             let waited = now_mono_us - front.received_mono_us >= limits::AUDIO_SYNC_WAIT_MS as i64 * 1000;
             if !(all || heard || waited || self.held.len() > limits::AUDIO_SYNC_HOLD_FRAMES) {
@@ -380,11 +413,12 @@ impl FrameSender {
     }
 
     /// Tells the recorder the session ended; the next frame starts a new run. The frames
-    /// held for audio go first: the audio they waited for will not come.
+    /// held for each other go first: what they waited for will not come.
     pub fn session_ended(&mut self) {
         self.release(0, true);
         self.flush_gathered(None);
         self.audio_reached_90k = None;
+        self.video_reached_90k = None;
         self.gap = true;
         self.need_keyframe = false;
         // If the queue is full the recorder is busy and will see `after_gap` instead.
@@ -393,7 +427,7 @@ impl FrameSender {
 }
 
 impl Drop for FrameSender {
-    /// The frames held for audio go to the recorder, which drains the queue as it closes.
+    /// The frames held go to the recorder, which drains the queue as it closes.
     fn drop(&mut self) {
         self.release(0, true);
         self.flush_gathered(None);
@@ -553,27 +587,33 @@ mod tests {
         let pcmu = Arc::new(crate::media::audio::g711_params(AudioCodec::Pcmu, 8_000, 1).unwrap());
         let most = (8_000 * limits::RECORD_AUDIO_GATHER_MS / 1000) as u32;
         assert_eq!(most, 800);
-        // Twelve 20 ms packets (1,800 ticks each): two whole samples of the ceiling go.
+        // The pictures to 18,000 came first; twelve 20 ms packets (1,800 ticks each) follow
+        // them. The sound goes in time order with the pictures, gathered into samples of
+        // the ceiling; the last packet, after the last picture, waits for the next.
+        for pts in [0, 6_000, 12_000, 18_000] {
+            assert!(tx.send(heard_frame(pts, 0, pts == 0)));
+        }
         for k in 0..12 {
             assert!(tx.send_audio(g711_at(&pcmu, k * 1_800, 160), 0));
         }
-        assert_eq!(order_with_samples(&mut rx), ["A0x800", "A9000x800"]);
-        assert_eq!(stats.bytes_in_flight.load(Ordering::Relaxed), 320, "what is gathered is charged");
-        // A keyframe in the middle of the last packet gathered waits for the sound; when it
-        // comes, the sound before the keyframe goes first, to the sample.
-        assert!(tx.send(heard_frame(20_700, 0, true)));
+        assert_eq!(order_with_samples(&mut rx), ["V0", "V6000", "A0x800", "V12000", "A9000x800", "V18000"]);
+        assert_eq!(
+            stats.bytes_in_flight.load(Ordering::Relaxed),
+            160 + 160 + 10,
+            "what is gathered and held is charged, and the last frame taken"
+        );
+        // A keyframe in the middle of a packet gathered waits for the sound; when it comes,
+        // the sound before the keyframe goes first, to the sample.
+        assert!(tx.send(heard_frame(24_000, 0, true)));
         assert!(tx.send_audio(g711_at(&pcmu, 21_600, 160), 0));
-        assert_eq!(order_with_samples(&mut rx), ["A18000x240", "V20700"]);
-        // The rest follows on; a frame that is not a keyframe does not split it.
-        assert!(tx.send(heard_frame(23_700, 0, false)));
         assert!(tx.send_audio(g711_at(&pcmu, 23_400, 160), 0));
+        assert!(order_with_samples(&mut rx).is_empty());
         assert!(tx.send_audio(g711_at(&pcmu, 25_200, 160), 0));
-        assert_eq!(order_with_samples(&mut rx), ["V23700"]);
-        // A packet that does not follow on (lost packets) starts a new sample.
-        assert!(tx.send_audio(g711_at(&pcmu, 36_000, 160), 0));
-        assert_eq!(order_with_samples(&mut rx), ["A20700x560"]);
+        // 6,000 ticks of 8 kHz sound are 533 1/3 samples: 534 start before the keyframe.
+        assert_eq!(order_with_samples(&mut rx), ["A18000x534", "V24000"]);
+        // The rest follows on (the held packet joins it) at the session's end.
         tx.session_ended();
-        assert_eq!(order_with_samples(&mut rx), ["A36000x160", "end"]);
+        assert_eq!(order_with_samples(&mut rx), ["A24007x266", "end"]);
         assert_eq!((stats.bytes_in_flight.load(Ordering::Relaxed), pool.held_bytes()), (0, 0));
         assert_eq!(stats.frames_dropped.load(Ordering::Relaxed), 0);
     }
@@ -583,13 +623,16 @@ mod tests {
         let pool = BytePool::shared(limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
         let (mut tx, mut rx, _) = channel(&pool);
         let pcma = Arc::new(crate::media::audio::g711_params(AudioCodec::Pcma, 8_000, 1).unwrap());
+        assert!(tx.send(heard_frame(6_000, 0, true)));
         assert!(tx.send_audio(g711_at(&pcma, 0, 160), 0));
         // The camera switched to Opus: the G.711 before it goes first.
         assert!(tx.send_audio(audio_at(1_800), 0));
         assert!(tx.send_audio(g711_at(&pcma, 3_600, 160), 0));
         assert_eq!(order_with_samples(&mut rx), ["A0x160", "A1800x960"]);
+        // The sender goes: the held keyframe goes on, what was gathered before it first.
         drop(tx);
-        assert_eq!(order_with_samples(&mut rx), ["A3600x160"]);
+        assert_eq!(order_with_samples(&mut rx), ["A3600x160", "V6000"]);
+        drop(rx);
         assert_eq!(pool.held_bytes(), 0);
     }
 
@@ -621,7 +664,46 @@ mod tests {
         assert!(tx.send_audio(audio_at(5_400), 130_000));
         assert_eq!(order(&mut rx), ["V0", "A0", "A1800", "A3600", "A5400"]);
         assert!(tx.send_audio(audio_at(7_200), 150_000));
-        assert_eq!(order(&mut rx), ["V6000", "A7200"], "the sound before 6000 went first");
+        assert_eq!(order(&mut rx), ["V6000"], "the sound before 6000 went first");
+        // The sound after the last picture waits for the next.
+        assert!(tx.send(heard_frame(12_000, 132_000, false)));
+        assert_eq!(order(&mut rx), ["A7200"]);
+    }
+
+    #[test]
+    fn sound_before_its_picture_waits_for_it_at_most_audio_ahead_wait_ms_and_audio_ahead_hold_frames() {
+        let pool = BytePool::shared(limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
+        let (mut tx, mut rx, stats) = channel(&pool);
+        // A camera whose pictures come after the sound of the same moments.
+        for pts in [0, 1_800, 3_600] {
+            assert!(tx.send_audio(audio_at(pts), 0));
+        }
+        assert!(order(&mut rx).is_empty(), "the sound waits for its pictures");
+        assert_eq!(stats.bytes_in_flight.load(Ordering::Relaxed), 3 * 160, "held sound is charged to the queue");
+        assert!(tx.send(heard_frame(0, 10_000, true)));
+        assert_eq!(order(&mut rx), ["V0", "A0"], "a picture goes before the sound of its moment");
+        assert!(tx.send(heard_frame(6_000, 20_000, false)));
+        assert_eq!(order(&mut rx), ["A1800", "A3600"]);
+        // No picture comes: sound that waited its longest goes on when the next comes.
+        let wait_us = limits::AUDIO_AHEAD_WAIT_MS as i64 * 1000;
+        assert!(tx.send_audio(audio_at(100_000), 30_000));
+        assert!(tx.send_audio(audio_at(101_800), 30_000 + wait_us - 1));
+        assert_eq!(order(&mut rx), ["V6000"], "the picture the sound reached goes");
+        assert!(tx.send_audio(audio_at(103_600), 30_000 + wait_us));
+        assert_eq!(order(&mut rx), ["A100000"]);
+        // However fast sound comes, no more than the ceiling waits.
+        for i in 0..limits::AUDIO_AHEAD_HOLD_FRAMES as i64 {
+            assert!(tx.send_audio(audio_at(110_000 + i), 30_000 + wait_us));
+        }
+        assert_eq!(order(&mut rx), ["A101800", "A103600"]);
+        assert_eq!(tx.held_audio.len(), limits::AUDIO_AHEAD_HOLD_FRAMES);
+        // The session's end hands every held frame on.
+        tx.session_ended();
+        assert_eq!(order(&mut rx).len(), limits::AUDIO_AHEAD_HOLD_FRAMES + 1);
+        drop(tx);
+        drop(rx);
+        assert_eq!(pool.held_bytes(), 0);
+        assert_eq!(stats.frames_dropped.load(Ordering::Relaxed), 0);
     }
 
     #[test]
@@ -653,15 +735,15 @@ mod tests {
     fn a_full_queue_drops_held_frames_until_a_held_keyframe() {
         let pool = BytePool::shared(limits::INGEST_QUEUE_BYTES_PER_GIB as u64);
         let (mut tx, mut rx, stats) = channel(&pool);
-        for i in 0..limits::INGEST_QUEUE_FRAMES {
-            assert!(tx.send_audio(audio_at(i as i64 - 1_000), 0));
+        for _ in 0..limits::INGEST_QUEUE_FRAMES {
+            assert!(tx.send(frame(1, true)));
         }
         for (pts, key) in [(0, true), (1, false), (2, true)] {
             assert!(tx.send(heard_frame(pts, 0, key)));
         }
         // The sound reaches them but the recorder has taken nothing: 0 and 1 are lost, and
-        // the audio that could not go either; 2 is still held, a keyframe after a gap.
-        assert!(!tx.send_audio(audio_at(1), 0));
+        // the sound that could not go either; 2 is still held, a keyframe after a gap.
+        assert!(tx.send_audio(audio_at(1), 0));
         assert_eq!(stats.frames_dropped.load(Ordering::Relaxed), 3);
         assert_eq!(order(&mut rx).len(), limits::INGEST_QUEUE_FRAMES);
         assert!(tx.send_audio(audio_at(2), 0));

@@ -11,7 +11,7 @@
 //! Sessions live in one `Vec` with their next deadline beside them, so the shell sleeps
 //! until the earliest. A session is removed by the sweep once it is no longer alive.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,6 +48,11 @@ struct Watched {
     live: Arc<Fanout>,
     tap: u64,
     params: Option<(Arc<VideoParams>, Vec<Bytes>)>,
+    /// Sound that came ahead of the stream's pictures, held until they near it (see
+    /// [`Core::audio`]), with when it came; oldest first.
+    held_audio: VecDeque<(LiveAudio, Instant)>,
+    /// The time of the stream's newest picture (90 kHz).
+    video_reached_90k: Option<i64>,
 }
 
 /// The streams a core serves and where their recordings are.
@@ -179,7 +184,8 @@ impl Core {
             w.live.untap(w.tap);
         }
         let tap = live.tap(stream.clone(), self.frames_tx.clone(), self.tap_queue.clone());
-        self.watched.insert(stream, Watched { live: live.clone(), tap, params: None });
+        let w = Watched { live: live.clone(), tap, params: None, held_audio: VecDeque::new(), video_reached_90k: None };
+        self.watched.insert(stream, w);
     }
 
     /// Closes session `id` if `principal` owns it (`None`: an admin, who may close any).
@@ -406,9 +412,24 @@ impl Core {
         Some(out.into())
     }
 
-    /// A live frame of a watched stream, sent to every track showing that stream. Returns
-    /// whether a viewer wanted it (and so it was turned into Annex B and written).
+    /// A live frame of a watched stream, sent to every track showing that stream, and then
+    /// the sound held for it. Returns whether a viewer wanted it (and so it was turned into
+    /// Annex B and written).
     pub fn frame(&mut self, lf: LiveFrame, now: Instant, out: Out<'_>) -> bool {
+        let stream = lf.stream.clone();
+        if lf.after_gap {
+            // The sound of the session before goes before the new session's first picture.
+            self.release_audio(&stream, now, true, out);
+        }
+        if let Some(w) = self.watched.get_mut(&stream) {
+            w.video_reached_90k = Some(lf.frame.pts_90k);
+        }
+        let wanted = self.video_frame(lf, now, out);
+        self.release_audio(&stream, now, false, out);
+        wanted
+    }
+
+    fn video_frame(&mut self, lf: LiveFrame, now: Instant, out: Out<'_>) -> bool {
         let stream = &lf.stream;
         let mut viewers = std::mem::take(&mut self.viewers);
         viewers.clear();
@@ -469,8 +490,50 @@ impl Core {
     }
 
     /// A live audio frame of a watched stream, sent to every session whose first track shows
-    /// that stream and which takes its sound; returns how many it went to.
+    /// that stream and which takes its sound once the stream's pictures are within
+    /// [`limits::LIVE_AUDIO_LEAD_MAX_MS`] of it. Returns how many frames went to a session
+    /// now (this one, or ones held before it).
+    ///
+    /// A camera whose pictures come later than the sound of the same moment (a slow video
+    /// encoder: half a second is seen) would have the browser hear its sound that much early
+    /// at first: the browser puts the two in step by their sender reports, but moves a
+    /// track's delay by at most about 80 ms a second, so the gap takes half a minute to
+    /// close. Held here (once per stream, not per viewer) the sound reaches the browser with
+    /// its picture, in step from the start. At most [`limits::AUDIO_AHEAD_WAIT_MS`] and
+    /// [`limits::AUDIO_AHEAD_HOLD_FRAMES`] wait, their bytes charged to the tap's queue pool.
     pub fn audio(&mut self, la: LiveAudio, now: Instant, out: Out<'_>) -> usize {
+        let stream = la.stream.clone();
+        let Some(w) = self.watched.get_mut(&stream) else { return 0 };
+        w.held_audio.push_back((la, now));
+        self.release_audio(&stream, now, false, out)
+    }
+
+    /// Sends `stream`'s held sound that its pictures are near, that waited its longest, or
+    /// past the count ceiling; all of it when `all`. Returns how many frames went to a
+    /// session.
+    fn release_audio(&mut self, stream: &StreamKey, now: Instant, all: bool, out: Out<'_>) -> usize {
+        let lead_90k = limits::LIVE_AUDIO_LEAD_MAX_MS as i64 * 90;
+        let wait = Duration::from_millis(limits::AUDIO_AHEAD_WAIT_MS);
+        let mut sent = 0;
+        loop {
+            let Some(w) = self.watched.get_mut(stream) else { break };
+            let Some((front, came)) = w.held_audio.front() else { break };
+            let near = w.video_reached_90k.is_some_and(|v| front.frame.pts_90k <= v.saturating_add(lead_90k));
+            let waited = now.saturating_duration_since(*came) >= wait;
+            if !(all || near || waited || w.held_audio.len() > limits::AUDIO_AHEAD_HOLD_FRAMES) {
+                break;
+            }
+            let (la, _) = w.held_audio.pop_front().expect("front exists");
+            if self.audio_to_sessions(&la, now, out) > 0 {
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    /// Sends a live audio frame to every session whose first track shows its stream and
+    /// which takes its sound; returns how many it went to.
+    fn audio_to_sessions(&mut self, la: &LiveAudio, now: Instant, out: Out<'_>) -> usize {
         let mut sent = 0;
         for i in 0..self.sessions.len() {
             let s = &mut self.sessions[i];
@@ -809,6 +872,53 @@ mod tests {
         }
         assert!(sim.sound.len() > before + 40, "{} after the new session", sim.sound.len() - before);
         assert!(sim.sound.windows(2).all(|w| w[1].0 > w[0].0), "increasing RTP time");
+    }
+
+    #[test]
+    fn a_camera_whose_pictures_come_late_is_heard_with_them_and_reported_in_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let params = Arc::new(crate::media::audio::g711_params(crate::media::AudioCodec::Pcmu, 8_000, 1).unwrap());
+        // 20 ms of µ-law; its first two bytes say which it is.
+        let sound = |k: i64| {
+            let mut data = vec![0u8; 160];
+            data[..2].copy_from_slice(&(k as u16).to_le_bytes());
+            crate::media::AudioFrame {
+                pts_90k: k * 1_800,
+                duration_samples: 160,
+                data: data.into(),
+                params: params.clone(),
+            }
+        };
+        let which = |data: &[u8]| i64::from(u16::from_le_bytes([data[0], data[1]]));
+        let mut sim = Sim::connected_with(dir.path(), 1, Some(&sound(0)));
+        // The camera sends the sound of each moment 600 ms before its picture (its video
+        // encoder is slow). The viewer gets sound at most LIVE_AUDIO_LEAD_MAX_MS ahead of the
+        // newest picture: every frame of sound up to there, and none past it.
+        let lead_max_90k = limits::LIVE_AUDIO_LEAD_MAX_MS as i64 * 90;
+        let mut k = 1;
+        for n in 1..=90 {
+            while k * 1_800 < n * 6_000 + 54_000 {
+                sim.camera_audio(&sound(k));
+                k += 1;
+            }
+            sim.camera(n, n % 15 == 0);
+            let sent = sim.core.stats.audio_frames_sent.load(Ordering::Relaxed) as i64;
+            assert_eq!(sent, (n * 6_000 + lead_max_90k) / 1_800, "after the picture at {}", n * 6_000);
+            sim.run_for(Duration::from_millis(66));
+        }
+        // The sender reports of both tracks say the moment at 162,000 (frame 27, sound 90)
+        // was captured at one time, though its sound was written 600 ms before its picture.
+        let (v, a) = (sim.video_report.expect("a video report"), sim.sound_report.expect("a sound report"));
+        assert_eq!(sim.frames_on(0), 91, "the held keyframe, then every frame");
+        let rtp_27 = sim.frames[1].1 + 26 * 6_000;
+        let (sound_rtp, sound_k) = sim.sound.iter().map(|(rtp, d)| (*rtp, which(d))).find(|(_, k)| *k == 90).unwrap();
+        assert_eq!(sound_k, 90);
+        let captured = |report: &str0m::rtp::rtcp::SenderInfo, rtp: u64, rate: f64| {
+            let ntp = report.ntp_time.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+            ntp + (rtp as f64 - report.rtp_time.numer() as f64) / rate
+        };
+        let apart_ms = (captured(&v, rtp_27, 90_000.0) - captured(&a, sound_rtp, 8_000.0)) * 1e3;
+        assert!(apart_ms.abs() < 5.0, "picture and sound of one moment reported {apart_ms:.1} ms apart");
     }
 
     #[test]

@@ -270,8 +270,10 @@ impl Engine {
                 }
             }
             Input::Frame(Live::Audio(a)) => {
-                if core.audio(a, now, &mut out) > 0 {
-                    stats.record_audio(now.elapsed());
+                // Timed per sound frame that reached a viewer (held ones go with a later one).
+                let sent = core.audio(a, now, &mut out);
+                if sent > 0 {
+                    stats.record_audio(now.elapsed() / sent as u32);
                 }
             }
             Input::Event(e) => core.event(&e, now, &mut out),

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use str0m::bwe::Bitrate;
 use str0m::change::SdpOffer;
@@ -123,6 +123,58 @@ pub struct AudioOut {
     offset: Option<i64>,
     last_rtp: Option<i64>,
     pub frames_sent: u64,
+    /// The capture times the first track's pictures and the sound are written with.
+    clock: MediaClock,
+}
+
+/// Places a stream's frames in time by their own timestamps: the wall clock time the
+/// sender reports of the first track's pictures and of the sound are made from.
+///
+/// The browser puts picture and sound in step by those reports alone (RFC 3550 section
+/// 6.4.1): each pairs a track's RTP time with the moment it was captured. Written with the
+/// time each frame reached the engine, a report says a picture that came late was captured
+/// late; when the camera, the network or a starved box delays pictures more than sound, the
+/// browser then plays the sound that much ahead of its picture. Written with its place on
+/// the stream's timeline (on which the ingest puts the sound from the camera's own reports,
+/// see `ingest::avsync`) both tracks' reports agree whatever delayed them.
+///
+/// The timeline is pinned to the clock at the earliest a frame has come: a frame that would
+/// fall after now (one that came sooner than those before it) moves the pin to it, so no
+/// time written is in the future (str0m reports RTP time 0 from such a write). A frame later
+/// than its place by more than [`limits::WEBRTC_MEDIA_CLOCK_LAG_MAX_MS`] starts the timeline
+/// anew, as a new camera session does.
+#[derive(Debug, Default)]
+struct MediaClock {
+    /// A frame's time (90 kHz) and the moment it is placed at.
+    pin: Option<(i64, Instant)>,
+}
+
+impl MediaClock {
+    /// The moment of a frame at `pts_90k` reaching the engine at `now`.
+    fn place(&mut self, pts_90k: i64, now: Instant) -> Instant {
+        if let Some((base, at)) = self.pin {
+            let after_us = pts_90k.saturating_sub(base).saturating_mul(100) / 9;
+            let placed = if after_us >= 0 {
+                at.checked_add(Duration::from_micros(after_us.unsigned_abs()))
+            } else {
+                at.checked_sub(Duration::from_micros(after_us.unsigned_abs()))
+            };
+            let max_lag = Duration::from_millis(limits::WEBRTC_MEDIA_CLOCK_LAG_MAX_MS);
+            if let Some(placed) = placed
+                && placed <= now
+                && now.duration_since(placed) <= max_lag
+            {
+                return placed;
+            }
+        }
+        self.pin = Some((pts_90k, now));
+        now
+    }
+
+    /// A new timeline (a new camera session, or a recording).
+    fn restart(&mut self) {
+        self.pin = None;
+    }
 }
 
 /// A session's subscription to event notices, with the notices its channel has not taken
@@ -375,6 +427,7 @@ impl Session {
                 offset: None,
                 last_rtp: None,
                 frames_sent: 0,
+                clock: MediaClock::default(),
             })
         });
         let session = Session {
@@ -526,8 +579,14 @@ impl Session {
             track.offset_90k = Some(rtp.saturating_sub(pts_90k));
         }
         let (mid, pt) = (track.mid, track.pt);
+        // The first track's pictures are placed on the timeline the sound is (see
+        // `MediaClock`); a track without sound beside it is written as it comes.
+        let captured = match self.audio.as_mut() {
+            Some(out) if t == 0 => out.clock.place(pts_90k, now),
+            _ => now,
+        };
         let Some(writer) = self.rtc.writer(mid) else { return Ok(false) };
-        writer.write(pt, now, MediaTime::from_90khz(rtp as u64), annexb.clone())?;
+        writer.write(pt, captured, MediaTime::from_90khz(rtp as u64), annexb.clone())?;
         let track = &mut self.tracks[t];
         track.last_rtp_90k = rtp;
         track.need_key = false;
@@ -549,6 +608,7 @@ impl Session {
     pub fn rebase_audio(&mut self) {
         if let Some(out) = self.audio.as_mut() {
             out.offset = None;
+            out.clock.restart();
         }
     }
 
@@ -562,9 +622,8 @@ impl Session {
         if frame.params.codec != out.codec || frame.params.sample_rate != out.rate {
             return Ok(false);
         }
-        // Written now, as the pictures are: a camera sends a moment's sound with its picture
-        // (within tens of milliseconds), so the two tracks' reports put them in step.
-        let wallclock = now;
+        // Placed on the timeline its pictures are (see `MediaClock`).
+        let wallclock = out.clock.place(frame.pts_90k, now);
         let samples = (i128::from(frame.pts_90k) * i128::from(out.rate) / 90_000) as i64;
         let offset = *out.offset.get_or_insert(out.last_rtp.map_or(0, |l| l + 1).saturating_sub(samples));
         let rtp = samples.saturating_add(offset);
@@ -704,6 +763,35 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_are_placed_by_their_own_time_never_in_the_future_and_anew_past_the_lag_ceiling() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut clock = MediaClock::default();
+        // The first frame is pinned where it came; one 100 ms on the timeline that came
+        // 400 ms late (a starved box, a camera that fell behind) is placed at its own time.
+        assert_eq!(clock.place(9_000, ms(0)), ms(0));
+        assert_eq!(clock.place(18_000, ms(500)), ms(100));
+        // Sound of the same moment that came at once is placed with it.
+        assert_eq!(clock.place(18_000, ms(101)), ms(100));
+        // Earlier than its place (the first frame had come late): the pin moves to it.
+        assert_eq!(clock.place(45_000, ms(350)), ms(350));
+        assert_eq!(clock.place(54_000, ms(460)), ms(450));
+        // A keyframe burst sends older frames: placed in the past, where they were.
+        assert_eq!(clock.place(36_000, ms(470)), ms(250));
+        // Up to the ceiling a late frame keeps its place; past it the timeline starts anew.
+        let lag = limits::WEBRTC_MEDIA_CLOCK_LAG_MAX_MS;
+        assert_eq!(clock.place(63_000, ms(550 + lag)), ms(550));
+        assert_eq!(clock.place(72_000, ms(651 + lag)), ms(651 + lag));
+        assert_eq!(clock.place(81_000, ms(760 + lag)), ms(751 + lag));
+        // A new timeline: pinned where its first frame comes, whatever its time.
+        clock.restart();
+        assert_eq!(clock.place(5, ms(800 + lag)), ms(800 + lag));
+        // Camera timestamps are outside input: the far ends of the range do not overflow.
+        assert_eq!(clock.place(i64::MAX, ms(900 + lag)), ms(900 + lag));
+        assert_eq!(clock.place(i64::MIN, ms(901 + lag)), ms(901 + lag));
+    }
 
     #[test]
     fn every_line_of_an_answer_joins_one_media_stream() {

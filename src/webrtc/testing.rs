@@ -132,6 +132,10 @@ pub struct Sim {
     audio_mid: Option<str0m::media::Mid>,
     /// Sound the browser received: (RTP time in its clock, the frame's bytes).
     pub sound: Vec<(u64, Vec<u8>)>,
+    /// The newest sender report the browser had of the first track's pictures, and of the
+    /// sound.
+    pub video_report: Option<str0m::rtp::rtcp::SenderInfo>,
+    pub sound_report: Option<str0m::rtp::rtcp::SenderInfo>,
     pub connected: bool,
 }
 
@@ -176,6 +180,8 @@ impl Sim {
             mids,
             audio_mid,
             sound: Vec::new(),
+            video_report: None,
+            sound_report: None,
             connected: false,
         };
         let peer = IpAddr::from(BROWSER.0);
@@ -319,9 +325,15 @@ impl Sim {
             Event::Connected => self.connected = true,
             Event::ChannelOpen(..) => self.channel_open = true,
             Event::ChannelData(d) => self.messages.push(pb::ServerMessage::decode(&d.data[..]).expect("a message")),
-            Event::MediaData(m) if Some(m.mid) == self.audio_mid => self.sound.push((m.time.numer(), m.data.to_vec())),
+            Event::MediaData(m) if Some(m.mid) == self.audio_mid => {
+                self.sound_report = m.last_sender_info.or(self.sound_report);
+                self.sound.push((m.time.numer(), m.data.to_vec()));
+            }
             Event::MediaData(m) => {
                 let track = self.mids.iter().position(|x| *x == m.mid).expect("a track of the offer");
+                if track == 0 {
+                    self.video_report = m.last_sender_info.or(self.video_report);
+                }
                 self.frames.push((track, m.time.numer(), m.data.to_vec()));
             }
             _ => {}

@@ -922,6 +922,37 @@ mod tests {
     }
 
     #[test]
+    fn live_sound_far_ahead_waits_at_most_audio_ahead_wait_ms_and_audio_ahead_hold_frames() {
+        let dir = tempfile::tempdir().unwrap();
+        let params = Arc::new(crate::media::audio::g711_params(crate::media::AudioCodec::Pcmu, 8_000, 1).unwrap());
+        let sound = |k: i64| crate::media::AudioFrame {
+            pts_90k: 900_000 + k * 1_800,
+            duration_samples: 160,
+            data: vec![0u8; 160].into(),
+            params: params.clone(),
+        };
+        let sent = |sim: &Sim| sim.core.stats.audio_frames_sent.load(Ordering::Relaxed);
+        let mut sim = Sim::connected_with(dir.path(), 1, Some(&sound(0)));
+        sim.camera(1, false);
+        // Sound ten seconds ahead of the pictures, faster than a camera sends it: past the
+        // count ceiling the oldest goes.
+        let most = limits::AUDIO_AHEAD_HOLD_FRAMES as i64;
+        for k in 1..=most {
+            sim.camera_audio(&sound(k));
+        }
+        assert_eq!(sent(&sim), 0, "held");
+        sim.camera_audio(&sound(most + 1));
+        assert_eq!(sent(&sim), 1, "the oldest went past the ceiling");
+        // What waited its longest goes when the next comes; the next waits.
+        sim.run_for(Duration::from_millis(limits::AUDIO_AHEAD_WAIT_MS));
+        sim.camera_audio(&sound(most + 2));
+        assert_eq!(sent(&sim), 1 + most as u64);
+        // A picture near it lets it go.
+        sim.camera_frame(Frame { pts_90k: 900_000 + (most + 2) * 1_800, ..testing::live_frame(2, false) });
+        assert_eq!(sent(&sim), 2 + most as u64);
+    }
+
+    #[test]
     fn a_large_frame_is_paced_out_and_a_viewer_that_cannot_keep_up_skips_to_a_keyframe() {
         let dir = tempfile::tempdir().unwrap();
         let mut sim = Sim::connected(dir.path(), 1);

@@ -177,12 +177,13 @@ pub async fn run(clip: &Clip, sink: &mut Sink<'_>) -> Result<(), IngestError> {
                 }),
                 Sample::Audio { duration_samples, data } => {
                     let Some(params) = &clip.audio else { continue };
-                    sink.deliver_audio(AudioFrame {
+                    let frame = AudioFrame {
                         pts_90k,
                         duration_samples: *duration_samples,
                         data: data.clone(),
                         params: params.clone(),
-                    })
+                    };
+                    sink.deliver_audio(frame, sink.clocks.mono_us())
                 }
             }
         }

@@ -110,8 +110,9 @@ impl Sink<'_> {
         self.state.audio_dropped(why);
     }
 
-    /// Hands one audio frame on, unless it is over [`limits::AUDIO_FRAME_MAX_BYTES`].
-    fn deliver_audio(&mut self, frame: AudioFrame) {
+    /// Hands one audio frame, taken at `now_mono_us`, on, unless it is over
+    /// [`limits::AUDIO_FRAME_MAX_BYTES`].
+    fn deliver_audio(&mut self, frame: AudioFrame, now_mono_us: i64) {
         if frame.data.len() > limits::AUDIO_FRAME_MAX_BYTES {
             self.audio_dropped(format!("audio frame over AUDIO_FRAME_MAX_BYTES ({})", limits::AUDIO_FRAME_MAX_BYTES));
             return;
@@ -120,7 +121,6 @@ impl Sink<'_> {
         if let Some(live) = self.live {
             live.publish_audio(&frame);
         }
-        let now_mono_us = self.clocks.mono_us();
         if let Some(r) = self.recorder.as_deref_mut() {
             r.send_audio(frame, now_mono_us);
         }
@@ -346,8 +346,8 @@ mod tests {
             data: vec![0; len].into(),
             params: params.clone(),
         };
-        sink.deliver_audio(audio(limits::AUDIO_FRAME_MAX_BYTES));
-        sink.deliver_audio(audio(limits::AUDIO_FRAME_MAX_BYTES + 1));
+        sink.deliver_audio(audio(limits::AUDIO_FRAME_MAX_BYTES), 0);
+        sink.deliver_audio(audio(limits::AUDIO_FRAME_MAX_BYTES + 1), 0);
         assert_eq!(state.snapshot().audio_dropped, 1);
         assert_eq!(state.snapshot().audio_frames_received, 1);
         use std::sync::atomic::Ordering;

@@ -368,8 +368,10 @@ impl AudioIn {
 
     fn frame(&mut self, elapsed: i64, samples: u32, data: Bytes, sink: &mut Sink<'_>) {
         self.since_drop = self.since_drop.saturating_add(1);
-        let Some(pts_90k) = self.sync.audio_pts_90k(elapsed, sink.clocks.mono_us()) else { return };
-        sink.deliver_audio(AudioFrame { pts_90k, duration_samples: samples, data, params: self.params.clone() });
+        let now_mono_us = sink.clocks.mono_us();
+        let Some(pts_90k) = self.sync.audio_pts_90k(elapsed, now_mono_us) else { return };
+        let frame = AudioFrame { pts_90k, duration_samples: samples, data, params: self.params.clone() };
+        sink.deliver_audio(frame, now_mono_us);
     }
 
     fn drop(&mut self, sink: &mut Sink<'_>, why: String) {

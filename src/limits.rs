@@ -44,13 +44,15 @@ pub const AUDIO_SYNC_HOLD_FRAMES: usize = 16;
 /// How long an audio frame waits on the ingest's side of the recorder queue for the
 /// session's video to reach it (its bytes charged to the queue meanwhile). Cameras whose
 /// video encoder is slower than their sound's send the sound of a moment before its
-/// picture, by up to half a second or more; past this the frame goes on, and lands at its
-/// time in the track all the same, but a segment that ends meanwhile may end with it.
-pub const AUDIO_AHEAD_WAIT_MS: u64 = 1_000;
+/// picture, by up to half a second or more, and a loaded box can add as much again (a
+/// second was not enough for the test camera's 600 ms under the test suite's load); past
+/// this the frame goes on, and lands at its time in the track all the same, but a segment
+/// that ends meanwhile may end with it.
+pub const AUDIO_AHEAD_WAIT_MS: u64 = 2_000;
 
-/// Audio frames held at once for video: a second of AAC at 48 kHz (47 frames) or of 20 ms
-/// packets (50), with room. Past it the oldest goes on.
-pub const AUDIO_AHEAD_HOLD_FRAMES: usize = 64;
+/// Audio frames held at once for video: two seconds of AAC at 48 kHz (94 frames) or of
+/// 20 ms packets (100), with room. Past it the oldest goes on.
+pub const AUDIO_AHEAD_HOLD_FRAMES: usize = 128;
 
 /// How far a live stream's sound may be ahead of its newest picture when it is sent to
 /// viewers; sound further ahead waits in the live engine (once per stream, at most

@@ -206,7 +206,8 @@ pub async fn supervise(mut input: StreamInput, mut shutdown: watch::Receiver<boo
             match (&input.source, &clip) {
                 (Source::Rtsp { url, transport }, _) => {
                     let credentials = input.credentials.as_ref().map(|(u, p)| (u.as_str(), p.as_str()));
-                    let target = rtsp::Target { url, transport: *transport, credentials, group: &group };
+                    let target =
+                        rtsp::Target { url, transport: *transport, credentials, group: &group, key: &input.key };
                     rtsp::run(&target, &mut sink).await
                 }
                 (_, Some(Ok(clip))) => file::run(clip, &mut sink).await,

@@ -20,10 +20,11 @@ use retina::codec::{CodecItem, Depacketizer, FrameFormat, ParametersRef, VideoPa
 use retina::rtp::{PacketMeta, ReceivedPacket};
 use retina::testutil::DepacketizeBuf;
 use tokio::time::{Instant, timeout};
-use tracing::warn;
+use tracing::{info, warn};
 
-use super::avsync::{AvSync, Report};
+use super::avsync::{AvSync, Moved, Report};
 use super::{IngestError, Sink};
+use crate::base::StreamKey;
 use crate::config::Transport;
 use crate::limits;
 use crate::media::{AudioCodec, AudioFrame, AudioParams, Codec, Frame, VideoParams, audio};
@@ -34,6 +35,8 @@ pub struct Target<'a> {
     pub transport: Transport,
     pub credentials: Option<(&'a str, &'a str)>,
     pub group: &'a Arc<SessionGroup>,
+    /// The stream it feeds, to name in what the session logs.
+    pub key: &'a StreamKey,
 }
 
 fn ms(v: u64) -> Duration {
@@ -84,7 +87,7 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
                 None
             }
             Ok(Ok(_)) => match AudioIn::new(&session.streams()[i], i, &sdp) {
-                Ok(a) => Some(a),
+                Ok(a) => Some(AudioIn { key: target.key.to_string(), ..a }),
                 Err(why) => {
                     sink.audio_unusable(why);
                     None
@@ -199,6 +202,8 @@ fn codec_of_encoding(encoding_name: &str) -> Option<AudioCodec> {
 /// A session's audio stream, while it is recorded: its parameters, how its packets become
 /// frames, and where its frames fall on the video's timeline.
 struct AudioIn {
+    /// The stream's name in the log.
+    key: String,
     stream_i: usize,
     payload_type: u8,
     params: Arc<AudioParams>,
@@ -264,6 +269,7 @@ impl AudioIn {
             }
         };
         Ok(AudioIn {
+            key: String::new(),
             stream_i,
             payload_type,
             sync: AvSync::new(params.sample_rate),
@@ -280,11 +286,28 @@ impl AudioIn {
         let Some(Ok(Some(sr))) = r.pkts().next().map(|p| p.as_sender_report()) else { return };
         let rate = i64::from(ts.clock_rate().get());
         let report = |rtp_elapsed| Report { rtp_elapsed, ntp: sr.ntp_timestamp().0 };
-        if r.stream_id() == video_i {
+        let moved = if r.stream_id() == video_i {
             let elapsed = if rate == 90_000 { ts.elapsed() } else { ts.elapsed().saturating_mul(90_000) / rate };
-            self.sync.video_report(report(elapsed));
+            self.sync.video_report(report(elapsed))
         } else if r.stream_id() == self.stream_i {
-            self.sync.audio_report(report(ts.elapsed()));
+            self.sync.audio_report(report(ts.elapsed()))
+        } else {
+            None
+        };
+        // Said once per session, and then only when the camera's reports jump: what a
+        // sound out of step in a recording is traced back to.
+        match moved {
+            Some(Moved::FromArrival { by_90k }) => {
+                info!(
+                    stream = self.key,
+                    "sound placed by the camera's sender reports, {} ms from its arrival",
+                    by_90k / 90
+                )
+            }
+            Some(Moved::ByReports { by_90k }) if by_90k.abs() >= SOUND_JUMP_LOGGED_90K => {
+                warn!(stream = self.key, "the camera's sender reports moved its sound {} ms", by_90k / 90)
+            }
+            _ => {}
         }
     }
 
@@ -376,7 +399,7 @@ impl AudioIn {
 
     fn drop(&mut self, sink: &mut Sink<'_>, why: String) {
         if self.since_drop > 0 {
-            warn!(stream = self.stream_i, "audio dropped: {why}");
+            warn!(stream = self.key, "audio dropped: {why}");
         }
         self.since_drop = 0;
         sink.audio_dropped(why);
@@ -520,6 +543,10 @@ impl Assembler {
         }
     }
 }
+
+/// A move of the sound by the camera's sender reports worth a warning: over a frame of
+/// video at 20 fps, which a viewer sees as out of step.
+const SOUND_JUMP_LOGGED_90K: i64 = 4_500;
 
 /// What a frame being put together starts with: one large RTP packet, or its ceiling if less.
 const FIRST_BUF_BYTES: usize = 64 << 10;

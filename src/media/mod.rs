@@ -92,22 +92,52 @@ pub struct AudioFrame {
 }
 
 impl AudioFrame {
-    /// Keeps what of the frame starts before `end_90k`; false when nothing does. G.711
-    /// splits anywhere, so it keeps its samples before `end_90k`; a frame of another codec
-    /// is whole or nothing.
-    pub fn keep_before(&mut self, end_90k: i64) -> bool {
-        if self.pts_90k >= end_90k {
-            return false;
+    /// Splits the frame at `t_90k`: what of it starts before stays, what starts from there on
+    /// is returned. G.711 splits anywhere, between samples; a frame of another codec goes
+    /// whole to the side its start is on. `self` is left with no samples when all of it went.
+    pub fn split_at(&mut self, t_90k: i64) -> Option<AudioFrame> {
+        if self.pts_90k >= t_90k {
+            let data = std::mem::take(&mut self.data);
+            return Some(AudioFrame {
+                data,
+                duration_samples: std::mem::take(&mut self.duration_samples),
+                ..self.clone()
+            });
         }
-        let g711 = matches!(self.params.codec, AudioCodec::Pcmu | AudioCodec::Pcma);
-        let n = self.duration_samples as usize;
-        if !g711 || n == 0 || !self.data.len().is_multiple_of(n) {
-            return true;
+        let n = self.duration_samples;
+        let by_sample = matches!(self.params.codec, AudioCodec::Pcmu | AudioCodec::Pcma)
+            && n > 0
+            && self.data.len().is_multiple_of(n as usize);
+        let keep =
+            if by_sample { audio::samples_before(self.pts_90k, self.params.sample_rate, t_90k).min(n) } else { n };
+        if keep == n {
+            return None;
         }
-        let keep = audio::samples_before(self.pts_90k, self.params.sample_rate, end_90k).min(self.duration_samples);
-        self.data.truncate(self.data.len() / n * keep as usize);
+        let at = self.data.len() / n as usize * keep as usize;
+        let tail = AudioFrame {
+            pts_90k: self.pts_90k + i64::from(keep) * 90_000 / i64::from(self.params.sample_rate.max(1)),
+            duration_samples: n - keep,
+            data: self.data.split_off(at),
+            params: self.params.clone(),
+        };
         self.duration_samples = keep;
-        true
+        Some(tail)
+    }
+
+    /// Splits `frames` at `t_90k` (see [`AudioFrame::split_at`]): what starts from there on
+    /// is returned, in order, and `frames` keeps what starts before.
+    pub fn split_all_at(frames: &mut Vec<AudioFrame>, t_90k: i64) -> Vec<AudioFrame> {
+        let mut tail = Vec::new();
+        frames.retain_mut(|f| match f.split_at(t_90k) {
+            Some(rest) => {
+                // A frame split keeps its first sample at least: what went starts later.
+                let all_went = rest.pts_90k == f.pts_90k;
+                tail.push(rest);
+                !all_went
+            }
+            None => true,
+        });
+        tail
     }
 }
 
@@ -151,5 +181,40 @@ impl Frame {
             }),
             audio: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn g711_splits_between_samples_and_other_sound_whole_on_its_start_side() {
+        let pcmu = Arc::new(audio::g711_params(AudioCodec::Pcmu, 8_000, 1).unwrap());
+        let frame = |pts_90k: i64, params: &Arc<AudioParams>| AudioFrame {
+            pts_90k,
+            duration_samples: 160,
+            data: Bytes::from((0..160).map(|i| i as u8).collect::<Vec<u8>>()),
+            params: params.clone(),
+        };
+        // 20 ms from 0, split at 10 ms: 80 samples each side, the bytes with them.
+        let mut f = frame(0, &pcmu);
+        let tail = f.split_at(900).expect("a tail");
+        assert_eq!((f.duration_samples, f.data.len(), f.data[79]), (80, 80, 79));
+        assert_eq!((tail.pts_90k, tail.duration_samples, tail.data[0]), (900, 80, 80));
+        // Wholly before, wholly after.
+        assert!(frame(0, &pcmu).split_at(1_800).is_none());
+        let mut f = frame(1_800, &pcmu);
+        assert_eq!(f.split_at(1_800).map(|t| (t.pts_90k, t.duration_samples)), Some((1_800, 160)));
+        assert_eq!(f.duration_samples, 0);
+        // Opus goes whole to the side of its start.
+        let opus = Arc::new(audio::opus_params(1, 0).unwrap());
+        assert!(frame(0, &opus).split_at(900).is_none());
+        // A list: the frames before stay, in order, and the tail comes out in order.
+        let mut frames = vec![frame(0, &pcmu), frame(1_800, &pcmu), frame(3_600, &pcmu)];
+        let tail = AudioFrame::split_all_at(&mut frames, 2_700);
+        let at = |v: &[AudioFrame]| v.iter().map(|f| (f.pts_90k, f.duration_samples)).collect::<Vec<_>>();
+        assert_eq!(at(&frames), [(0, 160), (1_800, 80)]);
+        assert_eq!(at(&tail), [(2_700, 80), (3_600, 160)]);
     }
 }

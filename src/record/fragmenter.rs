@@ -114,6 +114,54 @@ struct Segment {
     audio_next_decode: Option<u64>,
 }
 
+impl Segment {
+    /// Places a fragment's audio frames on the segment's audio timeline, which runs on
+    /// contiguously from the segment's first audio frame, and returns the first one's decode
+    /// time and the frames kept. Where the camera's clock puts a frame decides when the two
+    /// part by more than half a frame:
+    ///
+    /// - **Later** (audio lost on the way, or the camera's reports moved the audio later
+    ///   than its arrival had put it): the fragment's first frame starts there, leaving a
+    ///   gap that must not pull later audio early. (A track run has no gaps: within a
+    ///   fragment the audio stays contiguous until the next.)
+    /// - **Earlier** (the reports moved the audio earlier): what it would overlap is
+    ///   written, so the frame is dropped (G.711 only its samples before where the audio
+    ///   has reached), and counted in `dropped`. Kept on, the rest of the segment's sound
+    ///   would stay that much late.
+    fn place_audio(&mut self, frames: Vec<AudioFrame>, dropped: &mut u64) -> (u64, Vec<AudioFrame>) {
+        let Some(rate) = self.audio.as_ref().map(|a| u64::from(a.sample_rate.max(1))) else {
+            return (self.audio_next_decode.unwrap_or(0), frames);
+        };
+        let start_90k = self.start_pts_90k;
+        let by_clock = |f: &AudioFrame| (f.pts_90k - start_90k).max(0) as u64 * rate / 90_000;
+        let mut kept: Vec<AudioFrame> = Vec::with_capacity(frames.len());
+        for mut f in frames {
+            let at = by_clock(&f);
+            let half = u64::from(f.duration_samples / 2);
+            let next = *self.audio_next_decode.get_or_insert(at);
+            if at + half < next {
+                let reached_90k = start_90k + (next * 90_000).div_ceil(rate) as i64;
+                match f.split_at(reached_90k) {
+                    // G.711: its samples from there on go on.
+                    Some(rest) => f = rest,
+                    None => {
+                        *dropped += 1;
+                        continue;
+                    }
+                }
+            }
+            if kept.is_empty() && at > next + half {
+                self.audio_next_decode = Some(at);
+            }
+            *self.audio_next_decode.as_mut().expect("set above") += u64::from(f.duration_samples);
+            kept.push(f);
+        }
+        let first =
+            self.audio_next_decode.unwrap_or(0) - kept.iter().map(|f| u64::from(f.duration_samples)).sum::<u64>();
+        (first, kept)
+    }
+}
+
 /// What a fragment's header needs of one of its video frames.
 #[derive(Clone, Copy, Debug)]
 struct PendingFrame {
@@ -273,6 +321,14 @@ impl Fragmenter {
         let params_changed =
             self.segment.as_ref().is_some_and(|s| !Arc::ptr_eq(&s.params, &frame.params) && *s.params != *frame.params);
         let asked = std::mem::take(&mut self.cut_asked);
+        let closes_segment = self.closes_segment(&frame, params_changed);
+        // Sound of this keyframe's moment on that came before it (a camera whose pictures lag
+        // its sound by more than the queue waits for them) belongs to the next segment, at
+        // its place there, not at the end of this one.
+        let carried = match closes_segment {
+            true => self.take_audio_from(frame.pts_90k),
+            false => Vec::new(),
+        };
         if let Some(first) = self.pending.first() {
             let gop_ends = frame.is_key || params_changed;
             let full = frame.pts_90k - first.pts_90k >= limits::FRAGMENT_MAX_DURATION_90K
@@ -292,22 +348,9 @@ impl Fragmenter {
             self.skipped.before_keyframe += 1;
             return;
         }
-        if frame.is_key
-            && let Some(seg) = &self.segment
-        {
-            let too_long = frame.pts_90k - seg.start_pts_90k >= self.bounds.max_duration_90k;
-            // The session's audio changed (its codec, or it came or went): a segment has one
-            // audio track, so the next keyframe starts a segment with the new one. Audio
-            // until then has no track to go in (counted in `skipped.audio`).
-            let audio_changed = match (&seg.audio, &frame.audio) {
-                (None, None) => false,
-                (Some(a), Some(b)) => !Arc::ptr_eq(a, b) && **a != **b,
-                _ => true,
-            };
-            if too_long || seg.bytes >= self.bounds.max_bytes || params_changed || audio_changed {
-                self.segment = None;
-                out.push(Event::EndSegment);
-            }
+        if closes_segment {
+            self.segment = None;
+            out.push(Event::EndSegment);
         }
         if self.segment.is_none() {
             let clock = self.clock.as_mut().expect("a run is open");
@@ -343,6 +386,41 @@ impl Fragmenter {
             is_key: frame.is_key,
         });
         out.push(Event::FrameData(frame));
+        for a in carried {
+            self.push_audio(a);
+        }
+    }
+
+    /// Whether `frame` closes the open segment: a keyframe past its duration or size bound,
+    /// or with new parameters. The size counts the fragment `frame` ends as it will be
+    /// written.
+    fn closes_segment(&self, frame: &Frame, params_changed: bool) -> bool {
+        let Some(seg) = self.segment.as_ref().filter(|_| frame.is_key) else { return false };
+        let too_long = frame.pts_90k - seg.start_pts_90k >= self.bounds.max_duration_90k;
+        let pending_bytes = match self.pending.is_empty() {
+            true => 0,
+            false => {
+                let header = fmp4::fragment_header_bytes(self.capacity.0, seg.audio.as_ref().map(|_| self.capacity.1));
+                (self.pending_bytes + self.pending_audio_bytes + header + 8) as u64
+            }
+        };
+        // The session's audio changed (its codec, or it came or went): a segment has one
+        // audio track, so the next keyframe starts a segment with the new one. Audio until
+        // then has no track to go in (counted in `skipped.audio`).
+        let audio_changed = match (&seg.audio, &frame.audio) {
+            (None, None) => false,
+            (Some(a), Some(b)) => !Arc::ptr_eq(a, b) && **a != **b,
+            _ => true,
+        };
+        too_long || seg.bytes + pending_bytes >= self.bounds.max_bytes || params_changed || audio_changed
+    }
+
+    /// Takes out of the fragment being gathered the audio from `t_90k` on (G.711 split at
+    /// the sample).
+    fn take_audio_from(&mut self, t_90k: i64) -> Vec<AudioFrame> {
+        let tail = AudioFrame::split_all_at(&mut self.pending_audio, t_90k);
+        self.pending_audio_bytes = self.pending_audio.iter().map(|a| a.data.len()).sum();
+        tail
     }
 
     /// Starts a fragment at `first`, with room in its header for about as many samples as
@@ -402,10 +480,7 @@ impl Fragmenter {
             let end_mono = last.received_mono_us + clock::ticks_90k_to_us(self.last_duration_90k);
             // Sound after the run's last picture has no picture to go with (a camera that
             // sends its sound ahead of its pictures, then went): the run's sound ends with it.
-            let before = self.pending_audio.len();
-            self.pending_audio.retain_mut(|a| a.keep_before(end_pts));
-            self.skipped.audio += (before - self.pending_audio.len()) as u64;
-            self.pending_audio_bytes = self.pending_audio.iter().map(|a| a.data.len()).sum();
+            self.skipped.audio += self.take_audio_from(end_pts).len() as u64;
             self.emit_fragment(end_pts, end_mono, out);
         }
         if self.segment.take().is_some() {
@@ -423,27 +498,11 @@ impl Fragmenter {
         let (Some(seg), Some(clock)) = (self.segment.as_mut(), self.clock.as_mut()) else {
             return;
         };
-        let audio_base_decode = match (&seg.audio, audio_frames.first()) {
-            (Some(params), Some(first)) => {
-                // Where the camera's clock puts this audio; lost audio frames (UDP, a full
-                // queue) leave a gap that must not pull later audio early.
-                let offset_90k = (first.pts_90k - seg.start_pts_90k).max(0) as u64;
-                let by_clock = offset_90k * u64::from(params.sample_rate) / 90_000;
-                let next = seg.audio_next_decode.get_or_insert(by_clock);
-                if by_clock > *next + u64::from(first.duration_samples / 2) {
-                    *next = by_clock;
-                }
-                *next
-            }
-            _ => seg.audio_next_decode.unwrap_or(0),
-        };
+        let (audio_base_decode, audio_frames) = seg.place_audio(audio_frames, &mut self.skipped.audio);
         let audio_samples: Vec<SampleEntry> = audio_frames
             .iter()
             .map(|a| SampleEntry { duration: a.duration_samples, size_bytes: a.data.len() as u32, is_key: true })
             .collect();
-        if let Some(next) = seg.audio_next_decode.as_mut() {
-            *next += audio_samples.iter().map(|s| u64::from(s.duration)).sum::<u64>();
-        }
         let mut samples = Vec::with_capacity(frames.len());
         for (i, f) in frames.iter().enumerate() {
             let next_pts = frames.get(i + 1).map_or(end_pts_90k, |n| n.pts_90k);
@@ -803,18 +862,59 @@ mod tests {
             data: Bytes::from(vec![0xffu8; samples as usize]),
             params: g711.clone(),
         };
-        // 100 ms gathered from 10,000 (to 19,000 exactly), then 100 ms from 19,000 - 900:
-        // its first 80 samples start before the end. Then a sample wholly after it.
-        fr.push_audio(pcmu(10_000, 800));
-        fr.push_audio(pcmu(18_100, 800));
-        fr.push_audio(pcmu(19_000, 160));
+        // 50 ms gathered from 10,000 (to 14,500), then 100 ms from there: its first 400
+        // samples start before the end. Then a packet wholly after it.
+        fr.push_audio(pcmu(10_000, 400));
+        fr.push_audio(pcmu(14_500, 800));
+        fr.push_audio(pcmu(23_500, 160));
         fr.finish(&mut out);
         let frags = fragments(&out);
         let last = frags.last().unwrap();
         let durations: Vec<u32> = last.audio_samples.iter().map(|s| s.duration).collect();
-        assert_eq!(durations, [800, 80]);
-        assert_eq!(last.audio_frames[1].data.len(), 80);
-        assert_eq!(fr.skipped().audio, 1, "the sound after the run's end is counted");
+        assert_eq!(durations, [400, 400]);
+        assert_eq!(last.audio_frames[1].data.len(), 400);
+        assert_eq!(fr.skipped().audio, 2, "the sound after the run's end is counted: a frame's end, a whole one");
+    }
+
+    #[test]
+    fn sound_that_came_before_the_keyframe_that_ends_a_segment_goes_into_the_next_at_its_place() {
+        // G.711 in 20 ms packets, each given to the fragmenter 333 ms before the picture of
+        // its moment (a camera whose pictures lag more than the queue waits for them). The
+        // segment closes at frame 150 (10 s): each segment's sound spans just its pictures.
+        let p = params(640);
+        let g711 = Arc::new(crate::media::audio::g711_params(crate::media::AudioCodec::Pcmu, 8_000, 1).unwrap());
+        let mut fr = Fragmenter::new(bounds(), true);
+        let mut out = Vec::new();
+        let mut audio_pts = 1000;
+        for i in 0..200 {
+            let mut f = frame(i, 15, &p);
+            f.audio = Some(g711.clone());
+            let pts = f.pts_90k;
+            fr.push(f, &mut out);
+            while audio_pts < pts + 30_000 {
+                let data = Bytes::from(vec![0xffu8; 160]);
+                fr.push_audio(AudioFrame { pts_90k: audio_pts, duration_samples: 160, data, params: g711.clone() });
+                audio_pts += 1_800;
+            }
+        }
+        let (mut segments, mut audio) = (Vec::new(), None);
+        for e in &out {
+            match e {
+                Event::StartSegment { .. } => audio = Some((None, 0u64)),
+                Event::Fragment(f) if !f.audio_samples.is_empty() => {
+                    let (first, samples) = audio.as_mut().expect("in a segment");
+                    first.get_or_insert(f.audio_base_decode);
+                    *samples = f.audio_base_decode + f.audio_samples.iter().map(|s| u64::from(s.duration)).sum::<u64>();
+                }
+                Event::EndSegment => segments.extend(audio.take()),
+                _ => {}
+            }
+        }
+        // The first segment: 150 pictures, 10 s, 80,000 samples; the second from its start.
+        assert_eq!(segments, [(Some(0), 80_000)], "{:?}", fr.skipped());
+        let second = audio.expect("the second segment is open");
+        assert_eq!(second.0, Some(0), "the second segment's sound starts with its first picture");
+        assert_eq!(fr.skipped().audio, 0, "nothing dropped");
     }
 
     #[test]
@@ -887,7 +987,8 @@ mod tests {
             while audio_pts < pts + step {
                 fr.push_audio(AudioFrame {
                     pts_90k: audio_pts,
-                    duration_samples: 1024,
+                    // As long as the step to the next (48 kHz), as a camera's frames are.
+                    duration_samples: (audio_step * 48_000 / 90_000) as u32,
                     data: Bytes::from(vec![1u8; audio_bytes]),
                     params: a.clone(),
                 });
@@ -994,5 +1095,41 @@ mod tests {
         let frags = fragments(&out);
         // Frame 30's audio was sent at 2 s: the third fragment's audio starts there.
         assert_eq!(frags[2].audio_base_decode, 2 * 48_000);
+    }
+
+    #[test]
+    fn audio_moved_earlier_drops_what_it_would_overlap_and_stays_in_step() {
+        // G.711 in 20 ms packets, contiguous; after 2 s the camera's reports move the sound
+        // 333 ms earlier than its arrival had put it (its times step back by 30,000).
+        let p = params(640);
+        let g711 = Arc::new(crate::media::audio::g711_params(crate::media::AudioCodec::Pcmu, 8_000, 1).unwrap());
+        let mut fr = Fragmenter::new(bounds(), true);
+        let mut out = Vec::new();
+        let (mut sent, mut last_pts) = (0i64, 0);
+        for i in 0..90 {
+            let mut f = frame(i, 15, &p);
+            f.audio = Some(g711.clone());
+            let pts = f.pts_90k;
+            fr.push(f, &mut out);
+            while 1000 + sent * 1_800 < pts + 6000 {
+                let moved = if sent >= 100 { 30_000 } else { 0 };
+                last_pts = 1000 + sent * 1_800 - moved;
+                let data = Bytes::from(vec![0xffu8; 160]);
+                fr.push_audio(AudioFrame { pts_90k: last_pts, duration_samples: 160, data, params: g711.clone() });
+                sent += 1;
+            }
+        }
+        fr.finish(&mut out);
+        let frags = fragments(&out);
+        let last = frags.last().unwrap();
+        let end = last.audio_base_decode + last.audio_samples.iter().map(|s| u64::from(s.duration)).sum::<u64>();
+        // The last packet is where its time says: 160 samples after its start.
+        let at = (last_pts - 1000) as u64 * 8_000 / 90_000;
+        assert_eq!(end, at + 160, "the sound after the move is at its place");
+        // 333 ms is 16 packets and 107 samples: 16 dropped, the next cut to its last 53.
+        assert_eq!(fr.skipped().audio, 16);
+        let cut: Vec<u32> =
+            frags.iter().flat_map(|f| &f.audio_samples).map(|s| s.duration).filter(|d| *d != 160).collect();
+        assert_eq!(cut, [53], "one packet cut to the sample");
     }
 }

@@ -46,6 +46,7 @@ fn aac_g711_and_opus_are_recorded_with_the_video_and_the_tone_on_its_frame() {
     }
     std::thread::sleep(Duration::from_secs(23));
     d.stop();
+    std::fs::copy(&d.log, dir.path().join("run.log")).unwrap();
 
     let recs = d.recordings();
     for (name, _, codec, ffprobe_codec, frame_s, lead_s) in KINDS {
@@ -150,16 +151,43 @@ fn assert_tracks_agree(path: &Path, frame_s: f64, late_start_s: f64, last: bool)
     // ffprobe gives FLAC packets in MP4 no duration: the last one's is its decoded samples.
     let a_end = if audio.last().unwrap().duration_s > 0.0 { a_end } else { last_audio_frame_end_s(path) };
     let v_end = video.last().map(|p| p.pts_s + p.duration_s).unwrap();
-    let slack = frame_s + 1e-3;
+    // A frame, and 5 ms: the test camera's Opus encoder, starved on a loaded machine, may
+    // step its timestamps by a few ms, and the recording follows the camera's clock.
+    let slack = frame_s + 5e-3;
     let end_slack = if last { slack + 1.0 / 15.0 } else { slack };
     let starts_in_step = (a0 - v0).abs() <= slack || (a0 >= v0 && a0 - v0 <= late_start_s + slack);
-    assert!(
-        starts_in_step && (a_end - v_end).abs() <= end_slack,
-        "{}: audio {a0:.4}..{a_end:.4} s, video {v0:.4}..{v_end:.4} s (one audio frame is {frame_s:.4} s)",
-        path.display()
-    );
+    if !(starts_in_step && (a_end - v_end).abs() <= end_slack) {
+        fail(
+            path,
+            &format!("audio {a0:.4}..{a_end:.4} s, video {v0:.4}..{v_end:.4} s (one audio frame is {frame_s:.4} s)"),
+        );
+    }
     let start_apart = if late_start_s > 0.0 { 0.0 } else { (a0 - v0).abs() };
     if last { start_apart } else { start_apart.max((a_end - v_end).abs()) }
+}
+
+/// Fails the test on `path`: keeps the file and the daemon's logs (the test's directory's
+/// `*.log`) for whoever reads the failure, and prints what the logs say of sound.
+fn fail(path: &Path, why: &str) -> ! {
+    let dir = path.ancestors().find(|d| d.join("keeppeek.toml").exists()).unwrap_or(Path::new("."));
+    let kept = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("failed-{}", wall_us()));
+    let _ = std::fs::create_dir_all(&kept);
+    // The whole recording (the test's cameras' few MB), for the segments around `path`.
+    let _ = Command::new("cp").arg("-a").arg(dir).arg(kept.join("dir")).status();
+    let _ = std::fs::copy(path, kept.join(path.file_name().unwrap()));
+    let mut said = String::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.path().extension().is_some_and(|e| e == "log") {
+            let _ = std::fs::copy(entry.path(), kept.join(entry.file_name()));
+            let log = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            said += &format!("--- {}:\n", entry.file_name().to_string_lossy());
+            for line in log.lines().filter(|l| l.contains("sound") || l.contains("audio") || l.contains("segment")) {
+                said += line;
+                said.push('\n');
+            }
+        }
+    }
+    panic!("{}: {why}\nkept in {}\n{said}", path.display(), kept.display());
 }
 
 /// Where the file's last decoded audio frame ends, s.
@@ -208,11 +236,21 @@ fn assert_bursts_on_frame_75(path: &Path) -> (usize, f64) {
             continue;
         }
         let nearest = marked.iter().map(|m| (m - onset).abs()).fold(f64::INFINITY, f64::min);
-        assert!(
-            nearest <= 0.100,
-            "{}: a tone burst at {onset:.3} s, the nearest frame 75 {nearest:.3} s away (frames 75 at {marked:?})",
-            path.display()
-        );
+        if nearest > 0.100 {
+            // What is around it, and the file itself, for whoever reads the failure.
+            let near = |p: &&Packet| (p.pts_s - onset).abs() < 0.3;
+            let audio: Vec<_> =
+                ffprobe_stream_packets(path, "a:0").iter().filter(near).map(|p| (p.pts_s, p.duration_s)).collect();
+            let video: Vec<_> =
+                video.iter().zip(&numbers).filter(|(p, _)| near(p)).map(|(p, n)| (p.pts_s, *n)).collect();
+            fail(
+                path,
+                &format!(
+                    "a tone burst at {onset:.3} s, the nearest frame 75 {nearest:.3} s away (frames 75 at {marked:?}); \
+                     audio packets near (pts, duration) {audio:?}; video near (pts, frame) {video:?}"
+                ),
+            );
+        }
         bursts += 1;
         worst = worst.max(nearest);
     }
@@ -235,13 +273,14 @@ fn exports_over_two_runs_carry_the_sound_at_its_place_and_g711_as_flac() {
     write_config(dir.path(), &config);
     let from_s = wall_us() as f64 / 1e6;
     // Two runs of 12 s: each holds a tone burst.
-    for _run in 0..2 {
+    for run in 0..2 {
         let mut d = Daemon::start(dir.path());
         for (name, ..) in kinds {
             d.wait_log(&format!("recording to recordings/{name}/main"), 1, Duration::from_secs(20));
         }
         std::thread::sleep(Duration::from_secs(12));
         d.stop();
+        std::fs::copy(&d.log, dir.path().join(format!("run{run}.log"))).unwrap();
     }
     let to_s = wall_us() as f64 / 1e6;
     let d = Daemon::start_stopped(dir.path());

@@ -115,7 +115,7 @@ impl AudioFrame {
         }
         let at = self.data.len() / n as usize * keep as usize;
         let tail = AudioFrame {
-            pts_90k: self.pts_90k + i64::from(keep) * 90_000 / i64::from(self.params.sample_rate.max(1)),
+            pts_90k: self.pts_90k.saturating_add(i64::from(keep) * 90_000 / i64::from(self.params.sample_rate.max(1))),
             duration_samples: n - keep,
             data: self.data.split_off(at),
             params: self.params.clone(),

@@ -133,14 +133,16 @@ impl Segment {
             return (self.audio_next_decode.unwrap_or(0), frames);
         };
         let start_90k = self.start_pts_90k;
-        let by_clock = |f: &AudioFrame| (f.pts_90k - start_90k).max(0) as u64 * rate / 90_000;
+        // Saturating: the times are the camera's, whatever it sent.
+        let by_clock =
+            |f: &AudioFrame| (f.pts_90k.saturating_sub(start_90k).max(0) as u64).saturating_mul(rate) / 90_000;
         let mut kept: Vec<AudioFrame> = Vec::with_capacity(frames.len());
         for mut f in frames {
             let at = by_clock(&f);
             let half = u64::from(f.duration_samples / 2);
             let next = *self.audio_next_decode.get_or_insert(at);
             if at + half < next {
-                let reached_90k = start_90k + (next * 90_000).div_ceil(rate) as i64;
+                let reached_90k = start_90k.saturating_add(next.saturating_mul(90_000).div_ceil(rate) as i64);
                 match f.split_at(reached_90k) {
                     // G.711: its samples from there on go on.
                     Some(rest) => f = rest,
@@ -457,8 +459,9 @@ impl Fragmenter {
             |s: &Segment| s.audio.as_ref().is_some_and(|a| Arc::ptr_eq(a, &frame.params) || **a == *frame.params);
         // Sound of a moment before the segment began (the previous segment's, come late)
         // would sit at the segment's start, ahead of its time: it is dropped.
-        let ends_90k =
-            frame.pts_90k + i64::from(frame.duration_samples) * 90_000 / i64::from(frame.params.sample_rate.max(1));
+        let ends_90k = frame
+            .pts_90k
+            .saturating_add(i64::from(frame.duration_samples) * 90_000 / i64::from(frame.params.sample_rate.max(1)));
         let fits = self.segment.as_ref().is_some_and(|s| same_params(s) && ends_90k > s.start_pts_90k)
             && !self.pending.is_empty()
             && self.pending_audio.len() < self.capacity.1

@@ -11,7 +11,11 @@
 //! a second: the most frames of any codec cameras send; ffmpeg, which cannot put G.711 in MP4,
 //! turns it into AAC as NVRs built on it do), and the table "what sound costs"
 //! sets KeepPeek with sound beside the same clip without (issue 20's goal: at most 10 % more
-//! CPU). Reports: `target/bench/record.json` and `target/bench/record.md`.
+//! CPU). Beside it, the *receiving floor*: a process that only receives the same streams as
+//! KeepPeek's ingest does (retina's sessions over TCP, on the paced ingest thread) and drops
+//! every packet, so the table can say how much of what sound costs is receiving its packets at
+//! all and how much is what KeepPeek does with them. Reports: `target/bench/record.json` and
+//! `target/bench/record.md`.
 //!
 //! `cargo bench --bench record`            the full run (60 s per side, clip and N)
 //! `cargo bench --bench record -- --smoke` the small test clip, N = 1 for 8 s per side (CI)
@@ -89,6 +93,71 @@ fn usage(pid: u32) -> Usage {
         threads: proc_field(pid, "status", "Threads:"),
         written_bytes: proc_field(pid, "io", "wchar:"),
     }
+}
+
+/// The receiving floor (`--drain URL N`, run by the bench itself as its own process): `n`
+/// sessions of `url` set up as KeepPeek's ingest sets up a camera's (TCP, the video and the
+/// sound), on the same paced ingest thread, every packet dropped. Says "playing N" on stderr
+/// once all play, then runs until killed.
+fn drain(url: &str, n: usize) {
+    use futures::StreamExt;
+    use retina::client::{PlayOptions, Session, SessionOptions, SetupOptions, Transport};
+    let tick = Duration::from_millis(keeppeek::limits::INGEST_READ_TICK_MS);
+    let thread = keeppeek::ingest::pace::IngestThread::start(tick).expect("the ingest thread");
+    let url = url::Url::parse(url).expect("a URL");
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..n {
+        let (url, tx) = (url.clone(), tx.clone());
+        thread.spawn(async move {
+            let mut session = Session::describe(url, SessionOptions::default()).await.expect("DESCRIBE");
+            for i in 0..session.streams().len() {
+                let options = SetupOptions::default().transport(Transport::Tcp(Default::default()));
+                session.setup(i, options).await.expect("SETUP");
+            }
+            let play =
+                PlayOptions::default().enforce_timestamps_with_max_jump_secs(std::num::NonZeroU32::new(10).unwrap());
+            let mut playing = session.play(play).await.expect("PLAY");
+            tx.send(()).unwrap();
+            while let Some(item) = playing.next().await {
+                std::hint::black_box(item.expect("a packet"));
+            }
+        });
+    }
+    for _ in 0..n {
+        rx.recv().expect("every session plays");
+    }
+    eprintln!("playing {n}");
+    loop {
+        std::thread::park();
+    }
+}
+
+/// Runs the receiving floor (see [`drain`]) on `n` streams; returns its usage over `secs`
+/// from a second after every session plays.
+fn run_floor(url: &str, n: usize, secs: u64, work: &Path) -> Usage {
+    let log = work.join(format!("floor-{n}.log"));
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--drain", url, &n.to_string()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("starting the receiving floor");
+    let end = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("playing") {
+        assert!(Instant::now() < end, "the receiving floor did not play {n} streams in 60 s");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the receiving floor failed: {}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let before = usage(child.id());
+    std::thread::sleep(Duration::from_secs(secs));
+    let after = usage(child.id());
+    sigterm(&mut child);
+    Usage { cpu_s: after.cpu_s - before.cpu_s, ..after }
 }
 
 fn free_port() -> u16 {
@@ -254,6 +323,8 @@ struct Row {
     seconds: u64,
     keeppeek: Usage,
     ffmpeg: Usage,
+    /// Receiving alone (see [`drain`]).
+    floor: Usage,
     reference: Option<Usage>,
     keeppeek_catalog_commits_per_hour: f64,
     keeppeek_file_syncs_per_stream_hour: f64,
@@ -267,6 +338,9 @@ struct Row {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--drain") {
+        return drain(&args[i + 1], args[i + 2].parse().expect("a count of streams"));
+    }
     let smoke = args.iter().any(|a| a == "--smoke");
     let (mut counts, mut secs): (Vec<usize>, u64) = if smoke { (vec![1], 8) } else { (vec![1, 4, 16, 64], 60) };
     let mut clips: Vec<(&'static str, &str)> = if smoke {
@@ -310,6 +384,7 @@ fn main() {
         for &n in &counts {
             let (kp, log, budget) = run_keeppeek(&url, n, secs, &work);
             let ff = run_ffmpeg(&url, n, secs, &work);
+            let floor = run_floor(&url, n, secs, &work);
             let re = reference.map(|(_, command)| run_reference(command, &url, n, secs, &work));
             // Commits and syncs are counted over the whole run (warm-up and shutdown included),
             // so the per-hour figures are slightly high.
@@ -321,6 +396,7 @@ fn main() {
                 seconds: secs,
                 keeppeek: kp,
                 ffmpeg: ff,
+                floor,
                 reference: re,
                 keeppeek_catalog_commits_per_hour: log_number(&log, "catalog_commits=") as f64 / run_hours,
                 keeppeek_file_syncs_per_stream_hour: log_number(&log, "file_syncs=") as f64 / run_hours / n as f64,
@@ -390,17 +466,24 @@ fn main() {
     }
     // What sound costs: each clip with sound against the same clip without, same N.
     md.push_str(
-        "\nWhat sound costs KeepPeek (the clip with G.711 over the same clip without):\n\n\
-         | clip | streams | CPU with / without | peak RSS with / without |\n| --- | --- | --- | --- |\n",
+        "\nWhat sound costs KeepPeek (the clip with G.711 over the same clip without); the receiving floor is a \
+         process that only receives the same streams, as KeepPeek's ingest does, and drops every packet:\n\n\
+         | clip | streams | CPU with / without | receiving floor, CPU-s without → with | KeepPeek less the floor, \
+         CPU-s without → with | that, with / without | peak RSS with / without |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in rows.iter().filter(|r| r.clip.ends_with(" + G.711")) {
         let plain = r.clip.trim_end_matches(" + G.711");
         if let Some(p) = rows.iter().find(|p| p.clip == plain && p.streams == r.streams) {
+            let (own, own_plain) = (r.keeppeek.cpu_s - r.floor.cpu_s, p.keeppeek.cpu_s - p.floor.cpu_s);
             let _ = writeln!(
                 md,
-                "| {plain} | {} | {:.3} | {:.3} |",
+                "| {plain} | {} | {:.3} | {:.3} → {:.3} | {own_plain:.3} → {own:.3} | {:.3} | {:.3} |",
                 r.streams,
                 r.keeppeek.cpu_s / p.keeppeek.cpu_s.max(1e-9),
+                p.floor.cpu_s,
+                r.floor.cpu_s,
+                own / own_plain.max(1e-9),
                 r.keeppeek.peak_rss_bytes as f64 / p.keeppeek.peak_rss_bytes.max(1) as f64
             );
         }

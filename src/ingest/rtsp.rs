@@ -138,7 +138,7 @@ pub async fn run(target: &Target<'_>, sink: &mut Sink<'_>) -> Result<(), IngestE
         if let Some(a) = &mut audio
             && pkt.stream_id() == a.stream_i
         {
-            a.packet(&pkt, sink);
+            a.packet(pkt, sink);
             continue;
         }
         if pkt.stream_id() != video_i {
@@ -313,7 +313,7 @@ impl AudioIn {
 
     /// Takes one packet of this stream: the frames it completes go to `sink`. A packet that
     /// cannot be used is dropped and counted, and the stream goes on from the next.
-    fn packet(&mut self, pkt: &ReceivedPacket, sink: &mut Sink<'_>) {
+    fn packet(&mut self, pkt: ReceivedPacket, sink: &mut Sink<'_>) {
         let pt = pkt.header().payload_type();
         if pt != self.payload_type {
             match switched_codec(pt) {
@@ -344,21 +344,22 @@ impl AudioIn {
         }
         let elapsed = pkt.timestamp().elapsed();
         let Some(assembler) = &mut self.assembler else {
-            // G.711 and Opus: the packet is the frame.
+            // G.711 and Opus: the packet is the frame, its payload taken as retina holds it
+            // (the packet's own bytes, nothing else), not copied again.
             let payload = pkt.payload();
             let samples = match self.params.codec {
                 AudioCodec::Opus => audio::opus_packet_samples(payload),
                 _ => g711_samples(payload.len(), self.channels),
             };
             match samples {
-                Some(samples) => self.frame(elapsed, samples, Bytes::copy_from_slice(payload), sink),
+                Some(samples) => self.frame(elapsed, samples, pkt.into_payload_bytes(), sink),
                 None => {
                     self.drop(sink, format!("{} packet that is not one ({} bytes)", self.params.codec, payload.len()))
                 }
             }
             return;
         };
-        match assembler.push(pkt) {
+        match assembler.push(&pkt) {
             Ok(true) => {
                 return self
                     .drop(sink, format!("audio frame over AUDIO_FRAME_MAX_BYTES ({})", limits::AUDIO_FRAME_MAX_BYTES));
@@ -820,7 +821,7 @@ pub mod fuzzing {
             let Some(pkt) = packet_of_type(payload_type, seq, ts, rate, flags & 1 == 1, lost, body) else {
                 return;
             };
-            a.packet(&pkt, &mut sink);
+            a.packet(pkt, &mut sink);
             if let Some(asm) = &a.assembler {
                 assert!(asm.pending_bytes <= asm.max_bytes, "held {} of {}", asm.pending_bytes, asm.max_bytes);
             }
@@ -942,15 +943,15 @@ mod tests {
         let mut pcmu = AudioIn::of(AudioCodec::Pcmu, 1, 0, 8_000, two, None).unwrap();
         pcmu.sync.video_frame(0, 0);
         let pkt = |pt, seq, ts, payload: &[u8]| fuzzing::packet_of_type(pt, seq, ts, 8_000, false, 0, payload).unwrap();
-        pcmu.packet(&pkt(0, 1, 0, &[0xff; 320]), &mut sink);
-        pcmu.packet(&pkt(0, 2, 160, &[0xff; 321]), &mut sink);
-        pcmu.packet(&pkt(0, 3, 320, &[]), &mut sink);
-        pcmu.packet(&pkt(0, 4, 480, &[0xff; 2]), &mut sink);
+        pcmu.packet(pkt(0, 1, 0, &[0xff; 320]), &mut sink);
+        pcmu.packet(pkt(0, 2, 160, &[0xff; 321]), &mut sink);
+        pcmu.packet(pkt(0, 3, 320, &[]), &mut sink);
+        pcmu.packet(pkt(0, 4, 480, &[0xff; 2]), &mut sink);
         let s = state.snapshot();
         assert_eq!((s.audio_frames_received, s.audio_dropped), (2, 2));
         assert!(s.audio_last_error.unwrap().contains("pcmu packet that is not one"));
         // A switch to A-law (payload type 8) is mono G.711 at 8 kHz.
-        pcmu.packet(&pkt(8, 5, 640, &[0xd5; 160]), &mut sink);
+        pcmu.packet(pkt(8, 5, 640, &[0xd5; 160]), &mut sink);
         assert_eq!(
             (pcmu.params.codec, pcmu.channels, state.snapshot().audio_frames_received),
             (AudioCodec::Pcma, 1, 3)
@@ -959,8 +960,8 @@ mod tests {
         opus.sync.video_frame(0, 0);
         // A 20 ms SILK frame (TOC config 1, code 0), then a code 3 packet missing its count.
         let opus_pkt = |seq, payload: &[u8]| fuzzing::packet_of_type(111, seq, 0, 48_000, false, 0, payload).unwrap();
-        opus.packet(&opus_pkt(1, &[0x08, 0xaa]), &mut sink);
-        opus.packet(&opus_pkt(2, &[0x0b]), &mut sink);
+        opus.packet(opus_pkt(1, &[0x08, 0xaa]), &mut sink);
+        opus.packet(opus_pkt(2, &[0x0b]), &mut sink);
         let s = state.snapshot();
         assert_eq!((s.audio_frames_received, s.audio_dropped), (4, 3));
     }

@@ -304,7 +304,7 @@ impl AudioIn {
                     by_90k / 90
                 )
             }
-            Some(Moved::ByReports { by_90k }) if by_90k.abs() >= SOUND_JUMP_LOGGED_90K => {
+            Some(Moved::ByReports { by_90k }) if by_90k.unsigned_abs() >= SOUND_JUMP_LOGGED_90K => {
                 warn!(stream = self.key, "the camera's sender reports moved its sound {} ms", by_90k / 90)
             }
             _ => {}
@@ -547,7 +547,7 @@ impl Assembler {
 
 /// A move of the sound by the camera's sender reports worth a warning: over a frame of
 /// video at 20 fps, which a viewer sees as out of step.
-const SOUND_JUMP_LOGGED_90K: i64 = 4_500;
+const SOUND_JUMP_LOGGED_90K: u64 = 4_500;
 
 /// What a frame being put together starts with: one large RTP packet, or its ceiling if less.
 const FIRST_BUF_BYTES: usize = 64 << 10;

@@ -94,15 +94,16 @@ impl AvSync {
     /// there is nothing to place it against (the recorder would drop it anyway).
     pub fn audio_pts_90k(&mut self, audio_elapsed: i64, mono_us: i64) -> Option<i64> {
         let audio_90k = self.to_90k(audio_elapsed);
-        least(&mut self.audio_least_delay_90k, mono_90k(mono_us).saturating_sub(audio_90k));
+        let audio = least(&mut self.audio_least_delay_90k, mono_90k(mono_us).saturating_sub(audio_90k));
         let video = self.video_least_delay_90k?;
-        if !self.by_reports {
+        let offset = match self.offset_90k {
+            Some(by_reports) if self.by_reports => by_reports,
             // An audio frame of delay a arrives with the video of delay v that is a - v
             // later on the video's timeline than on the audio's.
-            let audio = self.audio_least_delay_90k.expect("set above");
-            self.offset_90k = Some(audio.saturating_sub(video));
-        }
-        Some(audio_90k.saturating_add(self.offset_90k.expect("set above")))
+            _ => audio.saturating_sub(video),
+        };
+        self.offset_90k = Some(offset);
+        Some(audio_90k.saturating_add(offset))
     }
 
     fn to_90k(&self, audio_elapsed: i64) -> i64 {
@@ -133,9 +134,9 @@ fn mono_90k(mono_us: i64) -> i64 {
     mono_us.saturating_mul(9) / 100
 }
 
-/// Keeps the least of `delay` and what `least` holds.
-fn least(least: &mut Option<i64>, delay: i64) {
-    *least = Some(least.map_or(delay, |l| l.min(delay)));
+/// Keeps the least of `delay` and what `least` holds, and returns it.
+fn least(least: &mut Option<i64>, delay: i64) -> i64 {
+    *least.insert(least.map_or(delay, |l| l.min(delay)))
 }
 
 #[cfg(test)]

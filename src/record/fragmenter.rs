@@ -136,11 +136,13 @@ impl Segment {
         // Saturating: the times are the camera's, whatever it sent.
         let by_clock =
             |f: &AudioFrame| (f.pts_90k.saturating_sub(start_90k).max(0) as u64).saturating_mul(rate) / 90_000;
+        let Some(first) = frames.first() else { return (self.audio_next_decode.unwrap_or(0), frames) };
+        // The segment's first audio frame starts its audio where its time says.
+        let mut next = self.audio_next_decode.unwrap_or_else(|| by_clock(first));
         let mut kept: Vec<AudioFrame> = Vec::with_capacity(frames.len());
         for mut f in frames {
             let at = by_clock(&f);
             let half = u64::from(f.duration_samples / 2);
-            let next = *self.audio_next_decode.get_or_insert(at);
             if at + half < next {
                 let reached_90k = start_90k.saturating_add(next.saturating_mul(90_000).div_ceil(rate) as i64);
                 match f.split_at(reached_90k) {
@@ -153,14 +155,13 @@ impl Segment {
                 }
             }
             if kept.is_empty() && at > next + half {
-                self.audio_next_decode = Some(at);
+                next = at;
             }
-            *self.audio_next_decode.as_mut().expect("set above") += u64::from(f.duration_samples);
+            next += u64::from(f.duration_samples);
             kept.push(f);
         }
-        let first =
-            self.audio_next_decode.unwrap_or(0) - kept.iter().map(|f| u64::from(f.duration_samples)).sum::<u64>();
-        (first, kept)
+        self.audio_next_decode = Some(next);
+        (next - kept.iter().map(|f| u64::from(f.duration_samples)).sum::<u64>(), kept)
     }
 }
 
@@ -396,14 +397,19 @@ impl Fragmenter {
     /// Whether `frame` closes the open segment: a keyframe past its duration or size bound,
     /// or with new parameters. The size counts the fragment `frame` ends as it will be
     /// written.
+    /// The room a fragment's header takes in `seg` with room for `capacity` samples (video,
+    /// audio), and a free box's header.
+    fn header_bytes(capacity: (usize, usize), seg: &Segment) -> usize {
+        fmp4::fragment_header_bytes(capacity.0, seg.audio.as_ref().map(|_| capacity.1)) + 8
+    }
+
     fn closes_segment(&self, frame: &Frame, params_changed: bool) -> bool {
         let Some(seg) = self.segment.as_ref().filter(|_| frame.is_key) else { return false };
         let too_long = frame.pts_90k - seg.start_pts_90k >= self.bounds.max_duration_90k;
         let pending_bytes = match self.pending.is_empty() {
             true => 0,
             false => {
-                let header = fmp4::fragment_header_bytes(self.capacity.0, seg.audio.as_ref().map(|_| self.capacity.1));
-                (self.pending_bytes + self.pending_audio_bytes + header + 8) as u64
+                (self.pending_bytes + self.pending_audio_bytes + Fragmenter::header_bytes(self.capacity, seg)) as u64
             }
         };
         // The session's audio changed (its codec, or it came or went): a segment has one
@@ -516,8 +522,7 @@ impl Fragmenter {
             });
         }
         self.last_counts = Some((samples.len(), audio_samples.len()));
-        let header_bytes =
-            fmp4::fragment_header_bytes(self.capacity.0, seg.audio.as_ref().map(|_| self.capacity.1)) + 8;
+        let header_bytes = Fragmenter::header_bytes(self.capacity, seg);
         let first = &frames[0];
         let wall_start_us = clock.wall_us_at(first.pts_90k, first.received_mono_us);
         let wall_end_us = clock.wall_us_at(end_pts_90k, end_mono_us);

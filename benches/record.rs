@@ -14,7 +14,8 @@
 //! CPU). Beside it, the *receiving floor*: a process that only receives the same streams as
 //! KeepPeek's ingest does (retina's sessions over TCP, on the paced ingest thread) and drops
 //! every packet, so the table can say how much of what sound costs is receiving its packets at
-//! all and how much is what KeepPeek does with them. Reports: `target/bench/record.json` and
+//! all and how much is what KeepPeek does with them; and the *socket floor*, the same
+//! sessions set up by hand and their connections only read (what any reader pays). Reports: `target/bench/record.json` and
 //! `target/bench/record.md`.
 //!
 //! `cargo bench --bench record`            the full run (60 s per side, clip and N)
@@ -95,33 +96,20 @@ fn usage(pid: u32) -> Usage {
     }
 }
 
-/// The receiving floor (`--drain URL N`, run by the bench itself as its own process): `n`
-/// sessions of `url` set up as KeepPeek's ingest sets up a camera's (TCP, the video and the
-/// sound), on the same paced ingest thread, every packet dropped. Says "playing N" on stderr
-/// once all play, then runs until killed.
-fn drain(url: &str, n: usize) {
-    use futures::StreamExt;
-    use retina::client::{PlayOptions, Session, SessionOptions, SetupOptions, Transport};
+/// Runs `n` sessions made by `session` (given the URL, and where to say it plays) on a paced
+/// ingest thread like KeepPeek's; says "playing N" on stderr once all play, then runs until
+/// killed.
+fn on_the_ingest_thread<F, Fut>(url: &str, n: usize, session: F)
+where
+    F: Fn(url::Url, std::sync::mpsc::Sender<()>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let tick = Duration::from_millis(keeppeek::limits::INGEST_READ_TICK_MS);
     let thread = keeppeek::ingest::pace::IngestThread::start(tick).expect("the ingest thread");
     let url = url::Url::parse(url).expect("a URL");
     let (tx, rx) = std::sync::mpsc::channel();
     for _ in 0..n {
-        let (url, tx) = (url.clone(), tx.clone());
-        thread.spawn(async move {
-            let mut session = Session::describe(url, SessionOptions::default()).await.expect("DESCRIBE");
-            for i in 0..session.streams().len() {
-                let options = SetupOptions::default().transport(Transport::Tcp(Default::default()));
-                session.setup(i, options).await.expect("SETUP");
-            }
-            let play =
-                PlayOptions::default().enforce_timestamps_with_max_jump_secs(std::num::NonZeroU32::new(10).unwrap());
-            let mut playing = session.play(play).await.expect("PLAY");
-            tx.send(()).unwrap();
-            while let Some(item) = playing.next().await {
-                std::hint::black_box(item.expect("a packet"));
-            }
-        });
+        thread.spawn(session(url.clone(), tx.clone()));
     }
     for _ in 0..n {
         rx.recv().expect("every session plays");
@@ -132,12 +120,126 @@ fn drain(url: &str, n: usize) {
     }
 }
 
-/// Runs the receiving floor (see [`drain`]) on `n` streams; returns its usage over `secs`
-/// from a second after every session plays.
-fn run_floor(url: &str, n: usize, secs: u64, work: &Path) -> Usage {
-    let log = work.join(format!("floor-{n}.log"));
+/// The receiving floor (`--drain URL N`, run by the bench itself as its own process): `n`
+/// sessions of `url` set up as KeepPeek's ingest sets up a camera's (TCP, the video and the
+/// sound), on the same paced ingest thread, every packet dropped. Says "playing N" on stderr
+/// once all play, then runs until killed.
+fn drain(url: &str, n: usize) {
+    use futures::StreamExt;
+    use retina::client::{PlayOptions, Session, SessionOptions, SetupOptions, Transport};
+    on_the_ingest_thread(url, n, |url, tx| async move {
+        // A session the camera breaks (a packet out of order as PLAY's answer comes, as
+        // KeepPeek's ingest also meets) is set up again, as KeepPeek's would be.
+        let mut playing_once = Some(tx);
+        loop {
+            let mut session = Session::describe(url.clone(), SessionOptions::default()).await.expect("DESCRIBE");
+            for i in 0..session.streams().len() {
+                let options = SetupOptions::default().transport(Transport::Tcp(Default::default()));
+                session.setup(i, options).await.expect("SETUP");
+            }
+            let play =
+                PlayOptions::default().enforce_timestamps_with_max_jump_secs(std::num::NonZeroU32::new(10).unwrap());
+            let mut playing = session.play(play).await.expect("PLAY");
+            if let Some(tx) = playing_once.take() {
+                tx.send(()).unwrap();
+            }
+            while let Some(Ok(item)) = playing.next().await {
+                std::hint::black_box(item);
+            }
+            eprintln!("a session broke; set up again");
+        }
+    })
+}
+
+/// The socket floor (`--drain-raw URL N`): the least any reader of these streams could
+/// spend. `n` sessions set up by hand (DESCRIBE, SETUP of every track interleaved over TCP,
+/// PLAY) on the same paced ingest thread, then each connection's bytes read and walked
+/// frame by frame (`$`, channel, length) and dropped: the kernel's work and the runtime's,
+/// no RTP checked, nothing allocated a packet. Set beside [`drain`], it says how much of
+/// receiving a packet is retina's and how much any RTSP reader would pay.
+fn drain_raw(url: &str, n: usize) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // One request, its answer read up to the end of its body; returns the head and body.
+    async fn request(s: &mut tokio::net::TcpStream, cseq: &mut u32, line: &str, extra: &str) -> (String, String) {
+        *cseq += 1;
+        let req = format!("{line} RTSP/1.0\r\nCSeq: {cseq}\r\n{extra}\r\n");
+        s.write_all(req.as_bytes()).await.expect("writing a request");
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let b = s.read_u8().await.expect("reading an answer");
+            // The camera may send interleaved packets before PLAY's answer: skipped whole.
+            if head.is_empty() && b == b'$' {
+                let _channel = s.read_u8().await.expect("reading a packet");
+                let mut skip = vec![0; usize::from(s.read_u16().await.expect("reading a packet"))];
+                s.read_exact(&mut skip).await.expect("reading a packet");
+                continue;
+            }
+            head.push(b);
+            assert!(head.len() < 8192, "an answer's head over 8 KiB");
+        }
+        let head = String::from_utf8(head).expect("an answer in text");
+        assert!(head.starts_with("RTSP/1.0 200"), "{line}: {head}");
+        let header = |name: &str| {
+            head.lines().find_map(|l| {
+                l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_string())
+            })
+        };
+        let mut body = vec![0; header("Content-Length").map_or(0, |v| v.parse().expect("a length"))];
+        s.read_exact(&mut body).await.expect("reading a body");
+        (head, String::from_utf8(body).expect("a body in text"))
+    }
+    on_the_ingest_thread(url, n, |url, tx| async move {
+        let addr = format!("{}:{}", url.host_str().expect("a host"), url.port().unwrap_or(554));
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connecting");
+        let mut cseq = 0;
+        let (_, sdp) = request(&mut s, &mut cseq, &format!("DESCRIBE {url}"), "Accept: application/sdp\r\n").await;
+        let controls: Vec<&str> =
+            sdp.lines().filter_map(|l| l.strip_prefix("a=control:")).filter(|c| *c != "*").collect();
+        let mut session = String::new();
+        for (i, control) in controls.iter().enumerate() {
+            let track = if control.starts_with("rtsp://") {
+                control.to_string()
+            } else {
+                format!("{}/{control}", url.as_str().trim_end_matches('/'))
+            };
+            let transport = format!("Transport: RTP/AVP/TCP;unicast;interleaved={}-{}\r\n{session}", 2 * i, 2 * i + 1);
+            let (head, _) = request(&mut s, &mut cseq, &format!("SETUP {track}"), &transport).await;
+            let id = head.lines().find_map(|l| l.strip_prefix("Session:")).expect("a session").trim();
+            session = format!("Session: {}\r\n", id.split(';').next().unwrap_or(id));
+        }
+        request(&mut s, &mut cseq, &format!("PLAY {url}"), &session).await;
+        tx.send(()).unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        let (mut skip, mut head, mut have, mut packets) = (0usize, [0u8; 4], 0usize, 0u64);
+        loop {
+            let got = s.read(&mut buf).await.expect("reading");
+            assert!(got > 0, "the camera ended a session");
+            let mut i = 0;
+            while i < got {
+                if skip > 0 {
+                    let k = skip.min(got - i);
+                    (skip, i) = (skip - k, i + k);
+                    continue;
+                }
+                head[have] = buf[i];
+                (have, i) = (have + 1, i + 1);
+                if have == 4 {
+                    assert_eq!(head[0], b'$', "interleaved data");
+                    (skip, have, packets) = (usize::from(u16::from_be_bytes([head[2], head[3]])), 0, packets + 1);
+                }
+            }
+            std::hint::black_box(packets);
+        }
+    })
+}
+
+/// Runs a floor on `n` streams, `mode` `--drain` (the receiving floor, [`drain`]) or
+/// `--drain-raw` (the socket floor, [`drain_raw`]); returns its usage over `secs` from a
+/// second after every session plays.
+fn run_floor(mode: &str, url: &str, n: usize, secs: u64, work: &Path) -> Usage {
+    let log = work.join(format!("floor{mode}-{n}.log"));
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--drain", url, &n.to_string()])
+        .args([mode, url, &n.to_string()])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -325,6 +427,8 @@ struct Row {
     ffmpeg: Usage,
     /// Receiving alone (see [`drain`]).
     floor: Usage,
+    /// Reading the connections alone (see [`drain_raw`]).
+    socket_floor: Usage,
     reference: Option<Usage>,
     keeppeek_catalog_commits_per_hour: f64,
     keeppeek_file_syncs_per_stream_hour: f64,
@@ -340,6 +444,9 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--drain") {
         return drain(&args[i + 1], args[i + 2].parse().expect("a count of streams"));
+    }
+    if let Some(i) = args.iter().position(|a| a == "--drain-raw") {
+        return drain_raw(&args[i + 1], args[i + 2].parse().expect("a count of streams"));
     }
     let smoke = args.iter().any(|a| a == "--smoke");
     let (mut counts, mut secs): (Vec<usize>, u64) = if smoke { (vec![1], 8) } else { (vec![1, 4, 16, 64], 60) };
@@ -384,7 +491,8 @@ fn main() {
         for &n in &counts {
             let (kp, log, budget) = run_keeppeek(&url, n, secs, &work);
             let ff = run_ffmpeg(&url, n, secs, &work);
-            let floor = run_floor(&url, n, secs, &work);
+            let floor = run_floor("--drain", &url, n, secs, &work);
+            let socket_floor = run_floor("--drain-raw", &url, n, secs, &work);
             let re = reference.map(|(_, command)| run_reference(command, &url, n, secs, &work));
             // Commits and syncs are counted over the whole run (warm-up and shutdown included),
             // so the per-hour figures are slightly high.
@@ -397,6 +505,7 @@ fn main() {
                 keeppeek: kp,
                 ffmpeg: ff,
                 floor,
+                socket_floor,
                 reference: re,
                 keeppeek_catalog_commits_per_hour: log_number(&log, "catalog_commits=") as f64 / run_hours,
                 keeppeek_file_syncs_per_stream_hour: log_number(&log, "file_syncs=") as f64 / run_hours / n as f64,
@@ -467,10 +576,12 @@ fn main() {
     // What sound costs: each clip with sound against the same clip without, same N.
     md.push_str(
         "\nWhat sound costs KeepPeek (the clip with G.711 over the same clip without); the receiving floor is a \
-         process that only receives the same streams, as KeepPeek's ingest does, and drops every packet:\n\n\
-         | clip | streams | CPU with / without | receiving floor, CPU-s without → with | KeepPeek less the floor, \
-         CPU-s without → with | that, with / without | peak RSS with / without |\n\
-         | --- | --- | --- | --- | --- | --- | --- |\n",
+         process that only receives the same streams, as KeepPeek's ingest does, and drops every packet; the \
+         socket floor only reads the connections and walks their interleaved frames:\n\n\
+         | clip | streams | CPU with / without | socket floor, CPU-s without → with | receiving floor, CPU-s \
+         without → with | KeepPeek less the receiving floor, CPU-s without → with | that, with / without | peak RSS \
+         with / without |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in rows.iter().filter(|r| r.clip.ends_with(" + G.711")) {
         let plain = r.clip.trim_end_matches(" + G.711");
@@ -478,9 +589,11 @@ fn main() {
             let (own, own_plain) = (r.keeppeek.cpu_s - r.floor.cpu_s, p.keeppeek.cpu_s - p.floor.cpu_s);
             let _ = writeln!(
                 md,
-                "| {plain} | {} | {:.3} | {:.3} → {:.3} | {own_plain:.3} → {own:.3} | {:.3} | {:.3} |",
+                "| {plain} | {} | {:.3} | {:.3} → {:.3} | {:.3} → {:.3} | {own_plain:.3} → {own:.3} | {:.3} | {:.3} |",
                 r.streams,
                 r.keeppeek.cpu_s / p.keeppeek.cpu_s.max(1e-9),
+                p.socket_floor.cpu_s,
+                r.socket_floor.cpu_s,
                 p.floor.cpu_s,
                 r.floor.cpu_s,
                 own / own_plain.max(1e-9),

@@ -405,12 +405,16 @@ pub async fn start(
         mqtt: mqtt.clone(),
         events: events.clone(),
         camera_events: Arc::default(),
+        archive: crate::archive::Archive::new(catalog.clone(), data_dir.clone(), clocks.clone()),
     };
     for camera in &config.cameras {
         running.start_camera(camera)?;
     }
     info!(cameras = config.cameras.len(), data_dir = %data_dir.display(), "recording");
 
+    // The offsite archive reads what the recorder wrote; its targets wait out their own
+    // failures on their own tasks.
+    running.archive.start(&config.archive, &config.cameras, shutdown_rx.clone());
     running.background.push(mqtt_orders_task);
     running.background.push(tokio::spawn(log_status(cameras.clone())));
     #[cfg(target_env = "gnu")]
@@ -543,6 +547,7 @@ pub struct Running {
     oidc: Arc<crate::oidc::Oidc>,
     /// The MQTT room and its task (it says goodbye to the broker at the stop).
     mqtt: Arc<crate::mqtt::Mqtt>,
+    archive: Arc<crate::archive::Archive>,
     /// The event intake: cameras' own events (ONVIF) go in there.
     events: Arc<crate::events::Events>,
     /// The cameras whose own events are followed (ONVIF), and how it goes.

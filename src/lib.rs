@@ -23,6 +23,7 @@
 //! - [`report`]: `keeppeek recordings`, what the catalog holds.
 //! - [`daemon`]: starts the rooms in order and stops them in order.
 
+pub mod archive;
 pub mod auth;
 pub mod base;
 pub mod budget;

@@ -611,6 +611,69 @@ pub const MQTT_ORDERS_MAX: usize = 8;
 /// At a stop, the time the box takes to say `offline` and disconnect.
 pub const MQTT_GOODBYE_MS: u64 = 1_000;
 
+// ---- offsite archive (S3) ----
+
+/// Archive targets (`[archive.<id>]`).
+pub const ARCHIVE_TARGETS_MAX: usize = 4;
+
+/// A target's text fields (endpoint, bucket, prefix, keys, region).
+pub const ARCHIVE_FIELD_MAX_BYTES: usize = 256;
+
+/// One request without a body to send (a list, a head, a delete, a multipart's start or
+/// end), connect to last byte.
+pub const ARCHIVE_REQUEST_TIMEOUT_MS: u64 = 30_000;
+
+/// The slowest link a request's body is given time for, on top of
+/// [`ARCHIVE_REQUEST_TIMEOUT_MS`]: a part of [`ARCHIVE_PART_BYTES`] has 30 s + 128 s.
+pub const ARCHIVE_SLOWEST_BYTES_PER_S: u64 = 64 << 10;
+
+/// How long a request's signature is good for (`X-Amz-Expires`): a request is signed as it
+/// is sent, so this only has to cover its own time on the wire.
+pub const ARCHIVE_SIGNATURE_EXPIRES_S: u64 = 900;
+
+/// The box's clock and the server's (its `Date`) may differ by this much before the target
+/// is reported as refusing for the box's clock (S3 refuses requests 15 minutes off).
+pub const ARCHIVE_CLOCK_SKEW_MAX_S: i64 = 900;
+
+/// One multipart upload's part, and the size from which a file goes in parts: at least S3's
+/// 5 MiB; held in memory while it is sent.
+pub const ARCHIVE_PART_BYTES: usize = 8 << 20;
+
+/// An answer from the server other than an object's bytes (S3's XML: errors, a list page, a
+/// multipart's id).
+pub const ARCHIVE_ANSWER_MAX_BYTES: usize = 1 << 20;
+
+/// Nodes of one XML answer: a list page of [`ARCHIVE_LIST_KEYS_MAX`] keys, indented, takes
+/// about 20 a key.
+pub const ARCHIVE_XML_NODES_MAX: u32 = 32_768;
+
+/// Keys asked for in one list page (`max-keys`).
+pub const ARCHIVE_LIST_KEYS_MAX: usize = 1_000;
+
+/// One object key (S3 allows 1,024 bytes).
+pub const ARCHIVE_KEY_MAX_BYTES: usize = 1_024;
+
+/// How often an idle target looks for recordings that closed (a closed recording also wakes
+/// it).
+pub const ARCHIVE_IDLE_POLL_MS: u64 = 5_000;
+
+/// The first wait after a target's failure that may pass (the network, a busy server); it
+/// doubles up to [`ARCHIVE_RETRY_MAX_MS`].
+pub const ARCHIVE_RETRY_MIN_MS: u64 = 1_000;
+
+/// The longest wait after a failure that may pass.
+pub const ARCHIVE_RETRY_MAX_MS: u64 = 60_000;
+
+/// The wait after a refusal that needs someone (the keys, the box's clock, a full bucket)
+/// before the target tries again.
+pub const ARCHIVE_REFUSED_WAIT_MS: u64 = 30_000;
+
+/// Recordings a target reads from the catalog at a time as it looks for its next work…
+pub const ARCHIVE_SCAN_ROWS: usize = 256;
+
+/// …and pages of them in one look: past them it looks again at its next step.
+pub const ARCHIVE_SCAN_PAGES: usize = 16;
+
 // ---- live view ----
 
 /// The current GOP a stream holds so a new viewer starts at once: a GOP larger than this is

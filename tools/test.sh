@@ -79,6 +79,10 @@ step "test peers"
 # An ONVIF device KeepPeek did not write (the crate oxvif's mock device), built once and
 # cached under target/peers; tools/onvif-camera.sh runs it in a network namespace.
 cargo build --release --locked --quiet --manifest-path tools/onvif-device/Cargo.toml --target-dir target/peers
+# An S3-compatible server that checks signatures (s3s-fs, the s3s project's server on a
+# directory), installed once under target/peers/s3s-fs; tests/recorder/archive.rs runs it.
+[[ -x target/peers/s3s-fs/bin/s3s-fs ]] ||
+    cargo install --quiet --locked s3s-fs --version 0.14.1 --features binary --root target/peers/s3s-fs
 
 step "unit tests: on the host, and on aarch64-unknown-linux-musl under qemu-user, side by side"
 # Each run is as long as its 30-day soak, which holds one core: built one after the other,

@@ -384,6 +384,16 @@ impl Catalog {
         Ok(Some((latest, files)))
     }
 
+    /// Whether camera `camera` has an event from `from_us` to `to_us` (inclusive).
+    pub fn has_event_between(&self, camera: &str, from_us: i64, to_us: i64) -> Result<bool, CatalogError> {
+        if from_us > to_us {
+            return Ok(false);
+        }
+        let txn = self.db()?.begin_read().storage()?;
+        let t = txn.open_table(EVENTS_BY_CAMERA).storage()?;
+        Ok(t.range((camera, from_us, 0)..=(camera, to_us, u64::MAX)).storage()?.next().is_some())
+    }
+
     /// The holds of camera `camera` (every camera's with none) that last past `now_us`.
     /// Bounded by the events kept ([`limits::EVENTS_MAX`]); the caller keeps what fits.
     pub fn event_holds(&self, camera: Option<&str>, now_us: i64) -> Result<Vec<HoldRow>, CatalogError> {

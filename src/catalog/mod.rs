@@ -21,6 +21,7 @@
 //!
 //! One writer (the recorder's catalog thread); readers open their own read transactions.
 
+pub mod archive;
 pub mod config_revisions;
 pub mod coverage;
 pub mod events;
@@ -48,7 +49,7 @@ use crate::limits;
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const STREAMS: TableDefinition<u32, &str> = TableDefinition::new("streams");
-const RECORDINGS: TableDefinition<u64, &[u8]> = TableDefinition::new("recordings");
+pub(super) const RECORDINGS: TableDefinition<u64, &[u8]> = TableDefinition::new("recordings");
 const FRAGMENTS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("fragments");
 const KEYFRAMES: TableDefinition<(u32, i64), (u64, u64)> = TableDefinition::new("keyframes");
 const GARBAGE: TableDefinition<&str, ()> = TableDefinition::new("garbage");
@@ -274,6 +275,9 @@ impl Catalog {
             txn.open_table(events::EVENT_TERMS).storage()?;
             txn.open_table(events::EVENT_HOLDS).storage()?;
             txn.open_table(losses::LOSSES).storage()?;
+            txn.open_table(archive::ARCHIVED).storage()?;
+            txn.open_table(archive::UPLOADS).storage()?;
+            txn.open_table(archive::MARKS).storage()?;
         }
         txn.commit().storage()
     }

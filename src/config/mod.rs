@@ -5,6 +5,7 @@
 //! is bounded: the file's size is capped and every string and list is checked against
 //! `src/limits.rs` before it is used.
 
+pub mod archive;
 pub mod change;
 pub mod file;
 pub mod mqtt;
@@ -20,6 +21,7 @@ use serde::Deserialize;
 pub use size::parse_bytes;
 
 use crate::limits;
+pub use archive::ArchiveTarget;
 pub use mqtt::MqttConfig;
 
 /// Why a config cannot be used.
@@ -196,6 +198,9 @@ pub struct Config {
     pub oidc: Vec<OidcProvider>,
     /// The MQTT broker (`[mqtt]`); none: nothing is published.
     pub mqtt: Option<MqttConfig>,
+    /// The buckets recordings are archived to (`[archive.<id>]`), by id; at most
+    /// [`limits::ARCHIVE_TARGETS_MAX`].
+    pub archive: Vec<ArchiveTarget>,
     pub flush_interval_s: u64,
     pub require_sane_clock: bool,
     pub ram_class_bytes: u64,
@@ -299,6 +304,8 @@ struct RawConfig {
     #[serde(default)]
     oidc: std::collections::BTreeMap<String, RawOidc>,
     mqtt: Option<mqtt::RawMqtt>,
+    #[serde(default)]
+    archive: std::collections::BTreeMap<String, archive::RawArchive>,
     #[serde(default)]
     webrtc: RawWebrtc,
     #[serde(default)]
@@ -607,6 +614,7 @@ impl Config {
             https: None,
             oidc: Vec::new(),
             mqtt: None,
+            archive: Vec::new(),
             flush_interval_s: FLUSH_INTERVAL_DEFAULT_S,
             require_sane_clock: false,
             ram_class_bytes: 1 << 30,
@@ -773,6 +781,15 @@ impl RawConfig {
             ));
         }
         let oidc = self.oidc.into_iter().map(|(id, raw)| raw.validate(id)).collect::<Result<Vec<_>, _>>()?;
+        if self.archive.len() > limits::ARCHIVE_TARGETS_MAX {
+            return Err((
+                "archive".into(),
+                format!("at most {} targets (ARCHIVE_TARGETS_MAX)", limits::ARCHIVE_TARGETS_MAX),
+            ));
+        }
+        let names: Vec<&str> = cameras.iter().map(|c: &Camera| c.name.as_str()).collect();
+        let archive =
+            self.archive.into_iter().map(|(id, raw)| raw.validate(id, &names)).collect::<Result<Vec<_>, _>>()?;
         if https.is_some() && https == listen {
             return Err(("https.listen".into(), "HTTPS needs a port of its own, not listen's".into()));
         }
@@ -782,6 +799,7 @@ impl RawConfig {
             https,
             oidc,
             mqtt: self.mqtt.map(mqtt::RawMqtt::validate).transpose()?,
+            archive,
             flush_interval_s: self.flush_interval_s,
             require_sane_clock: self.require_sane_clock,
             ram_class_bytes,

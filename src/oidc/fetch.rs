@@ -62,7 +62,7 @@ pub fn trust(ca_pem: Option<&str>) -> Result<Arc<rustls::ClientConfig>, String> 
     Ok(Arc::new(config))
 }
 
-type Sender = hyper::client::conn::http1::SendRequest<Full<bytes::Bytes>>;
+pub(crate) type Sender = hyper::client::conn::http1::SendRequest<Full<bytes::Bytes>>;
 
 /// The one idle connection kept for a provider: its origin (`scheme://host:port`), and since
 /// when it is idle.
@@ -90,7 +90,7 @@ impl Kept {
         }
     }
 
-    fn put(&self, origin: String, sender: Sender) {
+    pub(crate) fn put(&self, origin: String, sender: Sender) {
         if !sender.is_closed() {
             *self.0.lock().expect("lock") = Some((origin, sender, Instant::now()));
         }
@@ -152,15 +152,28 @@ async fn exchange(
             form
         }
     };
-    let mut request =
-        request.body(Full::new(bytes::Bytes::from(body))).map_err(|e| FetchError::Broken(e.to_string()))?;
+    let request = request.body(Full::new(bytes::Bytes::from(body))).map_err(|e| FetchError::Broken(e.to_string()))?;
+    let (origin, sender, response) = send(tls, kept, url, request).await?;
+    answer(kept, origin, sender, response, max_bytes).await
+}
+
+/// Sends `request` to `url`'s origin on the connection kept in `kept` when there is one, else
+/// on a new one; the origin and the connection come back with the answer's head, for the
+/// caller to [`Kept::put`] once it has read the whole answer. The S3 archive sends its
+/// requests this way too.
+pub(crate) async fn send(
+    tls: &Arc<rustls::ClientConfig>,
+    kept: &Kept,
+    url: &url::Url,
+    mut request: http::Request<Full<bytes::Bytes>>,
+) -> Result<(String, Sender, http::Response<hyper::body::Incoming>), FetchError> {
     let origin = origin(url);
     if let Some(mut sender) = kept.take(&origin) {
         match sender.try_send_request(request).await {
-            Ok(response) => return answer(kept, origin, sender, response, max_bytes).await,
-            // The provider closed the kept connection as the request went: the request was
+            Ok(response) => return Ok((origin, sender, response)),
+            // The server closed the kept connection as the request went: the request was
             // not sent, so it goes again on a new connection. Sent and then lost is an error
-            // (a code is good once).
+            // (an OpenID code is good once; an upload is sent again whole, by its caller).
             Err(mut e) => match e.take_message() {
                 Some(unsent) => request = unsent,
                 None => return Err(FetchError::Broken(e.into_error().to_string())),
@@ -169,7 +182,7 @@ async fn exchange(
     }
     let mut sender = connect(tls, url).await?;
     let response = sender.send_request(request).await.map_err(|e| FetchError::Broken(e.to_string()))?;
-    answer(kept, origin, sender, response, max_bytes).await
+    Ok((origin, sender, response))
 }
 
 /// A new connection to `url`'s host, TLS for `https`, driven on its own task until it closes

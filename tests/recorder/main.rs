@@ -3,6 +3,7 @@
 
 mod common;
 
+mod archive;
 mod auth;
 mod bad_sound;
 mod camera_failures;

@@ -1,0 +1,372 @@
+//! The offsite archive: closed recordings uploaded to S3-compatible buckets
+//! (`[archive.<id>]`), each target on a task of its own on the daemon's runtime, so a target
+//! that is down, slow or refusing never touches recording: it only reads the catalog and the
+//! segment files, and writes its own rows (`catalog::archive`).
+//!
+//! A target walks the catalog's recordings from its mark (every recording below it is
+//! archived, gone, or not the target's), oldest first, and uploads the first closed one it
+//! takes that is not archived yet: whole when it is at most [`limits::ARCHIVE_PART_BYTES`],
+//! else in parts of that size, each part's ETag noted as it is confirmed, so a restart or an
+//! outage resumes at the first part missing. Its key is
+//! `<prefix>/<camera>/<stream>/<YYYY-MM-DD>/<recording id>.mp4` (the day of its start, UTC);
+//! an idle target looks again every [`limits::ARCHIVE_IDLE_POLL_MS`];
+//! the bytes are the file's committed length, so the object is the local file as the catalog
+//! knows it. Failures wait by their kind (`s3::Kind`): the network or a busy server doubles
+//! its wait up to [`limits::ARCHIVE_RETRY_MAX_MS`]; refused keys, the box's clock or a full
+//! bucket wait [`limits::ARCHIVE_REFUSED_WAIT_MS`] and are shown until they clear.
+//!
+//! `s3.rs` is one bucket's client (signed requests, checksums, its failures sorted by what
+//! the box does next); `xml.rs` reads S3's answers.
+
+pub mod s3;
+pub mod xml;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::base::stream::{StreamKey, StreamKind};
+use crate::catalog::archive::{Archived, Upload};
+use crate::catalog::rows::RecordingRow;
+use crate::catalog::{Catalog, CatalogError};
+use crate::clock::SharedClocks;
+use crate::config::archive::Streams;
+use crate::config::{ArchiveTarget, Camera};
+use crate::limits;
+use s3::{Bucket, Kind, S3Error};
+
+/// Why one step of a target's work failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("the bucket: {0}")]
+    S3(#[from] S3Error),
+    #[error("the catalog: {0}")]
+    Catalog(#[from] CatalogError),
+    #[error("reading {path}: {why}")]
+    File { path: String, why: String },
+}
+
+impl ArchiveError {
+    fn kind(&self) -> Kind {
+        match self {
+            ArchiveError::S3(e) => e.kind(),
+            _ => Kind::Later,
+        }
+    }
+}
+
+/// What a target is doing, for the UI, the API and `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TargetStatus {
+    pub id: String,
+    /// `uploading`, `idle`, `waiting` (after a failure) or `stopped`.
+    pub state: &'static str,
+    /// The last failure, until a step succeeds.
+    pub error: Option<String>,
+    /// What the failure means: `later`, `credentials`, `clock`, `full`, `missing`, `refused`.
+    pub error_kind: Option<&'static str>,
+    /// How far the box's clock is from the server's, when it answered with its time.
+    pub clock_off_s: Option<i64>,
+    pub uploaded_objects: u64,
+    pub uploaded_bytes: u64,
+    pub failures: u64,
+}
+
+fn kind_name(k: Kind) -> &'static str {
+    match k {
+        Kind::Later => "later",
+        Kind::Credentials => "credentials",
+        Kind::Clock => "clock",
+        Kind::Full => "full",
+        Kind::Missing => "missing",
+        Kind::Refused => "refused",
+    }
+}
+
+/// One target and what it needs.
+struct Target {
+    config: ArchiveTarget,
+    bucket: Bucket,
+    /// Pre- and post-roll of each camera, for `what = "events"`: (name, before µs, after µs).
+    rolls: Vec<(String, i64, i64)>,
+    status: Mutex<TargetStatus>,
+}
+
+/// The archive's targets and their tasks.
+pub struct Archive {
+    catalog: Arc<Catalog>,
+    data_dir: PathBuf,
+    clocks: SharedClocks,
+    targets: Mutex<Vec<(Arc<Target>, tokio::task::JoinHandle<()>)>>,
+}
+
+impl Archive {
+    pub fn new(catalog: Arc<Catalog>, data_dir: PathBuf, clocks: SharedClocks) -> Arc<Archive> {
+        Arc::new(Archive { catalog, data_dir, clocks, targets: Mutex::default() })
+    }
+
+    /// Starts a task for each of `targets` (`cameras` give the events' pre- and post-rolls).
+    /// Must be called on the runtime the tasks run on.
+    pub fn start(self: &Arc<Archive>, targets: &[ArchiveTarget], cameras: &[Camera], shutdown: watch::Receiver<bool>) {
+        let rolls: Vec<_> = cameras
+            .iter()
+            .map(|c| (c.name.clone(), i64::from(c.pre_roll_ms) * 1000, i64::from(c.post_roll_ms) * 1000))
+            .collect();
+        let mut running = self.targets.lock().expect("lock");
+        for config in targets {
+            let bucket = match Bucket::new(config.place.clone()) {
+                Ok(b) => b,
+                Err(e) => {
+                    warn!(target = config.id, "archive target not started: {e}");
+                    continue;
+                }
+            };
+            let status = TargetStatus { id: config.id.clone(), state: "idle", ..TargetStatus::default() };
+            let t =
+                Arc::new(Target { config: config.clone(), bucket, rolls: rolls.clone(), status: Mutex::new(status) });
+            let task = tokio::spawn(self.clone().run(t.clone(), shutdown.clone()));
+            running.push((t, task));
+        }
+    }
+
+    /// What each target is doing.
+    pub fn status(&self) -> Vec<TargetStatus> {
+        self.targets.lock().expect("lock").iter().map(|(t, _)| t.status.lock().expect("lock").clone()).collect()
+    }
+
+    async fn run(self: Arc<Archive>, t: Arc<Target>, mut shutdown: watch::Receiver<bool>) {
+        let mut failures = 0u32;
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            let wait = match self.step(&t).await {
+                Ok(true) => {
+                    failures = 0;
+                    let mut s = t.status.lock().expect("lock");
+                    (s.state, s.error, s.error_kind) = ("uploading", None, None);
+                    continue;
+                }
+                Ok(false) => {
+                    failures = 0;
+                    let mut s = t.status.lock().expect("lock");
+                    (s.state, s.error, s.error_kind) = ("idle", None, None);
+                    Duration::from_millis(limits::ARCHIVE_IDLE_POLL_MS)
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    let kind = e.kind();
+                    let wait = match kind {
+                        Kind::Later | Kind::Missing => {
+                            let ms = limits::ARCHIVE_RETRY_MIN_MS.saturating_mul(1 << failures.min(16));
+                            Duration::from_millis(ms.min(limits::ARCHIVE_RETRY_MAX_MS))
+                        }
+                        _ => Duration::from_millis(limits::ARCHIVE_REFUSED_WAIT_MS),
+                    };
+                    let mut s = t.status.lock().expect("lock");
+                    if s.error.as_deref() != Some(&e.to_string()) {
+                        warn!(target = t.config.id, "archive: {e}; again in {} s", wait.as_secs());
+                    }
+                    if let ArchiveError::S3(S3Error::Clock { off_s }) = &e {
+                        s.clock_off_s = Some(*off_s);
+                    }
+                    (s.state, s.error, s.error_kind) = ("waiting", Some(e.to_string()), Some(kind_name(kind)));
+                    s.failures += 1;
+                    wait
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+        t.status.lock().expect("lock").state = "stopped";
+    }
+
+    /// One step of `t`'s work: the next recording it takes uploaded (true), or nothing to do.
+    async fn step(&self, t: &Target) -> Result<bool, ArchiveError> {
+        let id = t.config.id.as_str();
+        let streams = self.catalog.streams()?;
+        let mut mark = self.catalog.archive_mark(id)?;
+        let mut settled_upto = mark;
+        let mut all_settled = true;
+        let mut next = mark;
+        for _ in 0..limits::ARCHIVE_SCAN_PAGES {
+            let rows = self.catalog.recordings_from(next, limits::ARCHIVE_SCAN_ROWS)?;
+            let Some(last) = rows.last().map(|(id, _)| *id) else { break };
+            for (rec, row) in &rows {
+                let key = streams.iter().find(|(s, _)| *s == row.stream_id).and_then(|(_, n)| StreamKey::parse(n));
+                let settled = match &key {
+                    Some(key) if self.takes(t, key, row)? => {
+                        if row.open {
+                            false
+                        } else if self.catalog.archived(id, *rec)?.is_some() {
+                            true
+                        } else {
+                            self.advance(id, &mut mark, settled_upto)?;
+                            self.upload(t, *rec, row, key).await?;
+                            return Ok(true);
+                        }
+                    }
+                    _ => true,
+                };
+                all_settled &= settled;
+                if all_settled {
+                    settled_upto = rec + 1;
+                }
+            }
+            next = last + 1;
+            if rows.len() < limits::ARCHIVE_SCAN_ROWS {
+                break;
+            }
+        }
+        self.advance(id, &mut mark, settled_upto)?;
+        Ok(false)
+    }
+
+    /// Moves `id`'s mark up to `settled_upto` (every recording below it is settled).
+    fn advance(&self, id: &str, mark: &mut u64, settled_upto: u64) -> Result<(), CatalogError> {
+        if settled_upto > *mark {
+            *mark = settled_upto;
+            self.catalog.set_archive_mark(id, settled_upto)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `t` archives recording `row` of stream `key`.
+    fn takes(&self, t: &Target, key: &StreamKey, row: &RecordingRow) -> Result<bool, CatalogError> {
+        let c = &t.config;
+        let camera_ok = c.cameras.is_empty() || c.cameras.iter().any(|n| **n == *key.camera);
+        let stream_ok = matches!(
+            (c.streams, key.kind),
+            (Streams::Both, _) | (Streams::Main, StreamKind::Main) | (Streams::Sub, StreamKind::Sub)
+        );
+        if !camera_ok || !stream_ok {
+            return Ok(false);
+        }
+        if !c.events_only {
+            return Ok(true);
+        }
+        // An event's footage runs from its pre-roll before it to its post-roll after it: a
+        // recording is an event's when an event falls within those of its span.
+        let (before, after) = t.rolls.iter().find(|(n, _, _)| **n == *key.camera).map_or((0, 0), |(_, b, a)| (*b, *a));
+        self.catalog.has_event_between(&key.camera, row.wall_start_us - after, row.wall_end_us + before)
+    }
+
+    /// Uploads recording `rec` to `t`'s bucket and notes it archived.
+    async fn upload(&self, t: &Target, rec: u64, row: &RecordingRow, stream: &StreamKey) -> Result<(), ArchiveError> {
+        let key = object_key(&t.config.prefix, stream, rec, row.wall_start_us);
+        let path = self.data_dir.join(&row.path);
+        let len = row.bytes;
+        let part = limits::ARCHIVE_PART_BYTES as u64;
+        let now = || self.clocks.wall_us();
+        let etag = if len <= part {
+            let body = read_range(path, 0, len).await?;
+            self.pace(t, len, || t.bucket.put(&key, body, now())).await?
+        } else {
+            let id = t.config.id.as_str();
+            let mut upload = match self.catalog.archive_upload(id, rec)? {
+                Some(u) if u.key == key => u,
+                _ => {
+                    let upload_id = t.bucket.start_upload(&key, now()).await?;
+                    let u = Upload { key: key.clone(), id: upload_id, parts: Vec::new() };
+                    self.catalog.set_archive_upload(id, rec, Some(&u))?;
+                    u
+                }
+            };
+            let parts = len.div_ceil(part);
+            while (upload.parts.len() as u64) < parts {
+                let n = upload.parts.len() as u64;
+                let (from, to) = (n * part, ((n + 1) * part).min(len));
+                let body = read_range(path.clone(), from, to - from).await?;
+                let number = u16::try_from(n + 1).unwrap_or(u16::MAX);
+                let sent =
+                    self.pace(t, to - from, || t.bucket.upload_part(&key, &upload.id, number, body, now())).await;
+                match sent {
+                    Ok(etag) => upload.parts.push(etag),
+                    Err(e) => {
+                        if e.kind() == Kind::Missing {
+                            // The server no longer knows the upload: it starts again.
+                            self.catalog.set_archive_upload(id, rec, None)?;
+                        }
+                        return Err(e.into());
+                    }
+                }
+                self.catalog.set_archive_upload(id, rec, Some(&upload))?;
+            }
+            match t.bucket.complete_upload(&key, &upload.id, &upload.parts, now()).await {
+                Ok(etag) => etag,
+                Err(e) => {
+                    if matches!(e.kind(), Kind::Missing | Kind::Refused) {
+                        self.catalog.set_archive_upload(id, rec, None)?;
+                        let _ = t.bucket.abort_upload(&key, &upload.id, now()).await;
+                    }
+                    return Err(e.into());
+                }
+            }
+        };
+        let done = Archived { key, bytes: len, etag, done_us: now() };
+        self.catalog.set_archived(&t.config.id, rec, &done)?;
+        let mut s = t.status.lock().expect("lock");
+        s.uploaded_objects += 1;
+        s.uploaded_bytes += len;
+        drop(s);
+        info!(target = t.config.id, key = done.key, bytes = len, "archived");
+        Ok(())
+    }
+
+    /// Runs `send` (a request carrying `bytes`), then, when the target has a cap, waits as
+    /// long as the bytes would take at it.
+    async fn pace<F, Fut, T>(&self, t: &Target, bytes: u64, send: F) -> Result<T, S3Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<T, S3Error>>,
+    {
+        let started = tokio::time::Instant::now();
+        let r = send().await;
+        if let Some(kbit_s) = t.config.max_kbit_s {
+            let due = Duration::from_micros(bytes * 8 * 1000 / u64::from(kbit_s).max(1));
+            tokio::time::sleep_until(started + due).await;
+        }
+        r
+    }
+}
+
+/// The key of recording `rec` of `stream`, which started at `wall_start_us`.
+pub fn object_key(prefix: &str, stream: &StreamKey, rec: u64, wall_start_us: i64) -> String {
+    let day = time::OffsetDateTime::from_unix_timestamp(wall_start_us.div_euclid(1_000_000))
+        .map(|t| t.date().to_string())
+        .unwrap_or_else(|_| "0000-00-00".into());
+    format!("{prefix}/{}/{}/{day}/{rec:010}.mp4", stream.camera, stream.kind.name())
+}
+
+/// Reads `len` bytes of `path` from `from`, on the blocking pool.
+async fn read_range(path: PathBuf, from: u64, len: u64) -> Result<Bytes, ArchiveError> {
+    let shown = path.display().to_string();
+    let read = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::open(&path)?;
+        let mut buf = vec![0; usize::try_from(len).map_err(std::io::Error::other)?];
+        f.read_exact_at(&mut buf, from)?;
+        Ok(buf)
+    })
+    .await
+    .map_err(|e| ArchiveError::File { path: shown.clone(), why: e.to_string() })?;
+    read.map(Bytes::from).map_err(|e| ArchiveError::File { path: shown, why: e.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_name_the_box_the_stream_the_day_and_the_recording() {
+        let key = StreamKey::new("porch", StreamKind::Sub);
+        // 2026-12-06T01:02:03Z
+        assert_eq!(object_key("house", &key, 42, 1_796_518_923_000_000), "house/porch/sub/2026-12-06/0000000042.mp4");
+    }
+}

@@ -1,0 +1,187 @@
+//! What the offsite archive has done, per target: the recordings it stored (their key, size
+//! and ETag), its multipart uploads under way (their id and the ETags of the parts sent, so a
+//! restart sends only what is missing), and its mark: every recording below it is archived,
+//! gone, or not one the target takes.
+//!
+//! These rows are written in commits that do not wait for the disk (`Durability::None`): the
+//! recorder's next durable commit, within a flush interval, carries them. A power cut before
+//! it forgets the last uploads done, and they are sent again under the same key with the
+//! same bytes; nothing in the bucket is two objects for one recording.
+
+use redb::{Durability, ReadableDatabase, TableDefinition};
+
+use super::rows::RecordingRow;
+use super::{Catalog, CatalogError, OrStorage, RECORDINGS};
+
+/// (target, recording) → (key, bytes, ETag, when it was done, UTC µs)
+pub(super) const ARCHIVED: TableDefinition<(&str, u64), (&str, u64, &str, i64)> = TableDefinition::new("archive_done");
+/// (target, recording) → (key, upload id, the parts' ETags joined by `,`)
+pub(super) const UPLOADS: TableDefinition<(&str, u64), (&str, &str, &str)> = TableDefinition::new("archive_uploads");
+/// target → the mark
+pub(super) const MARKS: TableDefinition<&str, u64> = TableDefinition::new("archive_marks");
+
+/// A recording stored in a target's bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Archived {
+    pub key: String,
+    pub bytes: u64,
+    pub etag: String,
+    pub done_us: i64,
+}
+
+/// A multipart upload under way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upload {
+    pub key: String,
+    pub id: String,
+    /// The ETags of parts 1, 2, … sent so far.
+    pub parts: Vec<String>,
+}
+
+impl Catalog {
+    fn write_lazily(
+        &self,
+        f: impl FnOnce(&redb::WriteTransaction) -> Result<(), CatalogError>,
+    ) -> Result<(), CatalogError> {
+        let mut txn = self.db()?.begin_write().storage()?;
+        txn.set_durability(Durability::None).storage()?;
+        f(&txn)?;
+        txn.commit().storage()
+    }
+
+    /// Target `target`'s mark (1 when it has none yet: recording ids start at 1).
+    pub fn archive_mark(&self, target: &str) -> Result<u64, CatalogError> {
+        let txn = self.db()?.begin_read().storage()?;
+        let t = txn.open_table(MARKS).storage()?;
+        Ok(t.get(target).storage()?.map_or(1, |v| v.value()))
+    }
+
+    pub fn set_archive_mark(&self, target: &str, mark: u64) -> Result<(), CatalogError> {
+        self.write_lazily(|txn| {
+            txn.open_table(MARKS).storage()?.insert(target, mark).storage()?;
+            Ok(())
+        })
+    }
+
+    /// Up to `limit` recordings from id `from` on, oldest first.
+    pub fn recordings_from(&self, from: u64, limit: usize) -> Result<Vec<(u64, RecordingRow)>, CatalogError> {
+        let txn = self.db()?.begin_read().storage()?;
+        let t = txn.open_table(RECORDINGS).storage()?;
+        let mut out = Vec::new();
+        for entry in t.range(from..).storage()?.take(limit) {
+            let (k, v) = entry.storage()?;
+            out.push((k.value(), RecordingRow::decode(v.value())?));
+        }
+        Ok(out)
+    }
+
+    /// Whether `recording` is archived to `target`, and as what.
+    pub fn archived(&self, target: &str, recording: u64) -> Result<Option<Archived>, CatalogError> {
+        let txn = self.db()?.begin_read().storage()?;
+        let t = txn.open_table(ARCHIVED).storage()?;
+        Ok(t.get((target, recording)).storage()?.map(|v| {
+            let (key, bytes, etag, done_us) = v.value();
+            Archived { key: key.into(), bytes, etag: etag.into(), done_us }
+        }))
+    }
+
+    /// The recordings archived to `target` with ids in `ids`, oldest first.
+    pub fn archived_in(
+        &self,
+        target: &str,
+        ids: std::ops::RangeInclusive<u64>,
+    ) -> Result<Vec<(u64, Archived)>, CatalogError> {
+        let txn = self.db()?.begin_read().storage()?;
+        let t = txn.open_table(ARCHIVED).storage()?;
+        let mut out = Vec::new();
+        for entry in t.range((target, *ids.start())..=(target, *ids.end())).storage()? {
+            let (k, v) = entry.storage()?;
+            let (key, bytes, etag, done_us) = v.value();
+            out.push((k.value().1, Archived { key: key.into(), bytes, etag: etag.into(), done_us }));
+        }
+        Ok(out)
+    }
+
+    /// Notes `recording` stored in `target` as `done`; its upload, if it was one, is over.
+    pub fn set_archived(&self, target: &str, recording: u64, done: &Archived) -> Result<(), CatalogError> {
+        self.write_lazily(|txn| {
+            let row = (done.key.as_str(), done.bytes, done.etag.as_str(), done.done_us);
+            txn.open_table(ARCHIVED).storage()?.insert((target, recording), row).storage()?;
+            txn.open_table(UPLOADS).storage()?.remove((target, recording)).storage()?;
+            Ok(())
+        })
+    }
+
+    /// The multipart upload of `recording` to `target` under way, if one is.
+    pub fn archive_upload(&self, target: &str, recording: u64) -> Result<Option<Upload>, CatalogError> {
+        let txn = self.db()?.begin_read().storage()?;
+        let t = txn.open_table(UPLOADS).storage()?;
+        Ok(t.get((target, recording)).storage()?.map(|v| {
+            let (key, id, parts) = v.value();
+            let parts = parts.split(',').filter(|p| !p.is_empty()).map(str::to_string).collect();
+            Upload { key: key.into(), id: id.into(), parts }
+        }))
+    }
+
+    /// Notes the multipart upload of `recording` to `target` as it stands (none: given up).
+    pub fn set_archive_upload(
+        &self,
+        target: &str,
+        recording: u64,
+        upload: Option<&Upload>,
+    ) -> Result<(), CatalogError> {
+        self.write_lazily(|txn| {
+            let mut t = txn.open_table(UPLOADS).storage()?;
+            match upload {
+                Some(u) => {
+                    let parts = u.parts.join(",");
+                    t.insert((target, recording), (u.key.as_str(), u.id.as_str(), parts.as_str())).storage()?;
+                }
+                None => {
+                    t.remove((target, recording)).storage()?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Forgets what `target` did (it was removed from the config): its bucket keeps what it
+    /// holds.
+    pub fn forget_archive_target(&self, target: &str) -> Result<(), CatalogError> {
+        self.write_lazily(|txn| {
+            txn.open_table(ARCHIVED).storage()?.retain_in((target, 0)..=(target, u64::MAX), |_, _| false).storage()?;
+            txn.open_table(UPLOADS).storage()?.retain_in((target, 0)..=(target, u64::MAX), |_, _| false).storage()?;
+            txn.open_table(MARKS).storage()?.remove(target).storage()?;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_target_did_is_kept_per_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Catalog::open(&dir.path().join("catalog.redb")).unwrap();
+        assert_eq!(c.archive_mark("off").unwrap(), 1);
+        c.set_archive_mark("off", 7).unwrap();
+        assert_eq!((c.archive_mark("off").unwrap(), c.archive_mark("other").unwrap()), (7, 1));
+        let up = Upload { key: "k".into(), id: "u-1".into(), parts: vec!["a".into(), "b".into()] };
+        c.set_archive_upload("off", 9, Some(&up)).unwrap();
+        assert_eq!(c.archive_upload("off", 9).unwrap(), Some(up));
+        let none = Upload { key: "k".into(), id: "u-2".into(), parts: vec![] };
+        c.set_archive_upload("off", 10, Some(&none)).unwrap();
+        assert_eq!(c.archive_upload("off", 10).unwrap().unwrap().parts, Vec::<String>::new());
+        let done = Archived { key: "k".into(), bytes: 5, etag: "e-2".into(), done_us: 1 };
+        c.set_archived("off", 9, &done).unwrap();
+        assert_eq!(c.archive_upload("off", 9).unwrap(), None, "a done upload is no longer under way");
+        assert_eq!(c.archived("off", 9).unwrap(), Some(done.clone()));
+        assert_eq!(c.archived("other", 9).unwrap(), None);
+        assert_eq!(c.archived_in("off", 0..=u64::MAX).unwrap(), vec![(9, done)]);
+        c.forget_archive_target("off").unwrap();
+        assert_eq!((c.archive_mark("off").unwrap(), c.archived("off", 9).unwrap()), (1, None));
+        assert_eq!(c.archive_upload("off", 10).unwrap(), None);
+    }
+}

@@ -1,0 +1,261 @@
+//! The offsite archive against a real S3-compatible server no one here wrote: `s3s-fs` 0.14.1
+//! (the s3s project's server on a directory, built by `tools/test.sh` with `cargo install`
+//! under `target/peers/s3s-fs`), started with an access key and secret so it checks every
+//! request's signature (without them it refuses signed requests). Objects are plain files
+//! under its directory, so a test can compare them with what was sent byte for byte.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use keeppeek::archive::s3::{Bucket, Kind, Place, S3Error};
+use keeppeek::oidc::fetch::FetchError;
+
+use crate::common::*;
+
+pub const ACCESS_KEY: &str = "keeppeek-test";
+pub const SECRET_KEY: &str = "a-secret-the-server-checks";
+
+/// An `s3s-fs` server on loopback over `dir`, with bucket `bucket` made.
+pub struct S3Server {
+    child: Child,
+    pub port: u16,
+    pub dir: PathBuf,
+}
+
+pub fn s3s_fs() -> PathBuf {
+    let bin = repo().join("target/peers/s3s-fs/bin/s3s-fs");
+    assert!(bin.exists(), "{} is missing: tools/test.sh builds it (cargo install s3s-fs)", bin.display());
+    bin
+}
+
+impl S3Server {
+    pub fn start(dir: &Path, bucket: &str) -> S3Server {
+        S3Server::start_on(dir, bucket, free_port())
+    }
+
+    pub fn start_on(dir: &Path, bucket: &str, port: u16) -> S3Server {
+        std::fs::create_dir_all(dir.join(bucket)).unwrap();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.with_extension("log")).unwrap();
+        let child = Command::new(s3s_fs())
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting s3s-fs");
+        let up = wait_until(Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+        assert!(
+            up,
+            "s3s-fs did not listen on {port}: {}",
+            std::fs::read_to_string(dir.with_extension("log")).unwrap_or_default()
+        );
+        S3Server { child, port, dir: dir.to_path_buf() }
+    }
+
+    pub fn place(&self, bucket: &str, secret: &str) -> Place {
+        Place {
+            endpoint: url::Url::parse(&format!("http://127.0.0.1:{}", self.port)).unwrap(),
+            region: "us-east-1".into(),
+            bucket: bucket.into(),
+            path_style: true,
+            access_key: ACCESS_KEY.into(),
+            secret_key: secret.into(),
+            ca_pem: None,
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+/// Bytes that differ everywhere, so a part out of place shows.
+fn pattern(len: usize, seed: u8) -> Bytes {
+    Bytes::from((0..len).map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1] ^ seed).collect::<Vec<u8>>())
+}
+
+#[test]
+fn the_client_stores_reads_lists_and_puts_parts_together_on_a_real_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = S3Server::start(&tmp.path().join("s3"), "nvr");
+    let bucket = Bucket::new(server.place("nvr", SECRET_KEY)).unwrap();
+    let rt = runtime();
+    let now = wall_us;
+    rt.block_on(async {
+        // A whole object: what the server keeps is what was sent, and it said so.
+        let body = pattern(100_000, 1);
+        let etag = bucket.put("box-a/porch/main/one.mp4", body.clone(), now()).await.unwrap();
+        assert_eq!(etag, keeppeek::archive::s3::md5_hex(&body));
+        let stored = std::fs::read(server.dir.join("nvr/box-a/porch/main/one.mp4")).unwrap();
+        assert_eq!(stored, body.as_ref(), "the server's file is the bytes sent");
+        assert_eq!(bucket.head("box-a/porch/main/one.mp4", now()).await.unwrap(), Some((100_000, etag)));
+        assert_eq!(bucket.get("box-a/porch/main/one.mp4", None, 1 << 20, now()).await.unwrap(), body);
+        let range = bucket.get("box-a/porch/main/one.mp4", Some((1_000, 1_999)), 4_096, now()).await.unwrap();
+        assert_eq!(range, body.slice(1_000..2_000));
+        // More than the caller will take is refused, not read whole.
+        let over = bucket.get("box-a/porch/main/one.mp4", None, 50_000, now()).await.unwrap_err();
+        assert_eq!(over, S3Error::Exchange(FetchError::TooLarge(50_000)));
+
+        // Missing things.
+        assert_eq!(bucket.head("box-a/none", now()).await.unwrap(), None);
+        let missing = bucket.get("box-a/none", None, 1 << 20, now()).await.unwrap_err();
+        assert_eq!(missing.kind(), Kind::Missing, "{missing}");
+
+        // A multipart upload of two parts: the first at the part size, the last small.
+        let part = keeppeek::limits::ARCHIVE_PART_BYTES;
+        let big = pattern(part + 3_000, 2);
+        let key = "box-a/porch/main/big.mp4";
+        let id = bucket.start_upload(key, now()).await.unwrap();
+        let e1 = bucket.upload_part(key, &id, 1, big.slice(..part), now()).await.unwrap();
+        let e2 = bucket.upload_part(key, &id, 2, big.slice(part..), now()).await.unwrap();
+        let etag = bucket.complete_upload(key, &id, &[e1.clone(), e2.clone()], now()).await.unwrap();
+        assert_eq!(etag, keeppeek::archive::s3::multipart_etag(&[e1, e2]).unwrap());
+        assert_eq!(std::fs::read(server.dir.join("nvr").join(key)).unwrap(), big.as_ref());
+        // Parts under 5 MiB but the last are refused when the upload is put together.
+        let id = bucket.start_upload("box-a/small", now()).await.unwrap();
+        let s1 = bucket.upload_part("box-a/small", &id, 1, pattern(1_000, 3), now()).await.unwrap();
+        let s2 = bucket.upload_part("box-a/small", &id, 2, pattern(1_000, 4), now()).await.unwrap();
+        let small = bucket.complete_upload("box-a/small", &id, &[s1, s2], now()).await.unwrap_err();
+        assert!(matches!(&small, S3Error::Refused { code, .. } if code == "EntityTooSmall"), "{small}");
+        // An upload given up.
+        let id = bucket.start_upload("box-a/given-up", now()).await.unwrap();
+        bucket.upload_part("box-a/given-up", &id, 1, pattern(1_000, 5), now()).await.unwrap();
+        bucket.abort_upload("box-a/given-up", &id, now()).await.unwrap();
+        assert_eq!(bucket.head("box-a/given-up", now()).await.unwrap(), None);
+
+        // Lists: by prefix, by delimiter, and page after page past one page's keys.
+        for i in 0..keeppeek::limits::ARCHIVE_LIST_KEYS_MAX + 5 {
+            bucket.put(&format!("box-b/cam/{i:05}"), Bytes::from_static(b"x"), now()).await.unwrap();
+        }
+        let top = bucket.list("", Some("/"), None, now()).await.unwrap();
+        assert_eq!(top.prefixes, ["box-a/", "box-b/"]);
+        let mut keys = Vec::new();
+        let mut after: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let page = bucket.list("box-b/", None, after.as_deref(), now()).await.unwrap();
+            pages += 1;
+            keys.extend(page.objects.into_iter().map(|o| o.key));
+            match page.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!((pages, keys.len()), (2, keeppeek::limits::ARCHIVE_LIST_KEYS_MAX + 5));
+        assert_eq!(keys.last().map(String::as_str), Some("box-b/cam/01004"));
+        bucket.delete("box-b/cam/00000", now()).await.unwrap();
+        assert_eq!(bucket.head("box-b/cam/00000", now()).await.unwrap(), None);
+    });
+}
+
+#[test]
+fn failures_are_sorted_into_what_the_box_does_next() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut server = S3Server::start(&tmp.path().join("s3"), "nvr");
+    let rt = runtime();
+    let hour_us = 3_600_000_000;
+    rt.block_on(async {
+        let wrong = Bucket::new(server.place("nvr", "not-the-secret")).unwrap();
+        let e = wrong.put("k", Bytes::from_static(b"x"), wall_us()).await.unwrap_err();
+        assert_eq!(e.kind(), Kind::Credentials, "{e}");
+        assert!(std::fs::read_dir(server.dir.join("nvr")).unwrap().next().is_none(), "nothing was stored");
+
+        let right = Bucket::new(server.place("nvr", SECRET_KEY)).unwrap();
+        // The box's clock an hour ahead, and an hour behind: both said to be the clock, with
+        // how far off it is.
+        for off_us in [hour_us, -hour_us] {
+            let e = right.put("k", Bytes::from_static(b"x"), wall_us() + off_us).await.unwrap_err();
+            let S3Error::Clock { off_s } = e else { panic!("the clock {off_us} µs off: {e}") };
+            assert!((off_s + off_us / 1_000_000).abs() < 60, "off by {off_s} s, the clock {off_us} µs off");
+        }
+        assert!(std::fs::read_dir(server.dir.join("nvr")).unwrap().next().is_none(), "nothing was stored");
+        right.put("k", Bytes::from_static(b"x"), wall_us()).await.unwrap();
+
+        server.kill();
+        let e = right.put("k", Bytes::from_static(b"x"), wall_us()).await.unwrap_err();
+        assert!(matches!(e, S3Error::Exchange(FetchError::Unreachable(_) | FetchError::Broken(_))), "{e}");
+        assert_eq!(e.kind(), Kind::Later);
+    });
+}
+
+/// The objects under `dir` (a server's bucket directory), by key.
+pub fn objects(dir: &Path) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if !p.file_name().unwrap().to_string_lossy().starts_with('.') {
+                out.push((p.strip_prefix(dir).unwrap().to_string_lossy().into_owned(), p));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A daemon's config for `cameras` (the looping file clip, 332 kbit/s) with segments of
+/// 256 KiB (a sixth of a minute), archived to `server`'s bucket `nvr` under `prefix`.
+pub fn archived_config(dir: &Path, server: &S3Server, prefix: &str, cameras: &[&str], extra: &str) {
+    let clip = fixtures().join("h264.mp4");
+    let mut body = format!(
+        "flush_interval_s = 1\n[retention]\nstream_max_bytes = \"2 MiB\"\ntotal_max_bytes = \"64 MiB\"\n\
+         [archive.offsite]\nendpoint = \"http://127.0.0.1:{}\"\nbucket = \"nvr\"\nprefix = \"{prefix}\"\n\
+         access_key = \"{ACCESS_KEY}\"\nsecret_key = \"{SECRET_KEY}\"\n{extra}\n",
+        server.port
+    );
+    for c in cameras {
+        body.push_str(&format!("[[cameras]]\nname = \"{c}\"\nmain = {{ url = \"file://{}\" }}\n", clip.display()));
+    }
+    write_config(dir, &body);
+}
+
+#[test]
+fn recordings_of_two_cameras_are_archived_as_they_close_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = S3Server::start(&tmp.path().join("s3"), "nvr");
+    let dir = tmp.path().join("box");
+    std::fs::create_dir_all(&dir).unwrap();
+    archived_config(&dir, &server, "house", &["porch", "yard"], "");
+    let mut d = Daemon::start(&dir);
+    let bucket = server.dir.join("nvr");
+    let enough = wait_until(Duration::from_secs(60), || {
+        let o = objects(&bucket);
+        ["porch", "yard"]
+            .iter()
+            .all(|c| o.iter().filter(|(k, _)| k.starts_with(&format!("house/{c}/main/"))).count() >= 2)
+    });
+    assert!(enough, "two recordings of each camera archived within 60 s: {:?}\n{}", objects(&bucket), d.log_text());
+    d.stop();
+    let recs = d.recordings();
+    let archived = objects(&bucket);
+    for (key, file) in &archived {
+        let id: u64 = key.rsplit('/').next().unwrap().trim_end_matches(".mp4").parse().unwrap();
+        let rec =
+            recs.iter().find(|r| r["id"].as_u64() == Some(id)).unwrap_or_else(|| panic!("{key}: no recording {id}"));
+        let stream = rec["stream"].as_str().unwrap();
+        assert!(key.starts_with(&format!("house/{stream}/")), "{key} is under its stream {stream}");
+        assert!(!rec["open"].as_bool().unwrap(), "{key}: only closed recordings are archived");
+        let local = std::fs::read(d.data().join(rec["path"].as_str().unwrap())).unwrap();
+        let bytes = rec["bytes"].as_u64().unwrap() as usize;
+        assert_eq!(std::fs::read(file).unwrap(), &local[..bytes], "{key} is the local file's committed bytes");
+    }
+    let log = d.log_text();
+    assert!(log.matches("archived").count() >= archived.len(), "each upload is logged:\n{log}");
+}

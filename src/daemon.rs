@@ -471,6 +471,7 @@ pub async fn start(
             oidc: running.oidc.clone(),
             mqtt,
             camera_events: running.camera_events.clone(),
+            archive: running.archive.clone(),
         });
         tokio::spawn(http::serve(listeners, Arc::new(http::HttpStats::default()), auth, services, shutdown_rx))
     });

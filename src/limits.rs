@@ -674,6 +674,13 @@ pub const ARCHIVE_SCAN_ROWS: usize = 256;
 /// …and pages of them in one look: past them it looks again at its next step.
 pub const ARCHIVE_SCAN_PAGES: usize = 16;
 
+/// How often a target counts its backlog (bytes, recordings, the oldest) for the UI, the API
+/// and `/metrics`.
+pub const ARCHIVE_BACKLOG_LOOK_MS: u64 = 5_000;
+
+/// Recordings a backlog count looks at, at most: past them it says "at least".
+pub const ARCHIVE_BACKLOG_ROWS: usize = 100_000;
+
 // ---- live view ----
 
 /// The current GOP a stream holds so a new viewer starts at once: a GOP larger than this is

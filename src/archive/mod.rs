@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::base::stream::{StreamKey, StreamKind};
-use crate::catalog::archive::{Archived, Upload};
+use crate::catalog::archive::{Archived, Backlog, Upload};
 use crate::catalog::rows::RecordingRow;
 use crate::catalog::{Catalog, CatalogError};
 use crate::clock::SharedClocks;
@@ -63,6 +63,8 @@ impl ArchiveError {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct TargetStatus {
     pub id: String,
+    /// Where it goes: `endpoint/bucket/prefix`.
+    pub place: String,
     /// `uploading`, `idle`, `waiting` (after a failure) or `stopped`.
     pub state: &'static str,
     /// The last failure, until a step succeeds.
@@ -74,6 +76,8 @@ pub struct TargetStatus {
     pub uploaded_objects: u64,
     pub uploaded_bytes: u64,
     pub failures: u64,
+    /// What waits to be uploaded, as of the last look.
+    pub backlog: Backlog,
 }
 
 fn kind_name(k: Kind) -> &'static str {
@@ -125,7 +129,13 @@ impl Archive {
                     continue;
                 }
             };
-            let status = TargetStatus { id: config.id.clone(), state: "idle", ..TargetStatus::default() };
+            let place = format!(
+                "{}/{}/{}",
+                config.place.endpoint.as_str().trim_end_matches('/'),
+                config.place.bucket,
+                config.prefix
+            );
+            let status = TargetStatus { id: config.id.clone(), place, state: "idle", ..TargetStatus::default() };
             let t =
                 Arc::new(Target { config: config.clone(), bucket, rolls: rolls.clone(), status: Mutex::new(status) });
             let task = tokio::spawn(self.clone().run(t.clone(), shutdown.clone()));
@@ -140,9 +150,17 @@ impl Archive {
 
     async fn run(self: Arc<Archive>, t: Arc<Target>, mut shutdown: watch::Receiver<bool>) {
         let mut failures = 0u32;
+        let mut looked: Option<tokio::time::Instant> = None;
         loop {
             if *shutdown.borrow() {
                 break;
+            }
+            if looked.is_none_or(|l| l.elapsed() >= Duration::from_millis(limits::ARCHIVE_BACKLOG_LOOK_MS)) {
+                looked = Some(tokio::time::Instant::now());
+                match self.backlog(&t) {
+                    Ok(b) => t.status.lock().expect("lock").backlog = b,
+                    Err(e) => warn!(target = t.config.id, "archive backlog: {e}"),
+                }
             }
             let wait = match self.step(&t).await {
                 Ok(true) => {
@@ -226,6 +244,26 @@ impl Archive {
         }
         self.advance(id, &mut mark, settled_upto)?;
         Ok(false)
+    }
+
+    /// What `t` has yet to upload, from its mark.
+    fn backlog(&self, t: &Target) -> Result<Backlog, CatalogError> {
+        let id = t.config.id.as_str();
+        let streams = self.catalog.streams()?;
+        let mark = self.catalog.archive_mark(id)?;
+        let mut failed = None;
+        let b = self.catalog.archive_backlog(id, mark, limits::ARCHIVE_BACKLOG_ROWS, |row| {
+            let key = streams.iter().find(|(s, _)| *s == row.stream_id).and_then(|(_, n)| StreamKey::parse(n));
+            match key.map(|k| self.takes(t, &k, row)) {
+                Some(Ok(takes)) => takes,
+                Some(Err(e)) => {
+                    failed = Some(e);
+                    false
+                }
+                None => false,
+            }
+        })?;
+        failed.map_or(Ok(b), Err)
     }
 
     /// Moves `id`'s mark up to `settled_upto` (every recording below it is settled).

@@ -29,6 +29,17 @@ pub struct Archived {
     pub done_us: i64,
 }
 
+/// What a target has yet to archive.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Backlog {
+    pub objects: u64,
+    pub bytes: u64,
+    /// The start of the oldest recording waiting (UTC µs).
+    pub oldest_us: Option<i64>,
+    /// More recordings than were looked at: the backlog is at least this.
+    pub more: bool,
+}
+
 /// A multipart upload under way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upload {
@@ -73,6 +84,36 @@ impl Catalog {
             out.push((k.value(), RecordingRow::decode(v.value())?));
         }
         Ok(out)
+    }
+
+    /// What `target` still has to archive: the closed recordings from id `from` on that
+    /// `takes` wants and that are not archived, looking at `rows` recordings at most.
+    pub fn archive_backlog(
+        &self,
+        target: &str,
+        from: u64,
+        rows: usize,
+        mut takes: impl FnMut(&RecordingRow) -> bool,
+    ) -> Result<Backlog, CatalogError> {
+        let txn = self.db()?.begin_read().storage()?;
+        let recs = txn.open_table(RECORDINGS).storage()?;
+        let done = txn.open_table(ARCHIVED).storage()?;
+        let mut b = Backlog::default();
+        for (n, entry) in recs.range(from..).storage()?.enumerate() {
+            if n == rows {
+                b.more = true;
+                break;
+            }
+            let (id, v) = entry.storage()?;
+            let row = RecordingRow::decode(v.value())?;
+            if row.open || done.get((target, id.value())).storage()?.is_some() || !takes(&row) {
+                continue;
+            }
+            b.objects += 1;
+            b.bytes += row.bytes;
+            b.oldest_us = Some(b.oldest_us.map_or(row.wall_start_us, |o: i64| o.min(row.wall_start_us)));
+        }
+        Ok(b)
     }
 
     /// Whether `recording` is archived to `target`, and as what.
@@ -180,6 +221,7 @@ mod tests {
         assert_eq!(c.archived("off", 9).unwrap(), Some(done.clone()));
         assert_eq!(c.archived("other", 9).unwrap(), None);
         assert_eq!(c.archived_in("off", 0..=u64::MAX).unwrap(), vec![(9, done)]);
+        assert_eq!(c.archive_backlog("off", 1, 10, |_| true).unwrap(), Backlog::default());
         c.forget_archive_target("off").unwrap();
         assert_eq!((c.archive_mark("off").unwrap(), c.archived("off", 9).unwrap()), (1, None));
         assert_eq!(c.archive_upload("off", 10).unwrap(), None);

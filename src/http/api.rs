@@ -114,6 +114,7 @@ async fn handle(
         HttpsReset => system::https_reset(ctx).await,
         Mqtt => system::mqtt(ctx),
         CameraEvents => system::camera_events(ctx),
+        Archive => system::archive(ctx),
         Me => accounts::me(ctx, who),
         Logout => {
             accounts::logout(ctx, who, &parts.headers, parts.extensions.get::<super::OverHttps>().is_some()).await

@@ -67,6 +67,56 @@ fn mqtt(out: &mut String, services: &Services) {
     );
 }
 
+/// The archive's targets, by target.
+fn archive(out: &mut String, services: &Services) {
+    let all = services.archive.status();
+    let by = |f: &dyn Fn(&crate::archive::TargetStatus) -> u64| -> Vec<(String, u64)> {
+        all.iter().map(|t| (format!("target=\"{}\"", label(&t.id)), f(t))).collect()
+    };
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    for (name, kind, help, f) in [
+        (
+            "keeppeek_archive_ok",
+            "gauge",
+            "1 while the target has no failure waiting.",
+            &(|t: &crate::archive::TargetStatus| u64::from(t.error.is_none()))
+                as &dyn Fn(&crate::archive::TargetStatus) -> u64,
+        ),
+        (
+            "keeppeek_archive_uploaded_bytes_total",
+            "counter",
+            "Bytes of recordings the target stored since the box started.",
+            &|t| t.uploaded_bytes,
+        ),
+        (
+            "keeppeek_archive_uploaded_objects_total",
+            "counter",
+            "Recordings the target stored since the box started.",
+            &|t| t.uploaded_objects,
+        ),
+        (
+            "keeppeek_archive_failures_total",
+            "counter",
+            "Steps of the target's work that failed since the box started.",
+            &|t| t.failures,
+        ),
+        ("keeppeek_archive_backlog_bytes", "gauge", "Bytes of closed recordings the target has yet to store.", &|t| {
+            t.backlog.bytes
+        }),
+        ("keeppeek_archive_backlog_objects", "gauge", "Closed recordings the target has yet to store.", &|t| {
+            t.backlog.objects
+        }),
+        (
+            "keeppeek_archive_backlog_oldest_seconds",
+            "gauge",
+            "How old the oldest recording waiting for the target is (0 with none).",
+            &|t| t.backlog.oldest_us.map_or(0, |o| (now_s - o.div_euclid(1_000_000)).max(0) as u64),
+        ),
+    ] {
+        family(out, name, kind, help, &by(f));
+    }
+}
+
 /// The cameras' own events (ONVIF), by camera.
 fn camera_events(out: &mut String, services: &Services) {
     let all = services.camera_events.all();
@@ -183,6 +233,7 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
         &one(load(&s.redirects)),
     );
     mqtt(&mut out, services);
+    archive(&mut out, services);
     camera_events(&mut out, services);
     streams(&mut out, services);
     let c = &services.config_stats;

@@ -135,6 +135,8 @@ pub struct Services {
     pub mqtt: Arc<crate::mqtt::Mqtt>,
     /// The cameras whose own events are followed (ONVIF): `/api/system/camera-events`.
     pub camera_events: Arc<crate::onvif::subscribe::Followers>,
+    /// The offsite archive: its targets' state for `/api/system/archive` and `/metrics`.
+    pub archive: Arc<crate::archive::Archive>,
 }
 
 /// Config plans and applies, for `/metrics`.
@@ -178,6 +180,8 @@ impl Services {
         );
         let events = Arc::new(events);
         let mqtt = crate::mqtt::Mqtt::new(catalog.clone(), None);
+        let archive =
+            crate::archive::Archive::new(catalog.clone(), data_dir.clone(), crate::clock::RealClocks::shared());
         Ok(Services {
             recorder: recorder.handle(),
             flusher: recorder.flusher_stats.clone(),
@@ -196,6 +200,7 @@ impl Services {
             oidc: Arc::new(crate::oidc::Oidc::new(&[])),
             mqtt,
             camera_events: Arc::default(),
+            archive,
         })
     }
 }

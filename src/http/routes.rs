@@ -73,6 +73,8 @@ pub(crate) enum Route<'a> {
     Mqtt,
     /// The cameras' own event subscriptions (ONVIF) and how they go.
     CameraEvents,
+    /// The offsite archive's targets and their backlogs.
+    Archive,
     Me,
     Logout,
     Users,
@@ -150,6 +152,7 @@ impl<'a> Route<'a> {
             (&Method::DELETE, ["api", "system", "https"]) => HttpsReset,
             (&Method::GET, ["api", "system", "mqtt"]) => Mqtt,
             (&Method::GET, ["api", "system", "camera-events"]) => CameraEvents,
+            (&Method::GET, ["api", "system", "archive"]) => Archive,
             (&Method::GET, ["api", "me"]) => Me,
             (&Method::POST, ["api", "logout"]) => Logout,
             (&Method::GET, ["api", "users"]) => Users,
@@ -181,7 +184,7 @@ impl<'a> Route<'a> {
             DeleteRecordings(_) | EventDelete(_) | SystemUpdate | SystemReboot | SystemFactoryReset | SupportBundle => {
                 Access::Scope(scope::ADMIN)
             }
-            HttpsUpload | HttpsReset | Mqtt | CameraEvents => Access::Scope(scope::ADMIN),
+            HttpsUpload | HttpsReset | Mqtt | CameraEvents | Archive => Access::Scope(scope::ADMIN),
             Users | UserPut | UserDelete(_) | Tokens | TokenCreate | TokenDelete(_) => Access::Scope(scope::ADMIN),
             ConfigSnapshot | ConfigPlan | ConfigApply | ConfigRevisions | CameraProbe | CameraDiscover
             | CameraOnvif => Access::Scope(scope::ADMIN),
@@ -234,6 +237,7 @@ mod tests {
             ("DELETE", "/api/system/https", admin),
             ("GET", "/api/system/mqtt", admin),
             ("GET", "/api/system/camera-events", admin),
+            ("GET", "/api/system/archive", admin),
             ("GET", "/api/me", Signed),
             ("POST", "/api/logout", Signed),
             ("GET", "/api/users", admin),

@@ -280,6 +280,12 @@ pub(super) fn mqtt(ctx: &Ctx) -> Reply {
     )
 }
 
+/// `GET /api/system/archive`: each archive target's state, what it uploaded, and its
+/// backlog (the bytes and recordings waiting, the oldest's start).
+pub(super) fn archive(ctx: &Ctx) -> Reply {
+    json(StatusCode::OK, serde_json::json!({ "targets": ctx.services.archive.status() }))
+}
+
 /// `GET /api/system/camera-events`: each camera whose own events are followed (ONVIF), by
 /// name: `subscribing`, `subscribed` or `failed` with why, its detections that became events
 /// and those dropped.

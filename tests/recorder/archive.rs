@@ -212,10 +212,11 @@ pub fn objects(dir: &Path) -> Vec<(String, PathBuf)> {
 
 /// A daemon's config for `cameras` (the looping file clip, 332 kbit/s) with segments of
 /// 256 KiB (a sixth of a minute), archived to `server`'s bucket `nvr` under `prefix`.
-pub fn archived_config(dir: &Path, server: &S3Server, prefix: &str, cameras: &[&str], extra: &str) {
+pub fn archived_config(dir: &Path, server: &S3Server, prefix: &str, cameras: &[&str], extra: &str) -> u16 {
     let clip = fixtures().join("h264.mp4");
+    let port = free_port();
     let mut body = format!(
-        "flush_interval_s = 1\n[retention]\nstream_max_bytes = \"2 MiB\"\ntotal_max_bytes = \"64 MiB\"\n\
+        "listen = \"127.0.0.1:{port}\"\nflush_interval_s = 1\n[retention]\nstream_max_bytes = \"2 MiB\"\ntotal_max_bytes = \"64 MiB\"\n\
          [archive.offsite]\nendpoint = \"http://127.0.0.1:{}\"\nbucket = \"nvr\"\nprefix = \"{prefix}\"\n\
          access_key = \"{ACCESS_KEY}\"\nsecret_key = \"{SECRET_KEY}\"\n{extra}\n",
         server.port
@@ -224,6 +225,7 @@ pub fn archived_config(dir: &Path, server: &S3Server, prefix: &str, cameras: &[&
         body.push_str(&format!("[[cameras]]\nname = \"{c}\"\nmain = {{ url = \"file://{}\" }}\n", clip.display()));
     }
     write_config(dir, &body);
+    port
 }
 
 #[test]
@@ -232,8 +234,11 @@ fn recordings_of_two_cameras_are_archived_as_they_close_byte_for_byte() {
     let server = S3Server::start(&tmp.path().join("s3"), "nvr");
     let dir = tmp.path().join("box");
     std::fs::create_dir_all(&dir).unwrap();
-    archived_config(&dir, &server, "house", &["porch", "yard"], "");
+    let port = archived_config(&dir, &server, "house", &["porch", "yard"], "");
     let mut d = Daemon::start(&dir);
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    let token = make_token(port, &admin, r#""admin", "metrics""#);
     let bucket = server.dir.join("nvr");
     let enough = wait_until(Duration::from_secs(60), || {
         let o = objects(&bucket);
@@ -242,6 +247,23 @@ fn recordings_of_two_cameras_are_archived_as_they_close_byte_for_byte() {
             .all(|c| o.iter().filter(|(k, _)| k.starts_with(&format!("house/{c}/main/"))).count() >= 2)
     });
     assert!(enough, "two recordings of each camera archived within 60 s: {:?}\n{}", objects(&bucket), d.log_text());
+    // The API and /metrics say what the target did.
+    let bearer = format!("Bearer {token}");
+    let (code, _, body) = request(port, "GET", "/api/system/archive", &[("authorization", &bearer)], "");
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let t = &v["targets"][0];
+    assert_eq!(t["id"], "offsite", "{v}");
+    assert!(t["uploaded_objects"].as_u64().unwrap() >= 4 && t["error"].is_null(), "{v}");
+    assert_eq!(t["place"], format!("http://127.0.0.1:{}/nvr/house", server.port), "{v}");
+    let (_, _, metrics) = request(port, "GET", "/metrics", &[("authorization", &bearer)], "");
+    let uploaded: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("keeppeek_archive_uploaded_objects_total{target=\"offsite\"} "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(uploaded >= 4, "{metrics}");
+    assert!(metrics.contains("keeppeek_archive_backlog_bytes{target=\"offsite\"}"), "{metrics}");
     d.stop();
     let recs = d.recordings();
     let archived = objects(&bucket);

@@ -681,6 +681,20 @@ pub const ARCHIVE_BACKLOG_LOOK_MS: u64 = 5_000;
 /// Recordings a backlog count looks at, at most: past them it says "at least".
 pub const ARCHIVE_BACKLOG_ROWS: usize = 100_000;
 
+/// A manifest part (a stream's day, `archive::manifest`) takes recordings until it is this
+/// big; then the day goes on in the next part. Each rewrite sends at most about this much.
+pub const ARCHIVE_MANIFEST_PART_BYTES: usize = 1 << 20;
+
+/// A manifest part read from a bucket: past it, it is refused unread.
+pub const ARCHIVE_MANIFEST_MAX_BYTES: usize = 2 << 20;
+
+/// While a target uploads, how often it writes the manifests of what it stored (an idle
+/// target writes them at once).
+pub const ARCHIVE_DESCRIBE_EVERY_MS: u64 = 60_000;
+
+/// A stream's days whose manifests one pass writes.
+pub const ARCHIVE_DESCRIBE_DAYS: usize = 16;
+
 // ---- live view ----
 
 /// The current GOP a stream holds so a new viewer starts at once: a GOP larger than this is

@@ -18,6 +18,7 @@
 //! `s3.rs` is one bucket's client (signed requests, checksums, its failures sorted by what
 //! the box does next); `xml.rs` reads S3's answers.
 
+pub mod manifest;
 pub mod s3;
 pub mod xml;
 
@@ -48,6 +49,8 @@ pub enum ArchiveError {
     Catalog(#[from] CatalogError),
     #[error("reading {path}: {why}")]
     File { path: String, why: String },
+    #[error("the manifest {key}: {why}")]
+    Manifest { key: String, why: String },
 }
 
 impl ArchiveError {
@@ -98,6 +101,8 @@ struct Target {
     /// Pre- and post-roll of each camera, for `what = "events"`: (name, before µs, after µs).
     rolls: Vec<(String, i64, i64)>,
     status: Mutex<TargetStatus>,
+    /// When its manifests were last written.
+    described: Mutex<Option<tokio::time::Instant>>,
 }
 
 /// The archive's targets and their tasks.
@@ -136,8 +141,13 @@ impl Archive {
                 config.prefix
             );
             let status = TargetStatus { id: config.id.clone(), place, state: "idle", ..TargetStatus::default() };
-            let t =
-                Arc::new(Target { config: config.clone(), bucket, rolls: rolls.clone(), status: Mutex::new(status) });
+            let t = Arc::new(Target {
+                config: config.clone(),
+                bucket,
+                rolls: rolls.clone(),
+                status: Mutex::new(status),
+                described: Mutex::new(None),
+            });
             let task = tokio::spawn(self.clone().run(t.clone(), shutdown.clone()));
             running.push((t, task));
         }
@@ -208,6 +218,10 @@ impl Archive {
     /// One step of `t`'s work: the next recording it takes uploaded (true), or nothing to do.
     async fn step(&self, t: &Target) -> Result<bool, ArchiveError> {
         let id = t.config.id.as_str();
+        let every = Duration::from_millis(limits::ARCHIVE_DESCRIBE_EVERY_MS);
+        if t.described.lock().expect("lock").is_none_or(|d| d.elapsed() >= every) {
+            self.describe(t).await?;
+        }
         let streams = self.catalog.streams()?;
         let mut mark = self.catalog.archive_mark(id)?;
         let mut settled_upto = mark;
@@ -243,7 +257,96 @@ impl Archive {
             }
         }
         self.advance(id, &mut mark, settled_upto)?;
+        // Nothing to upload: what was uploaded goes into its manifests now.
+        self.describe(t).await?;
         Ok(false)
+    }
+
+    /// Writes the manifests of what `t` archived and no manifest names yet: each stream's
+    /// day, its last part rewritten while it has room, the next part started when not.
+    async fn describe(&self, t: &Target) -> Result<(), ArchiveError> {
+        let id = t.config.id.as_str();
+        let now = || self.clocks.wall_us();
+        *t.described.lock().expect("lock") = Some(tokio::time::Instant::now());
+        for ((stream, day), entries) in self.catalog.undescribed(id, limits::ARCHIVE_DESCRIBE_DAYS)? {
+            let dir = format!("{}/manifests/{stream}/{day}/", t.config.prefix);
+            let mut parts = Vec::new();
+            let mut after: Option<String> = None;
+            loop {
+                let page = t.bucket.list(&dir, None, after.as_deref(), now()).await?;
+                parts.extend(page.objects);
+                match page.next {
+                    Some(n) if parts.len() < limits::ARCHIVE_LIST_KEYS_MAX * 4 => after = Some(n),
+                    _ => break,
+                }
+            }
+            let last = parts
+                .iter()
+                .filter_map(|o| Some((o.key.strip_prefix(&dir)?.strip_suffix(".json")?.parse::<u32>().ok()?, o.size)))
+                .max();
+            let fresh = |part: u32| manifest::Manifest {
+                version: manifest::VERSION,
+                box_id: self.catalog.box_id().unwrap_or_default(),
+                prefix: t.config.prefix.clone(),
+                stream: stream.clone(),
+                day: day.clone(),
+                part,
+                recordings: Vec::new(),
+            };
+            let mut m = match last {
+                Some((n, size)) if size < limits::ARCHIVE_MANIFEST_PART_BYTES as u64 => {
+                    let key = manifest::key(&t.config.prefix, &stream, &day, n);
+                    let bytes = t.bucket.get(&key, None, limits::ARCHIVE_MANIFEST_MAX_BYTES, now()).await?;
+                    match manifest::decode(&bytes) {
+                        Ok(m) => m,
+                        Err(why) => {
+                            // Not one this box can add to: it stays as it is, and the day
+                            // goes on in the next part.
+                            warn!(target = id, key, "archive manifest left as it is: {why}");
+                            fresh(n + 1)
+                        }
+                    }
+                }
+                Some((n, _)) => fresh(n + 1),
+                None => fresh(0),
+            };
+            let mut size = manifest::encode(&m).len();
+            let mut in_part = Vec::new();
+            for (rec, json) in entries {
+                let entry: manifest::Entry = match serde_json::from_slice(&json) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        warn!(target = id, rec, "archive manifest entry dropped: {e}");
+                        self.catalog.described(id, &stream, &day, &[rec])?;
+                        continue;
+                    }
+                };
+                if !m.recordings.is_empty() && size + json.len() > limits::ARCHIVE_MANIFEST_PART_BYTES {
+                    self.put_manifest(t, &m, &in_part).await?;
+                    m = fresh(m.part + 1);
+                    size = manifest::encode(&m).len();
+                    in_part.clear();
+                }
+                m.recordings.retain(|e| e.id != entry.id);
+                m.recordings.push(entry);
+                size += json.len() + 1;
+                in_part.push(rec);
+            }
+            self.put_manifest(t, &m, &in_part).await?;
+        }
+        Ok(())
+    }
+
+    /// Stores manifest `m`, then notes `recordings` described.
+    async fn put_manifest(&self, t: &Target, m: &manifest::Manifest, recordings: &[u64]) -> Result<(), ArchiveError> {
+        let key = manifest::key(&t.config.prefix, &m.stream, &m.day, m.part);
+        let body = manifest::encode(m);
+        if body.len() > limits::ARCHIVE_MANIFEST_MAX_BYTES {
+            return Err(ArchiveError::Manifest { key, why: format!("{} bytes, over its ceiling", body.len()) });
+        }
+        t.bucket.put(&key, Bytes::from(body), self.clocks.wall_us()).await?;
+        self.catalog.described(&t.config.id, &m.stream, &m.day, recordings)?;
+        Ok(())
     }
 
     /// What `t` has yet to upload, from its mark.
@@ -347,8 +450,12 @@ impl Archive {
                 }
             }
         };
+        let fragments: Vec<_> = self.catalog.fragments(rec)?.into_iter().map(|(_, f)| f).collect();
+        let entry = manifest::Entry::of(rec, key.clone(), etag.clone(), row, &fragments);
+        let entry = serde_json::to_vec(&entry).unwrap_or_default();
         let done = Archived { key, bytes: len, etag, done_us: now() };
-        self.catalog.set_archived(&t.config.id, rec, &done)?;
+        let day = utc_day(row.wall_start_us);
+        self.catalog.set_archived(&t.config.id, rec, &done, (&stream.name(), &day, &entry))?;
         let mut s = t.status.lock().expect("lock");
         s.uploaded_objects += 1;
         s.uploaded_bytes += len;
@@ -376,10 +483,15 @@ impl Archive {
 
 /// The key of recording `rec` of `stream`, which started at `wall_start_us`.
 pub fn object_key(prefix: &str, stream: &StreamKey, rec: u64, wall_start_us: i64) -> String {
-    let day = time::OffsetDateTime::from_unix_timestamp(wall_start_us.div_euclid(1_000_000))
-        .map(|t| t.date().to_string())
-        .unwrap_or_else(|_| "0000-00-00".into());
+    let day = utc_day(wall_start_us);
     format!("{prefix}/{}/{}/{day}/{rec:010}.mp4", stream.camera, stream.kind.name())
+}
+
+/// `YYYY-MM-DD` of `wall_us`, UTC.
+pub fn utc_day(wall_us: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(wall_us.div_euclid(1_000_000))
+        .map(|t| t.date().to_string())
+        .unwrap_or_else(|_| "0000-00-00".into())
 }
 
 /// Reads `len` bytes of `path` from `from`, on the blocking pool.

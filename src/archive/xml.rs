@@ -155,12 +155,7 @@ mod tests {
 
     #[test]
     fn the_fuzz_corpus_goes_through_without_panicking() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/s3_xml");
-        let mut n = 0;
-        for e in std::fs::read_dir(dir).expect("the corpus under fuzz/") {
-            fuzz(&std::fs::read(e.unwrap().path()).unwrap());
-            n += 1;
-        }
+        let n = crate::base::testing::replay_corpus("s3_xml", fuzz);
         assert!(n >= 5, "{n} inputs in the corpus");
     }
 

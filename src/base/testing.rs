@@ -15,3 +15,17 @@ pub async fn silent_peer() -> u16 {
     });
     port
 }
+
+/// Runs every input of fuzz target `target`'s committed corpus (`fuzz/corpus/<target>`)
+/// through `run`; returns how many there were.
+pub fn replay_corpus(target: &str, run: fn(&[u8])) -> usize {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).expect("the corpus under fuzz/") {
+        // A file a running fuzzer removed as it minimizes is not an input.
+        let Ok(input) = std::fs::read(e.expect("a corpus entry").path()) else { continue };
+        run(&input);
+        n += 1;
+    }
+    n
+}

@@ -19,6 +19,12 @@ pub(super) const ARCHIVED: TableDefinition<(&str, u64), (&str, u64, &str, i64)> 
 pub(super) const UPLOADS: TableDefinition<(&str, u64), (&str, &str, &str)> = TableDefinition::new("archive_uploads");
 /// target → the mark
 pub(super) const MARKS: TableDefinition<&str, u64> = TableDefinition::new("archive_marks");
+/// (target, stream, day, recording) → its manifest entry (JSON), archived and not yet in a
+/// manifest the bucket holds.
+pub(super) const DESCRIBE: TableDefinition<(&str, &str, &str, u64), &[u8]> = TableDefinition::new("archive_describe");
+
+/// Entries waiting for one manifest: (stream, day) and each recording's entry.
+pub type Undescribed = ((String, String), Vec<(u64, Vec<u8>)>);
 
 /// A recording stored in a target's bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,12 +149,55 @@ impl Catalog {
         Ok(out)
     }
 
-    /// Notes `recording` stored in `target` as `done`; its upload, if it was one, is over.
-    pub fn set_archived(&self, target: &str, recording: u64, done: &Archived) -> Result<(), CatalogError> {
+    /// Notes `recording` stored in `target` as `done`, and its `entry` to describe in the
+    /// manifest of `(stream, day)`; its upload, if it was one, is over.
+    pub fn set_archived(
+        &self,
+        target: &str,
+        recording: u64,
+        done: &Archived,
+        (stream, day, entry): (&str, &str, &[u8]),
+    ) -> Result<(), CatalogError> {
         self.write_lazily(|txn| {
             let row = (done.key.as_str(), done.bytes, done.etag.as_str(), done.done_us);
             txn.open_table(ARCHIVED).storage()?.insert((target, recording), row).storage()?;
+            txn.open_table(DESCRIBE).storage()?.insert((target, stream, day, recording), entry).storage()?;
             txn.open_table(UPLOADS).storage()?.remove((target, recording)).storage()?;
+            Ok(())
+        })
+    }
+
+    /// The entries `target` has yet to put in manifests, by stream and day: at most `days`
+    /// of them.
+    pub fn undescribed(&self, target: &str, days: usize) -> Result<Vec<Undescribed>, CatalogError> {
+        let txn = self.db()?.begin_read().storage()?;
+        let t = txn.open_table(DESCRIBE).storage()?;
+        let mut out: Vec<Undescribed> = Vec::new();
+        for entry in t.range((target, "", "", 0)..).storage()? {
+            let (k, v) = entry.storage()?;
+            let (tgt, stream, day, rec) = k.value();
+            if tgt != target {
+                break;
+            }
+            let same = out.last().is_some_and(|((s, d), _)| s == stream && d == day);
+            if let (true, Some((_, entries))) = (same, out.last_mut()) {
+                entries.push((rec, v.value().to_vec()));
+            } else if out.len() == days {
+                break;
+            } else {
+                out.push(((stream.to_string(), day.to_string()), vec![(rec, v.value().to_vec())]));
+            }
+        }
+        Ok(out)
+    }
+
+    /// `recordings` of `(stream, day)` are in a manifest the bucket holds.
+    pub fn described(&self, target: &str, stream: &str, day: &str, recordings: &[u64]) -> Result<(), CatalogError> {
+        self.write_lazily(|txn| {
+            let mut t = txn.open_table(DESCRIBE).storage()?;
+            for r in recordings {
+                t.remove((target, stream, day, *r)).storage()?;
+            }
             Ok(())
         })
     }
@@ -193,6 +242,10 @@ impl Catalog {
             txn.open_table(ARCHIVED).storage()?.retain_in((target, 0)..=(target, u64::MAX), |_, _| false).storage()?;
             txn.open_table(UPLOADS).storage()?.retain_in((target, 0)..=(target, u64::MAX), |_, _| false).storage()?;
             txn.open_table(MARKS).storage()?.remove(target).storage()?;
+            txn.open_table(DESCRIBE)
+                .storage()?
+                .retain_in((target, "", "", 0)..(target, "\u{10ffff}", "", 0), |_, _| false)
+                .storage()?;
             Ok(())
         })
     }
@@ -216,12 +269,17 @@ mod tests {
         c.set_archive_upload("off", 10, Some(&none)).unwrap();
         assert_eq!(c.archive_upload("off", 10).unwrap().unwrap().parts, Vec::<String>::new());
         let done = Archived { key: "k".into(), bytes: 5, etag: "e-2".into(), done_us: 1 };
-        c.set_archived("off", 9, &done).unwrap();
+        c.set_archived("off", 9, &done, ("porch/main", "2026-12-06", b"{}")).unwrap();
         assert_eq!(c.archive_upload("off", 9).unwrap(), None, "a done upload is no longer under way");
         assert_eq!(c.archived("off", 9).unwrap(), Some(done.clone()));
         assert_eq!(c.archived("other", 9).unwrap(), None);
         assert_eq!(c.archived_in("off", 0..=u64::MAX).unwrap(), vec![(9, done)]);
         assert_eq!(c.archive_backlog("off", 1, 10, |_| true).unwrap(), Backlog::default());
+        let waiting = c.undescribed("off", 4).unwrap();
+        assert_eq!(waiting, vec![(("porch/main".to_string(), "2026-12-06".to_string()), vec![(9, b"{}".to_vec())])]);
+        assert_eq!(c.undescribed("other", 4).unwrap(), vec![]);
+        c.described("off", "porch/main", "2026-12-06", &[9]).unwrap();
+        assert_eq!(c.undescribed("off", 4).unwrap(), vec![]);
         c.forget_archive_target("off").unwrap();
         assert_eq!((c.archive_mark("off").unwrap(), c.archived("off", 9).unwrap()), (1, None));
         assert_eq!(c.archive_upload("off", 10).unwrap(), None);

@@ -278,6 +278,7 @@ impl Catalog {
             txn.open_table(archive::ARCHIVED).storage()?;
             txn.open_table(archive::UPLOADS).storage()?;
             txn.open_table(archive::MARKS).storage()?;
+            txn.open_table(archive::DESCRIBE).storage()?;
         }
         txn.commit().storage()
     }

@@ -909,26 +909,15 @@ mod tests {
         }
     }
 
-    /// Runs every input of `target`'s committed fuzz corpus through `run`; returns how many.
-    fn replay_corpus(target: &str, run: fn(&[u8])) -> usize {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
-        let mut n = 0;
-        for e in std::fs::read_dir(dir).expect("the corpus under fuzz/") {
-            run(&std::fs::read(e.unwrap().path()).unwrap());
-            n += 1;
-        }
-        n
-    }
-
     #[test]
     fn the_fuzz_corpus_goes_through_without_panicking() {
-        let n = replay_corpus("rtp_assemble", fuzzing::assemble);
+        let n = crate::base::testing::replay_corpus("rtp_assemble", fuzzing::assemble);
         assert!(n > 100, "{n} inputs in the corpus");
     }
 
     #[test]
     fn the_audio_fuzz_corpus_goes_through_without_panicking() {
-        let n = replay_corpus("rtp_audio", fuzzing::audio);
+        let n = crate::base::testing::replay_corpus("rtp_audio", fuzzing::audio);
         assert!(n > 20, "{n} inputs in the corpus");
     }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use keeppeek::archive::s3::{Bucket, Kind, Place, S3Error};
 use keeppeek::oidc::fetch::FetchError;
+use serde_json::Value;
 
 use crate::common::*;
 
@@ -240,11 +241,12 @@ fn recordings_of_two_cameras_are_archived_as_they_close_byte_for_byte() {
     let admin = setup_admin(port);
     let token = make_token(port, &admin, r#""admin", "metrics""#);
     let bucket = server.dir.join("nvr");
+    // Two recordings of each camera archived and described by their manifests.
     let enough = wait_until(Duration::from_secs(60), || {
-        let o = objects(&bucket);
+        let described = described(&bucket);
         ["porch", "yard"]
             .iter()
-            .all(|c| o.iter().filter(|(k, _)| k.starts_with(&format!("house/{c}/main/"))).count() >= 2)
+            .all(|c| described.iter().filter(|e| e.key.starts_with(&format!("house/{c}/main/"))).count() >= 2)
     });
     assert!(enough, "two recordings of each camera archived within 60 s: {:?}\n{}", objects(&bucket), d.log_text());
     // The API and /metrics say what the target did.
@@ -266,7 +268,7 @@ fn recordings_of_two_cameras_are_archived_as_they_close_byte_for_byte() {
     assert!(metrics.contains("keeppeek_archive_backlog_bytes{target=\"offsite\"}"), "{metrics}");
     d.stop();
     let recs = d.recordings();
-    let archived = objects(&bucket);
+    let archived: Vec<_> = objects(&bucket).into_iter().filter(|(k, _)| !k.contains("/manifests/")).collect();
     for (key, file) in &archived {
         let id: u64 = key.rsplit('/').next().unwrap().trim_end_matches(".mp4").parse().unwrap();
         let rec =
@@ -280,4 +282,43 @@ fn recordings_of_two_cameras_are_archived_as_they_close_byte_for_byte() {
     }
     let log = d.log_text();
     assert!(log.matches("archived").count() >= archived.len(), "each upload is logged:\n{log}");
+    // Every recording a manifest names is there, as the manifest says, with its fragments
+    // as the catalog had them.
+    for e in described(&bucket) {
+        let stored = std::fs::read(bucket.join(&e.key)).unwrap_or_else(|_| panic!("{} is named but not there", e.key));
+        assert_eq!(
+            (stored.len() as u64, keeppeek::archive::s3::md5_hex(&stored)),
+            (e.bytes, e.etag.clone()),
+            "{}",
+            e.key
+        );
+        let rec = recs.iter().find(|r| r["id"].as_u64() == Some(e.id)).unwrap();
+        let fragments: Vec<Value> = rec["fragments"].as_array().unwrap().clone();
+        let rows = e.fragment_rows();
+        assert_eq!(rows.len(), fragments.len(), "{}", e.key);
+        for (r, f) in rows.iter().zip(&fragments) {
+            assert_eq!(serde_json::to_value(r).unwrap(), *f, "{}", e.key);
+        }
+        assert_eq!(
+            (e.wall_start_us, e.frames),
+            (rec["wall_start_us"].as_i64().unwrap(), rec["frames"].as_u64().unwrap())
+        );
+    }
+}
+
+/// Every recording the manifests under `bucket` name, each manifest read as the box reads it.
+pub fn described(bucket: &Path) -> Vec<keeppeek::archive::manifest::Entry> {
+    objects(bucket)
+        .into_iter()
+        .filter(|(k, _)| k.contains("/manifests/"))
+        .flat_map(|(k, p)| {
+            let m =
+                keeppeek::archive::manifest::decode(&std::fs::read(&p).unwrap()).unwrap_or_else(|e| panic!("{k}: {e}"));
+            assert!(
+                k.ends_with(&format!("/{}/{}/{:03}.json", m.stream, m.day, m.part)),
+                "{k} names its stream, day and part"
+            );
+            m.recordings
+        })
+        .collect()
 }

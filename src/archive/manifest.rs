@@ -1,0 +1,272 @@
+//! Manifests: what a bucket holds of one stream on one day, the archive's commit point. A
+//! recording is in a manifest only once its object is stored and confirmed, and a manifest
+//! is written after the objects it names, so no manifest names an object that is not there.
+//!
+//! A day's manifest comes in parts (`<prefix>/manifests/<camera>/<stream>/<day>/<part>.json`,
+//! parts numbered from 0 in three digits), each rewritten whole as recordings are added,
+//! until it reaches [`limits::ARCHIVE_MANIFEST_PART_BYTES`]; then the next part starts. So a
+//! rewrite sends at most about that much, and a reader (the box's playback, `keeppeek
+//! archive list`, another box) holds one part at a time.
+//!
+//! JSON, so any tool can read what a bucket holds. Each recording carries what playback and
+//! export need to read a range of it with range requests: its fragments, each a `moof` and
+//! `mdat` that starts at a keyframe (one fragment per GOP), as eight numbers: wall start
+//! after the recording's (µs), wall duration (µs), media start (90 kHz), media duration
+//! (90 kHz), first byte, bytes, frames, keyframes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::FragmentRow;
+use crate::catalog::rows::RecordingRow;
+use crate::limits;
+
+/// The manifests' layout version.
+pub const VERSION: u32 = 1;
+
+/// One part of a stream's day.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub version: u32,
+    /// The box that wrote it (its catalog's id) and its prefix.
+    pub box_id: String,
+    pub prefix: String,
+    /// `camera/kind`.
+    pub stream: String,
+    /// `YYYY-MM-DD`, UTC.
+    pub day: String,
+    pub part: u32,
+    pub recordings: Vec<Entry>,
+}
+
+/// One archived recording.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    /// Its id on the box that recorded it.
+    pub id: u64,
+    pub key: String,
+    pub bytes: u64,
+    /// The object's ETag, as the server confirmed it.
+    pub etag: String,
+    pub codec: String,
+    pub width: u16,
+    pub height: u16,
+    pub audio: Option<String>,
+    pub wall_start_us: i64,
+    pub wall_end_us: i64,
+    pub media_duration_90k: u64,
+    pub init_bytes: u64,
+    pub frames: u64,
+    pub fragments: Vec<[i64; 8]>,
+}
+
+impl Entry {
+    /// The entry of recording `id` stored as `key` with `etag`, from its catalog rows.
+    pub fn of(id: u64, key: String, etag: String, row: &RecordingRow, fragments: &[FragmentRow]) -> Entry {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        Entry {
+            id,
+            key,
+            bytes: row.bytes,
+            etag,
+            codec: row.codec.name().into(),
+            width: row.width,
+            height: row.height,
+            audio: row.audio.map(|a| a.name().to_string()),
+            wall_start_us: row.wall_start_us,
+            wall_end_us: row.wall_end_us,
+            media_duration_90k: row.media_duration_90k,
+            init_bytes: row.init_bytes,
+            frames: row.frames,
+            fragments: fragments
+                .iter()
+                .map(|f| {
+                    [
+                        f.wall_start_us - row.wall_start_us,
+                        f.wall_end_us - f.wall_start_us,
+                        n(f.media_start_90k),
+                        n(f.duration_90k),
+                        n(f.start_byte),
+                        n(f.end_byte.saturating_sub(f.start_byte)),
+                        i64::from(f.frames),
+                        i64::from(f.keyframes),
+                    ]
+                })
+                .collect(),
+        }
+    }
+
+    /// Its fragments as the catalog's rows, from the numbers kept.
+    pub fn fragment_rows(&self) -> Vec<FragmentRow> {
+        let u = |v: i64| u64::try_from(v).unwrap_or(0);
+        self.fragments
+            .iter()
+            .map(|f| {
+                let wall_start_us = self.wall_start_us.saturating_add(f[0]);
+                FragmentRow {
+                    wall_start_us,
+                    wall_end_us: wall_start_us.saturating_add(f[1]),
+                    media_start_90k: u(f[2]),
+                    duration_90k: u(f[3]),
+                    start_byte: u(f[4]),
+                    end_byte: u(f[4]).saturating_add(u(f[5])),
+                    frames: u32::try_from(f[6]).unwrap_or(0),
+                    keyframes: u32::try_from(f[7]).unwrap_or(0),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The key of part `part` of `stream`'s manifest of `day`.
+pub fn key(prefix: &str, stream: &str, day: &str, part: u32) -> String {
+    format!("{prefix}/manifests/{stream}/{day}/{part:03}.json")
+}
+
+/// The manifest as stored.
+pub fn encode(m: &Manifest) -> Vec<u8> {
+    serde_json::to_vec(m).unwrap_or_default()
+}
+
+/// A stored manifest read and checked: within [`limits::ARCHIVE_MANIFEST_MAX_BYTES`], this
+/// version, every recording's key under its prefix, its fragments in order and within its
+/// bytes.
+pub fn decode(bytes: &[u8]) -> Result<Manifest, String> {
+    if bytes.len() > limits::ARCHIVE_MANIFEST_MAX_BYTES {
+        return Err(format!("a manifest over {} bytes", limits::ARCHIVE_MANIFEST_MAX_BYTES));
+    }
+    let m: Manifest = serde_json::from_slice(bytes).map_err(|e| format!("not a manifest: {e}"))?;
+    if m.version != VERSION {
+        return Err(format!("a manifest of version {}, not {VERSION}", m.version));
+    }
+    for field in [&m.box_id, &m.prefix, &m.stream, &m.day] {
+        if field.len() > limits::ARCHIVE_FIELD_MAX_BYTES {
+            return Err(format!("a manifest field over {} bytes", limits::ARCHIVE_FIELD_MAX_BYTES));
+        }
+    }
+    for e in &m.recordings {
+        let at = |why: &str| format!("recording {}: {why}", e.id);
+        if !e.key.starts_with(&format!("{}/", m.prefix)) || e.key.len() > limits::ARCHIVE_KEY_MAX_BYTES {
+            return Err(at("its key is not under the manifest's prefix"));
+        }
+        if e.wall_end_us < e.wall_start_us || e.init_bytes > e.bytes {
+            return Err(at("its times or sizes do not add up"));
+        }
+        let mut end = e.init_bytes;
+        for f in &e.fragments {
+            let (first, len) = (f[4], f[5]);
+            let fits = f.iter().all(|v| *v >= 0)
+                && u64::try_from(first).is_ok_and(|first| first >= end)
+                && u64::try_from(first.saturating_add(len)).is_ok_and(|last| last <= e.bytes);
+            if !fits {
+                return Err(at("a fragment out of order or past its bytes"));
+            }
+            end = u64::try_from(first + len).unwrap_or(u64::MAX);
+        }
+    }
+    Ok(m)
+}
+
+/// The fuzz target's harness (`fuzz/fuzz_targets/archive_manifest.rs`): whatever a bucket
+/// holds under a manifest's key is read or refused, never a panic, and a manifest read is
+/// written back as the same manifest.
+pub fn fuzz(data: &[u8]) {
+    if let Ok(m) = decode(data) {
+        assert_eq!(decode(&encode(&m)).as_ref(), Ok(&m));
+        for e in &m.recordings {
+            for f in e.fragment_rows() {
+                assert!(f.end_byte <= e.bytes && f.start_byte >= e.init_bytes);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::Codec;
+
+    fn row() -> RecordingRow {
+        RecordingRow {
+            stream_id: 1,
+            run_id: 1,
+            codec: Codec::H264,
+            width: 640,
+            height: 360,
+            wall_start_us: 1_000_000,
+            wall_end_us: 3_000_000,
+            media_duration_90k: 180_000,
+            bytes: 5_000,
+            init_bytes: 1_000,
+            frames: 30,
+            fragments: 2,
+            open: false,
+            audio: None,
+            path: "x".into(),
+        }
+    }
+
+    fn frag(start_us: i64, start_byte: u64, end_byte: u64) -> FragmentRow {
+        FragmentRow {
+            wall_start_us: start_us,
+            wall_end_us: start_us + 1_000_000,
+            media_start_90k: (start_us as u64 - 1_000_000) * 9 / 100,
+            duration_90k: 90_000,
+            start_byte,
+            end_byte,
+            frames: 15,
+            keyframes: 1,
+        }
+    }
+
+    fn manifest(entries: Vec<Entry>) -> Manifest {
+        Manifest {
+            version: VERSION,
+            box_id: "b".into(),
+            prefix: "house".into(),
+            stream: "porch/main".into(),
+            day: "2026-12-06".into(),
+            part: 0,
+            recordings: entries,
+        }
+    }
+
+    #[test]
+    fn an_entry_keeps_its_fragments_as_the_catalog_has_them() {
+        let frags = [frag(1_000_000, 1_000, 3_000), frag(2_000_000, 3_000, 5_000)];
+        let e = Entry::of(7, "house/porch/main/2026-12-06/0000000007.mp4".into(), "e".into(), &row(), &frags);
+        assert_eq!(e.fragment_rows(), frags);
+        let m = manifest(vec![e]);
+        assert_eq!(decode(&encode(&m)).unwrap(), m);
+    }
+
+    #[test]
+    fn manifests_that_do_not_add_up_are_refused() {
+        let frags = [frag(1_000_000, 1_000, 3_000), frag(2_000_000, 3_000, 5_000)];
+        let good = Entry::of(7, "house/x.mp4".into(), "e".into(), &row(), &frags);
+        type Spoil = Box<dyn Fn(&mut Entry)>;
+        let cases: [(&str, Spoil); 4] = [
+            ("prefix", Box::new(|e| e.key = "elsewhere/x.mp4".into())),
+            ("order", Box::new(|e| e.fragments.swap(0, 1))),
+            ("past", Box::new(|e| e.fragments[1][5] = 3_000)),
+            ("negative", Box::new(|e| e.fragments[0][4] = -1)),
+        ];
+        for (what, spoil) in cases {
+            let mut e = good.clone();
+            spoil(&mut e);
+            assert!(decode(&encode(&manifest(vec![e]))).is_err(), "{what}");
+        }
+        let mut m = manifest(vec![good]);
+        m.version = 2;
+        assert!(decode(&encode(&m)).unwrap_err().contains("version"));
+        let big = vec![b' '; limits::ARCHIVE_MANIFEST_MAX_BYTES + 1];
+        assert!(decode(&big).unwrap_err().contains("over"));
+    }
+
+    #[test]
+    fn the_fuzz_corpus_goes_through_without_panicking() {
+        let n = crate::base::testing::replay_corpus("archive_manifest", fuzz);
+        assert!(n >= 2, "{n} inputs in the corpus");
+    }
+}

@@ -15,6 +15,8 @@
 #   h264.264           the same video as a raw Annex-B elementary stream
 #   h265.265           10 s, H.265 raw Annex-B, GOP 1 s, parameter sets with every IDR
 #   h264-long-gop.264  20 s, H.264 raw Annex-B, GOP 10 s (long-GOP tests)
+#   h264-heavy.mp4     10 s, H.264 at 8 Mbit/s (moving noise), no sound, plain MP4, GOP 1 s:
+#                      segments past the archive's part size (8 MiB) in seconds
 #   snapshot-4k.jpg    a 3840x2160 JPEG of about 420 kB (noise keeps it from compressing
 #                      to nothing), an event's snapshot
 #   tone.adts          the camera's sound: a quiet 440 Hz tone and a loud 1 kHz burst at
@@ -99,6 +101,12 @@ gen_h264_mp4() {
         -t 10 -movflags +faststart -f mp4 "$1"
 }
 
+gen_h264_heavy() {
+    ff -f lavfi -i "testsrc2=size=640x360:rate=${FPS}:duration=10,noise=alls=40:allf=t" \
+        -c:v libx264 -preset ultrafast -pix_fmt yuv420p -bf 0 -g "$FPS" -keyint_min "$FPS" -sc_threshold 0 \
+        -b:v 8M -maxrate 8M -bufsize 8M -t 10 -movflags +faststart -f mp4 "$1"
+}
+
 gen_h264_annexb() {
     # Same bitstream as h264.mp4. The bitstream filter turns length-prefixed NAL units
     # into start codes and puts SPS/PPS (kept only in the MP4's avcC) before every IDR,
@@ -162,6 +170,7 @@ generate h264-long-gop.264 gen_h264_long_gop
 generate tone.adts gen_tone_adts
 generate tone.pcmu gen_tone_g711 mulaw
 generate tone.pcma gen_tone_g711 alaw
+generate h264-heavy.mp4 gen_h264_heavy
 generate snapshot-4k.jpg gen_snapshot_4k
 
 gen_bench_clip() {

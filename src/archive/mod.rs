@@ -428,7 +428,10 @@ impl Archive {
                 let sent =
                     self.pace(t, to - from, || t.bucket.upload_part(&key, &upload.id, number, body, now())).await;
                 match sent {
-                    Ok(etag) => upload.parts.push(etag),
+                    Ok(etag) => {
+                        info!(target = id, key, part = number, "archive part stored");
+                        upload.parts.push(etag);
+                    }
                     Err(e) => {
                         if e.kind() == Kind::Missing {
                             // The server no longer knows the upload: it starts again.

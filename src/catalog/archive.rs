@@ -3,10 +3,13 @@
 //! restart sends only what is missing), and its mark: every recording below it is archived,
 //! gone, or not one the target takes.
 //!
-//! These rows are written in commits that do not wait for the disk (`Durability::None`): the
-//! recorder's next durable commit, within a flush interval, carries them. A power cut before
-//! it forgets the last uploads done, and they are sent again under the same key with the
-//! same bytes; nothing in the bucket is two objects for one recording.
+//! Most of these rows are written in commits that do not wait for the disk
+//! (`Durability::None`): the recorder's next durable commit, within a flush interval,
+//! carries them. A crash or a power cut before it forgets the last whole objects stored,
+//! and they are sent again under the same key with the same bytes: nothing in the bucket is
+//! two objects for one recording. A multipart upload's rows are durable at once (a commit a
+//! part, one a [`crate::limits::ARCHIVE_PART_BYTES`] sent): a restart sends only the parts
+//! missing, and never completes an upload twice.
 
 use redb::{Durability, ReadableDatabase, TableDefinition};
 
@@ -60,8 +63,16 @@ impl Catalog {
         &self,
         f: impl FnOnce(&redb::WriteTransaction) -> Result<(), CatalogError>,
     ) -> Result<(), CatalogError> {
+        self.write_archive(Durability::None, f)
+    }
+
+    fn write_archive(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&redb::WriteTransaction) -> Result<(), CatalogError>,
+    ) -> Result<(), CatalogError> {
         let mut txn = self.db()?.begin_write().storage()?;
-        txn.set_durability(Durability::None).storage()?;
+        txn.set_durability(durability).storage()?;
         f(&txn)?;
         txn.commit().storage()
     }
@@ -158,7 +169,10 @@ impl Catalog {
         done: &Archived,
         (stream, day, entry): (&str, &str, &[u8]),
     ) -> Result<(), CatalogError> {
-        self.write_lazily(|txn| {
+        // The end of a multipart upload is durable: its parts are not sent again.
+        let multipart = self.archive_upload(target, recording)?.is_some();
+        let durability = if multipart { Durability::Immediate } else { Durability::None };
+        self.write_archive(durability, |txn| {
             let row = (done.key.as_str(), done.bytes, done.etag.as_str(), done.done_us);
             txn.open_table(ARCHIVED).storage()?.insert((target, recording), row).storage()?;
             txn.open_table(DESCRIBE).storage()?.insert((target, stream, day, recording), entry).storage()?;
@@ -220,7 +234,7 @@ impl Catalog {
         recording: u64,
         upload: Option<&Upload>,
     ) -> Result<(), CatalogError> {
-        self.write_lazily(|txn| {
+        self.write_archive(Durability::Immediate, |txn| {
             let mut t = txn.open_table(UPLOADS).storage()?;
             match upload {
                 Some(u) => {

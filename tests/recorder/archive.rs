@@ -211,13 +211,21 @@ pub fn objects(dir: &Path) -> Vec<(String, PathBuf)> {
     out
 }
 
-/// A daemon's config for `cameras` (the looping file clip, 332 kbit/s) with segments of
-/// 256 KiB (a sixth of a minute), archived to `server`'s bucket `nvr` under `prefix`.
-pub fn archived_config(dir: &Path, server: &S3Server, prefix: &str, cameras: &[&str], extra: &str) -> u16 {
-    let clip = fixtures().join("h264.mp4");
+/// A daemon's config for `cameras` (each the looping file `clip` of the fixtures), whose
+/// segments are an eighth of `stream_max`, archived to `server`'s bucket `nvr` under
+/// `prefix`; `extra` goes into the target's table. Its web face's port.
+pub fn archived_config(
+    dir: &Path,
+    server: &S3Server,
+    (prefix, extra): (&str, &str),
+    cameras: &[&str],
+    (clip, stream_max): (&str, &str),
+) -> u16 {
+    let clip = fixtures().join(clip);
     let port = free_port();
     let mut body = format!(
-        "listen = \"127.0.0.1:{port}\"\nflush_interval_s = 1\n[retention]\nstream_max_bytes = \"2 MiB\"\ntotal_max_bytes = \"64 MiB\"\n\
+        "listen = \"127.0.0.1:{port}\"\nflush_interval_s = 1\n[retention]\nstream_max_bytes = \"{stream_max}\"
+total_max_bytes = \"1 GiB\"\n\
          [archive.offsite]\nendpoint = \"http://127.0.0.1:{}\"\nbucket = \"nvr\"\nprefix = \"{prefix}\"\n\
          access_key = \"{ACCESS_KEY}\"\nsecret_key = \"{SECRET_KEY}\"\n{extra}\n",
         server.port
@@ -235,7 +243,8 @@ fn recordings_of_two_cameras_are_archived_as_they_close_byte_for_byte() {
     let server = S3Server::start(&tmp.path().join("s3"), "nvr");
     let dir = tmp.path().join("box");
     std::fs::create_dir_all(&dir).unwrap();
-    let port = archived_config(&dir, &server, "house", &["porch", "yard"], "");
+    // The 332 kbit/s clip in segments of 256 KiB: one every 6 s.
+    let port = archived_config(&dir, &server, ("house", ""), &["porch", "yard"], ("h264.mp4", "2 MiB"));
     let mut d = Daemon::start(&dir);
     d.wait_log("web face listening", 1, Duration::from_secs(20));
     let admin = setup_admin(port);
@@ -286,12 +295,7 @@ fn recordings_of_two_cameras_are_archived_as_they_close_byte_for_byte() {
     // as the catalog had them.
     for e in described(&bucket) {
         let stored = std::fs::read(bucket.join(&e.key)).unwrap_or_else(|_| panic!("{} is named but not there", e.key));
-        assert_eq!(
-            (stored.len() as u64, keeppeek::archive::s3::md5_hex(&stored)),
-            (e.bytes, e.etag.clone()),
-            "{}",
-            e.key
-        );
+        assert_eq!((stored.len() as u64, etag_of(&stored)), (e.bytes, e.etag.clone()), "{}", e.key);
         let rec = recs.iter().find(|r| r["id"].as_u64() == Some(e.id)).unwrap();
         let fragments: Vec<Value> = rec["fragments"].as_array().unwrap().clone();
         let rows = e.fragment_rows();
@@ -321,4 +325,127 @@ pub fn described(bucket: &Path) -> Vec<keeppeek::archive::manifest::Entry> {
             m.recordings
         })
         .collect()
+}
+
+/// The ETag the box sends `bytes` under: its MD5 whole, or the MD5 of its parts' MD5s.
+pub fn etag_of(bytes: &[u8]) -> String {
+    use keeppeek::archive::s3::{md5_hex, multipart_etag};
+    let part = keeppeek::limits::ARCHIVE_PART_BYTES;
+    if bytes.len() <= part {
+        return md5_hex(bytes);
+    }
+    multipart_etag(&bytes.chunks(part).map(md5_hex).collect::<Vec<_>>()).unwrap()
+}
+
+/// The objects of a bucket, its manifests left out.
+fn recordings_in(bucket: &Path) -> Vec<(String, PathBuf)> {
+    objects(bucket).into_iter().filter(|(k, _)| !k.contains("/manifests/")).collect()
+}
+
+/// `kill -9` of keeppeek twenty times while it uploads recordings in parts: each restart
+/// goes on from the first part not noted (a part is sent again only when the kill came
+/// between its answer and its note), every object is its recording's bytes, no manifest
+/// names an object that is not there, and once keeppeek runs on the backlog drains.
+#[test]
+fn kill_9_during_uploads_resumes_at_the_first_part_missing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("box");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The server is not there yet: recordings of 24 MiB (three parts, the 8 Mbit/s clip)
+    // wait for it.
+    let s3_port = free_port();
+    let s3_dir = tmp.path().join("s3");
+    std::fs::create_dir_all(s3_dir.join("nvr")).unwrap();
+    let place = S3Server { child: Command::new("true").spawn().unwrap(), port: s3_port, dir: s3_dir.clone() };
+    // 16 Mbit/s: a part is 4 s of the cap, so kills fall between parts and within them.
+    let port = archived_config(&dir, &place, ("site", "max_kbit_s = 16000"), &["gate"], ("h264-heavy.mp4", "192 MiB"));
+    drop(place);
+    let mut d = Daemon::start(&dir);
+    d.wait_log("recording to", 1, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(40));
+    d.stop();
+    let mut logs = vec![d.log_text()];
+    let server = S3Server::start_on(&s3_dir, "nvr", s3_port);
+    let mut seed = wall_us() as u64 | 1;
+    for _ in 0..20 {
+        let mut d = Daemon::start(&dir);
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        std::thread::sleep(Duration::from_millis(1_000 + seed % 4_000));
+        d.kill9();
+        logs.push(d.log_text());
+    }
+    // Once more, left to drain what waits.
+    let mut d = Daemon::start(&dir);
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    let token = make_token(port, &admin, r#""admin""#);
+    let drained = wait_until(Duration::from_secs(120), || {
+        let (_, _, body) =
+            request(port, "GET", "/api/system/archive", &[("authorization", &format!("Bearer {token}"))], "");
+        let v: Value = serde_json::from_str(&body).unwrap_or_default();
+        v["targets"][0]["backlog"]["objects"] == 0 && v["targets"][0]["state"] == "idle"
+    });
+    assert!(drained, "the backlog drained within 120 s:\n{}", d.log_text());
+    d.stop();
+    logs.push(d.log_text());
+
+    // Parts: a part stored again only after a kill that came right after it was stored.
+    let mut stored: std::collections::BTreeMap<(String, u64), usize> = Default::default();
+    let (mut resumed, mut again) = (0, 0);
+    for log in &logs {
+        let mut last_of_key: std::collections::BTreeMap<String, u64> = Default::default();
+        for line in log.lines().filter(|l| l.contains("archive part stored")) {
+            let field = |name: &str| {
+                line.split(&format!("{name}="))
+                    .nth(1)
+                    .unwrap()
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+                    .trim_matches('"')
+                    .to_string()
+            };
+            let (key, part): (String, u64) = (field("key"), field("part").parse().unwrap());
+            if let Some(prev) = stored.get(&(key.clone(), part)) {
+                assert!(*prev > 0, "seen");
+                again += 1;
+            }
+            if part > 1 && !last_of_key.contains_key(&key) && stored.contains_key(&(key.clone(), part - 1)) {
+                resumed += 1;
+            }
+            *stored.entry((key.clone(), part)).or_default() += 1;
+            last_of_key.insert(key, part);
+        }
+    }
+    let kills = 20;
+    eprintln!(
+        "parts stored: {} distinct, {again} again after a kill; uploads that went on after a kill: {resumed}",
+        stored.len()
+    );
+    assert!(resumed >= 1, "at least one upload went on after a kill from where it was");
+    assert!(again <= kills, "{again} parts stored again over {kills} kills");
+    assert!(stored.len() >= 6, "uploads in parts happened: {stored:?}");
+    // What the bucket holds.
+    let recs = Daemon::start_stopped(&dir).recordings();
+    let bucket = server.dir.join("nvr");
+    let held = recordings_in(&bucket);
+    let mut ids = std::collections::BTreeSet::new();
+    for (key, file) in &held {
+        let id: u64 = key.rsplit('/').next().unwrap().trim_end_matches(".mp4").parse().unwrap();
+        assert!(ids.insert(id), "recording {id} is one object");
+        let rec =
+            recs.iter().find(|r| r["id"].as_u64() == Some(id)).unwrap_or_else(|| panic!("{key}: no recording {id}"));
+        let local = std::fs::read(dir.join("data").join(rec["path"].as_str().unwrap())).unwrap();
+        let bytes = rec["bytes"].as_u64().unwrap() as usize;
+        assert!(std::fs::read(file).unwrap() == local[..bytes], "{key} is its recording's bytes");
+    }
+    let closed = recs.iter().filter(|r| !r["open"].as_bool().unwrap()).count();
+    assert!(held.len() + 1 >= closed, "{} of {closed} closed recordings archived", held.len());
+    for e in described(&bucket) {
+        let stored = std::fs::read(bucket.join(&e.key)).unwrap_or_else(|_| panic!("{} is named but not there", e.key));
+        assert_eq!(etag_of(&stored), e.etag, "{}", e.key);
+    }
+    assert!(described(&bucket).len() >= held.len().saturating_sub(1), "the manifests name what was archived");
 }

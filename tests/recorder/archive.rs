@@ -449,3 +449,100 @@ fn kill_9_during_uploads_resumes_at_the_first_part_missing() {
     }
     assert!(described(&bucket).len() >= held.len().saturating_sub(1), "the manifests name what was archived");
 }
+
+/// The target's state as `/api/system/archive` says it.
+fn target_state(port: u16, token: &str) -> Value {
+    let (code, _, body) =
+        request(port, "GET", "/api/system/archive", &[("authorization", &format!("Bearer {token}"))], "");
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str::<Value>(&body).unwrap()["targets"][0].clone()
+}
+
+/// The server away for 60 s, then keys it refuses: recording goes on in one run with no gap,
+/// the backlog grows and is shown with why, and drains once the server (or the key) is back;
+/// every closed recording ends up archived, once.
+#[test]
+fn a_server_away_for_a_minute_or_refusing_the_keys_never_stops_recording_and_the_backlog_drains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s3_dir = tmp.path().join("s3");
+    let mut server = S3Server::start(&s3_dir, "nvr");
+    let dir = tmp.path().join("box");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Segments of 448 KiB (11 s of the clip); retention keeps eight, longer than the minute
+    // away (retention that waits for the archive is `before_delete`).
+    let port = archived_config(&dir, &server, ("house", ""), &["porch"], ("h264.mp4", "3.5 MiB"));
+    let started_us = wall_us();
+    let mut d = Daemon::start(&dir);
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    let token = make_token(port, &admin, r#""admin""#);
+    let bucket = server.dir.join("nvr");
+    assert!(wait_until(Duration::from_secs(30), || !recordings_in(&bucket).is_empty()), "a first upload");
+
+    server.kill();
+    let away = std::time::Instant::now();
+    let away_from_us = wall_us();
+    let mut peak = 0;
+    while away.elapsed() < Duration::from_secs(60) {
+        let t = target_state(port, &token);
+        peak = peak.max(t["backlog"]["objects"].as_u64().unwrap());
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let t = target_state(port, &token);
+    assert_eq!((t["state"].as_str(), t["error_kind"].as_str()), (Some("waiting"), Some("later")), "{t}");
+    assert!(t["backlog"]["oldest_us"].as_i64().unwrap() < wall_us() - 40_000_000, "{t}");
+    assert!(peak >= 2, "the backlog grew while the server was away: {peak}");
+    let away_us = (away_from_us, wall_us());
+    let server = S3Server::start_on(&s3_dir, "nvr", server.port);
+    let drained = wait_until(Duration::from_secs(90), || {
+        let t = target_state(port, &token);
+        t["backlog"]["objects"] == 0 && t["error"].is_null()
+    });
+    assert!(drained, "the backlog drained: {}\n{}", target_state(port, &token), d.log_text());
+    d.stop();
+    let stopped_us = wall_us();
+
+    // Keys the server refuses: shown as such, nothing stored, recording goes on.
+    let config = dir.join("keeppeek.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace(SECRET_KEY, "a-secret-it-refuses")).unwrap();
+    let stored_before = recordings_in(&bucket).len();
+    let mut d = Daemon::start(&dir);
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let refused = wait_until(Duration::from_secs(40), || target_state(port, &token)["error_kind"] == "credentials");
+    assert!(refused, "the refusal is shown: {}", target_state(port, &token));
+    std::thread::sleep(Duration::from_secs(8));
+    assert_eq!(recordings_in(&bucket).len(), stored_before, "nothing is stored with keys refused");
+    d.stop();
+    std::fs::write(&config, text).unwrap();
+    let mut d = Daemon::start(&dir);
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let drained = wait_until(Duration::from_secs(60), || {
+        let t = target_state(port, &token);
+        t["backlog"]["objects"] == 0 && t["error"].is_null() && t["uploaded_objects"].as_u64().unwrap() > 0
+    });
+    assert!(drained, "the backlog drained once the keys were right: {}", target_state(port, &token));
+    d.stop();
+
+    let recs = d.recordings();
+    let held = recordings_in(&bucket);
+    let closed: Vec<&Value> = recs.iter().filter(|r| !r["open"].as_bool().unwrap()).collect();
+    for r in &closed[..closed.len() - 1] {
+        let id = r["id"].as_u64().unwrap();
+        assert!(held.iter().any(|(k, _)| k.ends_with(&format!("/{id:010}.mp4"))), "recording {id} is archived");
+    }
+    // The first daemon's recordings, as the archive holds them: across the minute away, no
+    // gap.
+    let mut first: Vec<_> =
+        described(&bucket).into_iter().filter(|e| (started_us..stopped_us).contains(&e.wall_start_us)).collect();
+    first.sort_by_key(|e| e.wall_start_us);
+    assert!(
+        first[0].wall_start_us < away_us.0 && first.last().unwrap().wall_end_us > away_us.1,
+        "it covers the minute away"
+    );
+    for w in first.windows(2) {
+        let gap = w[1].wall_start_us - w[0].wall_end_us;
+        assert!(gap.abs() < 250_000, "a gap of {gap} µs between recordings {} and {}", w[0].id, w[1].id);
+    }
+    drop(server);
+}

@@ -653,8 +653,7 @@ pub const ARCHIVE_LIST_KEYS_MAX: usize = 1_000;
 /// One object key (S3 allows 1,024 bytes).
 pub const ARCHIVE_KEY_MAX_BYTES: usize = 1_024;
 
-/// How often an idle target looks for recordings that closed (a closed recording also wakes
-/// it).
+/// How often an idle target looks for recordings that closed.
 pub const ARCHIVE_IDLE_POLL_MS: u64 = 5_000;
 
 /// The first wait after a target's failure that may pass (the network, a busy server); it
@@ -692,8 +691,19 @@ pub const ARCHIVE_MANIFEST_MAX_BYTES: usize = 2 << 20;
 /// target writes them at once).
 pub const ARCHIVE_DESCRIBE_EVERY_MS: u64 = 60_000;
 
-/// A stream's days whose manifests one pass writes.
+/// A stream's days whose manifests one pass writes…
 pub const ARCHIVE_DESCRIBE_DAYS: usize = 16;
+
+/// …and the entries it takes from the catalog for them, at most (about).
+pub const ARCHIVE_DESCRIBE_BYTES: usize = 4 << 20;
+
+/// Pages of a list one pass reads (the parts of a day's manifest).
+pub const ARCHIVE_LIST_PAGES_MAX: usize = 4;
+
+/// With `what = "events"`, how long after a recording ends an event may still come for it
+/// (a sender posts an event a while after its moment): until then the target does not pass
+/// over it.
+pub const ARCHIVE_EVENTS_LATE_MS: u64 = 600_000;
 
 // ---- live view ----
 

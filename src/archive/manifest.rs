@@ -162,7 +162,7 @@ pub fn decode(bytes: &[u8]) -> Result<Manifest, String> {
             if !fits {
                 return Err(at("a fragment out of order or past its bytes"));
             }
-            end = u64::try_from(first + len).unwrap_or(u64::MAX);
+            end = u64::try_from(first.saturating_add(len)).unwrap_or(u64::MAX);
         }
     }
     Ok(m)

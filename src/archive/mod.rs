@@ -227,16 +227,18 @@ impl Archive {
         let mut settled_upto = mark;
         let mut all_settled = true;
         let mut next = mark;
+        let events_late_us = limits::ARCHIVE_EVENTS_LATE_MS as i64 * 1000;
         for _ in 0..limits::ARCHIVE_SCAN_PAGES {
             let rows = self.catalog.recordings_from(next, limits::ARCHIVE_SCAN_ROWS)?;
             let Some(last) = rows.last().map(|(id, _)| *id) else { break };
             for (rec, row) in &rows {
                 let key = streams.iter().find(|(s, _)| *s == row.stream_id).and_then(|(_, n)| StreamKey::parse(n));
+                // An open recording is not settled, whatever the target takes of it: it may
+                // be a camera's the target does not know yet, or get an event.
                 let settled = match &key {
+                    _ if row.open => false,
                     Some(key) if self.takes(t, key, row)? => {
-                        if row.open {
-                            false
-                        } else if self.catalog.archived(id, *rec)?.is_some() {
+                        if self.catalog.archived(id, *rec)?.is_some() {
                             true
                         } else {
                             self.advance(id, &mut mark, settled_upto)?;
@@ -244,7 +246,9 @@ impl Archive {
                             return Ok(true);
                         }
                     }
-                    _ => true,
+                    // Not the target's: for events only, once an event for it can no longer
+                    // come (an event may be sent a while after its moment).
+                    _ => !t.config.events_only || self.clocks.wall_us() > row.wall_end_us + events_late_us,
                 };
                 all_settled &= settled;
                 if all_settled {
@@ -268,15 +272,17 @@ impl Archive {
         let id = t.config.id.as_str();
         let now = || self.clocks.wall_us();
         *t.described.lock().expect("lock") = Some(tokio::time::Instant::now());
-        for ((stream, day), entries) in self.catalog.undescribed(id, limits::ARCHIVE_DESCRIBE_DAYS)? {
+        for ((stream, day), entries) in
+            self.catalog.undescribed(id, limits::ARCHIVE_DESCRIBE_DAYS, limits::ARCHIVE_DESCRIBE_BYTES)?
+        {
             let dir = format!("{}/manifests/{stream}/{day}/", t.config.prefix);
             let mut parts = Vec::new();
             let mut after: Option<String> = None;
-            loop {
+            for _ in 0..limits::ARCHIVE_LIST_PAGES_MAX {
                 let page = t.bucket.list(&dir, None, after.as_deref(), now()).await?;
                 parts.extend(page.objects);
                 match page.next {
-                    Some(n) if parts.len() < limits::ARCHIVE_LIST_KEYS_MAX * 4 => after = Some(n),
+                    Some(n) if after.as_deref() != Some(n.as_str()) => after = Some(n),
                     _ => break,
                 }
             }
@@ -297,17 +303,21 @@ impl Archive {
                 Some((n, size)) if size < limits::ARCHIVE_MANIFEST_PART_BYTES as u64 => {
                     let key = manifest::key(&t.config.prefix, &stream, &day, n);
                     let bytes = t.bucket.get(&key, None, limits::ARCHIVE_MANIFEST_MAX_BYTES, now()).await?;
-                    match manifest::decode(&bytes) {
+                    let read = manifest::decode(&bytes).and_then(|m| {
+                        let ours = m.part == n && m.stream == stream && m.day == day && m.prefix == t.config.prefix;
+                        if ours { Ok(m) } else { Err("it names another part, stream, day or prefix".into()) }
+                    });
+                    match read {
                         Ok(m) => m,
                         Err(why) => {
                             // Not one this box can add to: it stays as it is, and the day
                             // goes on in the next part.
                             warn!(target = id, key, "archive manifest left as it is: {why}");
-                            fresh(n + 1)
+                            fresh(next_part(n)?)
                         }
                     }
                 }
-                Some((n, _)) => fresh(n + 1),
+                Some((n, _)) => fresh(next_part(n)?),
                 None => fresh(0),
             };
             let mut size = manifest::encode(&m).len();
@@ -323,7 +333,7 @@ impl Archive {
                 };
                 if !m.recordings.is_empty() && size + json.len() > limits::ARCHIVE_MANIFEST_PART_BYTES {
                     self.put_manifest(t, &m, &in_part).await?;
-                    m = fresh(m.part + 1);
+                    m = fresh(next_part(m.part)?);
                     size = manifest::encode(&m).len();
                     in_part.clear();
                 }
@@ -444,6 +454,11 @@ impl Archive {
             }
             match t.bucket.complete_upload(&key, &upload.id, &upload.parts, now()).await {
                 Ok(etag) => etag,
+                // The server put it together but its answer was lost (a timeout, a crash
+                // before the note): the object is there, as its parts make it.
+                Err(e) if e.kind() == Kind::Missing && self.completed_before(t, &key, len, &upload.parts).await? => {
+                    s3::multipart_etag(&upload.parts).unwrap_or_default()
+                }
                 Err(e) => {
                     if matches!(e.kind(), Kind::Missing | Kind::Refused) {
                         self.catalog.set_archive_upload(id, rec, None)?;
@@ -467,6 +482,15 @@ impl Archive {
         Ok(())
     }
 
+    /// Whether `key` is there already as the upload of `parts` makes it (`len` bytes).
+    async fn completed_before(&self, t: &Target, key: &str, len: u64, parts: &[String]) -> Result<bool, S3Error> {
+        let want = s3::multipart_etag(parts);
+        Ok(t.bucket
+            .head(key, self.clocks.wall_us())
+            .await?
+            .is_some_and(|(size, etag)| size == len && Some(etag) == want))
+    }
+
     /// Runs `send` (a request carrying `bytes`), then, when the target has a cap, waits as
     /// long as the bytes would take at it.
     async fn pace<F, Fut, T>(&self, t: &Target, bytes: u64, send: F) -> Result<T, S3Error>
@@ -488,6 +512,13 @@ impl Archive {
 pub fn object_key(prefix: &str, stream: &StreamKey, rec: u64, wall_start_us: i64) -> String {
     let day = utc_day(wall_start_us);
     format!("{prefix}/{}/{}/{day}/{rec:010}.mp4", stream.camera, stream.kind.name())
+}
+
+/// The manifest part after `n`.
+fn next_part(n: u32) -> Result<u32, ArchiveError> {
+    n.checked_add(1)
+        .filter(|p| *p < 1_000)
+        .ok_or_else(|| ArchiveError::Manifest { key: format!("part {n}"), why: "a day of 1,000 manifest parts".into() })
 }
 
 /// `YYYY-MM-DD` of `wall_us`, UTC.

@@ -182,13 +182,18 @@ impl Catalog {
     }
 
     /// The entries `target` has yet to put in manifests, by stream and day: at most `days`
-    /// of them.
-    pub fn undescribed(&self, target: &str, days: usize) -> Result<Vec<Undescribed>, CatalogError> {
+    /// of them and about `max_bytes` of entries (always at least one).
+    pub fn undescribed(&self, target: &str, days: usize, max_bytes: usize) -> Result<Vec<Undescribed>, CatalogError> {
         let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(DESCRIBE).storage()?;
         let mut out: Vec<Undescribed> = Vec::new();
+        let mut bytes = 0;
         for entry in t.range((target, "", "", 0)..).storage()? {
+            if bytes >= max_bytes {
+                break;
+            }
             let (k, v) = entry.storage()?;
+            bytes += v.value().len();
             let (tgt, stream, day, rec) = k.value();
             if tgt != target {
                 break;
@@ -289,11 +294,11 @@ mod tests {
         assert_eq!(c.archived("other", 9).unwrap(), None);
         assert_eq!(c.archived_in("off", 0..=u64::MAX).unwrap(), vec![(9, done)]);
         assert_eq!(c.archive_backlog("off", 1, 10, |_| true).unwrap(), Backlog::default());
-        let waiting = c.undescribed("off", 4).unwrap();
+        let waiting = c.undescribed("off", 4, 1 << 20).unwrap();
         assert_eq!(waiting, vec![(("porch/main".to_string(), "2026-12-06".to_string()), vec![(9, b"{}".to_vec())])]);
-        assert_eq!(c.undescribed("other", 4).unwrap(), vec![]);
+        assert_eq!(c.undescribed("other", 4, 1 << 20).unwrap(), vec![]);
         c.described("off", "porch/main", "2026-12-06", &[9]).unwrap();
-        assert_eq!(c.undescribed("off", 4).unwrap(), vec![]);
+        assert_eq!(c.undescribed("off", 4, 1 << 20).unwrap(), vec![]);
         c.forget_archive_target("off").unwrap();
         assert_eq!((c.archive_mark("off").unwrap(), c.archived("off", 9).unwrap()), (1, None));
         assert_eq!(c.archive_upload("off", 10).unwrap(), None);

@@ -125,6 +125,10 @@ impl RawArchive {
         if !matches!(endpoint.scheme(), "http" | "https") || endpoint.host().is_none() || !bare {
             return Err((at("endpoint"), "an http:// or https:// address of the server, with no path".into()));
         }
+        let region_ok = |r: &str| r.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if self.region.as_deref().is_some_and(|r| !region_ok(r.trim())) {
+            return Err((at("region"), "lower-case letters, digits and '-', such as eu-west-1".into()));
+        }
         if !bucket_ok(&self.bucket) {
             return Err((at("bucket"), "3 to 63 lower-case letters, digits, '-' and '.'".into()));
         }
@@ -227,6 +231,7 @@ mod tests {
             ("keep_days = 0", "archive.off.keep_days"),
             ("ca_pem = \"junk\"", "archive.off.ca_pem"),
             ("backlog_max = \"lots\"", "archive.off.backlog_max"),
+            ("region = \"eu/west\"", "archive.off.region"),
         ] {
             assert_eq!(raw(extra).unwrap_err().0, field, "{extra}");
         }

@@ -47,7 +47,10 @@ impl S3Server {
             .stderr(log)
             .spawn()
             .expect("starting s3s-fs");
-        let up = wait_until(Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+        let mut child = child;
+        // Listening, and this server: another process that took the port makes it exit.
+        let up = wait_until(Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok())
+            && child.try_wait().unwrap().is_none();
         assert!(
             up,
             "s3s-fs did not listen on {port}: {}",
@@ -391,32 +394,41 @@ fn kill_9_during_uploads_resumes_at_the_first_part_missing() {
     d.stop();
     logs.push(d.log_text());
 
-    // Parts: a part stored again only after a kill that came right after it was stored.
+    // Parts: a part stored again only when the run that stored it before was killed right
+    // after (its answer came, its note did not); an upload resumed goes on from its next part.
+    let runs: Vec<Vec<(String, u64)>> = logs
+        .iter()
+        .map(|log| {
+            log.lines()
+                .filter(|l| l.contains("archive part stored"))
+                .map(|line| {
+                    let field = |name: &str| {
+                        let v = line.split(&format!("{name}=")).nth(1).unwrap().split_whitespace().next().unwrap();
+                        v.trim_matches('"').to_string()
+                    };
+                    (field("key"), field("part").parse().unwrap())
+                })
+                .collect()
+        })
+        .collect();
+    let last_in_run = |run: usize, key: &str| runs[run].iter().rev().find(|(k, _)| k == key).map(|(_, p)| *p);
     let mut stored: std::collections::BTreeMap<(String, u64), usize> = Default::default();
     let (mut resumed, mut again) = (0, 0);
-    for log in &logs {
-        let mut last_of_key: std::collections::BTreeMap<String, u64> = Default::default();
-        for line in log.lines().filter(|l| l.contains("archive part stored")) {
-            let field = |name: &str| {
-                line.split(&format!("{name}="))
-                    .nth(1)
-                    .unwrap()
-                    .split_whitespace()
-                    .next()
-                    .unwrap()
-                    .trim_matches('"')
-                    .to_string()
-            };
-            let (key, part): (String, u64) = (field("key"), field("part").parse().unwrap());
-            if let Some(prev) = stored.get(&(key.clone(), part)) {
-                assert!(*prev > 0, "seen");
+    for (run, parts) in runs.iter().enumerate() {
+        let mut seen_in_run = std::collections::BTreeSet::new();
+        for (key, part) in parts {
+            if let Some(before) = stored.get(&(key.clone(), *part)) {
+                assert!(
+                    last_in_run(*before, key) == Some(*part) && *before > 0 && *before < runs.len() - 1,
+                    "{key} part {part} stored again in run {run}, though run {before} went on past it"
+                );
                 again += 1;
             }
-            if part > 1 && !last_of_key.contains_key(&key) && stored.contains_key(&(key.clone(), part - 1)) {
+            if *part > 1 && seen_in_run.insert(key.clone()) && stored.contains_key(&(key.clone(), part - 1)) {
                 resumed += 1;
             }
-            *stored.entry((key.clone(), part)).or_default() += 1;
-            last_of_key.insert(key, part);
+            seen_in_run.insert(key.clone());
+            stored.insert((key.clone(), *part), run);
         }
     }
     let kills = 20;

@@ -558,3 +558,43 @@ fn a_server_away_for_a_minute_or_refusing_the_keys_never_stops_recording_and_the
     }
     drop(server);
 }
+
+/// `what = "events"`: only the recordings around an event are archived; the others wait
+/// (an event may still come for them) and are not sent.
+#[test]
+fn a_target_of_events_only_archives_the_footage_around_an_event() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = S3Server::start(&tmp.path().join("s3"), "nvr");
+    let dir = tmp.path().join("box");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = archived_config(&dir, &server, ("house", "what = \"events\""), &["porch"], ("h264.mp4", "2 MiB"));
+    let mut d = Daemon::start(&dir);
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    let token = make_token(port, &admin, r#""events:write", "admin""#);
+    // Three recordings close with no event.
+    d.wait_log("recording to", 1, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(20));
+    let bucket = server.dir.join("nvr");
+    assert!(recordings_in(&bucket).is_empty(), "nothing without an event: {:?}", recordings_in(&bucket));
+    let at_us = wall_us();
+    let envelope = format!(r#"{{"camera":"porch","time_us":{at_us},"labels":["person"],"record":false}}"#);
+    let (code, body) = crate::events::post_event(port, &token, &envelope, None);
+    assert_eq!(code, 201, "{body}");
+    let archived = wait_until(Duration::from_secs(40), || !described(&bucket).is_empty());
+    assert!(archived, "the event's recording is archived: {}", d.log_text());
+    d.stop();
+    let recs = d.recordings();
+    let closed_before = recs.iter().filter(|r| r["wall_end_us"].as_i64().unwrap() < at_us - 10_000_000).count();
+    assert!(closed_before >= 1, "recordings without an event closed: {closed_before}");
+    for e in described(&bucket) {
+        // The camera's default pre- and post-roll around the event's moment.
+        assert!(
+            e.wall_start_us <= at_us + 60_000_000 && e.wall_end_us >= at_us - 60_000_000,
+            "{} is the event's",
+            e.key
+        );
+    }
+    let held = recordings_in(&bucket);
+    assert!(held.len() < recs.len(), "not every recording is archived: {} of {}", held.len(), recs.len());
+}

@@ -447,6 +447,28 @@ impl Bucket {
 mod tests {
     use super::*;
 
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_never_answers_is_given_up_on_at_the_request_timeout_and_its_body_time() {
+        let port = crate::base::testing::silent_peer().await;
+        let place = Place {
+            endpoint: url::Url::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
+            region: "us-east-1".into(),
+            bucket: "nvr".into(),
+            path_style: true,
+            access_key: "a".into(),
+            secret_key: "s".into(),
+            ca_pem: None,
+        };
+        let bucket = Bucket::new(place).unwrap();
+        let body = Bytes::from(vec![0; 640 << 10]);
+        let started = tokio::time::Instant::now();
+        let got = bucket.put("k", body, 1_800_000_000_000_000).await;
+        // 640 KiB at the slowest link allowed is 10 s more.
+        let want = limits::ARCHIVE_REQUEST_TIMEOUT_MS + 10_000;
+        assert_eq!(got, Err(S3Error::Exchange(FetchError::Timeout(want))));
+        assert_eq!(started.elapsed(), Duration::from_millis(want));
+    }
+
     #[test]
     fn a_multipart_etag_is_the_md5_of_its_parts_md5s() {
         let parts = [md5_hex(b"one"), md5_hex(b"two")];

@@ -991,6 +991,22 @@ main = { url = "file:///clips/a.mp4" }
     }
 
     #[test]
+    fn archive_targets_are_read_up_to_their_ceiling() {
+        let base = "data_dir = \"data\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n";
+        let target = |id: usize| {
+            format!(
+                "[archive.t{id}]\nendpoint = \"http://127.0.0.1:9000\"\nbucket = \"nvr\"\naccess_key = \"a\"\nsecret_key = \"s\"\n"
+            )
+        };
+        let all: String = (0..limits::ARCHIVE_TARGETS_MAX).map(target).collect();
+        let c = parse(&format!("{base}{all}")).unwrap();
+        assert_eq!(c.archive.len(), limits::ARCHIVE_TARGETS_MAX);
+        assert_eq!(c.archive[0].id, "t0");
+        let one_more = format!("{base}{all}{}", target(limits::ARCHIVE_TARGETS_MAX));
+        assert!(error_of(&one_more).contains("ARCHIVE_TARGETS_MAX"), "{}", error_of(&one_more));
+    }
+
+    #[test]
     fn sign_in_providers_are_checked_and_bounded() {
         let provider = |id: &str, extra: &str| {
             format!(

@@ -123,8 +123,6 @@ pub struct Answer {
     pub status: u16,
     pub headers: http::HeaderMap,
     pub body: Bytes,
-    /// The server's clock less the box's, in seconds, from its `Date`.
-    pub clock_off_s: Option<i64>,
 }
 
 impl Answer {
@@ -205,10 +203,6 @@ impl Bucket {
         Ok(Bucket { bucket, place, tls, kept: Kept::default() })
     }
 
-    pub fn place(&self) -> &Place {
-        &self.place
-    }
-
     /// Signs `ask` for the box's time `now_us` (UTC µs) and sends it.
     async fn send(&self, ask: Ask<'_>, now_us: i64) -> Result<Answer, S3Error> {
         let body_ms = ask.body.len() as u64 * 1_000 / limits::ARCHIVE_SLOWEST_BYTES_PER_S;
@@ -267,7 +261,7 @@ impl Bucket {
             .and_then(|d| httpdate::parse_http_date(d).ok())
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map(|d| d.as_secs() as i64 - now_us.div_euclid(1_000_000));
-        let answer = Answer { status, headers, body: body.to_bytes(), clock_off_s };
+        let answer = Answer { status, headers, body: body.to_bytes() };
         if (200..300).contains(&status) {
             return Ok(answer);
         }

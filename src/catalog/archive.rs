@@ -143,23 +143,6 @@ impl Catalog {
         }))
     }
 
-    /// The recordings archived to `target` with ids in `ids`, oldest first.
-    pub fn archived_in(
-        &self,
-        target: &str,
-        ids: std::ops::RangeInclusive<u64>,
-    ) -> Result<Vec<(u64, Archived)>, CatalogError> {
-        let txn = self.db()?.begin_read().storage()?;
-        let t = txn.open_table(ARCHIVED).storage()?;
-        let mut out = Vec::new();
-        for entry in t.range((target, *ids.start())..=(target, *ids.end())).storage()? {
-            let (k, v) = entry.storage()?;
-            let (key, bytes, etag, done_us) = v.value();
-            out.push((k.value().1, Archived { key: key.into(), bytes, etag: etag.into(), done_us }));
-        }
-        Ok(out)
-    }
-
     /// Notes `recording` stored in `target` as `done`, and its `entry` to describe in the
     /// manifest of `(stream, day)`; its upload, if it was one, is over.
     pub fn set_archived(
@@ -253,21 +236,6 @@ impl Catalog {
             Ok(())
         })
     }
-
-    /// Forgets what `target` did (it was removed from the config): its bucket keeps what it
-    /// holds.
-    pub fn forget_archive_target(&self, target: &str) -> Result<(), CatalogError> {
-        self.write_lazily(|txn| {
-            txn.open_table(ARCHIVED).storage()?.retain_in((target, 0)..=(target, u64::MAX), |_, _| false).storage()?;
-            txn.open_table(UPLOADS).storage()?.retain_in((target, 0)..=(target, u64::MAX), |_, _| false).storage()?;
-            txn.open_table(MARKS).storage()?.remove(target).storage()?;
-            txn.open_table(DESCRIBE)
-                .storage()?
-                .retain_in((target, "", "", 0)..(target, "\u{10ffff}", "", 0), |_, _| false)
-                .storage()?;
-            Ok(())
-        })
-    }
 }
 
 #[cfg(test)]
@@ -290,17 +258,13 @@ mod tests {
         let done = Archived { key: "k".into(), bytes: 5, etag: "e-2".into(), done_us: 1 };
         c.set_archived("off", 9, &done, ("porch/main", "2026-12-06", b"{}")).unwrap();
         assert_eq!(c.archive_upload("off", 9).unwrap(), None, "a done upload is no longer under way");
-        assert_eq!(c.archived("off", 9).unwrap(), Some(done.clone()));
+        assert_eq!(c.archived("off", 9).unwrap(), Some(done));
         assert_eq!(c.archived("other", 9).unwrap(), None);
-        assert_eq!(c.archived_in("off", 0..=u64::MAX).unwrap(), vec![(9, done)]);
         assert_eq!(c.archive_backlog("off", 1, 10, |_| true).unwrap(), Backlog::default());
         let waiting = c.undescribed("off", 4, 1 << 20).unwrap();
         assert_eq!(waiting, vec![(("porch/main".to_string(), "2026-12-06".to_string()), vec![(9, b"{}".to_vec())])]);
         assert_eq!(c.undescribed("other", 4, 1 << 20).unwrap(), vec![]);
         c.described("off", "porch/main", "2026-12-06", &[9]).unwrap();
         assert_eq!(c.undescribed("off", 4, 1 << 20).unwrap(), vec![]);
-        c.forget_archive_target("off").unwrap();
-        assert_eq!((c.archive_mark("off").unwrap(), c.archived("off", 9).unwrap()), (1, None));
-        assert_eq!(c.archive_upload("off", 10).unwrap(), None);
     }
 }

@@ -386,6 +386,7 @@ pub async fn start(
             carry_out(order, &for_events, for_config.as_deref()).await;
         }
     });
+    let gate = recorder.gate.clone();
     let mut running = Running {
         orders,
         clocks: clocks.clone(),
@@ -405,7 +406,7 @@ pub async fn start(
         mqtt: mqtt.clone(),
         events: events.clone(),
         camera_events: Arc::default(),
-        archive: crate::archive::Archive::new(catalog.clone(), data_dir.clone(), clocks.clone()),
+        archive: crate::archive::Archive::new(catalog.clone(), data_dir.clone(), clocks.clone(), gate),
     };
     for camera in &config.cameras {
         running.start_camera(camera)?;

@@ -16,14 +16,18 @@
 //! A range is cut at fragment (GOP) boundaries — a fragment is in when its middle is — so an
 //! export starts on a keyframe and its duration matches the request within one GOP. An export stops early at a change of codec
 //! parameters (a different init segment): one file has one set.
+//!
+//! The bytes come from a [`ReadAt`]: a segment file, or an archived recording's object in
+//! a bucket, read with range requests ([`crate::archive::read`]); the plan is the same.
 
 use std::fs::File;
-use std::io;
+use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::base::StreamKey;
-use crate::catalog::{Catalog, CatalogError};
+use crate::catalog::{Catalog, CatalogError, FragmentRow};
 use crate::limits;
 use crate::media::fmp4::{self, AudioTrack, SampleEntry, TrackRun};
 use crate::media::fmp4_read::{FragmentIndex, ReadError, SegmentReader, retime_fragment_header};
@@ -45,6 +49,87 @@ pub enum ExportError {
     Io { path: String, source: io::Error },
     #[error("{path}: {source}")]
     Read { path: String, source: ReadError },
+}
+
+/// Bytes read at any offset: a recording's segment file, or its archived object.
+pub trait ReadAt: Send + Sync {
+    /// Fills `buf` from `offset`.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Its name in errors: a path, or a bucket's key.
+    fn name(&self) -> String;
+    /// At least this much is read at a time while a plan walks its fragments' headers (a
+    /// request per read is costly); 0: just what is asked.
+    fn window_bytes(&self) -> usize {
+        0
+    }
+}
+
+/// A segment file, opened at each read (an export may outlive a retention pass).
+pub struct FileAt(pub PathBuf);
+
+impl ReadAt for FileAt {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        File::open(&self.0)?.read_exact_at(buf, offset)
+    }
+    fn name(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+/// A [`ReadAt`] as a reader of `len` bytes, for [`SegmentReader`]: it reads at least the
+/// source's window at a time and keeps the last one.
+struct Reading<'a> {
+    source: &'a dyn ReadAt,
+    len: u64,
+    pos: u64,
+    window: Vec<u8>,
+    window_at: u64,
+}
+
+impl<'a> Reading<'a> {
+    fn new(source: &'a dyn ReadAt, len: u64) -> Self {
+        Reading { source, len, pos: 0, window: Vec::new(), window_at: 0 }
+    }
+}
+
+impl Read for Reading<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.len.saturating_sub(self.pos);
+        if left == 0 || buf.is_empty() {
+            return Ok(0);
+        }
+        let in_window = self.pos >= self.window_at && self.pos < self.window_at + self.window.len() as u64;
+        if !in_window {
+            let want = (buf.len().max(self.source.window_bytes()) as u64).min(left) as usize;
+            self.window.resize(want, 0);
+            self.source.read_exact_at(&mut self.window, self.pos)?;
+            self.window_at = self.pos;
+        }
+        let from = (self.pos - self.window_at) as usize;
+        let n = (self.window.len() - from).min(buf.len());
+        buf[..n].copy_from_slice(&self.window[from..from + n]);
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for Reading<'_> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        self.pos = match to {
+            SeekFrom::Start(p) => p,
+            SeekFrom::End(d) => self.len.saturating_add_signed(d),
+            SeekFrom::Current(d) => self.pos.saturating_add_signed(d),
+        };
+        Ok(self.pos)
+    }
+}
+
+/// One recording an export may take fragments of: where its bytes are, its committed length,
+/// and its fragments (from the catalog, or an archive's manifest).
+pub struct Piece {
+    pub source: Arc<dyn ReadAt>,
+    pub bytes: u64,
+    pub fragments: Vec<FragmentRow>,
 }
 
 /// One fragment of the output.
@@ -71,10 +156,9 @@ struct AsFlac {
 }
 
 /// A planned export.
-#[derive(Debug)]
 pub struct Export {
     /// Each file and its valid length.
-    files: Vec<(PathBuf, u64)>,
+    files: Vec<(Arc<dyn ReadAt>, u64)>,
     /// The init segment served: the first file's, or made anew with a FLAC audio track.
     init: Vec<u8>,
     /// G.711 audio, given as FLAC.
@@ -92,12 +176,22 @@ pub struct Export {
     pub cut_at_new_parameters: bool,
 }
 
-fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ExportError + '_ {
-    move |source| ExportError::Io { path: path.display().to_string(), source }
+impl std::fmt::Debug for Export {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Export")
+            .field("files", &self.files.iter().map(|(s, len)| (s.name(), *len)).collect::<Vec<_>>())
+            .field("parts", &self.parts.len())
+            .field("len_bytes", &self.len_bytes)
+            .finish()
+    }
 }
 
-fn read_err(path: &Path) -> impl FnOnce(ReadError) -> ExportError + '_ {
-    move |source| ExportError::Read { path: path.display().to_string(), source }
+fn io_err(source: &dyn ReadAt) -> impl FnOnce(io::Error) -> ExportError + '_ {
+    move |e| ExportError::Io { path: source.name(), source: e }
+}
+
+fn read_err(source: &dyn ReadAt) -> impl FnOnce(ReadError) -> ExportError + '_ {
+    move |e| ExportError::Read { path: source.name(), source: e }
 }
 
 impl Export {
@@ -110,6 +204,23 @@ impl Export {
         to_us: i64,
     ) -> Result<Export, ExportError> {
         let stream_id = catalog.find_stream(stream)?.ok_or_else(|| ExportError::NoStream(stream.name()))?;
+        let pieces = catalog.recordings_of(stream_id, from_us, to_us)?.into_iter().map(|(id, rec)| {
+            Ok(Piece {
+                source: Arc::new(FileAt(data_dir.join(&rec.path))),
+                bytes: rec.bytes,
+                fragments: catalog.fragments(id)?.into_iter().map(|(_, f)| f).collect(),
+            })
+        });
+        Export::plan_pieces(pieces, from_us, to_us)
+    }
+
+    /// Plans the export from `from_us` to `to_us` of `pieces`, in order: a stream's
+    /// recordings, local or archived.
+    pub fn plan_pieces(
+        pieces: impl Iterator<Item = Result<Piece, ExportError>>,
+        from_us: i64,
+        to_us: i64,
+    ) -> Result<Export, ExportError> {
         let mut ex = Export {
             files: Vec::new(),
             init: Vec::new(),
@@ -127,26 +238,28 @@ impl Export {
         let mut audio_rate = 0u32;
         let mut video_at: u64 = 0;
         let mut audio_at: u64 = 0;
-        for (id, rec) in &catalog.recordings_of(stream_id, from_us, to_us)? {
+        for piece in pieces {
+            let piece = piece?;
             // A fragment belongs to the range when its middle does: the export then starts and
             // ends within half a GOP of the range's ends, and its duration is within one GOP.
-            let frags: Vec<_> = catalog
-                .fragments(*id)?
-                .into_iter()
-                .filter(|(_, f)| {
+            let frags: Vec<_> = piece
+                .fragments
+                .iter()
+                .filter(|f| {
                     let mid = f.wall_start_us + (f.wall_end_us - f.wall_start_us) / 2;
                     mid >= from_us && mid < to_us
                 })
                 .collect();
-            let (Some((_, first)), Some((_, last))) = (frags.first(), frags.last()) else { continue };
+            let (Some(first), Some(last)) = (frags.first(), frags.last()) else { continue };
             if ex.parts.len() + frags.len() > limits::EXPORT_FRAGMENTS_MAX {
                 return Err(ExportError::TooLong);
             }
-            let path = data_dir.join(&rec.path);
-            let file = File::open(&path).map_err(io_err(&path))?;
-            let (mut reader, init) = SegmentReader::open(&file, rec.bytes).map_err(read_err(&path))?;
-            let mut init_bytes = vec![0u8; init.end_byte as usize];
-            file.read_exact_at(&mut init_bytes, 0).map_err(io_err(&path))?;
+            let source = &*piece.source;
+            let (mut reader, init) =
+                SegmentReader::open(Reading::new(source, piece.bytes), piece.bytes).map_err(read_err(source))?;
+            let init_len = usize::try_from(init.end_byte).unwrap_or(usize::MAX).min(limits::INIT_SEGMENT_MAX_BYTES);
+            let mut init_bytes = vec![0u8; init_len];
+            source.read_exact_at(&mut init_bytes, 0).map_err(io_err(source))?;
             if ex.parts.is_empty() {
                 ex.video_track = init.video_track_id;
                 ex.audio_track = init.audio.as_ref().map(|a| a.track_id);
@@ -159,7 +272,7 @@ impl Export {
                     Some(AsFlac { decode, channels: channels.clamp(1, 2) })
                 });
                 ex.init = match (ex.as_flac, &init.audio) {
-                    (Some(f), Some(a)) => flac_init(&init, f.channels, a.timescale).map_err(read_err(&path))?,
+                    (Some(f), Some(a)) => flac_init(&init, f.channels, a.timescale).map_err(read_err(source))?,
                     _ => init_bytes.clone(),
                 };
                 first_init = init_bytes;
@@ -171,7 +284,7 @@ impl Export {
             // its video is, and never before the audio already placed (a file's sound may
             // run a little past its last frame).
             reader.seek_to(first.start_byte);
-            let first_ix = reader.next_fragment().map_err(read_err(&path))?.ok_or(ExportError::Empty)?;
+            let first_ix = reader.next_fragment().map_err(read_err(source))?.ok_or(ExportError::Empty)?;
             // Times from files: saturating, so a damaged one cannot overflow.
             let to_audio = |t_90k: i64| t_90k.saturating_mul(i64::from(audio_rate)) / 90_000;
             if ex.parts.is_empty() {
@@ -184,9 +297,9 @@ impl Export {
             let video_delta = (video_at as i64).saturating_sub(first.media_start_90k as i64);
             let audio_delta =
                 to_audio(video_delta).max((audio_at as i64).saturating_sub(first_ix.audio_base_decode as i64));
-            ex.files.push((path.clone(), rec.bytes));
+            ex.files.push((piece.source.clone(), piece.bytes));
             let file_index = ex.files.len() - 1;
-            for (_, f) in &frags {
+            for f in &frags {
                 let mut part = Part {
                     file: file_index,
                     start_byte: f.start_byte,
@@ -199,7 +312,7 @@ impl Export {
                     rebuilt: false,
                 };
                 reader.seek_to(f.start_byte);
-                let ix = reader.next_fragment().map_err(read_err(&path))?.ok_or(ExportError::Empty)?;
+                let ix = reader.next_fragment().map_err(read_err(source))?.ok_or(ExportError::Empty)?;
                 if let Some(as_flac) = ex.as_flac {
                     part.len_bytes = rebuilt_len(&ix, as_flac.channels, audio_delta);
                     part.rebuilt = true;
@@ -260,24 +373,24 @@ impl Export {
         let p = &self.parts[i];
         let within = offset - p.out_start;
         let want = ((p.len_bytes - within) as usize).min(buf.len());
-        let (path, file_len) = &self.files[p.file];
-        let file = File::open(path).map_err(io_err(path))?;
+        let (source, file_len) = &self.files[p.file];
+        let source = &**source;
         if let (true, Some(as_flac)) = (p.rebuilt, self.as_flac) {
-            return self.read_rebuilt(p, &file, (path, *file_len), as_flac, within, &mut buf[..want]);
+            return self.read_rebuilt(p, (source, *file_len), as_flac, within, &mut buf[..want]);
         }
         // The fragment header (within the first MOOF_MAX_BYTES) is served retimed.
         let head_len = (p.len_bytes as usize).min(limits::MOOF_MAX_BYTES);
         if (within as usize) < head_len {
             let mut head = vec![0u8; head_len];
-            file.read_exact_at(&mut head, p.start_byte).map_err(io_err(path))?;
+            source.read_exact_at(&mut head, p.start_byte).map_err(io_err(source))?;
             let audio = self.audio_track.map(|t| (t, p.audio_delta));
             retime_fragment_header(&mut head, p.sequence, (self.video_track, p.video_delta), audio)
-                .map_err(read_err(path))?;
+                .map_err(read_err(source))?;
             let n = (head_len - within as usize).min(want);
             buf[..n].copy_from_slice(&head[within as usize..within as usize + n]);
             return Ok(n);
         }
-        file.read_exact_at(&mut buf[..want], p.start_byte + within).map_err(io_err(path))?;
+        source.read_exact_at(&mut buf[..want], p.start_byte + within).map_err(io_err(source))?;
         Ok(want)
     }
 
@@ -286,15 +399,15 @@ impl Export {
     fn read_rebuilt(
         &self,
         p: &Part,
-        file: &File,
-        (path, file_len): (&Path, u64),
+        (source, file_len): (&dyn ReadAt, u64),
         as_flac: AsFlac,
         within: u64,
         buf: &mut [u8],
     ) -> Result<usize, ExportError> {
-        let (mut reader, _) = SegmentReader::open(file, file_len).map_err(read_err(path))?;
+        let (mut reader, _) =
+            SegmentReader::open(Reading::new(source, file_len), file_len).map_err(read_err(source))?;
         reader.seek_to(p.start_byte);
-        let ix = reader.next_fragment().map_err(read_err(path))?.ok_or(ExportError::Empty)?;
+        let ix = reader.next_fragment().map_err(read_err(source))?.ok_or(ExportError::Empty)?;
         let audio = flac_samples(&ix, as_flac.channels, p.audio_delta);
         let video_bytes: u64 = ix.samples.iter().map(|s| u64::from(s.size_bytes)).sum();
         let mut head = vec![0u8; fmp4::fragment_header_bytes(ix.samples.len(), Some(audio.len()))];
@@ -305,7 +418,7 @@ impl Export {
         let head_len =
             fmp4::write_fragment_header(&mut head, p.sequence, ix.wall_us.unwrap_or(0), video, Some(audio_run))
                 .map_err(|_| {
-                    read_err(path)(ReadError::Malformed { at_byte: p.start_byte, what: "a rebuilt fragment header" })
+                    read_err(source)(ReadError::Malformed { at_byte: p.start_byte, what: "a rebuilt fragment header" })
                 })?;
         let head_len = head_len as u64;
         if within < head_len {
@@ -315,29 +428,38 @@ impl Export {
         }
         if within < head_len + video_bytes {
             let n = ((head_len + video_bytes - within) as usize).min(buf.len());
-            file.read_exact_at(&mut buf[..n], ix.data_start_byte + within - head_len).map_err(io_err(path))?;
+            source.read_exact_at(&mut buf[..n], ix.data_start_byte + within - head_len).map_err(io_err(source))?;
             return Ok(n);
         }
         // The audio: frame by frame, from the one `within` falls in.
         let mut out_at = head_len + video_bytes;
-        let mut source_at = ix.data_start_byte + video_bytes;
+        let source_at = ix.data_start_byte + video_bytes;
         let mut sample_no = audio_run.base_decode;
-        let (mut filled, mut g711, mut frame) = (0, Vec::new(), Vec::new());
-        for (source, rebuilt) in ix.audio_samples.iter().zip(&audio) {
+        // The fragment's G.711 read at once (a read from a bucket is a request): a few
+        // seconds of 8 kB/s.
+        let g711_bytes: u64 = ix.audio_samples.iter().map(|s| u64::from(s.size_bytes)).sum();
+        if g711_bytes > limits::FRAGMENT_MAX_BYTES as u64 {
+            return Err(read_err(source)(ReadError::Malformed { at_byte: p.start_byte, what: "a fragment's sound" }));
+        }
+        let mut g711 = vec![0u8; g711_bytes as usize];
+        source.read_exact_at(&mut g711, source_at).map_err(io_err(source))?;
+        let mut at_in_g711 = 0usize;
+        let (mut filled, mut frame) = (0, Vec::new());
+        for (sample, rebuilt) in ix.audio_samples.iter().zip(&audio) {
             let frame_end = out_at + u64::from(rebuilt.size_bytes);
+            let samples = g711.get(at_in_g711..at_in_g711 + sample.size_bytes as usize);
+            let Some(samples) = samples else { break };
             if frame_end > within + filled as u64 && filled < buf.len() {
-                g711.resize(source.size_bytes as usize, 0);
-                file.read_exact_at(&mut g711, source_at).map_err(io_err(path))?;
                 frame.clear();
-                flac::write_frame(&mut frame, &g711, as_flac.channels, as_flac.decode, sample_no);
+                flac::write_frame(&mut frame, samples, as_flac.channels, as_flac.decode, sample_no);
                 let from = (within + filled as u64).saturating_sub(out_at) as usize;
                 let n = (frame.len() - from).min(buf.len() - filled);
                 buf[filled..filled + n].copy_from_slice(&frame[from..from + n]);
                 filled += n;
             }
             out_at = frame_end;
-            source_at += u64::from(source.size_bytes);
-            sample_no = sample_no.saturating_add(u64::from(source.duration));
+            at_in_g711 += sample.size_bytes as usize;
+            sample_no = sample_no.saturating_add(u64::from(sample.duration));
         }
         Ok(filled)
     }
@@ -442,6 +564,6 @@ mod tests {
             |to_s: i64| Export::plan(&cat, dir.path(), &StreamKey::new("cam", StreamKind::Main), 0, to_s * 1_000_000);
         assert!(matches!(plan(n), Err(ExportError::TooLong)));
         // One fragment fewer is planned: it fails only at the file, which does not exist.
-        assert!(matches!(plan(n - 1), Err(ExportError::Io { .. })));
+        assert!(matches!(plan(n - 1), Err(ExportError::Io { .. } | ExportError::Read { .. })));
     }
 }

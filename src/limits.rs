@@ -705,6 +705,32 @@ pub const ARCHIVE_LIST_PAGES_MAX: usize = 4;
 /// over it.
 pub const ARCHIVE_EVENTS_LATE_MS: u64 = 600_000;
 
+/// With `keep_days`, how often a target deletes the bucket's days older than that.
+pub const ARCHIVE_SWEEP_EVERY_MS: u64 = 3_600_000;
+
+/// Objects one pass of that deletes; past it the pass goes on at the target's next step.
+pub const ARCHIVE_SWEEP_DELETES_MAX: usize = 1_000;
+
+/// List requests one read of a bucket's layout makes (its boxes, a box's streams and days).
+pub const ARCHIVE_READ_LISTS_MAX: usize = 256;
+
+/// Boxes one listing of a bucket names.
+pub const ARCHIVE_BOXES_MAX: usize = 64;
+
+/// Levels of a prefix (`site/house-1` has two), so a bucket's boxes are found in that many.
+pub const ARCHIVE_PREFIX_LEVELS_MAX: usize = 4;
+
+/// Days of manifests one read of a stream's archived recordings covers (a range of one day
+/// fewer: the day before it may hold a recording that reaches in).
+pub const ARCHIVE_READ_DAYS_MAX: usize = 32;
+
+/// Recordings one read of a stream's archive returns.
+pub const ARCHIVE_READ_ENTRIES_MAX: usize = 20_000;
+
+/// Bytes of an archived object read at a time while an export's plan walks its fragments'
+/// headers (one request each): a fragment's `moof` and the `mdat` header after it.
+pub const ARCHIVE_READ_WINDOW_BYTES: usize = 16 << 10;
+
 // ---- live view ----
 
 /// The current GOP a stream holds so a new viewer starts at once: a GOP larger than this is

@@ -105,6 +105,25 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The offsite archive's buckets: what they hold (the recorder may be running).
+    Archive {
+        #[command(subcommand)]
+        command: ArchiveCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ArchiveCommand {
+    /// Every box that writes into each target's bucket, with its streams and their days.
+    List {
+        config: PathBuf,
+        /// Only this target (`[archive.<id>]`).
+        #[arg(long)]
+        target: Option<String>,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -312,7 +331,61 @@ fn dispatch(command: Command) -> Result<(), String> {
             let c = Config::load(&config).map_err(|e| e.to_string())?;
             print_recordings(&c.data_dir, json)
         }
+        Command::Archive { command: ArchiveCommand::List { config, target, json } } => {
+            let c = Config::load(&config).map_err(|e| e.to_string())?;
+            archive_list(&c, target.as_deref(), json)
+        }
     }
+}
+
+/// `keeppeek archive list`: reads each target's bucket.
+fn archive_list(c: &Config, only: Option<&str>, json: bool) -> Result<(), String> {
+    let targets: Vec<_> = c.archive.iter().filter(|t| only.is_none_or(|o| o == t.id)).collect();
+    if targets.is_empty() {
+        return Err(match only {
+            Some(o) => format!("no archive target {o} in the config"),
+            None => "the config has no archive target ([archive.<id>])".into(),
+        });
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for t in targets {
+        let bucket = keeppeek::archive::s3::Bucket::new(t.place.clone()).map_err(|e| format!("{}: {e}", t.id))?;
+        let reader =
+            keeppeek::archive::read::Reader::new(std::sync::Arc::new(bucket), keeppeek::clock::RealClocks::shared());
+        let boxes = rt.block_on(reader.boxes()).map_err(|e| format!("{}: {e}", t.id))?;
+        out.push((t, boxes));
+    }
+    if json {
+        let v: Vec<_> = out
+            .iter()
+            .map(|(t, boxes)| serde_json::json!({ "id": t.id, "prefix": t.prefix, "boxes": boxes }))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    for (t, boxes) in out {
+        println!(
+            "{} ({}/{}): {} boxes",
+            t.id,
+            t.place.endpoint.as_str().trim_end_matches('/'),
+            t.place.bucket,
+            boxes.len()
+        );
+        for b in boxes {
+            let own = if b.prefix == t.prefix { " (this box)" } else { "" };
+            println!("  {}{own}", b.prefix);
+            for s in b.streams {
+                let span = match (s.days.first(), s.days.last()) {
+                    (Some(first), Some(last)) if first != last => format!("{first} to {last}"),
+                    (Some(first), _) => first.clone(),
+                    _ => "no days".into(),
+                };
+                println!("    {}: {} days, {span}", s.stream, s.days.len());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Starts keeppeek anew in this process (same PID, same arguments) to apply a config change

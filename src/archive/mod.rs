@@ -8,7 +8,8 @@
 //! takes that is not archived yet: whole when it is at most [`limits::ARCHIVE_PART_BYTES`],
 //! else in parts of that size, each part's ETag noted as it is confirmed, so a restart or an
 //! outage resumes at the first part missing. Its key is
-//! `<prefix>/<camera>/<stream>/<YYYY-MM-DD>/<recording id>.mp4` (the day of its start, UTC);
+//! `<prefix>/recordings/<camera>/<stream>/<YYYY-MM-DD>/<recording id>.mp4` (the day of its
+//! start, UTC);
 //! an idle target looks again every [`limits::ARCHIVE_IDLE_POLL_MS`];
 //! the bytes are the file's committed length, so the object is the local file as the catalog
 //! knows it. Failures wait by their kind (`s3::Kind`): the network or a busy server doubles
@@ -19,6 +20,7 @@
 //! the box does next); `xml.rs` reads S3's answers.
 
 pub mod manifest;
+pub mod read;
 pub mod s3;
 pub mod xml;
 
@@ -31,13 +33,14 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::base::stream::{StreamKey, StreamKind};
-use crate::catalog::archive::{Archived, Backlog, Upload};
+use crate::catalog::archive::{Archived, Backlog, Take, Upload};
 use crate::catalog::rows::RecordingRow;
 use crate::catalog::{Catalog, CatalogError};
 use crate::clock::SharedClocks;
 use crate::config::archive::Streams;
 use crate::config::{ArchiveTarget, Camera};
 use crate::limits;
+use crate::record::gate::Gate;
 use s3::{Bucket, Kind, S3Error};
 
 /// Why one step of a target's work failed.
@@ -51,6 +54,9 @@ pub enum ArchiveError {
     File { path: String, why: String },
     #[error("the manifest {key}: {why}")]
     Manifest { key: String, why: String },
+    /// A read of the bucket past one of its ceilings.
+    #[error("{0}")]
+    Walk(String),
 }
 
 impl ArchiveError {
@@ -81,6 +87,9 @@ pub struct TargetStatus {
     pub failures: u64,
     /// What waits to be uploaded, as of the last look.
     pub backlog: Backlog,
+    /// With `before_delete`: recordings deleted locally before it stored them (the disk's
+    /// reserve, or its backlog past `backlog_max`).
+    pub deleted_unarchived: Option<u64>,
 }
 
 fn kind_name(k: Kind) -> &'static str {
@@ -97,7 +106,7 @@ fn kind_name(k: Kind) -> &'static str {
 /// One target and what it needs.
 struct Target {
     config: ArchiveTarget,
-    bucket: Bucket,
+    bucket: Arc<Bucket>,
     /// Pre- and post-roll of each camera, for `what = "events"`: (name, before µs, after µs).
     rolls: Vec<(String, i64, i64)>,
     status: Mutex<TargetStatus>,
@@ -110,12 +119,14 @@ pub struct Archive {
     catalog: Arc<Catalog>,
     data_dir: PathBuf,
     clocks: SharedClocks,
+    /// What local retention waits for.
+    gate: Arc<Gate>,
     targets: Mutex<Vec<(Arc<Target>, tokio::task::JoinHandle<()>)>>,
 }
 
 impl Archive {
-    pub fn new(catalog: Arc<Catalog>, data_dir: PathBuf, clocks: SharedClocks) -> Arc<Archive> {
-        Arc::new(Archive { catalog, data_dir, clocks, targets: Mutex::default() })
+    pub fn new(catalog: Arc<Catalog>, data_dir: PathBuf, clocks: SharedClocks, gate: Arc<Gate>) -> Arc<Archive> {
+        Arc::new(Archive { catalog, data_dir, clocks, gate, targets: Mutex::default() })
     }
 
     /// Starts a task for each of `targets` (`cameras` give the events' pre- and post-rolls).
@@ -128,7 +139,7 @@ impl Archive {
         let mut running = self.targets.lock().expect("lock");
         for config in targets {
             let bucket = match Bucket::new(config.place.clone()) {
-                Ok(b) => b,
+                Ok(b) => Arc::new(b),
                 Err(e) => {
                     warn!(target = config.id, "archive target not started: {e}");
                     continue;
@@ -153,14 +164,36 @@ impl Archive {
         }
     }
 
+    /// A reader of target `id`'s bucket, and the target's own prefix.
+    pub fn reader(&self, id: &str) -> Option<(read::Reader, String)> {
+        let targets = self.targets.lock().expect("lock");
+        let (t, _) = targets.iter().find(|(t, _)| t.config.id == id)?;
+        Some((read::Reader::new(t.bucket.clone(), self.clocks.clone()), t.config.prefix.clone()))
+    }
+
+    /// The targets' ids.
+    pub fn ids(&self) -> Vec<String> {
+        self.targets.lock().expect("lock").iter().map(|(t, _)| t.config.id.clone()).collect()
+    }
+
     /// What each target is doing.
     pub fn status(&self) -> Vec<TargetStatus> {
-        self.targets.lock().expect("lock").iter().map(|(t, _)| t.status.lock().expect("lock").clone()).collect()
+        let targets = self.targets.lock().expect("lock");
+        targets
+            .iter()
+            .map(|(t, _)| TargetStatus {
+                deleted_unarchived: self.gate.deleted_unarchived(&t.config.id),
+                ..t.status.lock().expect("lock").clone()
+            })
+            .collect()
     }
 
     async fn run(self: Arc<Archive>, t: Arc<Target>, mut shutdown: watch::Receiver<bool>) {
         let mut failures = 0u32;
         let mut looked: Option<tokio::time::Instant> = None;
+        // When the bucket's days older than `keep_days` are deleted next: a pass cut short by
+        // its ceiling goes on at the next step, one that failed a while later.
+        let mut sweep_at = tokio::time::Instant::now();
         loop {
             if *shutdown.borrow() {
                 break;
@@ -171,6 +204,17 @@ impl Archive {
                     Ok(b) => t.status.lock().expect("lock").backlog = b,
                     Err(e) => warn!(target = t.config.id, "archive backlog: {e}"),
                 }
+            }
+            if tokio::time::Instant::now() >= sweep_at {
+                let now = tokio::time::Instant::now();
+                sweep_at = match self.sweep(&t).await {
+                    Ok(true) => now + Duration::from_millis(limits::ARCHIVE_SWEEP_EVERY_MS),
+                    Ok(false) => now,
+                    Err(e) => {
+                        warn!(target = t.config.id, "archive: deleting old days: {e}");
+                        now + Duration::from_millis(limits::ARCHIVE_RETRY_MAX_MS)
+                    }
+                };
             }
             let wait = match self.step(&t).await {
                 Ok(true) => {
@@ -227,7 +271,6 @@ impl Archive {
         let mut settled_upto = mark;
         let mut all_settled = true;
         let mut next = mark;
-        let events_late_us = limits::ARCHIVE_EVENTS_LATE_MS as i64 * 1000;
         for _ in 0..limits::ARCHIVE_SCAN_PAGES {
             let rows = self.catalog.recordings_from(next, limits::ARCHIVE_SCAN_ROWS)?;
             let Some(last) = rows.last().map(|(id, _)| *id) else { break };
@@ -237,18 +280,17 @@ impl Archive {
                 // be a camera's the target does not know yet, or get an event.
                 let settled = match &key {
                     _ if row.open => false,
-                    Some(key) if self.takes(t, key, row)? => {
-                        if self.catalog.archived(id, *rec)?.is_some() {
-                            true
-                        } else {
+                    None => true,
+                    Some(key) => match self.take(t, key, row)? {
+                        Take::Yes if self.catalog.archived(id, *rec)?.is_some() => true,
+                        Take::Yes => {
                             self.advance(id, &mut mark, settled_upto)?;
                             self.upload(t, *rec, row, key).await?;
                             return Ok(true);
                         }
-                    }
-                    // Not the target's: for events only, once an event for it can no longer
-                    // come (an event may be sent a while after its moment).
-                    _ => !t.config.events_only || self.clocks.wall_us() > row.wall_end_us + events_late_us,
+                        Take::Maybe => false,
+                        Take::No => true,
+                    },
                 };
                 all_settled &= settled;
                 if all_settled {
@@ -276,16 +318,7 @@ impl Archive {
             self.catalog.undescribed(id, limits::ARCHIVE_DESCRIBE_DAYS, limits::ARCHIVE_DESCRIBE_BYTES)?
         {
             let dir = format!("{}/manifests/{stream}/{day}/", t.config.prefix);
-            let mut parts = Vec::new();
-            let mut after: Option<String> = None;
-            for _ in 0..limits::ARCHIVE_LIST_PAGES_MAX {
-                let page = t.bucket.list(&dir, None, after.as_deref(), now()).await?;
-                parts.extend(page.objects);
-                match page.next {
-                    Some(n) if after.as_deref() != Some(n.as_str()) => after = Some(n),
-                    _ => break,
-                }
-            }
+            let parts = t.bucket.list_pages(&dir, None, limits::ARCHIVE_LIST_PAGES_MAX, &now).await?.objects;
             let last = parts
                 .iter()
                 .filter_map(|o| Some((o.key.strip_prefix(&dir)?.strip_suffix(".json")?.parse::<u32>().ok()?, o.size)))
@@ -347,6 +380,54 @@ impl Archive {
         Ok(())
     }
 
+    /// With `keep_days`, deletes the days of `t`'s prefix older than that: their manifests
+    /// first (so none names an object gone), then their recordings, at most
+    /// [`limits::ARCHIVE_SWEEP_DELETES_MAX`] objects a pass. Returns whether it is done.
+    async fn sweep(&self, t: &Target) -> Result<bool, ArchiveError> {
+        let Some(days) = t.config.keep_days else { return Ok(true) };
+        let now = || self.clocks.wall_us();
+        let cutoff = utc_day(now().saturating_sub(i64::from(days) * 86_400_000_000));
+        let p = &t.config.prefix;
+        let mut budget = limits::ARCHIVE_SWEEP_DELETES_MAX;
+        // Each tree: its root, then camera and stream levels above its days.
+        for root in [format!("{p}/manifests/"), format!("{p}/recordings/")] {
+            let mut dirs = vec![root];
+            for _ in 0..2 {
+                let mut below = Vec::new();
+                for d in &dirs {
+                    below.extend(self.dirs(t, d).await?);
+                }
+                dirs = below;
+            }
+            for d in &dirs {
+                for day_dir in self.dirs(t, d).await? {
+                    let day = day_dir.strip_prefix(d.as_str()).unwrap_or_default().trim_end_matches('/');
+                    if !is_day(day) || day >= cutoff.as_str() {
+                        continue;
+                    }
+                    let objects = t.bucket.list_pages(&day_dir, None, 1, &now).await?.objects;
+                    for o in objects {
+                        if budget == 0 {
+                            info!(target = t.config.id, "archive: old days' deletion goes on at the next step");
+                            return Ok(false);
+                        }
+                        t.bucket.delete(&o.key, now()).await?;
+                        budget -= 1;
+                    }
+                    info!(target = t.config.id, day_dir, "archive day deleted (keep_days)");
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// The directories (common prefixes) just below `dir`, at most
+    /// [`limits::ARCHIVE_LIST_PAGES_MAX`] pages of them.
+    async fn dirs(&self, t: &Target, dir: &str) -> Result<Vec<String>, S3Error> {
+        let now = || self.clocks.wall_us();
+        Ok(t.bucket.list_pages(dir, Some("/"), limits::ARCHIVE_LIST_PAGES_MAX, &now).await?.prefixes)
+    }
+
     /// Stores manifest `m`, then notes `recordings` described.
     async fn put_manifest(&self, t: &Target, m: &manifest::Manifest, recordings: &[u64]) -> Result<(), ArchiveError> {
         let key = manifest::key(&t.config.prefix, &m.stream, &m.day, m.part);
@@ -359,24 +440,29 @@ impl Archive {
         Ok(())
     }
 
-    /// What `t` has yet to upload, from its mark.
+    /// What `t` has yet to upload, from its mark; what it may still want goes to the gate
+    /// local retention waits at.
     fn backlog(&self, t: &Target) -> Result<Backlog, CatalogError> {
         let id = t.config.id.as_str();
         let streams = self.catalog.streams()?;
         let mark = self.catalog.archive_mark(id)?;
         let mut failed = None;
-        let b = self.catalog.archive_backlog(id, mark, limits::ARCHIVE_BACKLOG_ROWS, |row| {
+        let (b, wanted) = self.catalog.archive_backlog(id, mark, limits::ARCHIVE_BACKLOG_ROWS, |row| {
             let key = streams.iter().find(|(s, _)| *s == row.stream_id).and_then(|(_, n)| StreamKey::parse(n));
-            match key.map(|k| self.takes(t, &k, row)) {
-                Some(Ok(takes)) => takes,
+            match key.map(|k| self.take(t, &k, row)) {
+                Some(Ok(take)) => take,
                 Some(Err(e)) => {
                     failed = Some(e);
-                    false
+                    Take::Maybe
                 }
-                None => false,
+                None => Take::No,
             }
         })?;
-        failed.map_or(Ok(b), Err)
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        self.gate.looked(id, wanted.looked_upto, wanted.ids);
+        Ok(b)
     }
 
     /// Moves `id`'s mark up to `settled_upto` (every recording below it is settled).
@@ -388,8 +474,9 @@ impl Archive {
         Ok(())
     }
 
-    /// Whether `t` archives recording `row` of stream `key`.
-    fn takes(&self, t: &Target, key: &StreamKey, row: &RecordingRow) -> Result<bool, CatalogError> {
+    /// Whether `t` archives recording `row` of stream `key`: an open one it may, and with
+    /// `what = "events"` a closed one without an event may yet get one.
+    fn take(&self, t: &Target, key: &StreamKey, row: &RecordingRow) -> Result<Take, CatalogError> {
         let c = &t.config;
         let camera_ok = c.cameras.is_empty() || c.cameras.iter().any(|n| **n == *key.camera);
         let stream_ok = matches!(
@@ -397,15 +484,23 @@ impl Archive {
             (Streams::Both, _) | (Streams::Main, StreamKind::Main) | (Streams::Sub, StreamKind::Sub)
         );
         if !camera_ok || !stream_ok {
-            return Ok(false);
+            return Ok(Take::No);
+        }
+        if row.open {
+            return Ok(Take::Maybe);
         }
         if !c.events_only {
-            return Ok(true);
+            return Ok(Take::Yes);
         }
         // An event's footage runs from its pre-roll before it to its post-roll after it: a
         // recording is an event's when an event falls within those of its span.
         let (before, after) = t.rolls.iter().find(|(n, _, _)| **n == *key.camera).map_or((0, 0), |(_, b, a)| (*b, *a));
-        self.catalog.has_event_between(&key.camera, row.wall_start_us - after, row.wall_end_us + before)
+        if self.catalog.has_event_between(&key.camera, row.wall_start_us - after, row.wall_end_us + before)? {
+            return Ok(Take::Yes);
+        }
+        // An event may be sent a while after its moment: until then, one may still come.
+        let late_us = limits::ARCHIVE_EVENTS_LATE_MS as i64 * 1000;
+        Ok(if self.clocks.wall_us() > row.wall_end_us + late_us { Take::No } else { Take::Maybe })
     }
 
     /// Uploads recording `rec` to `t`'s bucket and notes it archived.
@@ -474,6 +569,7 @@ impl Archive {
         let done = Archived { key, bytes: len, etag, done_us: now() };
         let day = utc_day(row.wall_start_us);
         self.catalog.set_archived(&t.config.id, rec, &done, (&stream.name(), &day, &entry))?;
+        self.gate.archived(&t.config.id, rec);
         let mut s = t.status.lock().expect("lock");
         s.uploaded_objects += 1;
         s.uploaded_bytes += len;
@@ -511,7 +607,7 @@ impl Archive {
 /// The key of recording `rec` of `stream`, which started at `wall_start_us`.
 pub fn object_key(prefix: &str, stream: &StreamKey, rec: u64, wall_start_us: i64) -> String {
     let day = utc_day(wall_start_us);
-    format!("{prefix}/{}/{}/{day}/{rec:010}.mp4", stream.camera, stream.kind.name())
+    format!("{prefix}/recordings/{}/{}/{day}/{rec:010}.mp4", stream.camera, stream.kind.name())
 }
 
 /// The manifest part after `n`.
@@ -519,6 +615,11 @@ fn next_part(n: u32) -> Result<u32, ArchiveError> {
     n.checked_add(1)
         .filter(|p| *p < 1_000)
         .ok_or_else(|| ArchiveError::Manifest { key: format!("part {n}"), why: "a day of 1,000 manifest parts".into() })
+}
+
+/// Whether `s` is a `YYYY-MM-DD`.
+fn is_day(s: &str) -> bool {
+    s.len() == 10 && s.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() })
 }
 
 /// `YYYY-MM-DD` of `wall_us`, UTC.
@@ -551,6 +652,9 @@ mod tests {
     fn keys_name_the_box_the_stream_the_day_and_the_recording() {
         let key = StreamKey::new("porch", StreamKind::Sub);
         // 2026-12-06T01:02:03Z
-        assert_eq!(object_key("house", &key, 42, 1_796_518_923_000_000), "house/porch/sub/2026-12-06/0000000042.mp4");
+        assert_eq!(
+            object_key("house", &key, 42, 1_796_518_923_000_000),
+            "house/recordings/porch/sub/2026-12-06/0000000042.mp4"
+        );
     }
 }

@@ -11,7 +11,7 @@
 //! part, one a [`crate::limits::ARCHIVE_PART_BYTES`] sent): a restart sends only the parts
 //! missing, and never completes an upload twice.
 
-use redb::{Durability, ReadableDatabase, TableDefinition};
+use redb::{Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::rows::RecordingRow;
 use super::{Catalog, CatalogError, OrStorage, RECORDINGS};
@@ -49,6 +49,23 @@ pub struct Backlog {
     pub more: bool,
 }
 
+/// Whether a target takes a recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Take {
+    Yes,
+    /// Not now, but it may yet (an event may still come for it).
+    Maybe,
+    No,
+}
+
+/// What a target may still want of the recordings it looked at: every one below
+/// `looked_upto` not in `ids` it has stored or will never take.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Wanted {
+    pub looked_upto: u64,
+    pub ids: Vec<u64>,
+}
+
 /// A multipart upload under way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upload {
@@ -56,6 +73,27 @@ pub struct Upload {
     pub id: String,
     /// The ETags of parts 1, 2, … sent so far.
     pub parts: Vec<String>,
+}
+
+/// Drops what every target noted of recording `id` (deleted locally): its bucket's copy and
+/// manifests stay, and an upload of it under way is left to the bucket's own clean-up of
+/// incomplete uploads.
+pub(super) fn forget_recording(txn: &redb::WriteTransaction, id: u64) -> Result<(), CatalogError> {
+    let targets: Vec<String> = {
+        let marks = txn.open_table(MARKS).storage()?;
+        let mut out = Vec::new();
+        for entry in marks.iter().storage()? {
+            out.push(entry.storage()?.0.value().to_string());
+        }
+        out
+    };
+    let mut done = txn.open_table(ARCHIVED).storage()?;
+    let mut uploads = txn.open_table(UPLOADS).storage()?;
+    for t in &targets {
+        done.remove((t.as_str(), id)).storage()?;
+        uploads.remove((t.as_str(), id)).storage()?;
+    }
+    Ok(())
 }
 
 impl Catalog {
@@ -104,33 +142,45 @@ impl Catalog {
     }
 
     /// What `target` still has to archive: the closed recordings from id `from` on that
-    /// `takes` wants and that are not archived, looking at `rows` recordings at most.
+    /// `takes` wants and that are not archived, looking at `rows` recordings at most. With
+    /// it, what the target may still want ([`Wanted`]).
     pub fn archive_backlog(
         &self,
         target: &str,
         from: u64,
         rows: usize,
-        mut takes: impl FnMut(&RecordingRow) -> bool,
-    ) -> Result<Backlog, CatalogError> {
+        mut takes: impl FnMut(&RecordingRow) -> Take,
+    ) -> Result<(Backlog, Wanted), CatalogError> {
         let txn = self.db()?.begin_read().storage()?;
         let recs = txn.open_table(RECORDINGS).storage()?;
         let done = txn.open_table(ARCHIVED).storage()?;
         let mut b = Backlog::default();
+        let mut wanted = Wanted { looked_upto: from, ids: Vec::new() };
         for (n, entry) in recs.range(from..).storage()?.enumerate() {
             if n == rows {
                 b.more = true;
                 break;
             }
             let (id, v) = entry.storage()?;
-            let row = RecordingRow::decode(v.value())?;
-            if row.open || done.get((target, id.value())).storage()?.is_some() || !takes(&row) {
+            let id = id.value();
+            wanted.looked_upto = id + 1;
+            if done.get((target, id)).storage()?.is_some() {
                 continue;
             }
-            b.objects += 1;
-            b.bytes += row.bytes;
-            b.oldest_us = Some(b.oldest_us.map_or(row.wall_start_us, |o: i64| o.min(row.wall_start_us)));
+            let row = RecordingRow::decode(v.value())?;
+            match takes(&row) {
+                Take::No => continue,
+                Take::Maybe => {}
+                Take::Yes if row.open => {}
+                Take::Yes => {
+                    b.objects += 1;
+                    b.bytes += row.bytes;
+                    b.oldest_us = Some(b.oldest_us.map_or(row.wall_start_us, |o: i64| o.min(row.wall_start_us)));
+                }
+            }
+            wanted.ids.push(id);
         }
-        Ok(b)
+        Ok((b, wanted))
     }
 
     /// Whether `recording` is archived to `target`, and as what.
@@ -260,11 +310,29 @@ mod tests {
         assert_eq!(c.archive_upload("off", 9).unwrap(), None, "a done upload is no longer under way");
         assert_eq!(c.archived("off", 9).unwrap(), Some(done));
         assert_eq!(c.archived("other", 9).unwrap(), None);
-        assert_eq!(c.archive_backlog("off", 1, 10, |_| true).unwrap(), Backlog::default());
+        assert_eq!(
+            c.archive_backlog("off", 1, 10, |_| Take::Yes).unwrap(),
+            (Backlog::default(), Wanted { looked_upto: 1, ids: vec![] })
+        );
         let waiting = c.undescribed("off", 4, 1 << 20).unwrap();
         assert_eq!(waiting, vec![(("porch/main".to_string(), "2026-12-06".to_string()), vec![(9, b"{}".to_vec())])]);
         assert_eq!(c.undescribed("other", 4, 1 << 20).unwrap(), vec![]);
         c.described("off", "porch/main", "2026-12-06", &[9]).unwrap();
         assert_eq!(c.undescribed("off", 4, 1 << 20).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_recording_deleted_locally_leaves_no_archive_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Catalog::open(&dir.path().join("catalog.redb")).unwrap();
+        let (id, _) = c.begin_recording(RecordingRow::for_test(""), |_| "seg.mp4".into()).unwrap();
+        c.set_archive_mark("off", id + 1).unwrap();
+        let done = Archived { key: "k".into(), bytes: 5, etag: "e".into(), done_us: 1 };
+        c.set_archived("off", id, &done, ("porch/main", "2026-12-06", b"{}")).unwrap();
+        let up = Upload { key: "k".into(), id: "u".into(), parts: vec![] };
+        c.set_archive_upload("off", id, Some(&up)).unwrap();
+        c.delete_recording(id, crate::catalog::Loss::Retention).unwrap();
+        assert_eq!((c.archived("off", id).unwrap(), c.archive_upload("off", id).unwrap()), (None, None));
+        assert_eq!(c.undescribed("off", 4, 1 << 20).unwrap().len(), 1, "its manifest entry still goes out");
     }
 }

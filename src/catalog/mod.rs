@@ -439,6 +439,7 @@ impl Catalog {
             garbage.insert(row.path.as_str(), ()).storage()?;
             let mut spans = txn.open_table(losses::LOSSES).storage()?;
             losses::note(&mut spans, row.stream_id, row.wall_start_us, row.wall_end_us, why)?;
+            archive::forget_recording(&txn, id)?;
             row
         };
         txn.commit().storage()?;

@@ -69,9 +69,10 @@ fn yes() -> bool {
 }
 
 /// A key prefix: levels of letters, digits, `-`, `_` and `.` joined by `/`.
-fn prefix_ok(p: &str) -> bool {
+pub(crate) fn prefix_ok(p: &str) -> bool {
     !p.is_empty()
         && p.len() <= limits::ARCHIVE_FIELD_MAX_BYTES
+        && p.split('/').count() <= limits::ARCHIVE_PREFIX_LEVELS_MAX
         && p.split('/').all(|level| {
             !level.is_empty()
                 && level != "."
@@ -198,8 +199,14 @@ impl RawArchive {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A valid target named `id`, with the defaults.
+    pub(crate) fn target(id: &str) -> ArchiveTarget {
+        let r: RawArchive = toml::from_str(BASE).unwrap();
+        r.validate(id.into(), &[]).unwrap()
+    }
 
     const BASE: &str =
         "endpoint = \"https://s3.example\"\nbucket = \"nvr\"\naccess_key = \"ak\"\nsecret_key = \"sk\"\n";
@@ -224,6 +231,7 @@ mod tests {
         assert!(!format!("{t:?}").contains("sk"), "the secret is not in the debug form");
         for (extra, field) in [
             ("prefix = \"a/../b\"", "archive.off.prefix"),
+            ("prefix = \"a/b/c/d/e\"", "archive.off.prefix"),
             ("cameras = [\"gate\"]", "archive.off.cameras"),
             ("streams = \"all\"", "archive.off.streams"),
             ("what = \"some\"", "archive.off.what"),

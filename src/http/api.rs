@@ -14,7 +14,7 @@ use http::{Method, StatusCode};
 
 use super::reply::{Reply, RequestBody, error, text};
 use super::routes::{Access, Route};
-use super::{Ctx, accounts, config, discover, events, health, live, media, metrics, sso, system, ui};
+use super::{Ctx, accounts, archive, config, discover, events, health, live, media, metrics, sso, system, ui};
 use crate::auth::Principal;
 
 pub(super) async fn route(parts: Parts, body: RequestBody, ctx: &Ctx, peer: SocketAddr) -> Reply {
@@ -115,6 +115,9 @@ async fn handle(
         Mqtt => system::mqtt(ctx),
         CameraEvents => system::camera_events(ctx),
         Archive => system::archive(ctx),
+        ArchiveList => archive::list(ctx).await,
+        ArchiveRecordings(target) => archive::recordings(ctx, &parts, target).await,
+        ArchiveExport(target) => archive::export(ctx, &parts, target).await,
         Me => accounts::me(ctx, who),
         Logout => {
             accounts::logout(ctx, who, &parts.headers, parts.extensions.get::<super::OverHttps>().is_some()).await

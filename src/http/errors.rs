@@ -127,6 +127,18 @@ impl Failure for ExportError {
     }
 }
 
+impl Failure for crate::archive::ArchiveError {
+    fn status(&self) -> (StatusCode, &'static str) {
+        use crate::archive::ArchiveError as E;
+        match self {
+            E::Walk(_) => (StatusCode::BAD_REQUEST, "archive_too_much"),
+            E::S3(_) | E::Manifest { .. } => (StatusCode::BAD_GATEWAY, "archive_unreadable"),
+            E::Catalog(_) => (INTERNAL, "catalog"),
+            E::File { .. } => (INTERNAL, "storage"),
+        }
+    }
+}
+
 impl Failure for OpenError {
     fn status(&self) -> (StatusCode, &'static str) {
         match self {

@@ -237,6 +237,18 @@ pub async fn export(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>, from: i64,
         Ok(ex) => Arc::new(ex),
         Err(r) => return r,
     };
+    let name = ex.file_name(&stream.key());
+    serve_export(parts, ex, &name, permit)
+}
+
+/// Sends export `ex` as `name`, the request's byte range of it; `permit` is held until the
+/// body is sent.
+pub(super) fn serve_export(
+    parts: &Parts,
+    ex: Arc<Export>,
+    name: &str,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Reply {
     let len = ex.len_bytes;
     let (status, start, end) = match byte_range(parts, len) {
         parse::ByteRange::Whole => (StatusCode::OK, 0, len),
@@ -246,7 +258,6 @@ pub async fn export(ctx: &Ctx, parts: &Parts, stream: StreamPath<'_>, from: i64,
             return with_header(r, header::CONTENT_RANGE, &format!("bytes */{len}"));
         }
     };
-    let name = ex.file_name(&stream.key());
     let mut r = Response::new(export_body(ex, start, end, permit));
     *r.status_mut() = status;
     let h = r.headers_mut();

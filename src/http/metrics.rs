@@ -112,6 +112,12 @@ fn archive(out: &mut String, services: &Services) {
             "How old the oldest recording waiting for the target is (0 with none).",
             &|t| t.backlog.oldest_us.map_or(0, |o| (now_s - o.div_euclid(1_000_000)).max(0) as u64),
         ),
+        (
+            "keeppeek_archive_deleted_unarchived_total",
+            "counter",
+            "Recordings local retention deleted before the target stored them (its backlog past backlog_max, or the disk's reserve), since the box started; 0 unless retention waits for it.",
+            &|t| t.deleted_unarchived.unwrap_or(0),
+        ),
     ] {
         family(out, name, kind, help, &by(f));
     }

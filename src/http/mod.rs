@@ -30,6 +30,7 @@
 
 mod accounts;
 mod api;
+mod archive;
 mod config;
 mod conns;
 mod discover;
@@ -180,8 +181,12 @@ impl Services {
         );
         let events = Arc::new(events);
         let mqtt = crate::mqtt::Mqtt::new(catalog.clone(), None);
-        let archive =
-            crate::archive::Archive::new(catalog.clone(), data_dir.clone(), crate::clock::RealClocks::shared());
+        let archive = crate::archive::Archive::new(
+            catalog.clone(),
+            data_dir.clone(),
+            crate::clock::RealClocks::shared(),
+            recorder.gate.clone(),
+        );
         Ok(Services {
             recorder: recorder.handle(),
             flusher: recorder.flusher_stats.clone(),

@@ -75,6 +75,12 @@ pub(crate) enum Route<'a> {
     CameraEvents,
     /// The offsite archive's targets and their backlogs.
     Archive,
+    /// The boxes and streams each archive target's bucket holds.
+    ArchiveList,
+    /// An archived stream's recordings over a range, from a target's bucket.
+    ArchiveRecordings(&'a str),
+    /// An archived range as one MP4, read from a target's bucket.
+    ArchiveExport(&'a str),
     Me,
     Logout,
     Users,
@@ -153,6 +159,9 @@ impl<'a> Route<'a> {
             (&Method::GET, ["api", "system", "mqtt"]) => Mqtt,
             (&Method::GET, ["api", "system", "camera-events"]) => CameraEvents,
             (&Method::GET, ["api", "system", "archive"]) => Archive,
+            (&Method::GET, ["api", "archive"]) => ArchiveList,
+            (&Method::GET, ["api", "archive", target, "recordings"]) => ArchiveRecordings(target),
+            (&Method::GET, ["api", "archive", target, "export.mp4"]) => ArchiveExport(target),
             (&Method::GET, ["api", "me"]) => Me,
             (&Method::POST, ["api", "logout"]) => Logout,
             (&Method::GET, ["api", "users"]) => Users,
@@ -177,6 +186,7 @@ impl<'a> Route<'a> {
                 Access::Scope(scope::VIEW)
             }
             WhepOpen(_) | WhepClose(_) => Access::Scope(scope::VIEW),
+            ArchiveList | ArchiveRecordings(_) | ArchiveExport(_) => Access::Scope(scope::VIEW),
             EventSearch | EventRevisions(_) | EventKeyframe(_) | EventSnapshot(_) | System | Https => {
                 Access::Scope(scope::VIEW)
             }

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use tracing::{debug, error, info, warn};
 
+use super::gate::Gate;
 use super::holds::Holds;
 use super::retention::{self, Entry, Index};
 use super::schedule::{Due, Schedule};
@@ -121,6 +122,8 @@ pub struct Flusher {
     holds: Arc<Holds>,
     /// The camera of each stream, for holds (from the catalog's streams).
     camera_of: BTreeMap<u32, String>,
+    /// What the archive must store before retention's caps may delete it.
+    gate: Arc<Gate>,
 }
 
 impl Flusher {
@@ -156,6 +159,7 @@ impl Flusher {
             schedule: Schedule::new(interval.as_micros() as i64, 0),
             holds,
             camera_of: BTreeMap::new(),
+            gate: Arc::default(),
         };
         for (id, r) in rows {
             me.index_insert(id, entry(&r));
@@ -163,6 +167,12 @@ impl Flusher {
         }
         me.name_streams();
         Ok(me)
+    }
+
+    /// Retention waits for what `gate` says the archive must store first.
+    pub fn with_gate(mut self, gate: Arc<Gate>) -> Self {
+        self.gate = gate;
+        self
     }
 
     pub fn stats(&self) -> Arc<FlusherStats> {
@@ -529,11 +539,19 @@ impl Flusher {
         let held_bytes: u64 = held.iter().filter_map(|id| self.index.get(id)).map(|e| e.bytes).sum();
         self.stats.held_recordings.store(held.len() as u64, Ordering::Relaxed);
         self.stats.held_bytes.store(held_bytes, Ordering::Relaxed);
-        let mut doomed = retention::plan(&self.index, &self.caps, disk, self.stopping && !urgent, &held);
+        let waiting = self.gate.waiting(&self.index);
+        let mut doomed = retention::plan(&self.index, &self.caps, disk, self.stopping && !urgent, &held, &waiting);
         if urgent && doomed.is_empty() {
             let oldest = self.index.iter().filter(|(id, e)| !e.open && !held.contains(id)).map(|(&id, _)| id).next();
             let oldest = oldest.or_else(|| self.index.iter().find(|(_, e)| !e.open).map(|(&id, _)| id));
             doomed.extend(oldest.map(|id| (id, Loss::DiskFull)));
+        }
+        let ids: Vec<u64> = doomed.iter().map(|(id, _)| *id).collect();
+        for target in self.gate.deleted(&ids) {
+            warn!(
+                target,
+                "deleting footage the archive target has not stored yet (the disk's reserve or its backlog's ceiling)"
+            );
         }
         let mut freed = 0;
         for (id, why) in doomed {

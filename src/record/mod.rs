@@ -19,6 +19,7 @@
 mod crash_points;
 pub mod flusher;
 pub mod fragmenter;
+pub mod gate;
 pub mod holds;
 #[cfg(test)]
 mod holds_soak;
@@ -155,6 +156,8 @@ pub struct Recorder {
     pub flusher_stats: Arc<FlusherStats>,
     /// What events hold against retention (the intake adds, the flusher keeps).
     pub holds: Arc<holds::Holds>,
+    /// What retention waits for the archive to store (the archive keeps it).
+    pub gate: Arc<gate::Gate>,
     /// What the recorders wrote.
     pub wear: Arc<Wear>,
     /// Bytes of pre-roll history across every stream.
@@ -243,6 +246,7 @@ impl Recorder {
         let data_dir: PathBuf = config.data_dir.clone();
         let holds = Arc::new(holds::Holds::new(catalog.event_holds(None, clocks.wall_us())?));
         let wear = Arc::new(Wear { started_mono_us: clocks.mono_us(), ..Wear::default() });
+        let gate = Arc::new(gate::Gate::new(&config.archive));
         let f = flusher::Flusher::new(
             catalog,
             data_dir.clone(),
@@ -250,7 +254,8 @@ impl Recorder {
             config.retention,
             clocks,
             holds.clone(),
-        )?;
+        )?
+        .with_gate(gate.clone());
         let flusher_stats = f.stats();
         let writers = writers::Writers::start(writers::count_for(config.ram_class_bytes));
         let (flusher_tx, flusher_rx) = std::sync::mpsc::sync_channel(limits::CATALOG_QUEUE_COMMANDS);
@@ -264,6 +269,7 @@ impl Recorder {
             streams: Vec::new(),
             flusher_stats,
             holds,
+            gate,
             wear,
             preroll: Arc::new(HistoryPool::new(config.preroll.total_max_bytes as usize)),
             ingest_pool: BytePool::shared(config.ingest_pool_bytes()),

@@ -8,6 +8,9 @@
 //! first. At shutdown (`keep_newest`) the disk reserve spares each stream's newest
 //! recording: nothing more will be recorded to need the space, and the box keeps its latest
 //! footage however full the disk is with other files.
+//!
+//! Recordings an archive target must store first ([`super::gate`]) are passed over by the
+//! caps; the disk's reserve takes them like any other.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -37,6 +40,7 @@ pub fn plan(
     disk: Option<Disk>,
     keep_newest: bool,
     held: &BTreeSet<u64>,
+    waiting: &BTreeSet<u64>,
 ) -> Vec<(u64, Loss)> {
     let mut per_stream: BTreeMap<u32, u64> = BTreeMap::new();
     let mut total: u64 = 0;
@@ -58,13 +62,14 @@ pub fn plan(
         }
         let stream_bytes = per_stream.get_mut(&e.stream_id).expect("counted above");
         let over_cap = *stream_bytes > caps.stream_max_bytes || total > caps.total_max_bytes;
+        let by_cap = over_cap && !waiting.contains(&id);
         let spared = keep_newest && newest.get(&e.stream_id) == Some(&id);
         let short_of_disk = !spared && disk.is_some_and(|d| d.free_bytes + freed < d.reserve_bytes);
-        if over_cap || short_of_disk {
+        if by_cap || short_of_disk {
             *stream_bytes -= e.bytes;
             total -= e.bytes;
             freed += e.bytes;
-            doomed.push((id, if over_cap { Loss::Retention } else { Loss::DiskFull }));
+            doomed.push((id, if by_cap { Loss::Retention } else { Loss::DiskFull }));
         }
     }
     doomed
@@ -88,7 +93,10 @@ mod tests {
 
     /// The plan's ids, with nothing held.
     fn plan(index: &Index, caps: &Retention, disk: Option<Disk>, keep_newest: bool) -> Vec<u64> {
-        super::plan(index, caps, disk, keep_newest, &BTreeSet::new()).into_iter().map(|(id, _)| id).collect()
+        super::plan(index, caps, disk, keep_newest, &BTreeSet::new(), &BTreeSet::new())
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
     }
 
     #[test]
@@ -129,22 +137,35 @@ mod tests {
         let held = BTreeSet::from([1]);
         // Over the stream cap by 20: the two oldest unheld go, the held one stays.
         assert_eq!(
-            super::plan(&i, &caps(20, 1000), None, false, &held),
+            super::plan(&i, &caps(20, 1000), None, false, &held, &BTreeSet::new()),
             vec![(2, Loss::Retention), (3, Loss::Retention)]
         );
         // Over by 30: the held one goes last.
         assert_eq!(
-            super::plan(&i, &caps(10, 1000), None, false, &held),
+            super::plan(&i, &caps(10, 1000), None, false, &held, &BTreeSet::new()),
             vec![(2, Loss::Retention), (3, Loss::Retention), (1, Loss::Retention)]
         );
         // A short disk, within the caps, deletes unheld first too, and says so.
         let disk = Some(Disk { free_bytes: 0, reserve_bytes: 15, total_bytes: 100 });
         assert_eq!(
-            super::plan(&i, &caps(100, 1000), disk, false, &held),
+            super::plan(&i, &caps(100, 1000), disk, false, &held, &BTreeSet::new()),
             vec![(2, Loss::DiskFull), (3, Loss::DiskFull)]
         );
         let disk = Some(Disk { free_bytes: 0, reserve_bytes: 25, total_bytes: 100 });
-        assert_eq!(super::plan(&i, &caps(100, 1000), disk, false, &held).last(), Some(&(1, Loss::DiskFull)));
+        assert_eq!(
+            super::plan(&i, &caps(100, 1000), disk, false, &held, &BTreeSet::new()).last(),
+            Some(&(1, Loss::DiskFull))
+        );
+    }
+
+    #[test]
+    fn the_caps_pass_over_footage_waiting_for_the_archive_and_the_disk_reserve_does_not() {
+        let i = index(&[(1, 1, 10, false), (2, 1, 10, false), (3, 1, 10, false), (4, 1, 10, true)]);
+        let waiting = BTreeSet::from([1, 2]);
+        let planned = |disk| super::plan(&i, &caps(10, 1000), disk, false, &BTreeSet::new(), &waiting);
+        assert_eq!(planned(None), vec![(3, Loss::Retention)], "over the cap by 30: only the archived one goes");
+        let disk = Some(Disk { free_bytes: 0, reserve_bytes: 15, total_bytes: 100 });
+        assert_eq!(planned(disk), vec![(1, Loss::DiskFull), (2, Loss::DiskFull), (3, Loss::Retention)]);
     }
 
     #[test]

@@ -71,6 +71,12 @@ impl S3Server {
         }
     }
 
+    /// A server that is not there yet, to be started on `port` over `dir` later.
+    pub fn stand_in(dir: &Path, bucket: &str, port: u16) -> S3Server {
+        std::fs::create_dir_all(dir.join(bucket)).unwrap();
+        S3Server { child: Command::new("true").spawn().unwrap(), port, dir: dir.to_path_buf() }
+    }
+
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -256,9 +262,9 @@ fn recordings_of_two_cameras_are_archived_as_they_close_byte_for_byte() {
     // Two recordings of each camera archived and described by their manifests.
     let enough = wait_until(Duration::from_secs(60), || {
         let described = described(&bucket);
-        ["porch", "yard"]
-            .iter()
-            .all(|c| described.iter().filter(|e| e.key.starts_with(&format!("house/{c}/main/"))).count() >= 2)
+        ["porch", "yard"].iter().all(|c| {
+            described.iter().filter(|e| e.key.starts_with(&format!("house/recordings/{c}/main/"))).count() >= 2
+        })
     });
     assert!(enough, "two recordings of each camera archived within 60 s: {:?}\n{}", objects(&bucket), d.log_text());
     // The API and /metrics say what the target did.
@@ -286,7 +292,7 @@ fn recordings_of_two_cameras_are_archived_as_they_close_byte_for_byte() {
         let rec =
             recs.iter().find(|r| r["id"].as_u64() == Some(id)).unwrap_or_else(|| panic!("{key}: no recording {id}"));
         let stream = rec["stream"].as_str().unwrap();
-        assert!(key.starts_with(&format!("house/{stream}/")), "{key} is under its stream {stream}");
+        assert!(key.starts_with(&format!("house/recordings/{stream}/")), "{key} is under its stream {stream}");
         assert!(!rec["open"].as_bool().unwrap(), "{key}: only closed recordings are archived");
         let local = std::fs::read(d.data().join(rec["path"].as_str().unwrap())).unwrap();
         let bytes = rec["bytes"].as_u64().unwrap() as usize;
@@ -597,4 +603,213 @@ fn a_target_of_events_only_archives_the_footage_around_an_event() {
     }
     let held = recordings_in(&bucket);
     assert!(held.len() < recs.len(), "not every recording is archived: {} of {}", held.len(), recs.len());
+}
+
+/// `before_delete`: local retention waits for the archive, past the stream's cap, until the
+/// backlog reaches `backlog_max`; then the oldest go anyway, counted in the API and
+/// `/metrics`. Once the server is there the backlog drains and retention catches up: every
+/// recording ever made is then local, in the bucket, or one of those counted. `keep_days`
+/// deletes the bucket's older days (1,001 objects: more than one pass's ceiling) and keeps
+/// today's.
+#[test]
+fn retention_waits_for_the_archive_up_to_its_backlog_ceiling_and_old_days_leave_the_bucket() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("box");
+    std::fs::create_dir_all(&dir).unwrap();
+    let s3_dir = tmp.path().join("s3");
+    let place = S3Server::stand_in(&s3_dir, "nvr", free_port());
+    // The 332 kbit/s clip (41 kB/s) in segments of 128 KiB: the cap is 25 s of it, the
+    // backlog's ceiling 38 s.
+    let extra = "before_delete = true\nbacklog_max = \"1.5 MiB\"\nkeep_days = 1";
+    let port = archived_config(&dir, &place, ("house", extra), &["porch"], ("h264.mp4", "1 MiB"));
+    let mut d = Daemon::start(&dir);
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    let token = make_token(port, &admin, r#""admin", "metrics""#);
+    let segments = |d: &Daemon| dir_bytes(&d.data().join("recordings"));
+    let over_cap = wait_until(Duration::from_secs(60), || segments(&d) > 1_300_000);
+    assert!(over_cap, "the stream grew past its cap: {} bytes\n{}", segments(&d), d.log_text());
+    assert!(!d.log_text().contains("retention deleted"), "nothing deleted below the backlog's ceiling");
+    let counted = wait_until(Duration::from_secs(40), || {
+        target_state(port, &token)["deleted_unarchived"].as_u64().unwrap_or(0) >= 1
+    });
+    assert!(counted, "past the ceiling the oldest go, counted: {}\n{}", target_state(port, &token), d.log_text());
+    let (_, _, metrics) = request(port, "GET", "/metrics", &[("authorization", &format!("Bearer {token}"))], "");
+    assert!(metrics.contains("keeppeek_archive_deleted_unarchived_total{target=\"offsite\"} "), "{metrics}");
+    assert!(segments(&d) < 2_200_000, "the backlog past its ceiling is not kept: {}", segments(&d));
+
+    // An old day in the bucket: 1,000 recordings and a manifest part.
+    let server = S3Server::start_on(&s3_dir, "nvr", place.port);
+    drop(place);
+    let bucket = Bucket::new(server.place("nvr", SECRET_KEY)).unwrap();
+    runtime().block_on(async {
+        let old = "house/recordings/porch/main/2020-01-01";
+        for i in 0..1_000 {
+            bucket.put(&format!("{old}/{i:010}.mp4"), Bytes::from_static(b"old"), wall_us()).await.unwrap();
+        }
+        let manifest = "house/manifests/porch/main/2020-01-01/000.json";
+        bucket.put(manifest, Bytes::from_static(b"{}"), wall_us()).await.unwrap();
+    });
+    let stored = server.dir.join("nvr");
+    let drained = wait_until(Duration::from_secs(120), || {
+        // Drained: what waits closed in the last few seconds (one recording every 3 s, the
+        // backlog counted every 5 s).
+        let t = target_state(port, &token);
+        let recent = t["backlog"]["oldest_us"].as_i64().is_none_or(|o| o > wall_us() - 12_000_000);
+        recent && t["error"].is_null() && !objects(&stored).iter().any(|(k, _)| k.contains("2020-01-01"))
+    });
+    assert!(drained, "the backlog drained and the old day went: {}\n{}", target_state(port, &token), d.log_text());
+    let caught_up = wait_until(Duration::from_secs(20), || segments(&d) < 1_300_000);
+    assert!(caught_up, "retention caught up with the cap: {} bytes", segments(&d));
+    let counted = target_state(port, &token)["deleted_unarchived"].as_u64().unwrap();
+    d.stop();
+    let log = d.log_text();
+    assert!(log.contains("old days' deletion goes on at the next step"), "the pass's ceiling was reached:\n{log}");
+
+    let recs = d.recordings();
+    let local: std::collections::BTreeSet<u64> = recs.iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    let archived: std::collections::BTreeSet<u64> = recordings_in(&stored)
+        .iter()
+        .map(|(k, _)| k.rsplit('/').next().unwrap().trim_end_matches(".mp4").parse().unwrap())
+        .collect();
+    let newest = *local.last().unwrap();
+    let lost = (1..=newest).filter(|id| !local.contains(id) && !archived.contains(id)).count() as u64;
+    assert_eq!(
+        lost, counted,
+        "every recording is local, archived, or counted (local {local:?}, archived {archived:?})"
+    );
+    assert!(archived.len() >= 4, "{archived:?}");
+    for e in described(&stored) {
+        assert!(stored.join(&e.key).exists(), "{} is named but not there", e.key);
+    }
+}
+
+/// The ids of the recordings a daemon's log says retention deleted.
+fn deleted_ids(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter(|l| l.contains("retention deleted"))
+        .filter_map(|l| l.split("recording=").nth(1)?.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .collect()
+}
+
+/// Two boxes (two daemons, two data dirs) archive into one bucket under their own prefixes.
+/// Each lists both (`/api/archive` and `keeppeek archive list`); a range one box deleted
+/// locally plays from the bucket on that box and on the other (read-only), the same bytes,
+/// decoded whole by ffmpeg, with byte ranges.
+#[test]
+fn two_boxes_in_one_bucket_list_both_and_play_each_others_archived_footage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = S3Server::start(&tmp.path().join("s3"), "nvr");
+    let boxes: Vec<_> = [("site/a", "porch"), ("site/b", "yard")]
+        .iter()
+        .map(|(prefix, camera)| {
+            let dir = tmp.path().join(prefix.replace('/', "-"));
+            std::fs::create_dir_all(&dir).unwrap();
+            // Segments of 128 KiB (3 s); retention keeps 25 s, once archived.
+            let port =
+                archived_config(&dir, &server, (prefix, "before_delete = true"), &[camera], ("h264.mp4", "1 MiB"));
+            (dir, port)
+        })
+        .collect();
+    let mut daemons: Vec<_> = boxes.iter().map(|(dir, _)| Daemon::start(dir)).collect();
+    let mut tokens = Vec::new();
+    for (d, (_, port)) in daemons.iter().zip(&boxes) {
+        d.wait_log("web face listening", 1, Duration::from_secs(20));
+        let admin = setup_admin(*port);
+        tokens.push(make_token(*port, &admin, r#""view", "admin""#));
+    }
+    let ((dir_a, port_a), (_, port_b)) = (&boxes[0], &boxes[1]);
+    // Box a deletes a recording it archived.
+    let bucket = server.dir.join("nvr");
+    let mut gone = None;
+    let found = wait_until(Duration::from_secs(90), || {
+        let described = described(&bucket);
+        gone = deleted_ids(&daemons[0].log_text())
+            .into_iter()
+            .find_map(|id| described.iter().find(|e| e.id == id && e.key.starts_with("site/a/")).cloned());
+        gone.is_some() && described.iter().any(|e| e.key.starts_with("site/b/"))
+    });
+    assert!(found, "box a deleted a recording it archived, box b archived one:\n{}", daemons[0].log_text());
+    let gone = gone.unwrap();
+    let (from, to) = (gone.wall_start_us, gone.wall_end_us);
+
+    // Each box lists both.
+    for (port, token) in [(*port_a, &tokens[0]), (*port_b, &tokens[1])] {
+        let (code, _, body) =
+            request(port, "GET", "/api/archive", &[("authorization", &format!("Bearer {token}"))], "");
+        assert_eq!(code, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let listed: Vec<(String, Vec<String>)> = v["targets"][0]["boxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                let streams =
+                    b["streams"].as_array().unwrap().iter().map(|s| s["stream"].as_str().unwrap().to_string());
+                (b["prefix"].as_str().unwrap().to_string(), streams.collect())
+            })
+            .collect();
+        assert_eq!(
+            listed,
+            vec![("site/a".into(), vec!["porch/main".into()]), ("site/b".into(), vec!["yard/main".into()])],
+            "{v}"
+        );
+    }
+    let out = succeed(keeppeek().args(["archive", "list", "--json"]).arg(dir_a.join("keeppeek.toml")));
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    let prefixes: Vec<&str> = v[0]["boxes"].as_array().unwrap().iter().map(|b| b["prefix"].as_str().unwrap()).collect();
+    assert_eq!(prefixes, ["site/a", "site/b"], "{v}");
+    let text =
+        String::from_utf8(succeed(keeppeek().args(["archive", "list"]).arg(dir_a.join("keeppeek.toml")))).unwrap();
+    assert!(text.contains("site/a (this box)") && text.contains("yard/main: 1 days"), "{text}");
+
+    // The range is gone locally, and plays from the bucket: on box a, and on box b reading
+    // box a's archive.
+    let range = format!("from_us={from}&to_us={to}");
+    let (code, _) = get_bytes(*port_a, &tokens[0], &format!("/api/streams/porch/main/export.mp4?{range}"));
+    assert_eq!(code, 404, "the range is no longer on box a's disk");
+    let (code, body) =
+        get_bytes(*port_a, &tokens[0], &format!("/api/archive/offsite/recordings?stream=porch/main&{range}"));
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((code, v["box"].as_str()), (200, Some("site/a")), "{v}");
+    assert!(v["recordings"].as_array().unwrap().iter().any(|r| r["id"] == gone.id), "{v}");
+    let (code, own) =
+        get_bytes(*port_a, &tokens[0], &format!("/api/archive/offsite/export.mp4?stream=porch/main&{range}"));
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&own));
+    let path = format!("/api/archive/offsite/export.mp4?box=site%2Fa&stream=porch%2Fmain&{range}");
+    let (code, other) = get_bytes(*port_b, &tokens[1], &path);
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&other));
+    assert!(own == other, "box b reads box a's archive as box a does ({} and {} bytes)", own.len(), other.len());
+    let file = tmp.path().join("archived.mp4");
+    std::fs::write(&file, &own).unwrap();
+    assert_decodes(&file);
+    let packets = ffprobe_packets(&file);
+    let seconds = packets.last().map_or(0.0, |p| p.pts_s + p.duration_s) - packets[0].pts_s;
+    let want = (to - from) as f64 / 1e6;
+    assert!((seconds - want).abs() < 1.5, "the export is the recording's {want:.1} s: {seconds:.1} s");
+    assert!(packets[0].key, "it starts on a keyframe");
+    // A byte range of it, as a <video> asks.
+    let (code, head, part) = request(
+        *port_b,
+        "GET",
+        &path,
+        &[("authorization", &format!("Bearer {}", tokens[1])), ("range", "bytes=1000-1999")],
+        "",
+    );
+    assert_eq!(code, 206, "{head}");
+    assert!(head.to_lowercase().contains(&format!("content-range: bytes 1000-1999/{}", own.len())), "{head}");
+    assert!(!part.is_empty());
+    // A box it does not know, and a stream it does not have.
+    let (code, _) = get_bytes(
+        *port_b,
+        &tokens[1],
+        &format!("/api/archive/offsite/export.mp4?box=site%2Fc&stream=porch%2Fmain&{range}"),
+    );
+    assert_eq!(code, 404);
+    let (code, _) =
+        get_bytes(*port_b, &tokens[1], &format!("/api/archive/nowhere/recordings?stream=porch%2Fmain&{range}"));
+    assert_eq!(code, 404);
+    for d in &mut daemons {
+        d.stop();
+    }
 }

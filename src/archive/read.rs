@@ -1,0 +1,285 @@
+//! Reading an archive: the boxes that write into a bucket and what each holds (from the
+//! manifests' keys), a stream's archived recordings over a range (from its days'
+//! manifests), and their bytes with range requests, so playback and export of an archived
+//! range go as a local one does ([`crate::export::Export::plan_pieces`]).
+//!
+//! It only reads: a box reads another box's archive as it reads its own. Every walk is
+//! bounded: [`limits::ARCHIVE_READ_LISTS_MAX`] list requests, [`limits::ARCHIVE_BOXES_MAX`]
+//! boxes, [`limits::ARCHIVE_READ_DAYS_MAX`] days and [`limits::ARCHIVE_READ_ENTRIES_MAX`]
+//! recordings a read; one manifest part in memory at a time.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::manifest::{self, Entry};
+use super::s3::{Bucket, S3Error};
+use super::{ArchiveError, is_day, utc_day};
+use crate::clock::SharedClocks;
+use crate::export::{Piece, ReadAt};
+use crate::limits;
+
+/// A box that writes into the bucket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BoxListing {
+    /// Its prefix: every key it writes starts with it.
+    pub prefix: String,
+    pub streams: Vec<StreamDays>,
+}
+
+/// A stream of a box, and the days (UTC) its manifests describe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StreamDays {
+    /// `camera/kind`.
+    pub stream: String,
+    pub days: Vec<String>,
+}
+
+/// One archived recording, as a timeline shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Run {
+    pub id: u64,
+    pub wall_start_us: i64,
+    pub wall_end_us: i64,
+    pub bytes: u64,
+    pub codec: String,
+    pub width: u16,
+    pub height: u16,
+}
+
+/// A bucket, read.
+#[derive(Clone)]
+pub struct Reader {
+    bucket: Arc<Bucket>,
+    clocks: SharedClocks,
+}
+
+impl Reader {
+    pub fn new(bucket: Arc<Bucket>, clocks: SharedClocks) -> Reader {
+        Reader { bucket, clocks }
+    }
+
+    fn now(&self) -> i64 {
+        self.clocks.wall_us()
+    }
+
+    /// The directories just below `dir`, counted against `lists`.
+    async fn dirs(&self, dir: &str, lists: &mut usize) -> Result<Vec<String>, ArchiveError> {
+        if *lists == 0 {
+            return Err(ArchiveError::Walk(format!(
+                "more than {} list requests under the bucket's root",
+                limits::ARCHIVE_READ_LISTS_MAX
+            )));
+        }
+        *lists -= 1;
+        let now = || self.now();
+        Ok(self.bucket.list_pages(dir, Some("/"), limits::ARCHIVE_LIST_PAGES_MAX, &now).await?.prefixes)
+    }
+
+    /// Every box in the bucket: each prefix (up to [`limits::ARCHIVE_PREFIX_LEVELS_MAX`]
+    /// levels deep) that holds `manifests/`, with its streams and days.
+    pub async fn boxes(&self) -> Result<Vec<BoxListing>, ArchiveError> {
+        let mut lists = limits::ARCHIVE_READ_LISTS_MAX;
+        let mut found = Vec::new();
+        let mut level = vec![String::new()];
+        // The root, then each level a prefix may have.
+        for _ in 0..=limits::ARCHIVE_PREFIX_LEVELS_MAX {
+            let mut next = Vec::new();
+            for dir in &level {
+                let below = self.dirs(dir, &mut lists).await?;
+                if dir.is_empty() || !below.iter().any(|d| d.strip_prefix(dir.as_str()) == Some("manifests/")) {
+                    next.extend(below);
+                    continue;
+                }
+                if found.len() == limits::ARCHIVE_BOXES_MAX {
+                    return Err(ArchiveError::Walk(format!("more than {} boxes", limits::ARCHIVE_BOXES_MAX)));
+                }
+                found.push(dir.trim_end_matches('/').to_string());
+            }
+            level = next;
+        }
+        let mut out = Vec::new();
+        for prefix in found {
+            let streams = self.streams_with(&prefix, &mut lists).await?;
+            out.push(BoxListing { prefix, streams });
+        }
+        Ok(out)
+    }
+
+    /// The streams of the box at `prefix` and their days.
+    pub async fn streams(&self, prefix: &str) -> Result<Vec<StreamDays>, ArchiveError> {
+        let mut lists = limits::ARCHIVE_READ_LISTS_MAX;
+        self.streams_with(prefix, &mut lists).await
+    }
+
+    async fn streams_with(&self, prefix: &str, lists: &mut usize) -> Result<Vec<StreamDays>, ArchiveError> {
+        let root = format!("{prefix}/manifests/");
+        let mut out = Vec::new();
+        for camera in self.dirs(&root, lists).await? {
+            for kind in self.dirs(&camera, lists).await? {
+                let stream = kind.strip_prefix(root.as_str()).unwrap_or_default().trim_end_matches('/').to_string();
+                let days = self
+                    .dirs(&kind, lists)
+                    .await?
+                    .iter()
+                    .filter_map(|d| Some(d.strip_prefix(kind.as_str())?.trim_end_matches('/').to_string()))
+                    .filter(|d| is_day(d))
+                    .collect();
+                out.push(StreamDays { stream, days });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The recordings of `stream` (`camera/kind`) of the box at `prefix` that overlap
+    /// `[from_us, to_us)`, by their start, each with its fragments.
+    pub async fn recordings(
+        &self,
+        prefix: &str,
+        stream: &str,
+        from_us: i64,
+        to_us: i64,
+    ) -> Result<Vec<Entry>, ArchiveError> {
+        let mut out = Vec::new();
+        self.each_recording(prefix, stream, (from_us, to_us), |e| out.push(e)).await?;
+        Ok(out)
+    }
+
+    /// As [`Reader::recordings`], without their fragments (a timeline's runs).
+    pub async fn runs(&self, prefix: &str, stream: &str, from_us: i64, to_us: i64) -> Result<Vec<Run>, ArchiveError> {
+        let mut out = Vec::new();
+        self.each_recording(prefix, stream, (from_us, to_us), |e| {
+            out.push(Run {
+                id: e.id,
+                wall_start_us: e.wall_start_us,
+                wall_end_us: e.wall_end_us,
+                bytes: e.bytes,
+                codec: e.codec,
+                width: e.width,
+                height: e.height,
+            })
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// Calls `found` with each recording of `stream` over the range, in order of start.
+    async fn each_recording(
+        &self,
+        prefix: &str,
+        stream: &str,
+        (from_us, to_us): (i64, i64),
+        mut found: impl FnMut(Entry),
+    ) -> Result<(), ArchiveError> {
+        // A recording is under the day it starts: the day before the range's may reach in.
+        let first = from_us.saturating_sub(86_400_000_000);
+        let days = (to_us.saturating_sub(first)).div_euclid(86_400_000_000) + 1;
+        if days > limits::ARCHIVE_READ_DAYS_MAX as i64 {
+            return Err(ArchiveError::Walk(format!(
+                "a range over {} days: ask for less",
+                limits::ARCHIVE_READ_DAYS_MAX - 1
+            )));
+        }
+        let now = || self.now();
+        let mut count = 0;
+        let mut seen = std::collections::BTreeSet::new();
+        let mut kept: Vec<Entry> = Vec::new();
+        for d in 0..days {
+            let day = utc_day(first.saturating_add(d * 86_400_000_000));
+            let dir = format!("{prefix}/manifests/{stream}/{day}/");
+            let parts = self.bucket.list_pages(&dir, None, limits::ARCHIVE_LIST_PAGES_MAX, &now).await?.objects;
+            for part in parts.iter().filter(|o| o.key.ends_with(".json")) {
+                let bytes = self.bucket.get(&part.key, None, limits::ARCHIVE_MANIFEST_MAX_BYTES, now()).await?;
+                let m = manifest::decode(&bytes)
+                    .map_err(|why| ArchiveError::Manifest { key: part.key.clone(), why: why.to_string() })?;
+                if m.stream != stream || m.day != day {
+                    return Err(ArchiveError::Manifest {
+                        key: part.key.clone(),
+                        why: "it names another stream or day than its key".into(),
+                    });
+                }
+                for e in m.recordings {
+                    if e.wall_end_us <= from_us || e.wall_start_us >= to_us || !seen.insert(e.id) {
+                        continue;
+                    }
+                    count += 1;
+                    if count > limits::ARCHIVE_READ_ENTRIES_MAX {
+                        return Err(ArchiveError::Walk(format!(
+                            "more than {} recordings in the range: ask for less",
+                            limits::ARCHIVE_READ_ENTRIES_MAX
+                        )));
+                    }
+                    kept.push(e);
+                }
+            }
+            // A day's entries are in order of id within a part; across parts and days, by
+            // start: sorted once a day is read, handed on, and let go.
+            kept.sort_by_key(|e| (e.wall_start_us, e.id));
+            for e in kept.drain(..) {
+                found(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The pieces an export of `stream` over the range takes, read from the bucket.
+    pub async fn pieces(
+        &self,
+        prefix: &str,
+        stream: &str,
+        from_us: i64,
+        to_us: i64,
+    ) -> Result<Vec<Piece>, ArchiveError> {
+        let entries = self.recordings(prefix, stream, from_us, to_us).await?;
+        let handle = tokio::runtime::Handle::current();
+        Ok(entries
+            .into_iter()
+            .map(|e| Piece {
+                fragments: e.fragment_rows(),
+                bytes: e.bytes,
+                source: Arc::new(Object {
+                    bucket: self.bucket.clone(),
+                    key: e.key,
+                    bytes: e.bytes,
+                    clocks: self.clocks.clone(),
+                    handle: handle.clone(),
+                }),
+            })
+            .collect())
+    }
+}
+
+/// An archived recording's object, read with range requests. Its reads block: they are made
+/// on the blocking pool (an export's), driving the request on the runtime's handle.
+struct Object {
+    bucket: Arc<Bucket>,
+    key: String,
+    bytes: u64,
+    clocks: SharedClocks,
+    handle: tokio::runtime::Handle,
+}
+
+impl ReadAt for Object {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let last = offset.saturating_add(buf.len() as u64 - 1);
+        if last >= self.bytes {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "past the object's end"));
+        }
+        let got =
+            self.handle.block_on(self.bucket.get(&self.key, Some((offset, last)), buf.len(), self.clocks.wall_us()));
+        let got = got.map_err(|e: S3Error| std::io::Error::other(e.to_string()))?;
+        buf.copy_from_slice(&got);
+        Ok(())
+    }
+
+    fn name(&self) -> String {
+        self.key.clone()
+    }
+
+    fn window_bytes(&self) -> usize {
+        limits::ARCHIVE_READ_WINDOW_BYTES
+    }
+}

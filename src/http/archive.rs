@@ -1,0 +1,108 @@
+//! The archive API: what each target's bucket holds (every box that writes into it, its
+//! streams and days), a stream's archived recordings over a range, and an archived range as
+//! one MP4 read from the bucket with range requests, as a local export is read from disk.
+//!
+//! `box` names the box by its prefix (the target's own prefix when it is left out), `stream`
+//! as `camera/kind`; times are UTC µs as elsewhere. Reading the bucket waits on the network:
+//! a range is at most [`limits::ARCHIVE_READ_DAYS_MAX`] days of manifests, and an export holds
+//! one of the [`limits::EXPORTS_RUNNING_MAX`] export slots, as a local one does.
+
+use std::sync::Arc;
+
+use http::StatusCode;
+use http::request::Parts;
+use serde_json::json;
+
+use super::Ctx;
+use super::errors::fail;
+use super::media::{range, serve_export};
+use super::reply::{self, Reply, error, on_pool};
+use crate::archive::read::Reader;
+use crate::base::StreamKey;
+use crate::export::Export;
+use crate::limits;
+
+/// `GET /api/archive`: each target with the boxes in its bucket.
+pub async fn list(ctx: &Ctx) -> Reply {
+    let mut targets = Vec::new();
+    for id in ctx.services.archive.ids() {
+        let Some((reader, own)) = ctx.services.archive.reader(&id) else { continue };
+        match reader.boxes().await {
+            Ok(boxes) => targets.push(json!({ "id": id, "prefix": own, "boxes": boxes })),
+            Err(e) => targets.push(json!({ "id": id, "prefix": own, "boxes": [], "error": e.to_string() })),
+        }
+    }
+    reply::json(StatusCode::OK, json!({ "targets": targets }))
+}
+
+/// What a request names: the target's reader, the box's prefix, the stream, the range.
+struct Asked {
+    reader: Reader,
+    prefix: String,
+    stream: StreamKey,
+    from_us: i64,
+    to_us: i64,
+}
+
+fn asked(ctx: &Ctx, parts: &Parts, target: &str) -> Result<Asked, Reply> {
+    let Some((reader, own)) = ctx.services.archive.reader(target) else {
+        return Err(error(StatusCode::NOT_FOUND, "not_found", "no such archive target"));
+    };
+    let (from_us, to_us) = range(parts)?;
+    let (mut prefix, mut stream) = (own, None);
+    for (k, v) in url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes()) {
+        match &*k {
+            "box" if crate::config::archive::prefix_ok(&v) => prefix = v.into_owned(),
+            "box" => return Err(error(StatusCode::BAD_REQUEST, "bad_box", "a box is its prefix: a/b, no . or ..")),
+            "stream" => stream = StreamKey::parse(&v),
+            _ => {}
+        }
+    }
+    let Some(stream) = stream else {
+        return Err(error(StatusCode::BAD_REQUEST, "bad_stream", "give stream=camera/kind (main or sub)"));
+    };
+    Ok(Asked { reader, prefix, stream, from_us, to_us })
+}
+
+/// `GET /api/archive/{target}/recordings?box&stream&from_us&to_us`: the archived recordings
+/// overlapping the range, by start.
+pub async fn recordings(ctx: &Ctx, parts: &Parts, target: &str) -> Reply {
+    let a = match asked(ctx, parts, target) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    match a.reader.runs(&a.prefix, &a.stream.name(), a.from_us, a.to_us).await {
+        Ok(runs) => reply::json(
+            StatusCode::OK,
+            json!({ "target": target, "box": a.prefix, "stream": a.stream.name(), "recordings": runs }),
+        ),
+        Err(e) => fail(&e),
+    }
+}
+
+/// `GET /api/archive/{target}/export.mp4?box&stream&from_us&to_us`: the archived range as
+/// one MP4, with byte ranges.
+pub async fn export(ctx: &Ctx, parts: &Parts, target: &str) -> Reply {
+    let a = match asked(ctx, parts, target) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let Ok(permit) = ctx.exports.clone().try_acquire_owned() else {
+        let message = format!("{} exports are running: try again shortly", limits::EXPORTS_RUNNING_MAX);
+        return error(StatusCode::SERVICE_UNAVAILABLE, "exports_busy", &message);
+    };
+    let pieces = match a.reader.pieces(&a.prefix, &a.stream.name(), a.from_us, a.to_us).await {
+        Ok(p) => p,
+        Err(e) => return fail(&e),
+    };
+    let (from, to) = (a.from_us, a.to_us);
+    // The plan reads each fragment's header from the bucket: blocking, on the pool.
+    let planned =
+        on_pool(move || Export::plan_pieces(pieces.into_iter().map(Ok), from, to).map_err(|e| fail(&e))).await;
+    let ex = match planned {
+        Ok(ex) => Arc::new(ex),
+        Err(r) => return r,
+    };
+    let name = ex.file_name(&a.stream);
+    serve_export(parts, ex, &name, permit)
+}

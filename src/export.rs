@@ -322,7 +322,10 @@ impl Export {
                 audio_at = audio_at.max(audio_end.saturating_add_signed(audio_delta));
                 ex.parts.push(part);
             }
-            video_at += last.media_start_90k + last.duration_90k - first.media_start_90k;
+            // Saturating: an archived recording's numbers come from a bucket.
+            video_at = video_at.saturating_add(
+                last.media_start_90k.saturating_add(last.duration_90k).saturating_sub(first.media_start_90k),
+            );
         }
         if ex.parts.is_empty() {
             return Err(ExportError::Empty);

@@ -711,8 +711,9 @@ pub const ARCHIVE_SWEEP_EVERY_MS: u64 = 3_600_000;
 /// Objects one pass of that deletes; past it the pass goes on at the target's next step.
 pub const ARCHIVE_SWEEP_DELETES_MAX: usize = 1_000;
 
-/// List requests one read of a bucket's layout makes (its boxes, a box's streams and days).
-pub const ARCHIVE_READ_LISTS_MAX: usize = 256;
+/// List requests one read of a bucket's layout makes (its boxes, a box's streams and days):
+/// [`ARCHIVE_BOXES_MAX`] boxes of four cameras with two streams take 13 each.
+pub const ARCHIVE_READ_LISTS_MAX: usize = 1_024;
 
 /// Boxes one listing of a bucket names.
 pub const ARCHIVE_BOXES_MAX: usize = 64;
@@ -726,6 +727,16 @@ pub const ARCHIVE_READ_DAYS_MAX: usize = 32;
 
 /// Recordings one read of a stream's archive returns.
 pub const ARCHIVE_READ_ENTRIES_MAX: usize = 20_000;
+
+/// Reads of archive buckets the web face runs at once (listings, a stream's recordings, an
+/// export's plan); past it one is refused as busy.
+pub const ARCHIVE_READS_RUNNING_MAX: usize = 2;
+
+/// Archived exports' plans kept for the byte ranges a player asks for one after another…
+pub const ARCHIVE_PLANS_KEPT: usize = 4;
+
+/// …each for this long.
+pub const ARCHIVE_PLAN_KEEP_MS: u64 = 60_000;
 
 /// Bytes of an archived object read at a time while an export's plan walks its fragments'
 /// headers (one request each): a fragment's `moof` and the `mdat` header after it.

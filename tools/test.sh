@@ -19,6 +19,7 @@ DEBIAN_PACKAGES=(
     grub-common minisign iproute2 python3-venv
     openssl curl gnutls-bin util-linux
     mosquitto mosquitto-clients
+    faketime
 )
 RUST_TARGETS=(aarch64-unknown-linux-musl)
 

@@ -153,16 +153,18 @@ pub fn decode(bytes: &[u8]) -> Result<Manifest, String> {
         if e.wall_end_us < e.wall_start_us || e.init_bytes > e.bytes {
             return Err(at("its times or sizes do not add up"));
         }
-        let mut end = e.init_bytes;
+        let (mut end, mut media) = (e.init_bytes, 0);
         for f in &e.fragments {
             let (first, len) = (f[4], f[5]);
             let fits = f.iter().all(|v| *v >= 0)
+                && f[2] >= media
                 && u64::try_from(first).is_ok_and(|first| first >= end)
                 && u64::try_from(first.saturating_add(len)).is_ok_and(|last| last <= e.bytes);
             if !fits {
                 return Err(at("a fragment out of order or past its bytes"));
             }
             end = u64::try_from(first.saturating_add(len)).unwrap_or(u64::MAX);
+            media = f[2];
         }
     }
     Ok(m)

@@ -80,7 +80,8 @@ pub struct TargetStatus {
     pub error: Option<String>,
     /// What the failure means: `later`, `credentials`, `clock`, `full`, `missing`, `refused`.
     pub error_kind: Option<&'static str>,
-    /// How far the box's clock is from the server's, when it answered with its time.
+    /// How far the box's clock is ahead of the server's (behind when negative), when a
+    /// refusal for the box's clock said so.
     pub clock_off_s: Option<i64>,
     pub uploaded_objects: u64,
     pub uploaded_bytes: u64,
@@ -142,9 +143,17 @@ impl Archive {
                 Ok(b) => Arc::new(b),
                 Err(e) => {
                     warn!(target = config.id, "archive target not started: {e}");
+                    // Retention does not wait for a target that does not run.
+                    self.gate.forget(&config.id);
                     continue;
                 }
             };
+            // A mark row from the start: what a deleted recording leaves is found by it.
+            if let Err(e) =
+                self.catalog.archive_mark(&config.id).and_then(|m| self.catalog.set_archive_mark(&config.id, m))
+            {
+                warn!(target = config.id, "archive mark: {e}");
+            }
             let place = format!(
                 "{}/{}/{}",
                 config.place.endpoint.as_str().trim_end_matches('/'),
@@ -160,6 +169,9 @@ impl Archive {
                 described: Mutex::new(None),
             });
             let task = tokio::spawn(self.clone().run(t.clone(), shutdown.clone()));
+            if config.keep_days.is_some() {
+                tokio::spawn(self.clone().sweeping(t.clone(), shutdown.clone()));
+            }
             running.push((t, task));
         }
     }
@@ -191,9 +203,6 @@ impl Archive {
     async fn run(self: Arc<Archive>, t: Arc<Target>, mut shutdown: watch::Receiver<bool>) {
         let mut failures = 0u32;
         let mut looked: Option<tokio::time::Instant> = None;
-        // When the bucket's days older than `keep_days` are deleted next: a pass cut short by
-        // its ceiling goes on at the next step, one that failed a while later.
-        let mut sweep_at = tokio::time::Instant::now();
         loop {
             if *shutdown.borrow() {
                 break;
@@ -204,17 +213,6 @@ impl Archive {
                     Ok(b) => t.status.lock().expect("lock").backlog = b,
                     Err(e) => warn!(target = t.config.id, "archive backlog: {e}"),
                 }
-            }
-            if tokio::time::Instant::now() >= sweep_at {
-                let now = tokio::time::Instant::now();
-                sweep_at = match self.sweep(&t).await {
-                    Ok(true) => now + Duration::from_millis(limits::ARCHIVE_SWEEP_EVERY_MS),
-                    Ok(false) => now,
-                    Err(e) => {
-                        warn!(target = t.config.id, "archive: deleting old days: {e}");
-                        now + Duration::from_millis(limits::ARCHIVE_RETRY_MAX_MS)
-                    }
-                };
             }
             let wait = match self.step(&t).await {
                 Ok(true) => {
@@ -257,6 +255,26 @@ impl Archive {
             }
         }
         t.status.lock().expect("lock").state = "stopped";
+    }
+
+    /// With `keep_days`: `t`'s old days deleted every [`limits::ARCHIVE_SWEEP_EVERY_MS`], on
+    /// a task of its own beside the uploads; a pass cut short by its ceiling goes on at once,
+    /// one that failed a while later.
+    async fn sweeping(self: Arc<Archive>, t: Arc<Target>, mut shutdown: watch::Receiver<bool>) {
+        while !*shutdown.borrow() {
+            let wait = match self.sweep(&t).await {
+                Ok(true) => Duration::from_millis(limits::ARCHIVE_SWEEP_EVERY_MS),
+                Ok(false) => Duration::ZERO,
+                Err(e) => {
+                    warn!(target = t.config.id, "archive: deleting old days: {e}");
+                    Duration::from_millis(limits::ARCHIVE_RETRY_MAX_MS)
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
     }
 
     /// One step of `t`'s work: the next recording it takes uploaded (true), or nothing to do.
@@ -384,9 +402,8 @@ impl Archive {
     /// first (so none names an object gone), then their recordings, at most
     /// [`limits::ARCHIVE_SWEEP_DELETES_MAX`] objects a pass. Returns whether it is done.
     async fn sweep(&self, t: &Target) -> Result<bool, ArchiveError> {
-        let Some(days) = t.config.keep_days else { return Ok(true) };
+        let Some(cutoff) = self.cutoff(t) else { return Ok(true) };
         let now = || self.clocks.wall_us();
-        let cutoff = utc_day(now().saturating_sub(i64::from(days) * 86_400_000_000));
         let p = &t.config.prefix;
         let mut budget = limits::ARCHIVE_SWEEP_DELETES_MAX;
         // Each tree: its root, then camera and stream levels above its days.
@@ -405,20 +422,30 @@ impl Archive {
                     if !is_day(day) || day >= cutoff.as_str() {
                         continue;
                     }
-                    let objects = t.bucket.list_pages(&day_dir, None, 1, &now).await?.objects;
-                    for o in objects {
+                    let listed = t.bucket.list_pages(&day_dir, None, 1, &now).await?;
+                    for o in &listed.objects {
                         if budget == 0 {
-                            info!(target = t.config.id, "archive: old days' deletion goes on at the next step");
+                            info!(target = t.config.id, "archive: old days' deletion goes on in another pass");
                             return Ok(false);
                         }
                         t.bucket.delete(&o.key, now()).await?;
                         budget -= 1;
+                    }
+                    if listed.next.is_some() {
+                        // More of the day than one page: the next pass lists it again.
+                        return Ok(false);
                     }
                     info!(target = t.config.id, day_dir, "archive day deleted (keep_days)");
                 }
             }
         }
         Ok(true)
+    }
+
+    /// With `keep_days`, the first day `t` keeps (UTC).
+    fn cutoff(&self, t: &Target) -> Option<String> {
+        let days = t.config.keep_days?;
+        Some(utc_day(self.clocks.wall_us().saturating_sub(i64::from(days) * 86_400_000_000)))
     }
 
     /// The directories (common prefixes) just below `dir`, at most
@@ -488,6 +515,10 @@ impl Archive {
         }
         if row.open {
             return Ok(Take::Maybe);
+        }
+        // Older than the bucket keeps: it would only be deleted again.
+        if self.cutoff(t).is_some_and(|cutoff| utc_day(row.wall_start_us) < cutoff) {
+            return Ok(Take::No);
         }
         if !c.events_only {
             return Ok(Take::Yes);

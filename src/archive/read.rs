@@ -172,8 +172,10 @@ impl Reader {
         mut found: impl FnMut(Entry),
     ) -> Result<(), ArchiveError> {
         // A recording is under the day it starts: the day before the range's may reach in.
-        let first = from_us.saturating_sub(86_400_000_000);
-        let days = (to_us.saturating_sub(first)).div_euclid(86_400_000_000) + 1;
+        const DAY_US: i64 = 86_400_000_000;
+        let first = from_us.saturating_sub(DAY_US).div_euclid(DAY_US);
+        let last = to_us.saturating_sub(1).div_euclid(DAY_US);
+        let days = last.saturating_sub(first).saturating_add(1);
         if days > limits::ARCHIVE_READ_DAYS_MAX as i64 {
             return Err(ArchiveError::Walk(format!(
                 "a range over {} days: ask for less",
@@ -184,18 +186,18 @@ impl Reader {
         let mut count = 0;
         let mut seen = std::collections::BTreeSet::new();
         let mut kept: Vec<Entry> = Vec::new();
-        for d in 0..days {
-            let day = utc_day(first.saturating_add(d * 86_400_000_000));
+        for d in first..=last {
+            let day = utc_day(d.saturating_mul(DAY_US));
             let dir = format!("{prefix}/manifests/{stream}/{day}/");
             let parts = self.bucket.list_pages(&dir, None, limits::ARCHIVE_LIST_PAGES_MAX, &now).await?.objects;
             for part in parts.iter().filter(|o| o.key.ends_with(".json")) {
                 let bytes = self.bucket.get(&part.key, None, limits::ARCHIVE_MANIFEST_MAX_BYTES, now()).await?;
                 let m = manifest::decode(&bytes)
                     .map_err(|why| ArchiveError::Manifest { key: part.key.clone(), why: why.to_string() })?;
-                if m.stream != stream || m.day != day {
+                if m.stream != stream || m.day != day || m.prefix != prefix {
                     return Err(ArchiveError::Manifest {
                         key: part.key.clone(),
-                        why: "it names another stream or day than its key".into(),
+                        why: "it names another box, stream or day than its key".into(),
                     });
                 }
                 for e in m.recordings {

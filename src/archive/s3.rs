@@ -63,8 +63,9 @@ pub enum S3Error {
     /// broken off.
     #[error("{0}")]
     Exchange(#[from] FetchError),
-    /// The server refuses the box's time: its own `Date` is `off_s` seconds from the box's.
-    #[error("the box's clock is {off_s} s off the server's, which refuses its signatures")]
+    /// The server refuses the box's time: the box's clock is `off_s` seconds ahead of the
+    /// server's `Date` (behind when negative).
+    #[error("the box's clock is {off_s} s ahead of the server's (behind if negative), which refuses its signatures")]
     Clock { off_s: i64 },
     #[error("it refused: HTTP {status} {code}{}", said(.message))]
     Refused { status: u16, code: String, message: String },
@@ -260,7 +261,7 @@ impl Bucket {
             .and_then(|d| d.to_str().ok())
             .and_then(|d| httpdate::parse_http_date(d).ok())
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_secs() as i64 - now_us.div_euclid(1_000_000));
+            .map(|d| now_us.div_euclid(1_000_000) - d.as_secs() as i64);
         let answer = Answer { status, headers, body: body.to_bytes() };
         if (200..300).contains(&status) {
             return Ok(answer);

@@ -96,6 +96,11 @@ pub(super) fn forget_recording(txn: &redb::WriteTransaction, id: u64) -> Result<
     Ok(())
 }
 
+/// Whether recording `id` is in the catalog.
+fn exists(txn: &redb::WriteTransaction, id: u64) -> Result<bool, CatalogError> {
+    Ok(txn.open_table(RECORDINGS).storage()?.get(id).storage()?.is_some())
+}
+
 impl Catalog {
     fn write_lazily(
         &self,
@@ -206,8 +211,12 @@ impl Catalog {
         let multipart = self.archive_upload(target, recording)?.is_some();
         let durability = if multipart { Durability::Immediate } else { Durability::None };
         self.write_archive(durability, |txn| {
-            let row = (done.key.as_str(), done.bytes, done.etag.as_str(), done.done_us);
-            txn.open_table(ARCHIVED).storage()?.insert((target, recording), row).storage()?;
+            // A recording deleted meanwhile keeps no row (its deletion dropped them); its
+            // object is in the bucket all the same, so its manifest entry goes out.
+            if exists(txn, recording)? {
+                let row = (done.key.as_str(), done.bytes, done.etag.as_str(), done.done_us);
+                txn.open_table(ARCHIVED).storage()?.insert((target, recording), row).storage()?;
+            }
             txn.open_table(DESCRIBE).storage()?.insert((target, stream, day, recording), entry).storage()?;
             txn.open_table(UPLOADS).storage()?.remove((target, recording)).storage()?;
             Ok(())
@@ -273,8 +282,10 @@ impl Catalog {
         upload: Option<&Upload>,
     ) -> Result<(), CatalogError> {
         self.write_archive(Durability::Immediate, |txn| {
+            let gone = !exists(txn, recording)?;
             let mut t = txn.open_table(UPLOADS).storage()?;
             match upload {
+                Some(_) if gone => {}
                 Some(u) => {
                     let parts = u.parts.join(",");
                     t.insert((target, recording), (u.key.as_str(), u.id.as_str(), parts.as_str())).storage()?;
@@ -299,6 +310,10 @@ mod tests {
         assert_eq!(c.archive_mark("off").unwrap(), 1);
         c.set_archive_mark("off", 7).unwrap();
         assert_eq!((c.archive_mark("off").unwrap(), c.archive_mark("other").unwrap()), (7, 1));
+        // Recordings 1 to 10 (rows of ones that are gone are not kept).
+        for _ in 0..10 {
+            c.begin_recording(RecordingRow::for_test(""), |id| format!("{id}.mp4")).unwrap();
+        }
         let up = Upload { key: "k".into(), id: "u-1".into(), parts: vec!["a".into(), "b".into()] };
         c.set_archive_upload("off", 9, Some(&up)).unwrap();
         assert_eq!(c.archive_upload("off", 9).unwrap(), Some(up));
@@ -310,10 +325,9 @@ mod tests {
         assert_eq!(c.archive_upload("off", 9).unwrap(), None, "a done upload is no longer under way");
         assert_eq!(c.archived("off", 9).unwrap(), Some(done));
         assert_eq!(c.archived("other", 9).unwrap(), None);
-        assert_eq!(
-            c.archive_backlog("off", 1, 10, |_| Take::Yes).unwrap(),
-            (Backlog::default(), Wanted { looked_upto: 1, ids: vec![] })
-        );
+        // Open recordings are wanted, not counted; the archived one neither.
+        let wanted = Wanted { looked_upto: 11, ids: vec![1, 2, 3, 4, 5, 6, 7, 8, 10] };
+        assert_eq!(c.archive_backlog("off", 1, 20, |_| Take::Yes).unwrap(), (Backlog::default(), wanted));
         let waiting = c.undescribed("off", 4, 1 << 20).unwrap();
         assert_eq!(waiting, vec![(("porch/main".to_string(), "2026-12-06".to_string()), vec![(9, b"{}".to_vec())])]);
         assert_eq!(c.undescribed("other", 4, 1 << 20).unwrap(), vec![]);

@@ -7,7 +7,9 @@
 //! a range is at most [`limits::ARCHIVE_READ_DAYS_MAX`] days of manifests, and an export holds
 //! one of the [`limits::EXPORTS_RUNNING_MAX`] export slots, as a local one does.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use http::request::Parts;
@@ -22,8 +24,48 @@ use crate::base::StreamKey;
 use crate::export::Export;
 use crate::limits;
 
+/// The last few archived exports planned ([`limits::ARCHIVE_PLANS_KEPT`], each for
+/// [`limits::ARCHIVE_PLAN_KEEP_MS`]): a `<video>` asks for one range after another of the
+/// same export, and each plan reads every fragment's header from the bucket.
+pub struct Plans<T = Arc<Export>>(Mutex<VecDeque<(String, Instant, T)>>);
+
+impl<T> Default for Plans<T> {
+    fn default() -> Self {
+        Plans(Mutex::default())
+    }
+}
+
+impl<T: Clone> Plans<T> {
+    fn get(&self, key: &str, now: Instant) -> Option<T> {
+        let mut plans = self.0.lock().expect("lock");
+        plans.retain(|(_, at, _)| now.duration_since(*at) < Duration::from_millis(limits::ARCHIVE_PLAN_KEEP_MS));
+        plans.iter().find(|(k, _, _)| k == key).map(|(_, _, ex)| ex.clone())
+    }
+
+    fn put(&self, key: String, ex: T, now: Instant) {
+        let mut plans = self.0.lock().expect("lock");
+        if plans.len() == limits::ARCHIVE_PLANS_KEPT {
+            plans.pop_front();
+        }
+        plans.push_back((key, now, ex));
+    }
+}
+
+/// A slot to read a bucket, or the answer that none is free.
+fn slot(ctx: &Ctx) -> Result<tokio::sync::SemaphorePermit<'_>, Reply> {
+    ctx.archive_reads.try_acquire().map_err(|_| {
+        let message =
+            format!("{} reads of the archive are running: try again shortly", limits::ARCHIVE_READS_RUNNING_MAX);
+        error(StatusCode::SERVICE_UNAVAILABLE, "archive_busy", &message)
+    })
+}
+
 /// `GET /api/archive`: each target with the boxes in its bucket.
 pub async fn list(ctx: &Ctx) -> Reply {
+    let _slot = match slot(ctx) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
     let mut targets = Vec::new();
     for id in ctx.services.archive.ids() {
         let Some((reader, own)) = ctx.services.archive.reader(&id) else { continue };
@@ -71,6 +113,10 @@ pub async fn recordings(ctx: &Ctx, parts: &Parts, target: &str) -> Reply {
         Ok(a) => a,
         Err(r) => return r,
     };
+    let _slot = match slot(ctx) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
     match a.reader.runs(&a.prefix, &a.stream.name(), a.from_us, a.to_us).await {
         Ok(runs) => reply::json(
             StatusCode::OK,
@@ -91,18 +137,61 @@ pub async fn export(ctx: &Ctx, parts: &Parts, target: &str) -> Reply {
         let message = format!("{} exports are running: try again shortly", limits::EXPORTS_RUNNING_MAX);
         return error(StatusCode::SERVICE_UNAVAILABLE, "exports_busy", &message);
     };
-    let pieces = match a.reader.pieces(&a.prefix, &a.stream.name(), a.from_us, a.to_us).await {
-        Ok(p) => p,
-        Err(e) => return fail(&e),
-    };
-    let (from, to) = (a.from_us, a.to_us);
-    // The plan reads each fragment's header from the bucket: blocking, on the pool.
-    let planned =
-        on_pool(move || Export::plan_pieces(pieces.into_iter().map(Ok), from, to).map_err(|e| fail(&e))).await;
-    let ex = match planned {
-        Ok(ex) => Arc::new(ex),
-        Err(r) => return r,
+    let key = format!("{target} {} {} {} {}", a.prefix, a.stream.name(), a.from_us, a.to_us);
+    let ex = match ctx.archive_plans.get(&key, Instant::now()) {
+        Some(ex) => ex,
+        None => {
+            let _slot = match slot(ctx) {
+                Ok(s) => s,
+                Err(r) => return r,
+            };
+            let pieces = match a.reader.pieces(&a.prefix, &a.stream.name(), a.from_us, a.to_us).await {
+                Ok(p) => p,
+                Err(e) => return fail(&e),
+            };
+            let (from, to) = (a.from_us, a.to_us);
+            // The plan reads each fragment's header from the bucket: blocking, on the pool.
+            let planned =
+                on_pool(move || Export::plan_pieces(pieces.into_iter().map(Ok), from, to).map_err(|e| fail(&e))).await;
+            match planned {
+                Ok(ex) => {
+                    let ex = Arc::new(ex);
+                    ctx.archive_plans.put(key, ex.clone(), Instant::now());
+                    ex
+                }
+                Err(r) => return r,
+            }
+        }
     };
     let name = ex.file_name(&a.stream);
     serve_export(parts, ex, &name, permit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_are_kept_for_a_while_and_only_the_last_few() {
+        let plans: Plans<u32> = Plans::default();
+        let t0 = Instant::now();
+        for i in 0..=limits::ARCHIVE_PLANS_KEPT as u32 {
+            plans.put(i.to_string(), i, t0);
+        }
+        assert_eq!(plans.get("0", t0), None, "the oldest went past ARCHIVE_PLANS_KEPT");
+        assert_eq!(plans.get("1", t0), Some(1));
+        let later = t0 + Duration::from_millis(limits::ARCHIVE_PLAN_KEEP_MS);
+        assert_eq!(plans.get("1", later), None, "and each for ARCHIVE_PLAN_KEEP_MS");
+    }
+
+    #[test]
+    fn reads_of_the_archive_past_their_ceiling_are_refused_as_busy() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = Ctx::bare(dir.path());
+        let held: Vec<_> = (0..limits::ARCHIVE_READS_RUNNING_MAX).map(|_| slot(&ctx).ok().unwrap()).collect();
+        let refused = slot(&ctx).err().expect("a read past the ceiling is refused");
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        drop(held);
+        assert!(slot(&ctx).is_ok());
+    }
 }

@@ -223,6 +223,10 @@ struct Ctx {
     probes: Semaphore,
     /// Searches for cameras running: [`limits::DISCOVERIES_RUNNING_MAX`].
     searches: Semaphore,
+    /// Reads of archive buckets running: [`limits::ARCHIVE_READS_RUNNING_MAX`].
+    archive_reads: Semaphore,
+    /// Archived exports planned lately, so a player's byte ranges do not plan again.
+    archive_plans: archive::Plans,
 }
 
 impl Ctx {
@@ -236,6 +240,8 @@ impl Ctx {
             exports: Arc::new(Semaphore::new(limits::EXPORTS_RUNNING_MAX)),
             probes: Semaphore::new(limits::PROBES_RUNNING_MAX),
             searches: Semaphore::new(limits::DISCOVERIES_RUNNING_MAX),
+            archive_reads: Semaphore::new(limits::ARCHIVE_READS_RUNNING_MAX),
+            archive_plans: archive::Plans::default(),
         }
     }
 

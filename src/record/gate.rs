@@ -76,6 +76,11 @@ impl Gate {
         }
     }
 
+    /// Target `target` does not run: retention no longer waits for it.
+    pub fn forget(&self, target: &str) {
+        self.targets.lock().expect("lock").retain(|w| w.target != target);
+    }
+
     /// Target `target` stored recording `rec`.
     pub fn archived(&self, target: &str, rec: u64) {
         let mut targets = self.targets.lock().expect("lock");

@@ -10,7 +10,7 @@
 //! footage however full the disk is with other files.
 //!
 //! Recordings an archive target must store first ([`super::gate`]) are passed over by the
-//! caps; the disk's reserve takes them like any other.
+//! caps; the disk's reserve takes them only after all other unheld footage.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -54,9 +54,14 @@ pub fn plan(
     }
     let mut freed: u64 = 0;
     let mut doomed = Vec::new();
+    // Ordinary footage first, then what an archive target still wants (the caps pass over
+    // it, the disk's reserve takes it only when the rest is not enough), then what events
+    // hold.
     let unheld = index.iter().filter(|(id, _)| !held.contains(id));
+    let archived = unheld.clone().filter(|(id, _)| !waiting.contains(id));
+    let unarchived = unheld.filter(|(id, _)| waiting.contains(id));
     let held = index.iter().filter(|(id, _)| held.contains(id));
-    for (&id, e) in unheld.chain(held) {
+    for (&id, e) in archived.chain(unarchived).chain(held) {
         if e.open {
             continue;
         }
@@ -164,8 +169,9 @@ mod tests {
         let waiting = BTreeSet::from([1, 2]);
         let planned = |disk| super::plan(&i, &caps(10, 1000), disk, false, &BTreeSet::new(), &waiting);
         assert_eq!(planned(None), vec![(3, Loss::Retention)], "over the cap by 30: only the archived one goes");
+        // Short of 15 bytes: the archived one first, then the oldest waiting one.
         let disk = Some(Disk { free_bytes: 0, reserve_bytes: 15, total_bytes: 100 });
-        assert_eq!(planned(disk), vec![(1, Loss::DiskFull), (2, Loss::DiskFull), (3, Loss::Retention)]);
+        assert_eq!(planned(disk), vec![(3, Loss::Retention), (1, Loss::DiskFull)]);
     }
 
     #[test]

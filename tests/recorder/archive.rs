@@ -190,7 +190,7 @@ fn failures_are_sorted_into_what_the_box_does_next() {
         for off_us in [hour_us, -hour_us] {
             let e = right.put("k", Bytes::from_static(b"x"), wall_us() + off_us).await.unwrap_err();
             let S3Error::Clock { off_s } = e else { panic!("the clock {off_us} µs off: {e}") };
-            assert!((off_s + off_us / 1_000_000).abs() < 60, "off by {off_s} s, the clock {off_us} µs off");
+            assert!((off_s - off_us / 1_000_000).abs() < 60, "off by {off_s} s, the clock {off_us} µs off");
         }
         assert!(std::fs::read_dir(server.dir.join("nvr")).unwrap().next().is_none(), "nothing was stored");
         right.put("k", Bytes::from_static(b"x"), wall_us()).await.unwrap();
@@ -664,7 +664,7 @@ fn retention_waits_for_the_archive_up_to_its_backlog_ceiling_and_old_days_leave_
     let counted = target_state(port, &token)["deleted_unarchived"].as_u64().unwrap();
     d.stop();
     let log = d.log_text();
-    assert!(log.contains("old days' deletion goes on at the next step"), "the pass's ceiling was reached:\n{log}");
+    assert!(log.contains("old days' deletion goes on in another pass"), "the pass's ceiling was reached:\n{log}");
 
     let recs = d.recordings();
     let local: std::collections::BTreeSet<u64> = recs.iter().map(|r| r["id"].as_u64().unwrap()).collect();
@@ -812,4 +812,348 @@ fn two_boxes_in_one_bucket_list_both_and_play_each_others_archived_footage() {
     for d in &mut daemons {
         d.stop();
     }
+}
+
+/// A proxy in front of an S3 server that, while `slow` is set, answers every request as a
+/// busy S3 does (`503 SlowDown`, the error AWS documents), and otherwise passes the
+/// connection through untouched.
+struct SlowDownProxy {
+    port: u16,
+    slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    answered: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl SlowDownProxy {
+    fn start(upstream: u16) -> SlowDownProxy {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let slow = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let answered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (s, a) = (slow.clone(), answered.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let (slow, answered) = (s.clone(), a.clone());
+                std::thread::spawn(move || {
+                    let mut conn = conn;
+                    // The request's head, and its body when it has one.
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if conn.read(&mut byte).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    if slow.load(Ordering::SeqCst) {
+                        let text = String::from_utf8_lossy(&head).to_lowercase();
+                        let len: usize = text
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        let mut body = vec![0u8; len];
+                        let _ = conn.read_exact(&mut body);
+                        let xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>\
+                                   <Message>Please reduce your request rate.</Message></Error>";
+                        let answer = format!(
+                            "HTTP/1.1 503 Slow Down\r\ncontent-type: application/xml\r\ncontent-length: {}\r\n\
+                             connection: close\r\n\r\n{xml}",
+                            xml.len()
+                        );
+                        let _ = conn.write_all(answer.as_bytes());
+                        answered.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                    let Ok(mut up) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else { return };
+                    if up.write_all(&head).is_err() {
+                        return;
+                    }
+                    let (mut up2, mut conn2) = (up.try_clone().unwrap(), conn.try_clone().unwrap());
+                    let back = std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut up2, &mut conn2);
+                        let _ = conn2.shutdown(std::net::Shutdown::Both);
+                    });
+                    let _ = std::io::copy(&mut conn, &mut up);
+                    let _ = up.shutdown(std::net::Shutdown::Both);
+                    let _ = back.join();
+                });
+            }
+        });
+        SlowDownProxy { port, slow, answered }
+    }
+}
+
+/// A tmpfs of `bytes` mounted at `dir`, unmounted when dropped: a bucket that really fills.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &Path, bytes: u64) -> SmallDisk {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mounting a tmpfs at {} (the tests run as root)", dir.display());
+        SmallDisk(dir.to_path_buf())
+    }
+
+    fn grow(&self, bytes: u64) {
+        let ok = Command::new("mount")
+            .args(["-o", &format!("remount,size={bytes}")])
+            .arg(&self.0)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "growing the tmpfs at {}", self.0.display());
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A server that answers `503 SlowDown`, then a bucket whose disk is full (s3s-fs on a
+/// 1 MiB tmpfs): each is shown, recording goes on with no gap, and once the server takes
+/// requests and has room again the backlog drains; every closed recording is then archived
+/// once, as its bytes, and every manifest names objects that are there.
+#[test]
+fn a_server_answering_slow_down_then_a_full_bucket_never_stop_recording_and_the_backlog_drains() {
+    use std::sync::atomic::Ordering;
+    let tmp = tempfile::tempdir().unwrap();
+    let s3_dir = tmp.path().join("s3");
+    let disk = SmallDisk::mount(&s3_dir, 1 << 20);
+    let server = S3Server::start(&s3_dir, "nvr");
+    let proxy = SlowDownProxy::start(server.port);
+    let dir = tmp.path().join("box");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Segments of 256 KiB (6 s of the clip); retention keeps 16 of them.
+    let place = S3Server::stand_in(&tmp.path().join("unused"), "nvr", proxy.port);
+    let port = archived_config(&dir, &place, ("house", ""), &["porch"], ("h264.mp4", "4 MiB"));
+    drop(place);
+    let mut d = Daemon::start(&dir);
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    let token = make_token(port, &admin, r#""admin""#);
+    let bucket = server.dir.join("nvr");
+
+    let busy = wait_until(Duration::from_secs(40), || {
+        let t = target_state(port, &token);
+        t["error_kind"] == "later" && t["error"].as_str().is_some_and(|e| e.contains("SlowDown"))
+    });
+    assert!(busy, "SlowDown is shown: {}\n{}", target_state(port, &token), d.log_text());
+    assert!(recordings_in(&bucket).is_empty(), "nothing stored while the server is busy");
+    let slowed = proxy.answered.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_secs(10));
+    let retried = proxy.answered.load(Ordering::SeqCst) - slowed;
+    assert!((1..=8).contains(&retried), "the target waits between tries (backing off): {retried} in 10 s");
+
+    // The server takes requests: the 1 MiB disk fills.
+    proxy.slow.store(false, Ordering::SeqCst);
+    let full = wait_until(Duration::from_secs(60), || {
+        let t = target_state(port, &token);
+        !recordings_in(&bucket).is_empty() && t["state"] == "waiting" && t["backlog"]["objects"].as_u64() >= Some(2)
+    });
+    assert!(full, "the full bucket stops the uploads and is shown: {}\n{}", target_state(port, &token), d.log_text());
+    eprintln!("a full bucket shows as: {}", target_state(port, &token));
+
+    // Room again: the backlog drains.
+    disk.grow(256 << 20);
+    let drained = wait_until(Duration::from_secs(90), || {
+        let t = target_state(port, &token);
+        t["error"].is_null() && t["backlog"]["oldest_us"].as_i64().is_none_or(|o| o > wall_us() - 15_000_000)
+    });
+    assert!(drained, "the backlog drained: {}\n{}", target_state(port, &token), d.log_text());
+    d.stop();
+    let recs = d.recordings();
+    let porch: Vec<_> = recs.iter().filter(|r| !r["open"].as_bool().unwrap()).collect();
+    for pair in porch.windows(2) {
+        let gap = pair[1]["wall_start_us"].as_i64().unwrap() - pair[0]["wall_end_us"].as_i64().unwrap();
+        assert!(gap.abs() < 1_000_000, "recording went on with no gap: {gap} µs between two recordings");
+    }
+    let held = recordings_in(&bucket);
+    let mut ids = std::collections::BTreeSet::new();
+    for (key, file) in &held {
+        let id: u64 = key.rsplit('/').next().unwrap().trim_end_matches(".mp4").parse().unwrap();
+        assert!(ids.insert(id), "recording {id} is one object");
+        let rec = recs.iter().find(|r| r["id"].as_u64() == Some(id)).unwrap();
+        let local = std::fs::read(d.data().join(rec["path"].as_str().unwrap())).unwrap();
+        assert!(std::fs::read(file).unwrap() == local[..rec["bytes"].as_u64().unwrap() as usize], "{key}");
+    }
+    assert!(held.len() + 1 >= porch.len(), "{} of {} closed recordings archived", held.len(), porch.len());
+    for e in described(&bucket) {
+        assert!(bucket.join(&e.key).exists(), "{} is named but not there", e.key);
+    }
+}
+
+/// The box's clock an hour ahead (keeppeek under libfaketime; the server's is right): the
+/// target says it is the box's clock and by how much, and stores nothing, rather than
+/// failing on signatures without end; recording goes on. With the clock right again the
+/// backlog drains.
+#[test]
+fn a_box_clock_an_hour_off_is_reported_as_the_clock_and_the_backlog_drains_once_it_is_right() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = S3Server::start(&tmp.path().join("s3"), "nvr");
+    let dir = tmp.path().join("box");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = archived_config(&dir, &server, ("house", ""), &["porch"], ("h264.mp4", "2 MiB"));
+    // libfaketime preloaded into keeppeek itself (its `faketime` wrapper would take the
+    // signals meant for keeppeek); only the wall clock is moved.
+    let files = Command::new("dpkg").args(["-L", "libfaketime"]).output().expect("dpkg -L libfaketime");
+    let lib = String::from_utf8_lossy(&files.stdout)
+        .lines()
+        .find(|l| l.ends_with("/libfaketime.so.1"))
+        .expect("libfaketime is installed (tools/test.sh installs the faketime package)")
+        .to_string();
+    let mut ahead = keeppeek();
+    ahead.env("LD_PRELOAD", lib).env("FAKETIME", "+1h").env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    let mut d = Daemon::start_program(ahead, &dir, &[]);
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    let token = make_token(port, &admin, r#""admin""#);
+    let clock = wait_until(Duration::from_secs(40), || target_state(port, &token)["error_kind"] == "clock");
+    let t = target_state(port, &token);
+    assert!(clock, "the box's clock is named: {t}\n{}", d.log_text());
+    let off = t["clock_off_s"].as_i64().unwrap();
+    assert!((off - 3600).abs() < 120, "an hour off: {off} s");
+    d.wait_log("recording to", 2, Duration::from_secs(30));
+    let bucket = server.dir.join("nvr");
+    assert!(recordings_in(&bucket).is_empty(), "nothing stored with the clock off");
+    let failures = t["failures"].as_u64().unwrap();
+    assert!(failures <= 3, "it waits rather than failing on and on: {failures} failures");
+    d.stop();
+
+    let mut d = Daemon::start(&dir);
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let drained = wait_until(Duration::from_secs(60), || {
+        let t = target_state(port, &token);
+        t["error"].is_null() && t["uploaded_objects"].as_u64() >= Some(2)
+    });
+    assert!(drained, "with the clock right the backlog drains: {}\n{}", target_state(port, &token), d.log_text());
+    d.stop();
+}
+
+/// A manifest part of `stream` on `day` (which starts at `day_us`) under `prefix` naming `n`
+/// recordings from id `from`, each 1 µs long, `id` µs into the day.
+fn manifest_of(prefix: &str, stream: &str, (day, day_us): (&str, i64), part: u32, from: u64, n: u64) -> Bytes {
+    use keeppeek::archive::manifest::{Entry, Manifest, VERSION, encode};
+    let recordings = (from..from + n)
+        .map(|id| Entry {
+            id,
+            key: format!("{prefix}/recordings/{stream}/{day}/{id:010}.mp4"),
+            bytes: 10,
+            etag: "e".into(),
+            codec: "h264".into(),
+            width: 1,
+            height: 1,
+            audio: None,
+            wall_start_us: day_us + id as i64,
+            wall_end_us: day_us + id as i64 + 1,
+            media_duration_90k: 1,
+            init_bytes: 1,
+            frames: 1,
+            fragments: vec![],
+        })
+        .collect();
+    let m = Manifest {
+        version: VERSION,
+        box_id: "b".into(),
+        prefix: prefix.into(),
+        stream: stream.into(),
+        day: day.into(),
+        part,
+        recordings,
+    };
+    Bytes::from(encode(&m))
+}
+
+/// Reading a bucket stops at its ceilings, each refused with what to do: more boxes than
+/// `ARCHIVE_BOXES_MAX`, more list requests than `ARCHIVE_READ_LISTS_MAX`, a prefix deeper
+/// than `ARCHIVE_PREFIX_LEVELS_MAX` (not a box), a range over `ARCHIVE_READ_DAYS_MAX` days,
+/// more recordings than `ARCHIVE_READ_ENTRIES_MAX`.
+#[test]
+fn reading_a_bucket_stops_at_its_ceilings() {
+    use keeppeek::archive::read::Reader;
+    use keeppeek::limits;
+    let tmp = tempfile::tempdir().unwrap();
+    let server = S3Server::start(&tmp.path().join("s3"), "nvr");
+    let bucket = std::sync::Arc::new(Bucket::new(server.place("nvr", SECRET_KEY)).unwrap());
+    let reader = Reader::new(bucket.clone(), keeppeek::clock::RealClocks::shared());
+    let day = "2026-12-06";
+    let day_us = 1_796_515_200_000_000;
+    let rt = runtime();
+    rt.block_on(async {
+        let put = |key: String, body: Bytes| {
+            let bucket = bucket.clone();
+            async move { bucket.put(&key, body, wall_us()).await.unwrap() }
+        };
+        // Four levels deep is a box; five is not looked for.
+        put(
+            format!("a/b/c/d/manifests/cam/main/{day}/000.json"),
+            manifest_of("a/b/c/d", "cam/main", (day, day_us), 0, 1, 1),
+        )
+        .await;
+        put(
+            format!("a/b/c/d/e/manifests/cam/main/{day}/000.json"),
+            manifest_of("a/b/c/d/e", "cam/main", (day, day_us), 0, 1, 1),
+        )
+        .await;
+        let boxes = reader.boxes().await.unwrap();
+        let prefixes: Vec<_> = boxes.iter().map(|b| b.prefix.as_str()).collect();
+        assert_eq!(prefixes, ["a/b/c/d"], "ARCHIVE_PREFIX_LEVELS_MAX levels at most");
+        assert_eq!(boxes[0].streams[0].days, [day]);
+        // A range across midnight reads both days: from 23:00 to 01:00 finds what started
+        // on the second.
+        let next_us = day_us + 86_400_000_000;
+        let next = manifest_of("a/b/c/d", "cam/main", ("2026-12-07", next_us), 0, 1_800_000_000, 1);
+        put("a/b/c/d/manifests/cam/main/2026-12-07/000.json".into(), next).await;
+        let runs = reader.runs("a/b/c/d", "cam/main", next_us - 3_600_000_000, next_us + 3_600_000_000).await.unwrap();
+        assert_eq!(runs.iter().map(|r| r.id).collect::<Vec<_>>(), [1_800_000_000]);
+
+        // More recordings in a range than a read returns.
+        let per_part = 7_000;
+        let parts = (limits::ARCHIVE_READ_ENTRIES_MAX as u64).div_ceil(per_part);
+        for part in 0..=parts as u32 {
+            let from = 1 + u64::from(part) * per_part;
+            put(
+                format!("big/manifests/cam/main/{day}/{part:03}.json"),
+                manifest_of("big", "cam/main", (day, day_us), part, from, per_part),
+            )
+            .await;
+        }
+        let e = reader.runs("big", "cam/main", day_us, day_us + 86_400_000_000).await.unwrap_err();
+        assert!(e.to_string().contains("more than 20000 recordings"), "{e}");
+        let few = reader.runs("big", "cam/main", day_us, day_us + 100).await.unwrap();
+        assert_eq!(few.len(), 99, "a shorter range is read");
+        // A range of more days than a read covers.
+        let days_us = |n: i64| n * 86_400_000_000;
+        let longest = limits::ARCHIVE_READ_DAYS_MAX as i64 - 1;
+        assert!(reader.runs("a/b/c/d", "cam/main", day_us, day_us + days_us(longest)).await.is_ok());
+        let e = reader.runs("a/b/c/d", "cam/main", day_us, day_us + days_us(longest + 1)).await.unwrap_err();
+        assert!(e.to_string().contains("days"), "{e}");
+
+        // More directories than a walk lists (in a bucket of their own).
+        std::fs::create_dir_all(server.dir.join("junk")).unwrap();
+        let junk = std::sync::Arc::new(Bucket::new(server.place("junk", SECRET_KEY)).unwrap());
+        // Two levels, so no page holds more than a page's keys.
+        for i in 0..limits::ARCHIVE_READ_LISTS_MAX {
+            let key = format!("junk-{}/{:04}/x", i % 2, i / 2);
+            junk.put(&key, Bytes::from_static(b"x"), wall_us()).await.unwrap();
+        }
+        let e = Reader::new(junk, keeppeek::clock::RealClocks::shared()).boxes().await.unwrap_err();
+        assert!(e.to_string().contains("list requests"), "{e}");
+        // More boxes than a listing names (two are there already).
+        for i in 0..limits::ARCHIVE_BOXES_MAX - 2 {
+            put(format!("box-{i:03}/manifests/cam/main/{day}/000.json"), Bytes::from_static(b"{}")).await;
+        }
+        assert_eq!(reader.boxes().await.unwrap().len(), limits::ARCHIVE_BOXES_MAX);
+        put(format!("box-999/manifests/cam/main/{day}/000.json"), Bytes::from_static(b"{}")).await;
+        let e = reader.boxes().await.unwrap_err();
+        assert!(e.to_string().contains("more than 64 boxes"), "{e}");
+    });
 }

@@ -657,6 +657,7 @@ impl Running {
         if let Err(e) = self.mqtt.set_config(config.mqtt.clone()) {
             error!(error = %e, "MQTT: the outbox could not follow the settings");
         }
+        self.archive.set_targets(&config.archive, &config.cameras);
         for name in effect.restart.iter().chain(&effect.start) {
             if let Some(camera) = config.cameras.iter().find(|c| &c.name == name) {
                 self.start_camera(camera)?;

@@ -122,23 +122,57 @@ pub struct Archive {
     clocks: SharedClocks,
     /// What local retention waits for.
     gate: Arc<Gate>,
-    targets: Mutex<Vec<(Arc<Target>, tokio::task::JoinHandle<()>)>>,
+    targets: Mutex<Vec<Running>>,
+    /// The box's stop, for the tasks of targets started while it runs.
+    shutdown: Mutex<Option<watch::Receiver<bool>>>,
 }
+
+/// A target and its tasks (its uploads; its old days' deletion, with `keep_days`).
+type Running = (Arc<Target>, tokio::task::JoinHandle<()>, Option<tokio::task::JoinHandle<()>>);
 
 impl Archive {
     pub fn new(catalog: Arc<Catalog>, data_dir: PathBuf, clocks: SharedClocks, gate: Arc<Gate>) -> Arc<Archive> {
-        Arc::new(Archive { catalog, data_dir, clocks, gate, targets: Mutex::default() })
+        Arc::new(Archive { catalog, data_dir, clocks, gate, targets: Mutex::default(), shutdown: Mutex::default() })
     }
 
     /// Starts a task for each of `targets` (`cameras` give the events' pre- and post-rolls).
     /// Must be called on the runtime the tasks run on.
     pub fn start(self: &Arc<Archive>, targets: &[ArchiveTarget], cameras: &[Camera], shutdown: watch::Receiver<bool>) {
+        *self.shutdown.lock().expect("lock") = Some(shutdown);
+        self.set_targets(targets, cameras);
+    }
+
+    /// Follows a config change while the box runs: a target whose settings (or whose
+    /// cameras' pre- and post-rolls) changed starts again, a new one starts, a removed one
+    /// stops and the catalog forgets what it did. The others, and recording, go on.
+    pub fn set_targets(self: &Arc<Archive>, targets: &[ArchiveTarget], cameras: &[Camera]) {
+        let Some(shutdown) = self.shutdown.lock().expect("lock").clone() else { return };
         let rolls: Vec<_> = cameras
             .iter()
             .map(|c| (c.name.clone(), i64::from(c.pre_roll_ms) * 1000, i64::from(c.post_roll_ms) * 1000))
             .collect();
+        self.gate.set_targets(targets);
         let mut running = self.targets.lock().expect("lock");
+        running.retain(|(t, run, sweep)| {
+            let same = targets.iter().any(|n| *n == t.config) && t.rolls == rolls;
+            if !same {
+                run.abort();
+                if let Some(s) = sweep {
+                    s.abort();
+                }
+                info!(target = t.config.id, "archive target stopped");
+                if !targets.iter().any(|n| n.id == t.config.id)
+                    && let Err(e) = self.catalog.forget_archive_target(&t.config.id)
+                {
+                    warn!(target = t.config.id, "archive: forgetting a removed target: {e}");
+                }
+            }
+            same
+        });
         for config in targets {
+            if running.iter().any(|(t, _, _)| t.config.id == config.id) {
+                continue;
+            }
             let bucket = match Bucket::new(config.place.clone()) {
                 Ok(b) => Arc::new(b),
                 Err(e) => {
@@ -169,23 +203,21 @@ impl Archive {
                 described: Mutex::new(None),
             });
             let task = tokio::spawn(self.clone().run(t.clone(), shutdown.clone()));
-            if config.keep_days.is_some() {
-                tokio::spawn(self.clone().sweeping(t.clone(), shutdown.clone()));
-            }
-            running.push((t, task));
+            let sweep = config.keep_days.map(|_| tokio::spawn(self.clone().sweeping(t.clone(), shutdown.clone())));
+            running.push((t, task, sweep));
         }
     }
 
     /// A reader of target `id`'s bucket, and the target's own prefix.
     pub fn reader(&self, id: &str) -> Option<(read::Reader, String)> {
         let targets = self.targets.lock().expect("lock");
-        let (t, _) = targets.iter().find(|(t, _)| t.config.id == id)?;
+        let (t, _, _) = targets.iter().find(|(t, _, _)| t.config.id == id)?;
         Some((read::Reader::new(t.bucket.clone(), self.clocks.clone()), t.config.prefix.clone()))
     }
 
     /// The targets' ids.
     pub fn ids(&self) -> Vec<String> {
-        self.targets.lock().expect("lock").iter().map(|(t, _)| t.config.id.clone()).collect()
+        self.targets.lock().expect("lock").iter().map(|(t, _, _)| t.config.id.clone()).collect()
     }
 
     /// What each target is doing.
@@ -193,7 +225,7 @@ impl Archive {
         let targets = self.targets.lock().expect("lock");
         targets
             .iter()
-            .map(|(t, _)| TargetStatus {
+            .map(|(t, _, _)| TargetStatus {
                 deleted_unarchived: self.gate.deleted_unarchived(&t.config.id),
                 ..t.status.lock().expect("lock").clone()
             })

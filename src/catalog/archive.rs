@@ -188,6 +188,19 @@ impl Catalog {
         Ok((b, wanted))
     }
 
+    /// Forgets everything target `target` did (it was removed from the config): its mark,
+    /// what it stored, its uploads under way and its entries waiting for a manifest.
+    pub fn forget_archive_target(&self, target: &str) -> Result<(), CatalogError> {
+        self.write_archive(Durability::Immediate, |txn| {
+            txn.open_table(MARKS).storage()?.remove(target).storage()?;
+            let ours = |t: &str| t == target;
+            txn.open_table(ARCHIVED).storage()?.retain(|(t, _), _| !ours(t)).storage()?;
+            txn.open_table(UPLOADS).storage()?.retain(|(t, _), _| !ours(t)).storage()?;
+            txn.open_table(DESCRIBE).storage()?.retain(|(t, _, _, _), _| !ours(t)).storage()?;
+            Ok(())
+        })
+    }
+
     /// Whether `recording` is archived to `target`, and as what.
     pub fn archived(&self, target: &str, recording: u64) -> Result<Option<Archived>, CatalogError> {
         let txn = self.db()?.begin_read().storage()?;
@@ -333,6 +346,21 @@ mod tests {
         assert_eq!(c.undescribed("other", 4, 1 << 20).unwrap(), vec![]);
         c.described("off", "porch/main", "2026-12-06", &[9]).unwrap();
         assert_eq!(c.undescribed("off", 4, 1 << 20).unwrap(), vec![]);
+        c.set_archived(
+            "other",
+            10,
+            &Archived { etag: "e-3".into(), ..c.archived("off", 9).unwrap().unwrap() },
+            ("porch/main", "2026-12-06", b"{}"),
+        )
+        .unwrap();
+        c.forget_archive_target("off").unwrap();
+        assert_eq!(
+            (c.archive_mark("off").unwrap(), c.archived("off", 9).unwrap()),
+            (1, None),
+            "a removed target is forgotten"
+        );
+        assert!(c.archived("other", 10).unwrap().is_some(), "the others are not");
+        assert_eq!(c.undescribed("other", 4, 1 << 20).unwrap().len(), 1);
     }
 
     #[test]

@@ -14,6 +14,16 @@ pub enum Streams {
     Both,
 }
 
+impl Streams {
+    pub fn name(self) -> &'static str {
+        match self {
+            Streams::Main => "main",
+            Streams::Sub => "sub",
+            Streams::Both => "both",
+        }
+    }
+}
+
 /// An archive target (`[archive.<id>]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchiveTarget {

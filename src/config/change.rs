@@ -104,6 +104,8 @@ pub enum Scalar {
     Bool(bool),
     Int(i64),
     Text(String),
+    /// A list of names (an archive target's `cameras`).
+    List(Vec<String>),
 }
 
 /// A field that is present (even as `null`) is `Some`.
@@ -154,6 +156,12 @@ impl ChangeSet {
                 }
                 Change::Set { key, .. } if key.len() > limits::CONFIG_KEY_MAX_BYTES => {
                     return Err((format!("changes[{i}].key"), "too long a key".into()));
+                }
+                Change::Set { value: Some(Scalar::List(l)), .. } if l.len() > limits::CONFIG_BULK_CAMERAS_MAX => {
+                    return Err((
+                        format!("changes[{i}].value"),
+                        format!("a list over {} names (CONFIG_BULK_CAMERAS_MAX)", limits::CONFIG_BULK_CAMERAS_MAX),
+                    ));
                 }
                 _ => {}
             }
@@ -281,6 +289,7 @@ fn scalar(s: &Scalar) -> Value {
         Scalar::Bool(b) => Value::from(*b),
         Scalar::Int(n) => Value::from(*n),
         Scalar::Text(t) => Value::from(t.as_str()),
+        Scalar::List(l) => Value::Array(l.iter().map(String::as_str).collect()),
     }
 }
 
@@ -400,6 +409,20 @@ fn set_setting(doc: &mut DocumentMut, key: &str, value: Option<&Scalar>) -> Resu
         table = item.as_table_like_mut().ok_or_else(|| bad("a part of this key is a value, not a table"))?;
     }
     put(table, last, value.map(scalar));
+    if value.is_none() {
+        // A table left empty by the removal goes too (`archive.offsite` removed leaves no
+        // empty `[archive]`).
+        for depth in (1..=path.len()).rev() {
+            let (name, parents) = path[..depth].split_last().expect("depth ≥ 1");
+            let mut parent: &mut dyn TableLike = doc.as_table_mut();
+            for p in parents {
+                parent = parent.get_mut(p).and_then(Item::as_table_like_mut).expect("made above");
+            }
+            if parent.get(name).and_then(Item::as_table_like).is_some_and(|t| t.is_empty()) {
+                parent.remove(name);
+            }
+        }
+    }
     Ok(())
 }
 

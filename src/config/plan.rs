@@ -315,6 +315,49 @@ fn mqtt_changes(
     group_changes("mqtt", old.map(mqtt_fields), new.map(mqtt_fields), ("password", changed))
 }
 
+/// An archive target's fields as the diff shows them (its secret as changed, never itself).
+fn archive_fields(t: &crate::config::ArchiveTarget) -> Vec<(&'static str, String)> {
+    let opt = |v: Option<u32>| v.map_or_else(String::new, |v| v.to_string());
+    vec![
+        ("endpoint", t.place.endpoint.as_str().trim_end_matches('/').to_string()),
+        ("region", t.place.region.clone()),
+        ("bucket", t.place.bucket.clone()),
+        ("prefix", t.prefix.clone()),
+        ("access_key", t.place.access_key.clone()),
+        ("secret_key", "set".into()),
+        ("path_style", t.place.path_style.to_string()),
+        ("ca_pem", if t.place.ca_pem.is_some() { "set".into() } else { "none".into() }),
+        ("max_kbit_s", opt(t.max_kbit_s)),
+        ("cameras", t.cameras.join(", ")),
+        ("streams", t.streams.name().into()),
+        ("what", if t.events_only { "events" } else { "all" }.into()),
+        ("keep_days", opt(t.keep_days)),
+        ("before_delete", t.before_delete.to_string()),
+        ("backlog_max", t.backlog_max_bytes.to_string()),
+    ]
+}
+
+/// The archive targets' changes as settings `archive.<id>.<field>`; all are taken while the
+/// box runs (the target starts again; recording is not touched).
+fn archive_changes(
+    old: &[crate::config::ArchiveTarget],
+    new: &[crate::config::ArchiveTarget],
+) -> Vec<(String, Option<String>, Option<String>)> {
+    let ids: std::collections::BTreeSet<&str> = old.iter().chain(new).map(|t| t.id.as_str()).collect();
+    ids.into_iter()
+        .flat_map(|id| {
+            let (o, n) = (old.iter().find(|t| t.id == id), new.iter().find(|t| t.id == id));
+            let changed = matches!((o, n), (Some(a), Some(b)) if a.place.secret_key != b.place.secret_key);
+            group_changes(
+                &format!("archive.{id}"),
+                o.map(archive_fields),
+                n.map(archive_fields),
+                ("secret_key", changed),
+            )
+        })
+        .collect()
+}
+
 /// The diff from `old` to `new` and what it does to the running box.
 pub fn compare(old: &Config, new: &Config) -> (Vec<Diff>, Effect) {
     let mut diff = Vec::new();
@@ -327,11 +370,15 @@ pub fn compare(old: &Config, new: &Config) -> (Vec<Diff>, Effect) {
         .collect();
     setting_changes.extend(oidc_changes(&old.oidc, &new.oidc));
     setting_changes.extend(mqtt_changes(old.mqtt.as_ref(), new.mqtt.as_ref()));
+    setting_changes.extend(archive_changes(&old.archive, &new.archive));
     if !setting_changes.is_empty() {
-        let (live, restart): (Vec<String>, Vec<String>) = setting_changes
-            .iter()
-            .map(|(k, ..)| k.clone())
-            .partition(|k| LIVE_SETTINGS.contains(&k.as_str()) || k.starts_with("oidc.") || k.starts_with("mqtt."));
+        let (live, restart): (Vec<String>, Vec<String>) =
+            setting_changes.iter().map(|(k, ..)| k.clone()).partition(|k| {
+                LIVE_SETTINGS.contains(&k.as_str())
+                    || k.starts_with("oidc.")
+                    || k.starts_with("mqtt.")
+                    || k.starts_with("archive.")
+            });
         (effect.live, effect.restart_box) = (live, restart);
         diff.push(Diff { camera: None, what: "changed", fields: setting_changes });
     }

@@ -189,7 +189,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = Ctx::bare(dir.path());
         let held: Vec<_> = (0..limits::ARCHIVE_READS_RUNNING_MAX).map(|_| slot(&ctx).ok().unwrap()).collect();
-        let refused = slot(&ctx).err().expect("a read past the ceiling is refused");
+        let Err(refused) = slot(&ctx) else { panic!("a read past the ceiling is refused") };
         assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
         drop(held);
         assert!(slot(&ctx).is_ok());

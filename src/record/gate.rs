@@ -51,18 +51,9 @@ pub struct Gate {
 impl Gate {
     /// A gate for the `before_delete` targets of `targets`.
     pub fn new(targets: &[ArchiveTarget]) -> Gate {
-        let waiting = targets
-            .iter()
-            .filter(|t| t.before_delete)
-            .map(|t| Waiting {
-                target: t.id.clone(),
-                max_bytes: t.backlog_max_bytes,
-                looked_upto: 0,
-                pending: Vec::new(),
-                deleted: 0,
-            })
-            .collect();
-        Gate { targets: Mutex::new(waiting) }
+        let gate = Gate::default();
+        gate.set_targets(targets);
+        gate
     }
 
     /// Target `target` looked at every recording below `looked_upto`: of those it wants
@@ -73,6 +64,26 @@ impl Gate {
         let mut targets = self.targets.lock().expect("lock");
         if let Some(w) = targets.iter_mut().find(|w| w.target == target) {
             (w.looked_upto, w.pending) = (looked_upto, pending);
+        }
+    }
+
+    /// The targets are now `targets` (a config change): one that is not, or no longer waits
+    /// (`before_delete` off), goes; a new one waits for everything until its first look; one
+    /// that stays keeps what it knew, with its new ceiling.
+    pub fn set_targets(&self, targets: &[ArchiveTarget]) {
+        let mut waiting = self.targets.lock().expect("lock");
+        waiting.retain(|w| targets.iter().any(|t| t.before_delete && t.id == w.target));
+        for t in targets.iter().filter(|t| t.before_delete) {
+            match waiting.iter_mut().find(|w| w.target == t.id) {
+                Some(w) => w.max_bytes = t.backlog_max_bytes,
+                None => waiting.push(Waiting {
+                    target: t.id.clone(),
+                    max_bytes: t.backlog_max_bytes,
+                    looked_upto: 0,
+                    pending: Vec::new(),
+                    deleted: 0,
+                }),
+            }
         }
     }
 

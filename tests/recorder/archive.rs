@@ -1157,3 +1157,86 @@ fn reading_a_bucket_stops_at_its_ceilings() {
         assert!(e.to_string().contains("more than 64 boxes"), "{e}");
     });
 }
+
+/// Archive targets set from the web face (the config API the Settings page uses): added,
+/// changed and removed while the box runs, each taken at once with no camera stopped; the
+/// secret never comes back; a removed target stops.
+#[test]
+fn targets_set_from_the_web_face_start_change_and_stop_while_the_cameras_record_on() {
+    use crate::config_apply::call;
+    use serde_json::json;
+    let tmp = tempfile::tempdir().unwrap();
+    let server = S3Server::start(&tmp.path().join("s3"), "nvr");
+    let dir = tmp.path().join("box");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let clip = fixtures().join("h264.mp4");
+    write_config(
+        &dir,
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\nflush_interval_s = 1\n[retention]\nstream_max_bytes = \"2 MiB\"\n\
+             total_max_bytes = \"1 GiB\"\n[[cameras]]\nname = \"porch\"\nmain = {{ url = \"file://{}\" }}\n",
+            clip.display()
+        ),
+    );
+    let mut d = Daemon::start(&dir);
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    let token = make_token(port, &admin, r#""admin""#);
+    let apply = |changes: Value| {
+        let (_, snap) = call(port, &admin, "GET", "/api/config", &Value::Null);
+        let set = json!({ "base": snap["rev"], "changes": changes });
+        let (code, plan) = call(port, &admin, "POST", "/api/config/plan", &set);
+        assert_eq!(code, 200, "{plan}");
+        let (code, answer) = call(port, &admin, "POST", "/api/config/apply", &set);
+        assert_eq!(code, 200, "{answer}");
+        plan
+    };
+    let set =
+        |field: &str, value: Value| json!({ "op": "set", "key": format!("archive.offsite.{field}"), "value": value });
+    let plan = apply(json!([
+        set("endpoint", json!(format!("http://127.0.0.1:{}", server.port))),
+        set("bucket", json!("nvr")),
+        set("prefix", json!("house")),
+        set("access_key", json!(ACCESS_KEY)),
+        set("secret_key", json!(SECRET_KEY)),
+        set("cameras", json!(["porch"])),
+    ]));
+    assert_eq!(plan["effect"]["restart_box"], json!([]), "{plan}");
+    assert_eq!((plan["effect"]["restart"].clone(), plan["effect"]["stop"].clone()), (json!([]), json!([])), "{plan}");
+    assert!(plan["effect"]["live"].to_string().contains("archive.offsite.bucket"), "{plan}");
+    assert!(!plan.to_string().contains(SECRET_KEY), "the secret is not shown: {plan}");
+    let (_, snap) = call(port, &admin, "GET", "/api/config", &Value::Null);
+    let t = &snap["settings"]["archive"][0];
+    assert_eq!(
+        (t["id"].as_str(), t["secret_key"].as_str(), t["cameras"].clone()),
+        (Some("offsite"), Some("set"), json!(["porch"]))
+    );
+    assert!(!snap.to_string().contains(SECRET_KEY));
+    let bucket = server.dir.join("nvr");
+    let stored =
+        |prefix: &str| recordings_in(&bucket).iter().filter(|(k, _)| k.starts_with(&format!("{prefix}/"))).count();
+    assert!(wait_until(Duration::from_secs(40), || stored("house") >= 1), "the new target archives:\n{}", d.log_text());
+
+    // Changed: the target starts again under its new prefix.
+    apply(json!([set("prefix", json!("house-2"))]));
+    assert!(
+        wait_until(Duration::from_secs(40), || stored("house-2") >= 1),
+        "the changed target archives:\n{}",
+        d.log_text()
+    );
+
+    // Removed: it stops.
+    apply(json!([{ "op": "set", "key": "archive.offsite", "value": null }]));
+    let gone = wait_until(Duration::from_secs(5), || target_state(port, &token).is_null());
+    assert!(gone, "no target is left: {}", target_state(port, &token));
+    let before = recordings_in(&bucket).len();
+    std::thread::sleep(Duration::from_secs(8));
+    assert_eq!(recordings_in(&bucket).len(), before, "a removed target uploads no more");
+    let log = d.log_text();
+    assert!(!log.contains("camera stopped"), "no camera stopped for the archive's changes:\n{log}");
+    assert_eq!(log.matches("archive target stopped").count(), 2, "{log}");
+    d.stop();
+    let text = std::fs::read_to_string(dir.join("keeppeek.toml")).unwrap();
+    assert!(!text.contains("[archive"), "the file no longer has the target:\n{text}");
+}

@@ -60,15 +60,21 @@ fn slot(ctx: &Ctx) -> Result<tokio::sync::SemaphorePermit<'_>, Reply> {
     })
 }
 
-/// `GET /api/archive`: each target with the boxes in its bucket.
-pub async fn list(ctx: &Ctx) -> Reply {
-    let _slot = match slot(ctx) {
+/// `GET /api/archive`: each target with the boxes in its bucket (`?boxes=0`: only the
+/// targets, without reading the buckets).
+pub async fn list(ctx: &Ctx, parts: &Parts) -> Reply {
+    let walk = !parts.uri.query().is_some_and(|q| q.split('&').any(|kv| kv == "boxes=0"));
+    let _slot = match walk.then(|| slot(ctx)).transpose() {
         Ok(s) => s,
         Err(r) => return r,
     };
     let mut targets = Vec::new();
     for id in ctx.services.archive.ids() {
         let Some((reader, own)) = ctx.services.archive.reader(&id) else { continue };
+        if !walk {
+            targets.push(json!({ "id": id, "prefix": own }));
+            continue;
+        }
         match reader.boxes().await {
             Ok(boxes) => targets.push(json!({ "id": id, "prefix": own, "boxes": boxes })),
             Err(e) => targets.push(json!({ "id": id, "prefix": own, "boxes": [], "error": e.to_string() })),

@@ -44,10 +44,10 @@ export function fileCamera(name, { sub = false, lines = [] } = {}) {
 // Starts keeppeek recording camera "porch" from the fixture clip, with `extra` config lines
 // (a `[webrtc]` table turns live view on; without one it is off) and `camera` lines in the
 // camera's table; `cameras` replaces the one camera with other tables; `top` lines go before
-// every table. Stopped when `t`
+// every table; `streamMax` is each stream's retention cap. Stopped when `t`
 // ends; `kill9()` and `restart()` are a power cut and the next boot on the same data
 // directory.
-export async function startKeeppeek(t, extra = [], camera = [], cameras = null, top = []) {
+export async function startKeeppeek(t, extra = [], camera = [], cameras = null, top = [], { streamMax = '1 GiB' } = {}) {
   const bin = process.env.KEEPPEEK_BIN || join(repo, 'target', 'debug', 'keeppeek');
   assert.ok(existsSync(bin), `build keeppeek first (${bin})`);
   assert.ok(existsSync(clip), `make the fixtures first (${clip})`);
@@ -56,7 +56,7 @@ export async function startKeeppeek(t, extra = [], camera = [], cameras = null, 
   const webrtc = extra.some((l) => l.trim() === '[webrtc]') ? [] : ['[webrtc]', 'port = 0'];
   writeFileSync(join(dir, 'keeppeek.toml'), [
     'data_dir = "data"', `listen = "127.0.0.1:${port}"`, 'flush_interval_s = 1', ...top,
-    '[retention]', 'stream_max_bytes = "1 GiB"', 'total_max_bytes = "1 GiB"',
+    '[retention]', `stream_max_bytes = "${streamMax}"`, 'total_max_bytes = "1 GiB"',
     ...webrtc, ...extra,
     ...(cameras || fileCamera('porch', { lines: camera })), '',
   ].join('\n'));

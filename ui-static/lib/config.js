@@ -29,7 +29,7 @@ export const plan = (base, changes) => send('/api/config/plan', base, changes);
 export const apply = (base, changes) => send('/api/config/apply', base, changes);
 
 export function fieldOf(key) {
-  return (key || '').replace(/^changes\[\d+\]\.(set\.)?/, '').replace(/^cameras\[\d+\]\./, '');
+  return (key || '').replace(/^changes\[\d+\]\.(set\.)?/, '').replace(/^cameras\[\d+\]\./, '').replace(/^archive\.[a-z0-9-]+\./, '');
 }
 
 // One line per change of a plan's diff, for people.

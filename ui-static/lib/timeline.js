@@ -123,7 +123,8 @@ export class Timeline {
     this.schedule();
   }
 
-  // Runs sorted by start, not overlapping: { start_us, end_us, kind: 'recorded' | 'event' }.
+  // Runs sorted by start, not overlapping: { start_us, end_us, kind: 'recorded' | 'event' |
+  // 'archived' } (archived: in the archive only, no longer on the box).
   setRuns(runs) { this.runs = runs; this.schedule(); }
 
   // Events sorted by time: { event, time_us, labels, … }.
@@ -193,7 +194,7 @@ export class Timeline {
       const el = this.runLayer.next();
       const [a, b] = span(Math.max(first.start_us, lo), Math.min(end, hi));
       this.place(el, a, b);
-      el.className = `tl-run ${first.kind === 'event' ? 'event-only' : 'recorded'}`;
+      el.className = `tl-run ${first.kind === 'event' ? 'event-only' : first.kind === 'archived' ? 'archived' : 'recorded'}`;
       drawn++;
     }
     this.runLayer.end();

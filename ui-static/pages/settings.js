@@ -1,7 +1,7 @@
 // Settings, in tabs: Cameras (#/settings: found on the network, add, test, change, remove),
 // Recording (several cameras at once), Storage (the disk, retention, how far back footage
-// reaches), Revisions (every change, each a rollback away), Integrations (MQTT and Home
-// Assistant) and Accounts (users and API tokens, and the single sign-on providers).
+// reaches), Revisions (every change, each a rollback away), Archive (S3 buckets the
+// footage is copied to), Integrations (MQTT and Home Assistant) and Accounts (users and API tokens, and the single sign-on providers).
 // Every change to the cameras is reviewed as a plan before it is applied; removing asks
 // first; the box's refusals are shown next to the field they name.
 import { h, field, showFieldError, confirmDialog } from '../lib/dom.js';
@@ -12,8 +12,9 @@ import { storageSection } from './settings-storage.js';
 import { recordingSection, revisionsSection } from './settings-recording.js';
 import { signInSection } from './settings-signin.js';
 import { mqttSection, cameraEventsSection } from './settings-mqtt.js';
+import { archiveSection } from './settings-archive.js';
 
-const TABS = [['cameras', 'Cameras'], ['recording', 'Recording'], ['storage', 'Storage'], ['revisions', 'Revisions'], ['integrations', 'Integrations'], ['accounts', 'Accounts']];
+const TABS = [['cameras', 'Cameras'], ['recording', 'Recording'], ['storage', 'Storage'], ['revisions', 'Revisions'], ['archive', 'Archive'], ['integrations', 'Integrations'], ['accounts', 'Accounts']];
 
 const SCOPES = [['view', 'watch and search'], ['events:write', 'send events'], ['metrics', 'read metrics'], ['admin', 'everything']];
 
@@ -116,6 +117,9 @@ async function mount(view, args, query) {
     await redraw();
   } else if (tab === 'revisions') {
     const redraw = async () => body.replaceChildren(await revisionsSection(redraw));
+    await redraw();
+  } else if (tab === 'archive') {
+    const redraw = async () => body.replaceChildren(...await archiveSection(redraw));
     await redraw();
   } else if (tab === 'integrations') {
     const redraw = async () => body.replaceChildren(await mqttSection(redraw), await cameraEventsSection());

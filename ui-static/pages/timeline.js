@@ -1,6 +1,8 @@
 // Timeline: one camera's recordings over a day or down to seconds, with its events, and a
 // player that plays from wherever the timeline is clicked or its playhead dragged. The
 // window follows the present until it is moved; a date picker goes to other days.
+// Footage the box no longer holds but its archive does (an S3 bucket) shows striped, and
+// plays from the bucket in a plain <video> (the archive's export, read with range requests).
 import { h } from '../lib/dom.js';
 import { get, say } from '../lib/api.js';
 import { listCameras, streamOf } from '../lib/cameras.js';
@@ -18,6 +20,25 @@ const TAIL_OVERLAP_US = 10 * US.s;
 const NOTICES_KEPT = 500;
 // Events listed under the timeline (the markers' keyboard way): at most this many.
 const IN_VIEW_MAX = 12;
+
+// The archive's stretches of a camera, longest first played for this long at a time.
+const ARCHIVE_PLAY_US = 10 * 60 * US.s;
+
+// `local` runs with the stretches of `archived` ones they do not cover, as kind 'archived',
+// in order and without overlaps (what the timeline draws).
+export function withArchived(local, archived) {
+  const out = [...local];
+  for (const a of archived) {
+    let start = a.start_us;
+    for (const r of local) {
+      if (r.end_us <= start || r.start_us >= a.end_us) continue;
+      if (r.start_us > start) out.push({ start_us: start, end_us: r.start_us, kind: 'archived' });
+      start = Math.max(start, r.end_us);
+    }
+    if (start < a.end_us) out.push({ start_us: start, end_us: a.end_us, kind: 'archived' });
+  }
+  return out.sort((x, y) => x.start_us - y.start_us);
+}
 
 export function runsOf(data, mode) {
   const kind = mode === 'events' ? 'event' : 'recorded';
@@ -63,15 +84,25 @@ async function mount(view, args, query) {
   const labelsBox = h('div.chips.labels', { role: 'group', 'aria-label': 'Show events labelled' });
   const spanText = h('span.muted.tl-span');
   const exportLink = h('a.button', { download: '' }, 'Download window');
+  const archivedLegend = h('span.muted.tl-legend', { hidden: true }, h('span.tl-swatch'), ' in the archive only');
   const toolbar = h('div.toolbar', {},
     h('button', { type: 'button', 'aria-label': 'Zoom out', title: 'Zoom out (−)', onclick: () => tl.zoom(2, tl.position ?? undefined) }, '−'),
     h('button', { type: 'button', 'aria-label': 'Zoom in', title: 'Zoom in (+)', onclick: () => tl.zoom(0.5, tl.position ?? undefined) }, '+'),
     h('button', { type: 'button', onclick: () => followNow() }, 'Now'),
-    date, spanText, exportLink);
+    date, spanText, exportLink, archivedLegend);
   const stage = h('div.tl-stage');
   const box = h('div.tl-player');
   const lane = h('div.tl-lane');
-  stage.append(box, lane);
+  // Archived footage plays here, in place of the player.
+  const archivedVideo = h('video.player-video', { muted: true, playsInline: true, controls: true, 'aria-label': `${stream}, from the archive` });
+  const archivedState = h('p.player-state', { 'aria-live': 'polite' });
+  const archivedBox = h('div.tl-player.tl-archived', { hidden: true },
+    h('div.player-frame', {}, archivedVideo, h('span.player-badge', { 'data-mode': 'archived' }, 'Archive')), archivedState,
+    h('div.player-controls', {}, h('button', { type: 'button', onclick: () => { stopArchived(); player.live(); followNow(); } }, 'Back to live')));
+  stage.append(box, archivedBox, lane);
+  // The box's archive target, when it has one: its footage beyond the disk shows too.
+  const archive = await get('/api/archive?boxes=0').then((a) => (a.targets[0] ? a.targets[0].id : null)).catch(() => null);
+  let archivedFrom = null;
   // The events in the window as buttons: what the markers are, for keyboards and screen
   // readers (the markers themselves are drawn for the pointer).
   const inView = h('ul.tl-in-view', { 'aria-label': 'Events in view' });
@@ -82,6 +113,7 @@ async function mount(view, args, query) {
   let loading = null;
   const player = new Player(box, stream, {
     position: (us) => {
+      if (archivedFrom !== null) return;
       const was = tl.position;
       tl.setPosition(us);
       // Playback ran off the window's end: the window moves on with it (not when a person
@@ -95,10 +127,41 @@ async function mount(view, args, query) {
     error: (t) => say(t),
   });
   window.keeppeek.player = player;
+  const archivedAt = (at) => tl.runs.find((r) => r.kind === 'archived' && r.start_us <= at && at < r.end_us);
+  function stopArchived() {
+    if (archivedFrom === null) return;
+    archivedFrom = null;
+    archivedVideo.pause();
+    archivedVideo.removeAttribute('src');
+    archivedVideo.load();
+    archivedBox.hidden = true;
+    box.hidden = false;
+  }
+  // Plays from `t` within archived stretch `run`: its export from the bucket.
+  function playArchived(t, run) {
+    const from = Math.floor(t);
+    const to = Math.ceil(Math.min(run.end_us, t + ARCHIVE_PLAY_US));
+    const q = new URLSearchParams({ stream, from_us: String(from), to_us: String(to) });
+    archivedFrom = from;
+    box.hidden = true;
+    archivedBox.hidden = false;
+    archivedState.textContent = `From the archive (${archive}), ${dateTime(from)}: this box no longer holds it.`;
+    archivedVideo.src = `/api/archive/${encodeURIComponent(archive)}/export.mp4?${q}`;
+    archivedVideo.play().catch(() => {});
+  }
+  archivedVideo.addEventListener('timeupdate', () => {
+    if (archivedFrom !== null) tl.setPosition(archivedFrom + archivedVideo.currentTime * 1e6);
+  });
+  archivedVideo.addEventListener('error', () => {
+    if (archivedFrom !== null) archivedState.textContent = 'The archive could not be read: try again in a moment.';
+  });
   const seek = (at) => {
     const t = Math.min(at, nowUs());
     tl.setPosition(t);
     following = false;
+    const run = archive ? archivedAt(t) : null;
+    if (run) { playArchived(t, run); return; }
+    stopArchived();
     player.play(t);
   };
   const tl = new Timeline(lane, {
@@ -120,7 +183,7 @@ async function mount(view, args, query) {
       else seek(from + dir * jump);
     },
     pause: () => player.togglePause(),
-    live: () => { player.live(); followNow(); },
+    live: () => { stopArchived(); player.live(); followNow(); },
     shown: () => listInView(),
   });
   window.keeppeek.timeline = tl;
@@ -141,10 +204,26 @@ async function mount(view, args, query) {
   orient();
   narrow.addEventListener('change', orient);
 
+  // The archive's recordings between `from` and `to` (none when it cannot be read: the
+  // local ones still show).
+  const archivedIn = (from, to) => {
+    if (!archive) return Promise.resolve([]);
+    const q = new URLSearchParams({ stream, from_us: String(Math.floor(from)), to_us: String(Math.ceil(to)) });
+    return get(`/api/archive/${encodeURIComponent(archive)}/recordings?${q}`)
+      .then((d) => d.recordings.map((r) => ({ start_us: r.wall_start_us, end_us: r.wall_end_us })))
+      .catch(() => []);
+  };
   // The runs and events between `from` and `to`.
   const fetchRange = (from, to) => Promise.all([
-    get(`/api/streams/${stream}/recordings?from_us=${Math.floor(from)}&to_us=${Math.ceil(to)}`)
-      .then((d) => runsOf(d, main.record_mode)).catch((e) => (e.status === 404 ? [] : Promise.reject(e))),
+    Promise.all([
+      get(`/api/streams/${stream}/recordings?from_us=${Math.floor(from)}&to_us=${Math.ceil(to)}`)
+        .then((d) => runsOf(d, main.record_mode)).catch((e) => (e.status === 404 ? [] : Promise.reject(e))),
+      archivedIn(from, to),
+    ]).then(([local, archived]) => {
+      const runs = withArchived(local, archived);
+      if (runs.some((r) => r.kind === 'archived')) archivedLegend.hidden = false;
+      return runs;
+    }),
     eventsIn(name, from, to),
   ]);
 
@@ -268,6 +347,7 @@ async function mount(view, args, query) {
     player.state.textContent = `${e.message}: the timeline still shows what was recorded.`;
   }
   return () => {
+    stopArchived();
     clearInterval(tick);
     narrow.removeEventListener('change', orient);
     window.keeppeek.player = null;

@@ -22,12 +22,11 @@
 //! `cargo bench --bench mqtt`             the full run
 //! `cargo bench --bench mqtt -- --smoke`  small counts (CI)
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -47,34 +46,12 @@ use serde_json::{Value, json};
 #[path = "support/fixtures.rs"]
 mod fixtures;
 
-/// Counts the heap's live bytes, for the memory held per queued event.
-struct Counting;
-
-static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
-static PEAK_BYTES: AtomicI64 = AtomicI64::new(0);
-
-fn grew(by: i64) {
-    let now = LIVE_BYTES.fetch_add(by, Ordering::Relaxed) + by;
-    PEAK_BYTES.fetch_max(now, Ordering::Relaxed);
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        grew(layout.size() as i64);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        grew(new_size as i64 - layout.size() as i64);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[path = "support/heap.rs"]
+mod heap;
+use heap::{LIVE_BYTES, PEAK_BYTES};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: heap::Counting = heap::Counting;
 
 const CAMERA: &str = "porch";
 const PREFIX: &str = "bench";

@@ -37,6 +37,23 @@ fn mib(b: u64) -> f64 {
     b as f64 / f64::from(1u32 << 20)
 }
 
+/// The archive's most with `targets` targets: nothing without one.
+fn archive_bytes(targets: usize) -> u64 {
+    if targets == 0 {
+        return 0;
+    }
+    let per_target = 2 * limits::ARCHIVE_PART_BYTES
+        + limits::ARCHIVE_ANSWER_MAX_BYTES
+        + 2 * limits::ARCHIVE_MANIFEST_MAX_BYTES
+        + limits::TLS_CONNECTION_BYTES
+        + limits::ARCHIVE_BACKLOG_ROWS * 8;
+    // A read holds a manifest part and a window; a plan kept, one entry per fragment.
+    let reads = limits::ARCHIVE_READS_RUNNING_MAX
+        * (limits::ARCHIVE_MANIFEST_MAX_BYTES + limits::ARCHIVE_READ_WINDOW_BYTES)
+        + limits::ARCHIVE_PLANS_KEPT * limits::EXPORT_FRAGMENTS_MAX * 80;
+    (targets * per_target + reads) as u64
+}
+
 /// Computes the budget of `config`: each line the most its component can hold with every
 /// ceiling reached at once.
 pub fn compute(config: &Config) -> Budget {
@@ -149,6 +166,20 @@ pub fn compute(config: &Config) -> Budget {
                 limits::MQTT_PACKET_MAX_BYTES >> 10,
                 limits::TLS_CONNECTION_BYTES >> 10,
                 limits::MQTT_INFLIGHT_MAX
+            ),
+        },
+        Line {
+            component: "archive",
+            bytes: archive_bytes(config.archive.len()),
+            why: format!(
+                "{} targets, each a part being sent and the next read ({} MiB each), an answer ({} KiB), a manifest read and one written ({} MiB each), TLS state and the recordings retention waits for ({} at most); and the web face's reads of buckets ({} at once, each a manifest and a header's window) with the plans kept for a player ({}) (ARCHIVE_PART_BYTES, ARCHIVE_ANSWER_MAX_BYTES, ARCHIVE_MANIFEST_MAX_BYTES, ARCHIVE_BACKLOG_ROWS, ARCHIVE_READS_RUNNING_MAX, ARCHIVE_PLANS_KEPT)",
+                config.archive.len(),
+                limits::ARCHIVE_PART_BYTES >> 20,
+                limits::ARCHIVE_ANSWER_MAX_BYTES >> 10,
+                limits::ARCHIVE_MANIFEST_MAX_BYTES >> 20,
+                limits::ARCHIVE_BACKLOG_ROWS,
+                limits::ARCHIVE_READS_RUNNING_MAX,
+                limits::ARCHIVE_PLANS_KEPT
             ),
         },
         Line {

@@ -636,7 +636,7 @@ pub const ARCHIVE_SIGNATURE_EXPIRES_S: u64 = 900;
 pub const ARCHIVE_CLOCK_SKEW_MAX_S: i64 = 900;
 
 /// One multipart upload's part, and the size from which a file goes in parts: at least S3's
-/// 5 MiB; held in memory while it is sent.
+/// 5 MiB. A target holds two: the one being sent and the next, read meanwhile.
 pub const ARCHIVE_PART_BYTES: usize = 8 << 20;
 
 /// An answer from the server other than an object's bytes (S3's XML: errors, a list page, a

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use md5::Digest as _;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -588,13 +589,28 @@ impl Archive {
                 }
             };
             let parts = len.div_ceil(part);
-            while (upload.parts.len() as u64) < parts {
+            let range = |n: u64| (n * part, ((n + 1) * part).min(len));
+            // The next part is read while this one is sent: two parts in memory at most.
+            let read = |n: u64| {
+                let (from, to) = range(n);
+                let path = path.clone();
+                tokio::spawn(async move {
+                    let body = read_range(path, from, to - from).await?;
+                    let md5: [u8; 16] = s3::off_runtime(body.clone(), |b| md5::Md5::digest(b).into()).await;
+                    Ok::<_, ArchiveError>((body, md5))
+                })
+            };
+            let mut next = ((upload.parts.len() as u64) < parts).then(|| read(upload.parts.len() as u64));
+            while let Some(reading) = next.take() {
                 let n = upload.parts.len() as u64;
-                let (from, to) = (n * part, ((n + 1) * part).min(len));
-                let body = read_range(path.clone(), from, to - from).await?;
+                let (from, to) = range(n);
+                let body =
+                    reading.await.map_err(|e| ArchiveError::File { path: key.clone(), why: e.to_string() })??;
+                next = (n + 1 < parts).then(|| read(n + 1));
                 let number = u16::try_from(n + 1).unwrap_or(u16::MAX);
-                let sent =
-                    self.pace(t, to - from, || t.bucket.upload_part(&key, &upload.id, number, body, now())).await;
+                let sent = self
+                    .pace(t, to - from, || t.bucket.upload_part_digested(&key, &upload.id, number, body, now()))
+                    .await;
                 match sent {
                     Ok(etag) => {
                         info!(target = id, key, part = number, "archive part stored");

@@ -1,0 +1,371 @@
+//! Archive benchmark: KeepPeek's uploader against `curl --upload-file` of the same files to
+//! the same S3-compatible server (`s3s-fs`, built by `tools/test.sh` under `target/peers`,
+//! checking every signature), in one run.
+//!
+//! 1. **Throughput**: closed recordings of 24 MiB (each three 8 MiB parts, as a main stream's
+//!    segment) put in a catalog and archived by a target (the real uploader: its catalog
+//!    walk, the file read part by part, MD5 and SHA-256, signing, the checks of each answer,
+//!    the durable notes of each part, the manifests), MiB/s from the start until the last is
+//!    stored; against `curl --aws-sigv4` putting each file whole, one after the other (its
+//!    payload not hashed: `UNSIGNED-PAYLOAD`, as KeepPeek signs too, though KeepPeek also
+//!    sends each body's MD5 and SHA-256 for the server to check).
+//!    Goal: ≥ 0.8 × curl's.
+//! 2. **CPU per archived MiB**: this process's CPU time over the upload (the server is
+//!    another process), as % of a core per MiB/s archived. Goal: ≤ 2 %.
+//! 3. **Memory during multipart uploads**: the most the heap (a counting allocator) rose
+//!    over its level before the target started, against two parts in memory
+//!    (`ARCHIVE_PART_BYTES`: a target sends one while it reads the next) and the archive's
+//!    line in `keeppeek budget` for one target.
+//!
+//! Reports: `target/bench/archive.json`, `target/bench/archive.md`.
+//! `cargo bench --bench archive`             the full run (12 recordings, 288 MiB)
+//! `cargo bench --bench archive -- --smoke`  2 recordings (CI)
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use keeppeek::archive::Archive;
+use keeppeek::archive::s3::Place;
+use keeppeek::base::{StreamKey, StreamKind};
+use keeppeek::catalog::{Batch, Catalog, RecordingRow};
+use keeppeek::config::ArchiveTarget;
+use keeppeek::config::archive::Streams;
+use keeppeek::media::Codec;
+use serde_json::{Value, json};
+
+#[path = "support/heap.rs"]
+mod heap;
+use heap::{LIVE_BYTES, PEAK_BYTES};
+
+#[global_allocator]
+static GLOBAL: heap::Counting = heap::Counting;
+
+const ACCESS_KEY: &str = "keeppeek-bench";
+const SECRET_KEY: &str = "a-secret-the-server-checks";
+const RECORDING_BYTES: usize = 24 << 20;
+
+/// `s3s-fs` on a free port over `dir`, bucket `nvr` made.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(dir: &Path) -> Server {
+        let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/peers/s3s-fs/bin/s3s-fs");
+        assert!(bin.exists(), "{} is missing: tools/test.sh builds it (cargo install s3s-fs)", bin.display());
+        std::fs::create_dir_all(dir.join("nvr")).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(bin)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--access-key", ACCESS_KEY])
+            .args(["--secret-key", SECRET_KEY])
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting s3s-fs");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "s3s-fs did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Server { child, port }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The server's bucket `nvr` on `port`, with the keys it takes.
+fn place(port: u16) -> Place {
+    Place {
+        endpoint: url::Url::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
+        region: "us-east-1".into(),
+        bucket: "nvr".into(),
+        path_style: true,
+        access_key: ACCESS_KEY.into(),
+        secret_key: SECRET_KEY.into(),
+        ca_pem: None,
+    }
+}
+
+/// This process's CPU time (user + system).
+fn cpu_time() -> Duration {
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// `n` files of [`RECORDING_BYTES`] under `dir/recordings`, bytes that differ everywhere.
+fn make_files(dir: &Path, n: usize) -> Vec<PathBuf> {
+    let rec = dir.join("recordings");
+    std::fs::create_dir_all(&rec).unwrap();
+    (0..n)
+        .map(|i| {
+            let path = rec.join(format!("{i:03}.mp4"));
+            let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ i as u64;
+            let bytes: Vec<u8> = (0..RECORDING_BYTES / 8)
+                .flat_map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x.to_le_bytes()
+                })
+                .collect();
+            std::fs::write(&path, bytes).unwrap();
+            path
+        })
+        .collect()
+}
+
+/// The base64 of `openssl dgst -<algo> -binary` of `file`.
+fn openssl_digest(algo: &str, file: &Path) -> String {
+    use base64::Engine;
+    let out =
+        Command::new("openssl").args(["dgst", &format!("-{algo}"), "-binary"]).arg(file).output().expect("openssl");
+    base64::engine::general_purpose::STANDARD.encode(out.stdout)
+}
+
+/// curl putting each file whole, one after the other: seconds. With `checksums`, each goes
+/// with the MD5 and SHA-256 KeepPeek sends (made by `openssl dgst` in the time), so the
+/// server checks them as it checks KeepPeek's.
+fn curl(port: u16, files: &[PathBuf], checksums: bool) -> f64 {
+    let started = Instant::now();
+    for (i, f) in files.iter().enumerate() {
+        let mut headers = Vec::new();
+        if checksums {
+            headers.push(format!("Content-MD5: {}", openssl_digest("md5", f)));
+            headers.push(format!("x-amz-checksum-sha256: {}", openssl_digest("sha256", f)));
+        }
+        let ok = Command::new("curl")
+            .args(headers.iter().flat_map(|h| ["-H", h.as_str()]))
+            .args(["-sS", "--fail", "--aws-sigv4", "aws:amz:us-east-1:s3"])
+            // curl 7.88 signs no payload hash of its own: the server needs the header.
+            .args(["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "--user"])
+            .arg(format!("{ACCESS_KEY}:{SECRET_KEY}"))
+            .arg("--upload-file")
+            .arg(f)
+            .arg(format!("http://127.0.0.1:{port}/nvr/curl-{checksums}/{i:03}.mp4"))
+            .status()
+            .expect("running curl")
+            .success();
+        assert!(ok, "curl --upload-file failed");
+    }
+    started.elapsed().as_secs_f64()
+}
+
+/// KeepPeek's uploader archiving `files`, as closed recordings of one stream: (seconds, CPU
+/// seconds, the heap's rise at most, bytes).
+fn keeppeek(port: u16, data: &Path, files: &[PathBuf]) -> (f64, f64, i64) {
+    let catalog = Arc::new(Catalog::open(&data.join("catalog.redb")).unwrap());
+    let stream_id = catalog.stream_id(&StreamKey::new("gate", StreamKind::Main)).unwrap();
+    let now_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+    for (i, f) in files.iter().enumerate() {
+        let row = RecordingRow {
+            stream_id,
+            run_id: 1,
+            codec: Codec::H264,
+            width: 1920,
+            height: 1080,
+            wall_start_us: now_us + i as i64 * 60_000_000,
+            wall_end_us: now_us + (i as i64 + 1) * 60_000_000,
+            media_duration_90k: 60 * 90_000,
+            bytes: RECORDING_BYTES as u64,
+            init_bytes: 0,
+            frames: 1_800,
+            fragments: 0,
+            open: false,
+            audio: None,
+            path: String::new(),
+        };
+        let rel = f.strip_prefix(data).unwrap().to_string_lossy().into_owned();
+        let (id, row) = catalog.begin_recording(row, |_| rel).unwrap();
+        catalog
+            .commit(&Batch { recordings: vec![(id, RecordingRow { open: false, ..row })], ..Batch::default() })
+            .unwrap();
+    }
+    let target = ArchiveTarget {
+        id: "bench".into(),
+        place: place(port),
+        prefix: "box".into(),
+        max_kbit_s: None,
+        cameras: Vec::new(),
+        streams: Streams::Main,
+        events_only: false,
+        keep_days: None,
+        before_delete: false,
+        backlog_max_bytes: 1 << 40,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let gate = Arc::new(keeppeek::record::gate::Gate::new(&[]));
+    let archive = Archive::new(catalog, data.to_path_buf(), keeppeek::clock::RealClocks::shared(), gate);
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let before = LIVE_BYTES.load(Ordering::Relaxed);
+    PEAK_BYTES.store(before, Ordering::Relaxed);
+    let cpu = cpu_time();
+    let started = Instant::now();
+    rt.block_on(async {
+        archive.start(&[target], &[], shutdown);
+        loop {
+            let s = archive.status();
+            if s[0].uploaded_objects as usize == files.len() {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(600), "the uploads did not end: {s:?}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = (cpu_time() - cpu).as_secs_f64();
+    let rise = PEAK_BYTES.load(Ordering::Relaxed) - before;
+    let _ = stop.send(true);
+    drop(rt);
+    (seconds, cpu, rise)
+}
+
+/// The S3 client alone on the same files, read into memory first: each whole in one PUT,
+/// then each in 8 MiB parts (start, parts, complete): seconds of each. What the server's
+/// multipart costs, and what the uploader adds to the client.
+fn client_alone(port: u16, files: &[PathBuf]) -> (f64, f64) {
+    use keeppeek::archive::s3::Bucket;
+    let bucket = Bucket::new(place(port)).unwrap();
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+    let bodies: Vec<bytes::Bytes> = files.iter().map(|f| bytes::Bytes::from(std::fs::read(f).unwrap())).collect();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let started = Instant::now();
+        for (i, b) in bodies.iter().enumerate() {
+            bucket.put(&format!("whole/{i:03}.mp4"), b.clone(), now()).await.unwrap();
+        }
+        let whole = started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        let part = keeppeek::limits::ARCHIVE_PART_BYTES;
+        for (i, b) in bodies.iter().enumerate() {
+            let key = format!("parts/{i:03}.mp4");
+            let id = bucket.start_upload(&key, now()).await.unwrap();
+            let mut etags = Vec::new();
+            for (n, from) in (0..b.len()).step_by(part).enumerate() {
+                let body = b.slice(from..(from + part).min(b.len()));
+                etags.push(bucket.upload_part(&key, &id, n as u16 + 1, body, now()).await.unwrap());
+            }
+            bucket.complete_upload(&key, &id, &etags, now()).await.unwrap();
+        }
+        (whole, started.elapsed().as_secs_f64())
+    })
+}
+
+fn main() {
+    let smoke = std::env::args().any(|a| a == "--smoke");
+    let n = if smoke { 2 } else { 12 };
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    let work = out.join("archive-work");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let data = work.join("data");
+    let files = make_files(&data, n);
+    let server = Server::start(&work.join("s3"));
+    let mib = (n * RECORDING_BYTES) as f64 / f64::from(1 << 20);
+    // Each side once to warm the server's disk and the page cache, then measured.
+    let curl_s = curl(server.port, &files, false);
+    let curl_sums_s = curl(server.port, &files, true);
+    let (kp_s, cpu_s, rise) = keeppeek(server.port, &data, &files);
+    let (whole_s, parts_s) = client_alone(server.port, &files);
+    let config = keeppeek::config::Config::parse(
+        &format!(
+            "data_dir = \"data\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n[archive.bench]\nendpoint = \"http://127.0.0.1:{}\"\nbucket = \"nvr\"\naccess_key = \"a\"\nsecret_key = \"s\"\n",
+            server.port
+        ),
+        "bench.toml",
+        &work,
+    )
+    .unwrap();
+    let budget = keeppeek::budget::compute(&config);
+    let line = budget.lines.iter().find(|l| l.component == "archive").map_or(0, |l| l.bytes);
+    drop(server);
+    let report = json!({
+        "mode": if smoke { "smoke" } else { "full" },
+        "recordings": n,
+        "mib": mib,
+        "curl": { "seconds": curl_s, "mib_s": mib / curl_s },
+        "curl_checksums": { "seconds": curl_sums_s, "mib_s": mib / curl_sums_s },
+        "ratio_checksums": curl_sums_s / kp_s,
+        "keeppeek": { "seconds": kp_s, "mib_s": mib / kp_s, "cpu_seconds": cpu_s },
+        "ratio": curl_s / kp_s,
+        "client_whole": { "seconds": whole_s, "mib_s": mib / whole_s },
+        "client_parts": { "seconds": parts_s, "mib_s": mib / parts_s },
+        "core_percent_per_mib_s": 100.0 * cpu_s / mib,
+        "heap_rise_bytes": rise,
+        "part_bytes": keeppeek::limits::ARCHIVE_PART_BYTES,
+        "budget_line_bytes": line,
+    });
+    std::fs::write(out.join("archive.json"), serde_json::to_string_pretty(&report).unwrap()).unwrap();
+    let md = markdown(&report);
+    std::fs::write(out.join("archive.md"), &md).unwrap();
+    println!("{md}");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+fn markdown(r: &Value) -> String {
+    let f = |v: &Value| v.as_f64().unwrap();
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "# Archive: uploads to s3s-fs on this machine ({}, {} recordings of 24 MiB, {:.0} MiB)\n",
+        r["mode"].as_str().unwrap(),
+        r["recordings"],
+        f(&r["mib"])
+    );
+    let _ = writeln!(md, "| what | time | throughput |\n|---|---|---|");
+    let _ = writeln!(
+        md,
+        "| baseline: `curl --upload-file --aws-sigv4`, each file whole | {:.2} s | {:.1} MiB/s |",
+        f(&r["curl"]["seconds"]),
+        f(&r["curl"]["mib_s"])
+    );
+    let _ = writeln!(
+        md,
+        "| KeepPeek's uploader: 8 MiB parts, checksums, durable notes, manifests | {:.2} s | {:.1} MiB/s (×{:.2} curl's) |",
+        f(&r["keeppeek"]["seconds"]),
+        f(&r["keeppeek"]["mib_s"]),
+        f(&r["ratio"])
+    );
+    let _ = writeln!(
+        md,
+        "| baseline with KeepPeek's checks: curl with `Content-MD5` and `x-amz-checksum-sha256` (`openssl dgst` in the time) | {:.2} s | {:.1} MiB/s (KeepPeek ×{:.2} of it) |",
+        f(&r["curl_checksums"]["seconds"]),
+        f(&r["curl_checksums"]["mib_s"]),
+        f(&r["ratio_checksums"])
+    );
+    for (k, label) in [
+        ("client_whole", "for reference: the S3 client alone, each file whole in one PUT (from memory)"),
+        ("client_parts", "for reference: the S3 client alone, each file in 8 MiB parts (from memory)"),
+    ] {
+        let _ = writeln!(
+            md,
+            "| {label} | {:.2} s | {:.1} MiB/s (×{:.2} curl's) |",
+            f(&r[k]["seconds"]),
+            f(&r[k]["mib_s"]),
+            f(&r["curl"]["seconds"]) / f(&r[k]["seconds"])
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nCPU: {:.2} s for {:.0} MiB: {:.2} % of a core per MiB/s archived (goal ≤ 2 %). Heap: rose by at most {:.1} MiB during the uploads, against two parts of {} MiB in memory; `keeppeek budget` counts {:.1} MiB for one target.",
+        f(&r["keeppeek"]["cpu_seconds"]),
+        f(&r["mib"]),
+        f(&r["core_percent_per_mib_s"]),
+        f(&r["heap_rise_bytes"]) / f64::from(1 << 20),
+        r["part_bytes"].as_u64().unwrap() >> 20,
+        f(&r["budget_line_bytes"]) / f64::from(1 << 20)
+    );
+    md
+}

@@ -214,7 +214,7 @@ fn keeppeek(port: u16, data: &Path, files: &[PathBuf]) -> (f64, f64, i64) {
     let cpu = cpu_time();
     let started = Instant::now();
     rt.block_on(async {
-        archive.start(&[target], &[], shutdown);
+        archive.start(&[target], &[], shutdown).await;
         loop {
             let s = archive.status();
             if s[0].uploaded_objects as usize == files.len() {

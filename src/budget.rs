@@ -46,7 +46,8 @@ fn archive_bytes(targets: usize) -> u64 {
         + limits::ARCHIVE_ANSWER_MAX_BYTES
         + 2 * limits::ARCHIVE_MANIFEST_MAX_BYTES
         + limits::TLS_CONNECTION_BYTES
-        + limits::ARCHIVE_BACKLOG_ROWS * 8;
+        + limits::ARCHIVE_BACKLOG_ROWS * 8
+        + limits::ARCHIVE_DESCRIBE_BYTES;
     // A read holds a manifest part and a window; a plan kept, one entry per fragment.
     let reads = limits::ARCHIVE_READS_RUNNING_MAX
         * (limits::ARCHIVE_MANIFEST_MAX_BYTES + limits::ARCHIVE_READ_WINDOW_BYTES)
@@ -172,7 +173,7 @@ pub fn compute(config: &Config) -> Budget {
             component: "archive",
             bytes: archive_bytes(config.archive.len()),
             why: format!(
-                "{} targets, each a part being sent and the next read ({} MiB each), an answer ({} KiB), a manifest read and one written ({} MiB each), TLS state and the recordings retention waits for ({} at most); and the web face's reads of buckets ({} at once, each a manifest and a header's window) with the plans kept for a player ({}) (ARCHIVE_PART_BYTES, ARCHIVE_ANSWER_MAX_BYTES, ARCHIVE_MANIFEST_MAX_BYTES, ARCHIVE_BACKLOG_ROWS, ARCHIVE_READS_RUNNING_MAX, ARCHIVE_PLANS_KEPT)",
+                "{} targets, each a part being sent and the next read ({} MiB each), an answer ({} KiB), a manifest read and one written ({} MiB each) with the entries a pass of manifests takes (ARCHIVE_DESCRIBE_BYTES), TLS state and the recordings retention waits for ({} at most); and the web face's reads of buckets ({} at once, each a manifest and a header's window) with the plans kept for a player ({}) (ARCHIVE_PART_BYTES, ARCHIVE_ANSWER_MAX_BYTES, ARCHIVE_MANIFEST_MAX_BYTES, ARCHIVE_BACKLOG_ROWS, ARCHIVE_READS_RUNNING_MAX, ARCHIVE_PLANS_KEPT)",
                 config.archive.len(),
                 limits::ARCHIVE_PART_BYTES >> 20,
                 limits::ARCHIVE_ANSWER_MAX_BYTES >> 10,

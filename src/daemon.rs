@@ -415,7 +415,7 @@ pub async fn start(
 
     // The offsite archive reads what the recorder wrote; its targets wait out their own
     // failures on their own tasks.
-    running.archive.start(&config.archive, &config.cameras, shutdown_rx.clone());
+    running.archive.start(&config.archive, &config.cameras, shutdown_rx.clone()).await;
     running.background.push(mqtt_orders_task);
     running.background.push(tokio::spawn(log_status(cameras.clone())));
     #[cfg(target_env = "gnu")]
@@ -657,7 +657,7 @@ impl Running {
         if let Err(e) = self.mqtt.set_config(config.mqtt.clone()) {
             error!(error = %e, "MQTT: the outbox could not follow the settings");
         }
-        self.archive.set_targets(&config.archive, &config.cameras);
+        self.archive.set_targets(&config.archive, &config.cameras).await;
         for name in effect.restart.iter().chain(&effect.start) {
             if let Some(camera) = config.cameras.iter().find(|c| &c.name == name) {
                 self.start_camera(camera)?;

@@ -138,38 +138,70 @@ impl Archive {
 
     /// Starts a task for each of `targets` (`cameras` give the events' pre- and post-rolls).
     /// Must be called on the runtime the tasks run on.
-    pub fn start(self: &Arc<Archive>, targets: &[ArchiveTarget], cameras: &[Camera], shutdown: watch::Receiver<bool>) {
+    pub async fn start(
+        self: &Arc<Archive>,
+        targets: &[ArchiveTarget],
+        cameras: &[Camera],
+        shutdown: watch::Receiver<bool>,
+    ) {
         *self.shutdown.lock().expect("lock") = Some(shutdown);
-        self.set_targets(targets, cameras);
+        // Targets removed while the box was stopped (or with a change that restarted it).
+        match self.catalog.archive_targets() {
+            Ok(known) => {
+                for id in known.iter().filter(|id| !targets.iter().any(|t| t.id == **id)) {
+                    if let Err(e) = self.catalog.forget_archive_target(id) {
+                        warn!(target = id, "archive: forgetting a removed target: {e}");
+                    }
+                }
+            }
+            Err(e) => warn!("archive: the targets the catalog knows: {e}"),
+        }
+        self.set_targets(targets, cameras).await;
     }
 
     /// Follows a config change while the box runs: a target whose settings (or whose
     /// cameras' pre- and post-rolls) changed starts again, a new one starts, a removed one
     /// stops and the catalog forgets what it did. The others, and recording, go on.
-    pub fn set_targets(self: &Arc<Archive>, targets: &[ArchiveTarget], cameras: &[Camera]) {
+    pub async fn set_targets(self: &Arc<Archive>, targets: &[ArchiveTarget], cameras: &[Camera]) {
         let Some(shutdown) = self.shutdown.lock().expect("lock").clone() else { return };
         let rolls: Vec<_> = cameras
             .iter()
             .map(|c| (c.name.clone(), i64::from(c.pre_roll_ms) * 1000, i64::from(c.post_roll_ms) * 1000))
             .collect();
         self.gate.set_targets(targets);
-        let mut running = self.targets.lock().expect("lock");
-        running.retain(|(t, run, sweep)| {
-            let same = targets.iter().any(|n| *n == t.config) && t.rolls == rolls;
-            if !same {
-                run.abort();
-                if let Some(s) = sweep {
-                    s.abort();
-                }
-                info!(target = t.config.id, "archive target stopped");
-                if !targets.iter().any(|n| n.id == t.config.id)
-                    && let Err(e) = self.catalog.forget_archive_target(&t.config.id)
-                {
-                    warn!(target = t.config.id, "archive: forgetting a removed target: {e}");
-                }
+        let stopping: Vec<Running> = {
+            let mut running = self.targets.lock().expect("lock");
+            let (keep, stop) = std::mem::take(&mut *running)
+                .into_iter()
+                // (The cameras' rolls matter only to a target of events.)
+                .partition(|(t, _, _)| {
+                    targets.iter().any(|n| *n == t.config) && (!t.config.events_only || t.rolls == rolls)
+                });
+            *running = keep;
+            stop
+        };
+        for (t, run, sweep) in stopping {
+            // Stopped, and waited for: nothing it does lands after what follows.
+            run.abort();
+            let _ = run.await;
+            if let Some(s) = sweep {
+                s.abort();
+                let _ = s.await;
             }
-            same
-        });
+            info!(target = t.config.id, "archive target stopped");
+            // Removed, or now another bucket or prefix: what it did there is not what it does
+            // next (everything is archived again, to the new place).
+            let elsewhere = |n: &ArchiveTarget| {
+                n.id == t.config.id
+                    && n.place.endpoint == t.config.place.endpoint
+                    && n.place.bucket == t.config.place.bucket
+                    && n.prefix == t.config.prefix
+            };
+            if !targets.iter().any(elsewhere) {
+                self.forget(&t).await;
+            }
+        }
+        let mut running = self.targets.lock().expect("lock");
         for config in targets {
             if running.iter().any(|(t, _, _)| t.config.id == config.id) {
                 continue;
@@ -206,6 +238,25 @@ impl Archive {
             let task = tokio::spawn(self.clone().run(t.clone(), shutdown.clone()));
             let sweep = config.keep_days.map(|_| tokio::spawn(self.clone().sweeping(t.clone(), shutdown.clone())));
             running.push((t, task, sweep));
+        }
+    }
+
+    /// Forgets what `t` did: its multipart uploads under way are given up in its bucket (so
+    /// their parts are not kept there), then its catalog rows go.
+    async fn forget(&self, t: &Target) {
+        let id = t.config.id.as_str();
+        match self.catalog.archive_uploads(id) {
+            Ok(uploads) => {
+                for u in uploads {
+                    if let Err(e) = t.bucket.abort_upload(&u.key, &u.id, self.clocks.wall_us()).await {
+                        warn!(target = id, key = u.key, "archive: giving up an upload: {e}");
+                    }
+                }
+            }
+            Err(e) => warn!(target = id, "archive: its uploads under way: {e}"),
+        }
+        if let Err(e) = self.catalog.forget_archive_target(id) {
+            warn!(target = id, "archive: forgetting a removed target: {e}");
         }
     }
 
@@ -594,18 +645,19 @@ impl Archive {
             let read = |n: u64| {
                 let (from, to) = range(n);
                 let path = path.clone();
-                tokio::spawn(async move {
+                AbortOnDrop(tokio::spawn(async move {
                     let body = read_range(path, from, to - from).await?;
                     let md5: [u8; 16] = s3::off_runtime(body.clone(), |b| md5::Md5::digest(b).into()).await;
                     Ok::<_, ArchiveError>((body, md5))
-                })
+                }))
             };
             let mut next = ((upload.parts.len() as u64) < parts).then(|| read(upload.parts.len() as u64));
-            while let Some(reading) = next.take() {
+            while let Some(mut reading) = next.take() {
                 let n = upload.parts.len() as u64;
                 let (from, to) = range(n);
-                let body =
-                    reading.await.map_err(|e| ArchiveError::File { path: key.clone(), why: e.to_string() })??;
+                let body = (&mut reading.0)
+                    .await
+                    .map_err(|e| ArchiveError::File { path: key.clone(), why: e.to_string() })??;
                 next = (n + 1 < parts).then(|| read(n + 1));
                 let number = u16::try_from(n + 1).unwrap_or(u16::MAX);
                 let sent = self
@@ -680,6 +732,16 @@ impl Archive {
             tokio::time::sleep_until(started + due).await;
         }
         r
+    }
+}
+
+/// A task that ends with its handle: a part read ahead is not read on after its upload
+/// failed (a target holds two parts at most).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

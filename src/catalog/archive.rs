@@ -188,6 +188,30 @@ impl Catalog {
         Ok((b, wanted))
     }
 
+    /// Target `target`'s multipart uploads under way.
+    pub fn archive_uploads(&self, target: &str) -> Result<Vec<Upload>, CatalogError> {
+        let txn = self.db()?.begin_read().storage()?;
+        let t = txn.open_table(UPLOADS).storage()?;
+        let mut out = Vec::new();
+        for entry in t.range((target, 0)..=(target, u64::MAX)).storage()? {
+            let (_, v) = entry.storage()?;
+            let (key, id, _) = v.value();
+            out.push(Upload { key: key.into(), id: id.into(), parts: Vec::new() });
+        }
+        Ok(out)
+    }
+
+    /// The targets the catalog has a mark of.
+    pub fn archive_targets(&self) -> Result<Vec<String>, CatalogError> {
+        let txn = self.db()?.begin_read().storage()?;
+        let t = txn.open_table(MARKS).storage()?;
+        let mut out = Vec::new();
+        for entry in t.iter().storage()? {
+            out.push(entry.storage()?.0.value().to_string());
+        }
+        Ok(out)
+    }
+
     /// Forgets everything target `target` did (it was removed from the config): its mark,
     /// what it stored, its uploads under way and its entries waiting for a manifest.
     pub fn forget_archive_target(&self, target: &str) -> Result<(), CatalogError> {

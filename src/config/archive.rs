@@ -132,7 +132,10 @@ impl RawArchive {
         }
         let endpoint =
             url::Url::parse(self.endpoint.trim()).map_err(|e| (at("endpoint"), format!("not an address: {e}")))?;
-        let bare = matches!(endpoint.path(), "" | "/") && endpoint.query().is_none() && endpoint.username().is_empty();
+        let bare = matches!(endpoint.path(), "" | "/")
+            && endpoint.query().is_none()
+            && endpoint.username().is_empty()
+            && endpoint.password().is_none();
         if !matches!(endpoint.scheme(), "http" | "https") || endpoint.host().is_none() || !bare {
             return Err((at("endpoint"), "an http:// or https:// address of the server, with no path".into()));
         }
@@ -261,6 +264,7 @@ pub(crate) mod tests {
             r.validate("off".into(), &[]).map_err(|e| e.0)
         };
         assert_eq!(with("ftp://s3.example", "nvr").unwrap_err(), "archive.off.endpoint");
+        assert_eq!(with("https://:hunter2@s3.example", "nvr").unwrap_err(), "archive.off.endpoint", "no secret in it");
         assert_eq!(with("https://s3.example/path", "nvr").unwrap_err(), "archive.off.endpoint");
         assert_eq!(with("http://127.0.0.1:9000", "nvr").unwrap().place.endpoint.port(), Some(9000));
         assert_eq!(with("https://s3.example", "NVR").unwrap_err(), "archive.off.bucket");

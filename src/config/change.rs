@@ -393,8 +393,9 @@ fn write_policy(t: &mut Table, p: &Policy) {
 fn set_setting(doc: &mut DocumentMut, key: &str, value: Option<&Scalar>) -> Result<(), Refusal> {
     let parts: Vec<&str> = key.split('.').collect();
     let bad = |why: &str| ("key".to_string(), why.to_string());
-    if parts.iter().any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')) {
-        return Err(bad("a key is names of letters, digits and '_' joined by '.'"));
+    // (`-` for the names of archive targets and sign-in providers: `archive.off-site.bucket`.)
+    if parts.iter().any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')) {
+        return Err(bad("a key is names of letters, digits, '_' and '-' joined by '.'"));
     }
     if parts.len() > 3 {
         return Err(bad("no setting is that deep"));
@@ -456,6 +457,19 @@ sub = { url = "rtsp://192.0.2.2/sub", transport = "udp" }
         let mut doc: DocumentMut = FILE.parse().unwrap();
         apply(&mut doc, &set)?;
         Ok(doc.to_string())
+    }
+
+    #[test]
+    fn a_setting_of_a_named_table_takes_its_dashes_and_its_removal_leaves_no_empty_table() {
+        let out = run(r#"{"base":1,"changes":[{"op":"set","key":"archive.off-site.bucket","value":"nvr"},
+            {"op":"set","key":"archive.off-site.cameras","value":["porch","yard"]}]}"#)
+        .unwrap();
+        assert!(out.contains("[archive.off-site]\nbucket = \"nvr\"\ncameras = [\"porch\", \"yard\"]"), "{out}");
+        let set =
+            ChangeSet::decode(br#"{"base":1,"changes":[{"op":"set","key":"archive.off-site","value":null}]}"#).unwrap();
+        let mut doc: DocumentMut = out.parse().unwrap();
+        apply(&mut doc, &set).unwrap();
+        assert_eq!(doc.to_string(), FILE, "the file as it was, with no [archive] left");
     }
 
     #[test]

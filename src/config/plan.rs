@@ -347,13 +347,20 @@ fn archive_changes(
     ids.into_iter()
         .flat_map(|id| {
             let (o, n) = (old.iter().find(|t| t.id == id), new.iter().find(|t| t.id == id));
-            let changed = matches!((o, n), (Some(a), Some(b)) if a.place.secret_key != b.place.secret_key);
-            group_changes(
+            let changed = |f: fn(&crate::config::ArchiveTarget) -> Option<&String>| {
+                matches!((o, n), (Some(a), Some(b)) if f(a).is_some() && f(b).is_some() && f(a) != f(b))
+            };
+            let mut out = group_changes(
                 &format!("archive.{id}"),
                 o.map(archive_fields),
                 n.map(archive_fields),
-                ("secret_key", changed),
-            )
+                ("secret_key", changed(|t| Some(&t.place.secret_key))),
+            );
+            // Another CA in place of one: "set" both sides, so said as changed.
+            if changed(|t| t.place.ca_pem.as_ref()) {
+                out.push((format!("archive.{id}.ca_pem"), Some("set".into()), Some("changed".into())));
+            }
+            out
         })
         .collect()
 }

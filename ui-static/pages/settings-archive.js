@@ -68,8 +68,8 @@ function targetForm(t, cameras, panel, onApplied) {
   const keepDays = h('input', { name: 'keep_days', type: 'number', min: 1, value: t && t.keep_days ? String(t.keep_days) : '', placeholder: 'forever' });
   const kbit = h('input', { name: 'max_kbit_s', type: 'number', min: 1, value: t && t.max_kbit_s ? String(t.max_kbit_s) : '', placeholder: 'no cap' });
   const beforeDelete = h('input', { type: 'checkbox', name: 'before_delete', checked: Boolean(t && t.before_delete) });
-  const backlogGb = h('input', { name: 'backlog_max', type: 'number', min: 1, step: 1,
-    value: String(Math.round((t ? t.backlog_max_bytes : 16 * 2 ** 30) / 2 ** 30)) });
+  const backlogMib = String(Math.round((t ? t.backlog_max_bytes : 16 * 2 ** 30) / 2 ** 20));
+  const backlogGb = h('input', { name: 'backlog_max', type: 'number', min: 1, step: 1, value: backlogMib });
   const ca = h('textarea', { name: 'ca_pem', rows: 2, placeholder: t && t.ca_pem === 'set' ? '(set: paste another to replace it)' : '-----BEGIN CERTIFICATE----- (only for a server whose certificate is not from a public authority)' });
   const form = h('form.archive-form', { 'data-target': t ? t.id : '' },
     h('div.form-grid', {},
@@ -83,7 +83,7 @@ function targetForm(t, cameras, panel, onApplied) {
       field('Keep in the bucket, days', keepDays, 'Older days are deleted from the bucket.'),
       field('Upload cap, kbit/s', kbit, 'So the uploads leave room on a slow link.'),
       h('label.check', {}, beforeDelete, ' Keep footage on this box until it is stored'),
-      field('…unless this much waits, GiB', backlogGb, 'Then the oldest goes anyway (counted here); a full disk always wins.'),
+      field('…unless this much waits, MiB', backlogGb, 'Then the oldest goes anyway (counted here); a full disk always wins.'),
       field('Server’s CA (PEM)', ca)),
     h('div.toolbar', {}, h('button.primary', { type: 'submit' }, t ? 'Review the change' : 'Review and start'),
       t ? h('button.danger', { type: 'button', onclick: async () => {
@@ -106,7 +106,7 @@ function targetForm(t, cameras, panel, onApplied) {
     changes.push(set('keep_days', keepDays.value ? Number(keepDays.value) : null));
     changes.push(set('max_kbit_s', kbit.value ? Number(kbit.value) : null));
     changes.push(set('before_delete', beforeDelete.checked));
-    changes.push(set('backlog_max', `${Number(backlogGb.value) || 16} GiB`));
+    if (!t || backlogGb.value !== backlogMib) changes.push(set('backlog_max', `${Number(backlogGb.value) || 16384} MiB`));
     if (ca.value.trim()) changes.push(set('ca_pem', ca.value.trim()));
     if (await review(panel, (await snapshot()).rev, changes, form)) await onApplied();
   });

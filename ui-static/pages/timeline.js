@@ -143,6 +143,8 @@ async function mount(view, args, query) {
     const to = Math.ceil(Math.min(run.end_us, t + ARCHIVE_PLAY_US));
     const q = new URLSearchParams({ stream, from_us: String(from), to_us: String(to) });
     archivedFrom = from;
+    // The live player pauses behind it (its sound too).
+    if (!player.paused) player.togglePause();
     box.hidden = true;
     archivedBox.hidden = false;
     archivedState.textContent = `From the archive (${archive}), ${dateTime(from)}: this box no longer holds it.`;
@@ -151,6 +153,9 @@ async function mount(view, args, query) {
   }
   archivedVideo.addEventListener('timeupdate', () => {
     if (archivedFrom !== null) tl.setPosition(archivedFrom + archivedVideo.currentTime * 1e6);
+  });
+  archivedVideo.addEventListener('ended', () => {
+    if (archivedFrom !== null) archivedState.textContent = 'The end of what the archive holds from there: click the timeline to go on.';
   });
   archivedVideo.addEventListener('error', () => {
     if (archivedFrom !== null) archivedState.textContent = 'The archive could not be read: try again in a moment.';
@@ -182,7 +187,10 @@ async function mount(view, args, query) {
       if (dir > 0 && player.paused) player.send({ step: {} });
       else seek(from + dir * jump);
     },
-    pause: () => player.togglePause(),
+    pause: () => {
+      if (archivedFrom === null) { player.togglePause(); return; }
+      if (archivedVideo.paused) archivedVideo.play().catch(() => {}); else archivedVideo.pause();
+    },
     live: () => { stopArchived(); player.live(); followNow(); },
     shown: () => listInView(),
   });
@@ -214,11 +222,12 @@ async function mount(view, args, query) {
       .catch(() => []);
   };
   // The runs and events between `from` and `to`.
-  const fetchRange = (from, to) => Promise.all([
+  // (Following the present, the newest stretch is on the box: the bucket is not asked.)
+  const fetchRange = (from, to, tail = false) => Promise.all([
     Promise.all([
       get(`/api/streams/${stream}/recordings?from_us=${Math.floor(from)}&to_us=${Math.ceil(to)}`)
         .then((d) => runsOf(d, main.record_mode)).catch((e) => (e.status === 404 ? [] : Promise.reject(e))),
-      archivedIn(from, to),
+      tail ? Promise.resolve([]) : archivedIn(from, to),
     ]).then(([local, archived]) => {
       const runs = withArchived(local, archived);
       if (runs.some((r) => r.kind === 'archived')) archivedLegend.hidden = false;
@@ -265,7 +274,7 @@ async function mount(view, args, query) {
     const last = tl.runs[tl.runs.length - 1];
     const from = Math.max(loaded.from, Math.min(last ? last.start_us : Infinity, tailAt - TAIL_OVERLAP_US));
     await fetching(async () => {
-      const [runs, events] = await fetchRange(from, now + US.s);
+      const [runs, events] = await fetchRange(from, now + US.s, true);
       tl.setRuns(mergeTail(tl.runs, runs));
       tl.setEvents([...tl.events.filter((e) => e.time_us < from), ...events].slice(-EVENTS_KEPT));
       labels(tl.events);

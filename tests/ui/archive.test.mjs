@@ -94,7 +94,7 @@ test('an archive set up in Settings stores footage, and the timeline plays what 
     }), 30000);
   };
   await playArchived();
-  assert.match(await page.locator('.tl-archived .player-state').innerText(), /From the archive \(offsite\)/);
+  assert.match(await page.locator('.tl-archived .archived-state').innerText(), /From the archive \(offsite\)/);
   assert.ok(await page.locator('.tl-player:not(.tl-archived)').isHidden(), 'the live player makes room');
   await page.screenshot({ path: join(shots, 'timeline-archive.png') });
   await checkA11y(page, 'the timeline playing from the archive');

@@ -94,8 +94,9 @@ async function mount(view, args, query) {
   const box = h('div.tl-player');
   const lane = h('div.tl-lane');
   // Archived footage plays here, in place of the player.
-  const archivedVideo = h('video.player-video', { muted: true, playsInline: true, controls: true, 'aria-label': `${stream}, from the archive` });
-  const archivedState = h('p.player-state', { 'aria-live': 'polite' });
+  // (Classes of their own: the live player's are what its tests and scripts find.)
+  const archivedVideo = h('video.archived-video', { muted: true, playsInline: true, controls: true, 'aria-label': `${stream}, from the archive` });
+  const archivedState = h('p.archived-state', { 'aria-live': 'polite' });
   const archivedBox = h('div.tl-player.tl-archived', { hidden: true },
     h('div.player-frame', {}, archivedVideo, h('span.player-badge', { 'data-mode': 'archived' }, 'Archive')), archivedState,
     h('div.player-controls', {}, h('button', { type: 'button', onclick: () => { stopArchived(); player.live(); followNow(); } }, 'Back to live')));

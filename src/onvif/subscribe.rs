@@ -547,8 +547,9 @@ mod tests {
         let now_s = || 1_796_464_800;
         let follower = tokio::spawn(follow(cam, now_s, move |e| seen_tx.send(e).unwrap(), status, stop));
 
-        // Subscribed for ONVIF_SUBSCRIPTION_S; the motion of its first pull comes through.
-        let e = tokio::time::timeout(Duration::from_secs(5), seen.recv()).await.unwrap().unwrap();
+        // Subscribed for ONVIF_SUBSCRIPTION_S; the motion of its first pull comes through. (The
+        // waits are generous: the aarch64 run is emulated beside the other tests.)
+        let e = tokio::time::timeout(Duration::from_secs(20), seen.recv()).await.unwrap().unwrap();
         assert_eq!((e.label, e.active), ("motion", true));
         let made = asked(&fake, "CreatePullPointSubscriptionRequest");
         assert_eq!(made.len(), 1);
@@ -563,7 +564,8 @@ mod tests {
         let floor = Duration::from_millis(limits::ONVIF_PULL_MIN_INTERVAL_MS);
         tokio::time::sleep(floor * 3 + floor / 2).await;
         let pulls = asked(&fake, "PullMessagesRequest");
-        assert!((3..=5).contains(&pulls.len()), "{} pulls in 3.5 intervals", pulls.len());
+        // At most one per interval; a slow run may make fewer, never more.
+        assert!((2..=5).contains(&pulls.len()), "{} pulls in 3.5 intervals", pulls.len());
         assert!(pulls.iter().all(|(r, _)| r.contains(&format!("PT{}S", limits::ONVIF_PULL_WAIT_S)) && subscription_of(r) == Some(1)));
         for w in pulls.windows(2).skip(1) {
             assert!(w[1].1 - w[0].1 >= floor - Duration::from_millis(5), "pulls {:?} apart", w[1].1 - w[0].1);
@@ -580,7 +582,7 @@ mod tests {
                 break Instant::now();
             }
         };
-        let e = tokio::time::timeout(Duration::from_millis(limits::ONVIF_RESUBSCRIBE_MIN_MS + 3000), seen.recv())
+        let e = tokio::time::timeout(Duration::from_millis(limits::ONVIF_RESUBSCRIBE_MIN_MS + 20_000), seen.recv())
             .await
             .unwrap()
             .unwrap();

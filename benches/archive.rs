@@ -16,12 +16,20 @@
 //!    over its level before the target started, against two parts in memory
 //!    (`ARCHIVE_PART_BYTES`: a target sends one while it reads the next) and the archive's
 //!    line in `keeppeek budget` for one target.
+//! 4. **Time to first byte of playback**: the keeppeek binary records the fixture camera
+//!    and archives it to the same server; then, over ranges a few seconds long that both
+//!    the disk and the bucket hold, the first byte of an MP4 export from the bucket
+//!    (`/api/archive/{target}/export.mp4`: its days' manifest, each fragment's header read
+//!    with a range request, the plan) against the same range's from the disk
+//!    (`/api/streams/{stream}/export.mp4`), alternating, each range asked for once (no plan
+//!    kept from an earlier request). Median and 95th percentile.
 //!
 //! Reports: `target/bench/archive.json`, `target/bench/archive.md`.
 //! `cargo bench --bench archive`             the full run (12 recordings, 288 MiB)
 //! `cargo bench --bench archive -- --smoke`  2 recordings (CI)
 
 use std::fmt::Write as _;
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -37,6 +45,8 @@ use keeppeek::config::archive::Streams;
 use keeppeek::media::Codec;
 use serde_json::{Value, json};
 
+#[path = "support/daemon.rs"]
+mod daemon;
 #[path = "support/heap.rs"]
 mod heap;
 use heap::{LIVE_BYTES, PEAK_BYTES};
@@ -279,6 +289,7 @@ fn main() {
     let curl_sums_s = curl(server.port, &files, true);
     let (kp_s, cpu_s, rise) = keeppeek(server.port, &data, &files);
     let (whole_s, parts_s) = client_alone(server.port, &files);
+    let ttfb = first_bytes(server.port, &work, if smoke { 5 } else { 40 });
     let config = keeppeek::config::Config::parse(
         &format!(
             "data_dir = \"data\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n[archive.bench]\nendpoint = \"http://127.0.0.1:{}\"\nbucket = \"nvr\"\naccess_key = \"a\"\nsecret_key = \"s\"\n",
@@ -306,12 +317,124 @@ fn main() {
         "heap_rise_bytes": rise,
         "part_bytes": keeppeek::limits::ARCHIVE_PART_BYTES,
         "budget_line_bytes": line,
+        "first_byte": ttfb,
     });
     std::fs::write(out.join("archive.json"), serde_json::to_string_pretty(&report).unwrap()).unwrap();
     let md = markdown(&report);
     std::fs::write(out.join("archive.md"), &md).unwrap();
     println!("{md}");
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// One request on a new connection to `port`; its head and body as text.
+fn http(port: u16, method: &str, path: &str, cookie: &str, body: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: kp\r\nconnection: close\r\ncookie: {cookie}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).unwrap();
+    let (head, body) = all.split_once("\r\n\r\n").unwrap_or((&all, ""));
+    (head.to_string(), body.to_string())
+}
+
+/// Seconds from sending a GET of `path` until the first byte of its body (200 only).
+fn first_byte_s(port: u16, path: &str, cookie: &str) -> f64 {
+    let t = Instant::now();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nhost: kp\r\nconnection: close\r\ncookie: {cookie}\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "{path}: the connection ended: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]);
+            assert!(head.starts_with("HTTP/1.1 200"), "{path}: {head}");
+            if got.len() > end + 4 {
+                return t.elapsed().as_secs_f64();
+            }
+        }
+    }
+}
+
+/// Median and 95th percentile of `v`, in ms.
+fn spread_ms(mut v: Vec<f64>) -> Value {
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize] * 1000.0;
+    json!({ "median_ms": at(0.5), "p95_ms": at(0.95), "n": v.len() })
+}
+
+/// 4: the keeppeek binary records the fixture camera into the bucket at `s3_port`; first
+/// bytes of `n` exports of the same ranges from the disk and from the bucket.
+fn first_bytes(s3_port: u16, work: &Path, n: usize) -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let clip = root.join("target/fixtures/h264.mp4");
+    assert!(clip.exists(), "{} is missing: tools/test.sh makes the fixtures", clip.display());
+    let dir = work.join("box");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // Segments of 256 KiB (one every 6 s), eight of them kept on the disk.
+    std::fs::write(
+        dir.join("keeppeek.toml"),
+        format!(
+            "data_dir = \"data\"\nlisten = \"127.0.0.1:{port}\"\nflush_interval_s = 1\n[retention]\nstream_max_bytes = \"2 MiB\"\ntotal_max_bytes = \"1 GiB\"\n\
+             [archive.offsite]\nendpoint = \"http://127.0.0.1:{s3_port}\"\nbucket = \"nvr\"\nprefix = \"ttfb\"\naccess_key = \"{ACCESS_KEY}\"\nsecret_key = \"{SECRET_KEY}\"\n\
+             [[cameras]]\nname = \"porch\"\nmain = {{ url = \"file://{}\" }}\n",
+            clip.display()
+        ),
+    )
+    .unwrap();
+    let _daemon = daemon::Daemon::start(&dir, true);
+    let wait = |what: &str, secs: u64, f: &mut dyn FnMut() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !f() {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {}",
+                std::fs::read_to_string(dir.join("keeppeek.log")).unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait("the web face", 20, &mut || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let (head, _) = http(port, "POST", "/api/setup", "", r#"{"username":"root","password":"correct horse battery"}"#);
+    let cookie = head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .expect("a session")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    // Three recordings archived and still on the disk: the ranges are taken in them.
+    let mut archived = Vec::new();
+    wait("three recordings archived", 90, &mut || {
+        let now = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros()) as i64;
+        let q = format!("stream=porch/main&from_us={}&to_us={now}", now - 600_000_000);
+        let (_, body) = http(port, "GET", &format!("/api/archive/offsite/recordings?{q}"), &cookie, "");
+        archived = serde_json::from_str::<Value>(&body)
+            .map(|v| v["recordings"].as_array().cloned().unwrap_or_default())
+            .unwrap_or_default();
+        archived.len() >= 3
+    });
+    let (from, to) = (archived[1]["wall_start_us"].as_i64().unwrap(), archived[2]["wall_end_us"].as_i64().unwrap());
+    let (mut disk, mut bucket) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        // Four seconds, a different range each time (a plan kept would not be a first byte).
+        let a = from + (i as i64 * 100_000) % (to - from - 4_000_000).max(1);
+        let range = format!("from_us={a}&to_us={}", a + 4_000_000);
+        disk.push(first_byte_s(port, &format!("/api/streams/porch/main/export.mp4?{range}"), &cookie));
+        let path = format!("/api/archive/offsite/export.mp4?stream=porch/main&{range}");
+        bucket.push(first_byte_s(port, &path, &cookie));
+    }
+    let (d, b) = (spread_ms(disk), spread_ms(bucket));
+    let ratio = b["median_ms"].as_f64().unwrap() / d["median_ms"].as_f64().unwrap();
+    json!({ "disk": d, "bucket": b, "ratio_median": ratio })
 }
 
 fn markdown(r: &Value) -> String {
@@ -366,6 +489,17 @@ fn markdown(r: &Value) -> String {
         f(&r["heap_rise_bytes"]) / f64::from(1 << 20),
         r["part_bytes"].as_u64().unwrap() >> 20,
         f(&r["budget_line_bytes"]) / f64::from(1 << 20)
+    );
+    let t = &r["first_byte"];
+    let _ = writeln!(
+        md,
+        "\nFirst byte of playback, an export of 4 s (keeppeek recording the fixture camera; {} ranges each):\n\n| from | median | p95 |\n|---|---|---|\n| the disk (baseline) | {:.1} ms | {:.1} ms |\n| the bucket | {:.1} ms | {:.1} ms (median ×{:.1} the disk's) |",
+        t["disk"]["n"],
+        f(&t["disk"]["median_ms"]),
+        f(&t["disk"]["p95_ms"]),
+        f(&t["bucket"]["median_ms"]),
+        f(&t["bucket"]["p95_ms"]),
+        f(&t["ratio_median"])
     );
     md
 }

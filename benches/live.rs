@@ -25,7 +25,7 @@ use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,8 +38,11 @@ use keeppeek::media::{AudioCodec, AudioFrame, Frame};
 use keeppeek::webrtc::{Engine, Owner, Streams};
 use serde_json::{Value, json};
 
+#[path = "support/daemon.rs"]
+mod daemon;
 #[path = "support/viewer.rs"]
 mod viewer;
+use daemon::Daemon;
 use viewer::{Farm, Viewer};
 
 fn repo() -> &'static Path {
@@ -254,15 +257,6 @@ fn cpu_s(pid: u32) -> f64 {
     ticks / 100.0
 }
 
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let _ = self.0.wait();
-    }
-}
-
 /// Part 2: the daemon's CPU and RSS with 0 and then `counts` viewers.
 fn per_viewer(clip: &Path, work: &Path, counts: &[usize], window: Duration) -> Value {
     let dir = work.join("daemon");
@@ -279,14 +273,7 @@ fn per_viewer(clip: &Path, work: &Path, counts: &[usize], window: Duration) -> V
         ),
     )
     .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_keeppeek"))
-        .args(["run", "--config"])
-        .arg(dir.join("keeppeek.toml"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let daemon = Daemon(child);
+    let daemon = Daemon::start(&dir, false);
     let pid = daemon.0.id();
     let t = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {

@@ -47,7 +47,9 @@ fn archive_bytes(targets: usize) -> u64 {
         + 2 * limits::ARCHIVE_MANIFEST_MAX_BYTES
         + limits::TLS_CONNECTION_BYTES
         + limits::ARCHIVE_BACKLOG_ROWS * 8
-        + limits::ARCHIVE_DESCRIBE_BYTES;
+        + limits::ARCHIVE_DESCRIBE_BYTES
+        // An event looked at; its snapshot is sent between recordings, within the parts'.
+        + limits::EVENT_ENVELOPE_MAX_BYTES;
     // A read holds a manifest part and a window; a plan kept, one entry per fragment.
     let reads = limits::ARCHIVE_READS_RUNNING_MAX
         * (limits::ARCHIVE_MANIFEST_MAX_BYTES + limits::ARCHIVE_READ_WINDOW_BYTES)

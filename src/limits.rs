@@ -673,6 +673,10 @@ pub const ARCHIVE_SCAN_ROWS: usize = 256;
 /// …and pages of them in one look: past them it looks again at its next step.
 pub const ARCHIVE_SCAN_PAGES: usize = 16;
 
+/// Events a target looks at from its events' mark in one step, each read and let go in
+/// turn: past them (revisions kept open by their late window) it looks again at its next.
+pub const ARCHIVE_EVENTS_LOOKED_MAX: usize = 4_096;
+
 /// How often a target counts its backlog (bytes, recordings, the oldest) for the UI, the API
 /// and `/metrics`.
 pub const ARCHIVE_BACKLOG_LOOK_MS: u64 = 5_000;

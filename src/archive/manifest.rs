@@ -8,6 +8,10 @@
 //! rewrite sends at most about that much, and a reader (the box's playback, `keeppeek
 //! archive list`, another box) holds one part at a time.
 //!
+//! A camera's events have a manifest of their own per day, as a stream named
+//! `<camera>/events`: each event's latest revision archived, with its snapshot's object
+//! (`<prefix>/events/<camera>/<day>/<event id>.jpg`), written after the snapshot is stored.
+//!
 //! JSON, so any tool can read what a bucket holds. Each recording carries what playback and
 //! export need to read a range of it with range requests: its fragments, each a `moof` and
 //! `mdat` that starts at a keyframe (one fragment per GOP), as eight numbers: wall start
@@ -17,14 +21,23 @@
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::FragmentRow;
+use crate::catalog::events::{EventBox, EventRecord};
 use crate::catalog::rows::RecordingRow;
 use crate::limits;
 
 /// The manifests' layout version.
 pub const VERSION: u32 = 1;
 
+/// What the manifests of a camera's events are named as a stream: `<camera>/events`.
+pub const EVENTS: &str = "events";
+
+/// The stream name of `camera`'s events' manifests.
+pub fn events_stream(camera: &str) -> String {
+    format!("{camera}/{EVENTS}")
+}
+
 /// One part of a stream's day.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
     pub version: u32,
@@ -37,6 +50,56 @@ pub struct Manifest {
     pub day: String,
     pub part: u32,
     pub recordings: Vec<Entry>,
+    /// Only in the manifests of a camera's events (`<camera>/events`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<EventEntry>,
+}
+
+/// One archived event: its latest revision when it was archived.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventEntry {
+    /// Its id and revision on the box that took it.
+    pub id: u64,
+    pub rev: u32,
+    pub time_us: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_us: Option<i64>,
+    pub labels: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f32>,
+    pub text: String,
+    pub boxes: Vec<EventBox>,
+    pub snapshot: Option<SnapshotEntry>,
+}
+
+/// An event's snapshot, stored as its own object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotEntry {
+    pub key: String,
+    pub bytes: u64,
+    pub etag: String,
+    pub width: u16,
+    pub height: u16,
+}
+
+impl EventEntry {
+    /// The entry of event revision `r`, its snapshot stored as `snapshot`.
+    pub fn of(r: &EventRecord, snapshot: Option<SnapshotEntry>) -> EventEntry {
+        let e = &r.envelope;
+        EventEntry {
+            id: r.id,
+            rev: r.rev,
+            time_us: e.time(),
+            end_us: e.end_us,
+            labels: e.labels.clone(),
+            score: e.score,
+            text: e.text.clone(),
+            boxes: e.boxes.clone(),
+            snapshot,
+        }
+    }
 }
 
 /// One archived recording.
@@ -131,7 +194,8 @@ pub fn encode(m: &Manifest) -> Vec<u8> {
 
 /// A stored manifest read and checked: within [`limits::ARCHIVE_MANIFEST_MAX_BYTES`], this
 /// version, every recording's key under its prefix, its fragments in order and within its
-/// bytes.
+/// bytes; events only in an events manifest, each with its times in order and its
+/// snapshot's key under the prefix.
 pub fn decode(bytes: &[u8]) -> Result<Manifest, String> {
     if bytes.len() > limits::ARCHIVE_MANIFEST_MAX_BYTES {
         return Err(format!("a manifest over {} bytes", limits::ARCHIVE_MANIFEST_MAX_BYTES));
@@ -143,6 +207,30 @@ pub fn decode(bytes: &[u8]) -> Result<Manifest, String> {
     for field in [&m.box_id, &m.prefix, &m.stream, &m.day] {
         if field.len() > limits::ARCHIVE_FIELD_MAX_BYTES {
             return Err(format!("a manifest field over {} bytes", limits::ARCHIVE_FIELD_MAX_BYTES));
+        }
+    }
+    let of_events = m.stream.rsplit('/').next() == Some(EVENTS);
+    if of_events && !m.recordings.is_empty() || !of_events && !m.events.is_empty() {
+        return Err("events only in a manifest of events, recordings only in a stream's".into());
+    }
+    for e in &m.events {
+        let at = |why: &str| format!("event {}: {why}", e.id);
+        if e.end_us.is_some_and(|end| end < e.time_us) {
+            return Err(at("it ends before it starts"));
+        }
+        // As the intake takes them: numbers that are numbers (JSON has no infinity to
+        // write back), within the event's ceilings.
+        let finite = e.score.is_none_or(f32::is_finite)
+            && e.boxes.iter().all(|b| [b.x, b.y, b.w, b.h].iter().chain(&b.score).all(|v| v.is_finite()));
+        let within = e.labels.len() <= limits::EVENT_LABELS_MAX
+            && e.boxes.len() <= limits::EVENT_BOXES_MAX
+            && e.text.len() <= limits::EVENT_TEXT_MAX_BYTES;
+        if !finite || !within {
+            return Err(at("its score, boxes, labels or text are not as an event's can be"));
+        }
+        let key_ok = |k: &str| k.starts_with(&format!("{}/", m.prefix)) && k.len() <= limits::ARCHIVE_KEY_MAX_BYTES;
+        if e.snapshot.as_ref().is_some_and(|s| !key_ok(&s.key) || s.bytes > limits::EVENT_JPEG_MAX_BYTES as u64) {
+            return Err(at("its snapshot is not under the manifest's prefix or is too big"));
         }
     }
     for e in &m.recordings {
@@ -231,6 +319,7 @@ mod tests {
             day: "2026-12-06".into(),
             part: 0,
             recordings: entries,
+            events: Vec::new(),
         }
     }
 
@@ -264,6 +353,53 @@ mod tests {
         assert!(decode(&encode(&m)).unwrap_err().contains("version"));
         let big = vec![b' '; limits::ARCHIVE_MANIFEST_MAX_BYTES + 1];
         assert!(decode(&big).unwrap_err().contains("over"));
+    }
+
+    fn event() -> EventEntry {
+        EventEntry {
+            id: 3,
+            rev: 2,
+            time_us: 1_500_000,
+            end_us: Some(2_500_000),
+            labels: vec!["person".into()],
+            score: Some(0.75),
+            text: "at the gate".into(),
+            boxes: vec![EventBox { label: None, score: None, x: 0.1, y: 0.2, w: 0.3, h: 0.4 }],
+            snapshot: Some(SnapshotEntry {
+                key: "house/events/porch/2026-12-06/0000000003.jpg".into(),
+                bytes: 900,
+                etag: "\"e\"".into(),
+                width: 640,
+                height: 360,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_cameras_events_have_manifests_of_their_own() {
+        let mut m = manifest(Vec::new());
+        m.stream = events_stream("porch");
+        m.events = vec![event(), EventEntry { id: 4, snapshot: None, end_us: None, score: None, ..event() }];
+        assert_eq!(decode(&encode(&m)).unwrap(), m);
+        type Spoil = Box<dyn Fn(&mut Manifest)>;
+        let cases: [(&str, Spoil); 5] = [
+            ("a stream's", Box::new(|m| m.stream = "porch/main".into())),
+            (
+                "with recordings",
+                Box::new(|m| {
+                    let frags = [frag(1_000_000, 1_000, 3_000)];
+                    m.recordings = vec![Entry::of(7, "house/x.mp4".into(), "e".into(), &row(), &frags)];
+                }),
+            ),
+            ("ends first", Box::new(|m| m.events[0].end_us = Some(0))),
+            ("elsewhere", Box::new(|m| m.events[0].snapshot.as_mut().unwrap().key = "shed/x.jpg".into())),
+            ("infinite", Box::new(|m| m.events[0].boxes[0].w = f32::INFINITY)),
+        ];
+        for (what, spoil) in cases {
+            let mut bad = m.clone();
+            spoil(&mut bad);
+            assert!(decode(&encode(&bad)).is_err(), "{what}");
+        }
     }
 
     #[test]

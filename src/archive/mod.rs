@@ -16,6 +16,12 @@
 //! its wait up to [`limits::ARCHIVE_RETRY_MAX_MS`]; refused keys, the box's clock or a full
 //! bucket wait [`limits::ARCHIVE_REFUSED_WAIT_MS`] and are shown until they clear.
 //!
+//! Events go first, before recordings: each event of a camera the target takes is stored
+//! as its latest revision, its snapshot as `<prefix>/events/<camera>/<YYYY-MM-DD>/<event
+//! id>.jpg` (the day of its moment), and described in its camera's events manifest. A later
+//! revision is stored again over it; an events' mark passes an event
+//! [`limits::ARCHIVE_EVENTS_LATE_MS`] after its last revision.
+//!
 //! `s3.rs` is one bucket's client (signed requests, checksums, its failures sorted by what
 //! the box does next); `xml.rs` reads S3's answers.
 
@@ -35,6 +41,7 @@ use tracing::{info, warn};
 
 use crate::base::stream::{StreamKey, StreamKind};
 use crate::catalog::archive::{Archived, Backlog, Take, Upload};
+use crate::catalog::events::EventRecord;
 use crate::catalog::rows::RecordingRow;
 use crate::catalog::{Catalog, CatalogError};
 use crate::clock::SharedClocks;
@@ -86,6 +93,8 @@ pub struct TargetStatus {
     pub clock_off_s: Option<i64>,
     pub uploaded_objects: u64,
     pub uploaded_bytes: u64,
+    /// Events stored (each revision stored counts), with their snapshots.
+    pub uploaded_events: u64,
     pub failures: u64,
     /// What waits to be uploaded, as of the last look.
     pub backlog: Backlog,
@@ -368,6 +377,10 @@ impl Archive {
         if t.described.lock().expect("lock").is_none_or(|d| d.elapsed() >= every) {
             self.describe(t).await?;
         }
+        // An event is small and is what someone will look for: it goes before recordings.
+        if self.step_events(t).await? {
+            return Ok(true);
+        }
         let streams = self.catalog.streams()?;
         let mut mark = self.catalog.archive_mark(id)?;
         let mut settled_upto = mark;
@@ -410,6 +423,70 @@ impl Archive {
         Ok(false)
     }
 
+    /// One event of `t`'s stored (true): the first from its events' mark that `t` takes and
+    /// that is not archived at its latest revision. The mark passes the events `t` does not
+    /// take, and those stored at their latest revision [`limits::ARCHIVE_EVENTS_LATE_MS`]
+    /// after it came (a sender revises an event soon, if at all).
+    async fn step_events(&self, t: &Target) -> Result<bool, ArchiveError> {
+        let id = t.config.id.as_str();
+        let mark = self.catalog.archive_event_mark(id)?;
+        let late_us = limits::ARCHIVE_EVENTS_LATE_MS as i64 * 1000;
+        let (next, settled_upto) =
+            self.catalog.archive_next_event(id, (self.clocks.wall_us(), late_us), |e| self.takes_event(t, e))?;
+        if settled_upto > mark {
+            self.catalog.set_archive_event_mark(id, settled_upto)?;
+        }
+        match next {
+            Some(e) => self.upload_event(t, &e).await.map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Whether `t` archives event `e`: one of its cameras', of a day it keeps.
+    fn takes_event(&self, t: &Target, e: &EventRecord) -> bool {
+        let camera = e.envelope.camera.as_str();
+        let c = &t.config;
+        // A name fit for a key, as every camera's is (the intake takes only known cameras).
+        let named = crate::config::camera_name_ok(camera);
+        let camera_ok = c.cameras.is_empty() || c.cameras.iter().any(|n| **n == *camera);
+        let kept = self.cutoff(t).is_none_or(|cutoff| utc_day(e.envelope.time()) >= cutoff);
+        named && camera_ok && kept
+    }
+
+    /// Stores event `e` in `t`'s bucket: its snapshot, then its entry to describe.
+    async fn upload_event(&self, t: &Target, e: &EventRecord) -> Result<(), ArchiveError> {
+        let camera = e.envelope.camera.as_str();
+        let day = utc_day(e.envelope.time());
+        let now = || self.clocks.wall_us();
+        let mut snapshot = None;
+        if let Some(s) = &e.snapshot {
+            let key = event_key(&t.config.prefix, camera, &day, e.id);
+            let len = s.bytes.min(limits::EVENT_JPEG_MAX_BYTES as u64);
+            match read_range(self.data_dir.join(&s.path), 0, len).await {
+                Ok(body) => {
+                    let etag = self.pace(t, len, || t.bucket.put(&key, body, now())).await?;
+                    snapshot =
+                        Some(manifest::SnapshotEntry { key, bytes: len, etag, width: s.width, height: s.height });
+                }
+                // Its file went with the event (trimmed or deleted meanwhile): it goes without
+                // it. While the event is there, its file is tried again.
+                Err(why) => {
+                    if self.catalog.event(e.id)?.is_some_and(|now| now.rev == e.rev) {
+                        return Err(why);
+                    }
+                    warn!(target = t.config.id, event = e.id, "archive: the event went with its snapshot: {why}");
+                }
+            }
+        }
+        let stored = snapshot.as_ref().map(|s| s.key.clone());
+        let entry = serde_json::to_vec(&manifest::EventEntry::of(e, snapshot)).unwrap_or_default();
+        let stream = manifest::events_stream(camera);
+        self.catalog.set_archived_event(&t.config.id, e.id, e.rev, (&stream, &day, &entry))?;
+        t.status.lock().expect("lock").uploaded_events += 1;
+        info!(target = t.config.id, event = e.id, rev = e.rev, snapshot = stored, "event archived");
+        Ok(())
+    }
+
     /// Writes the manifests of what `t` archived and no manifest names yet: each stream's
     /// day, its last part rewritten while it has room, the next part started when not.
     async fn describe(&self, t: &Target) -> Result<(), ArchiveError> {
@@ -433,6 +510,7 @@ impl Archive {
                 day: day.clone(),
                 part,
                 recordings: Vec::new(),
+                events: Vec::new(),
             };
             let mut m = match last {
                 Some((n, size)) if size < limits::ARCHIVE_MANIFEST_PART_BYTES as u64 => {
@@ -457,8 +535,14 @@ impl Archive {
             };
             let mut size = manifest::encode(&m).len();
             let mut in_part = Vec::new();
+            let of_events = stream.rsplit('/').next() == Some(manifest::EVENTS);
             for (rec, json) in entries {
-                let entry: manifest::Entry = match serde_json::from_slice(&json) {
+                let entry = if of_events {
+                    serde_json::from_slice(&json).map(Described::Event)
+                } else {
+                    serde_json::from_slice(&json).map(Described::Recording)
+                };
+                let entry = match entry {
                     Ok(e) => e,
                     Err(e) => {
                         warn!(target = id, rec, "archive manifest entry dropped: {e}");
@@ -466,14 +550,24 @@ impl Archive {
                         continue;
                     }
                 };
-                if !m.recordings.is_empty() && size + json.len() > limits::ARCHIVE_MANIFEST_PART_BYTES {
+                let empty = m.recordings.is_empty() && m.events.is_empty();
+                if !empty && size + json.len() > limits::ARCHIVE_MANIFEST_PART_BYTES {
                     self.put_manifest(t, &m, &in_part).await?;
                     m = fresh(next_part(m.part)?);
                     size = manifest::encode(&m).len();
                     in_part.clear();
                 }
-                m.recordings.retain(|e| e.id != entry.id);
-                m.recordings.push(entry);
+                // An entry again (an event's later revision) takes the place of the first.
+                match entry {
+                    Described::Recording(e) => {
+                        m.recordings.retain(|r| r.id != e.id);
+                        m.recordings.push(e);
+                    }
+                    Described::Event(e) => {
+                        m.events.retain(|r| r.id != e.id);
+                        m.events.push(e);
+                    }
+                }
                 size += json.len() + 1;
                 in_part.push(rec);
             }
@@ -490,10 +584,12 @@ impl Archive {
         let now = || self.clocks.wall_us();
         let p = &t.config.prefix;
         let mut budget = limits::ARCHIVE_SWEEP_DELETES_MAX;
-        // Each tree: its root, then camera and stream levels above its days.
-        for root in [format!("{p}/manifests/"), format!("{p}/recordings/")] {
+        // Each tree: its root, then its levels above the days (camera and stream; the
+        // events', camera only).
+        let trees = [(format!("{p}/manifests/"), 2), (format!("{p}/recordings/"), 2), (format!("{p}/events/"), 1)];
+        for (root, levels) in trees {
             let mut dirs = vec![root];
-            for _ in 0..2 {
+            for _ in 0..levels {
                 let mut below = Vec::new();
                 for d in &dirs {
                     below.extend(self.dirs(t, d).await?);
@@ -751,6 +847,17 @@ pub fn object_key(prefix: &str, stream: &StreamKey, rec: u64, wall_start_us: i64
     format!("{prefix}/recordings/{}/{}/{day}/{rec:010}.mp4", stream.camera, stream.kind.name())
 }
 
+/// The key of event `event`'s snapshot, of `camera`'s `day`.
+pub fn event_key(prefix: &str, camera: &str, day: &str, event: u64) -> String {
+    format!("{prefix}/events/{camera}/{day}/{event:010}.jpg")
+}
+
+/// An entry waiting for a manifest, as read back.
+enum Described {
+    Recording(manifest::Entry),
+    Event(manifest::EventEntry),
+}
+
 /// The manifest part after `n`.
 fn next_part(n: u32) -> Result<u32, ArchiveError> {
     n.checked_add(1)
@@ -759,7 +866,7 @@ fn next_part(n: u32) -> Result<u32, ArchiveError> {
 }
 
 /// Whether `s` is a `YYYY-MM-DD`.
-fn is_day(s: &str) -> bool {
+pub fn is_day(s: &str) -> bool {
     s.len() == 10 && s.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() })
 }
 

@@ -1,7 +1,8 @@
 //! Reading an archive: the boxes that write into a bucket and what each holds (from the
 //! manifests' keys), a stream's archived recordings over a range (from its days'
 //! manifests), and their bytes with range requests, so playback and export of an archived
-//! range go as a local one does ([`crate::export::Export::plan_pieces`]).
+//! range go as a local one does ([`crate::export::Export::plan_pieces`]); a camera's archived
+//! events over a range, and their snapshots.
 //!
 //! It only reads: a box reads another box's archive as it reads its own. Every walk is
 //! bounded: [`limits::ARCHIVE_READ_LISTS_MAX`] list requests, [`limits::ARCHIVE_BOXES_MAX`]
@@ -12,7 +13,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::manifest::{self, Entry};
+use super::manifest::{self, Entry, EventEntry, Manifest};
 use super::s3::{Bucket, S3Error};
 use super::{ArchiveError, is_day, utc_day};
 use crate::clock::SharedClocks;
@@ -106,12 +107,8 @@ impl Reader {
         Ok(out)
     }
 
-    /// The streams of the box at `prefix` and their days.
-    pub async fn streams(&self, prefix: &str) -> Result<Vec<StreamDays>, ArchiveError> {
-        let mut lists = limits::ARCHIVE_READ_LISTS_MAX;
-        self.streams_with(prefix, &mut lists).await
-    }
-
+    /// The streams of the box at `prefix` and their days (a camera's events as the stream
+    /// `<camera>/events`).
     async fn streams_with(&self, prefix: &str, lists: &mut usize) -> Result<Vec<StreamDays>, ArchiveError> {
         let root = format!("{prefix}/manifests/");
         let mut out = Vec::new();
@@ -168,10 +165,86 @@ impl Reader {
         &self,
         prefix: &str,
         stream: &str,
-        (from_us, to_us): (i64, i64),
+        range: (i64, i64),
         mut found: impl FnMut(Entry),
     ) -> Result<(), ArchiveError> {
-        // A recording is under the day it starts: the day before the range's may reach in.
+        let (from_us, to_us) = range;
+        let mut count = 0;
+        let mut seen = std::collections::BTreeSet::new();
+        let mut kept: Vec<Entry> = Vec::new();
+        self.each_part(prefix, stream, range, |part| {
+            let Some(m) = part else {
+                // A day's entries are in order of id within a part; across parts and days,
+                // by start: sorted once a day is read, handed on, and let go.
+                kept.sort_by_key(|e| (e.wall_start_us, e.id));
+                kept.drain(..).for_each(&mut found);
+                return Ok(());
+            };
+            for e in m.recordings {
+                if e.wall_end_us <= from_us || e.wall_start_us >= to_us || !seen.insert(e.id) {
+                    continue;
+                }
+                count += 1;
+                if count > limits::ARCHIVE_READ_ENTRIES_MAX {
+                    return Err(too_many("recordings"));
+                }
+                kept.push(e);
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// The events of `camera` of the box at `prefix` whose moment is within `[from_us,
+    /// to_us)`, by moment, each as its latest revision archived.
+    pub async fn events(
+        &self,
+        prefix: &str,
+        camera: &str,
+        from_us: i64,
+        to_us: i64,
+    ) -> Result<Vec<EventEntry>, ArchiveError> {
+        let mut by_id = std::collections::BTreeMap::<u64, EventEntry>::new();
+        self.each_part(prefix, &manifest::events_stream(camera), (from_us, to_us), |part| {
+            for e in part.map(|m| m.events).unwrap_or_default() {
+                if e.time_us < from_us || e.time_us >= to_us || by_id.get(&e.id).is_some_and(|k| k.rev >= e.rev) {
+                    continue;
+                }
+                by_id.insert(e.id, e);
+                if by_id.len() > limits::ARCHIVE_READ_ENTRIES_MAX {
+                    return Err(too_many("events"));
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        let mut out: Vec<EventEntry> = by_id.into_values().collect();
+        out.sort_by_key(|e| (e.time_us, e.id));
+        Ok(out)
+    }
+
+    /// The snapshot of event `event` of `camera` of the box at `prefix`, of `day`.
+    pub async fn snapshot(
+        &self,
+        prefix: &str,
+        camera: &str,
+        day: &str,
+        event: u64,
+    ) -> Result<bytes::Bytes, ArchiveError> {
+        let key = super::event_key(prefix, camera, day, event);
+        Ok(self.bucket.get(&key, None, limits::EVENT_JPEG_MAX_BYTES, self.now()).await?)
+    }
+
+    /// Calls `read` with each manifest part of `stream` over the days the range reaches,
+    /// from the day before its start (a recording is under the day it starts), and with
+    /// `None` after each day's parts.
+    async fn each_part(
+        &self,
+        prefix: &str,
+        stream: &str,
+        (from_us, to_us): (i64, i64),
+        mut read: impl FnMut(Option<Manifest>) -> Result<(), ArchiveError>,
+    ) -> Result<(), ArchiveError> {
         const DAY_US: i64 = 86_400_000_000;
         let first = from_us.saturating_sub(DAY_US).div_euclid(DAY_US);
         let last = to_us.saturating_sub(1).div_euclid(DAY_US);
@@ -183,9 +256,6 @@ impl Reader {
             )));
         }
         let now = || self.now();
-        let mut count = 0;
-        let mut seen = std::collections::BTreeSet::new();
-        let mut kept: Vec<Entry> = Vec::new();
         for d in first..=last {
             let day = utc_day(d.saturating_mul(DAY_US));
             let dir = format!("{prefix}/manifests/{stream}/{day}/");
@@ -200,26 +270,9 @@ impl Reader {
                         why: "it names another box, stream or day than its key".into(),
                     });
                 }
-                for e in m.recordings {
-                    if e.wall_end_us <= from_us || e.wall_start_us >= to_us || !seen.insert(e.id) {
-                        continue;
-                    }
-                    count += 1;
-                    if count > limits::ARCHIVE_READ_ENTRIES_MAX {
-                        return Err(ArchiveError::Walk(format!(
-                            "more than {} recordings in the range: ask for less",
-                            limits::ARCHIVE_READ_ENTRIES_MAX
-                        )));
-                    }
-                    kept.push(e);
-                }
+                read(Some(m))?;
             }
-            // A day's entries are in order of id within a part; across parts and days, by
-            // start: sorted once a day is read, handed on, and let go.
-            kept.sort_by_key(|e| (e.wall_start_us, e.id));
-            for e in kept.drain(..) {
-                found(e);
-            }
+            read(None)?;
         }
         Ok(())
     }
@@ -249,6 +302,11 @@ impl Reader {
             })
             .collect())
     }
+}
+
+/// The refusal of a range holding more than [`limits::ARCHIVE_READ_ENTRIES_MAX`] `what`.
+fn too_many(what: &str) -> ArchiveError {
+    ArchiveError::Walk(format!("more than {} {what} in the range: ask for less", limits::ARCHIVE_READ_ENTRIES_MAX))
 }
 
 /// An archived recording's object, read with range requests. Its reads block: they are made

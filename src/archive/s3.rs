@@ -150,6 +150,18 @@ struct Ask<'a> {
 }
 
 impl<'a> Ask<'a> {
+    /// The object's type, from its key's ending, for whoever reads the bucket.
+    fn typed(&mut self) {
+        let ending = self.key.rsplit('.').next().unwrap_or("");
+        let kind = match ending {
+            "mp4" => "video/mp4",
+            "json" => "application/json",
+            "jpg" => "image/jpeg",
+            _ => return,
+        };
+        self.headers.push(("content-type", kind.to_string()));
+    }
+
     fn new(method: Method, key: &'a str) -> Ask<'a> {
         Ask {
             method,
@@ -298,6 +310,7 @@ impl Bucket {
         let mut ask = Ask::new(Method::Put, key);
         ask.headers.push(("content-md5", B64.encode(md5)));
         ask.headers.push(("x-amz-checksum-sha256", sha.clone()));
+        ask.typed();
         ask.body = body;
         let answer = self.send(ask, now_us).await?;
         let etag = answer.etag().unwrap_or("").to_string();
@@ -410,6 +423,7 @@ impl Bucket {
     pub async fn start_upload(&self, key: &str, now_us: i64) -> Result<String, S3Error> {
         let mut ask = Ask::new(Method::Post, key);
         ask.query.push(("uploads", String::new()));
+        ask.typed();
         let answer = self.send(ask, now_us).await?;
         xml::upload_id(&String::from_utf8_lossy(&answer.body)).map_err(|e| S3Error::BadAnswer(e.0))
     }

@@ -1,7 +1,8 @@
 //! What the offsite archive has done, per target: the recordings it stored (their key, size
 //! and ETag), its multipart uploads under way (their id and the ETags of the parts sent, so a
 //! restart sends only what is missing), and its mark: every recording below it is archived,
-//! gone, or not one the target takes.
+//! gone, or not one the target takes. Events have a mark of their own, and the revision each
+//! event above it was archived at (rows below the mark go with it).
 //!
 //! Most of these rows are written in commits that do not wait for the disk
 //! (`Durability::None`): the recorder's next durable commit, within a flush interval,
@@ -13,8 +14,10 @@
 
 use redb::{Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
+use super::events::{EVENTS, EventRecord};
 use super::rows::RecordingRow;
 use super::{Catalog, CatalogError, OrStorage, RECORDINGS};
+use crate::limits;
 
 /// (target, recording) → (key, bytes, ETag, when it was done, UTC µs)
 pub(super) const ARCHIVED: TableDefinition<(&str, u64), (&str, u64, &str, i64)> = TableDefinition::new("archive_done");
@@ -22,8 +25,13 @@ pub(super) const ARCHIVED: TableDefinition<(&str, u64), (&str, u64, &str, i64)> 
 pub(super) const UPLOADS: TableDefinition<(&str, u64), (&str, &str, &str)> = TableDefinition::new("archive_uploads");
 /// target → the mark
 pub(super) const MARKS: TableDefinition<&str, u64> = TableDefinition::new("archive_marks");
-/// (target, stream, day, recording) → its manifest entry (JSON), archived and not yet in a
-/// manifest the bucket holds.
+/// target → the events' mark: every event below it is archived at its last revision (and
+/// that a while ago), gone, or not one the target takes.
+pub(super) const EVENT_MARKS: TableDefinition<&str, u64> = TableDefinition::new("archive_event_marks");
+/// (target, event) → the revision archived, for events at or above the mark.
+pub(super) const EVENTS_DONE: TableDefinition<(&str, u64), u32> = TableDefinition::new("archive_events_done");
+/// (target, stream, day, recording or event) → its manifest entry (JSON), archived and not
+/// yet in a manifest the bucket holds. An event's stream is `<camera>/events`.
 pub(super) const DESCRIBE: TableDefinition<(&str, &str, &str, u64), &[u8]> = TableDefinition::new("archive_describe");
 
 /// Entries waiting for one manifest: (stream, day) and each recording's entry.
@@ -221,6 +229,8 @@ impl Catalog {
             txn.open_table(ARCHIVED).storage()?.retain(|(t, _), _| !ours(t)).storage()?;
             txn.open_table(UPLOADS).storage()?.retain(|(t, _), _| !ours(t)).storage()?;
             txn.open_table(DESCRIBE).storage()?.retain(|(t, _, _, _), _| !ours(t)).storage()?;
+            txn.open_table(EVENT_MARKS).storage()?.remove(target).storage()?;
+            txn.open_table(EVENTS_DONE).storage()?.retain(|(t, _), _| !ours(t)).storage()?;
             Ok(())
         })
     }
@@ -296,6 +306,79 @@ impl Catalog {
             for r in recordings {
                 t.remove((target, stream, day, *r)).storage()?;
             }
+            Ok(())
+        })
+    }
+
+    /// Target `target`'s events' mark (1 when it has none yet: event ids start at 1).
+    pub fn archive_event_mark(&self, target: &str) -> Result<u64, CatalogError> {
+        let txn = self.db()?.begin_read().storage()?;
+        let t = txn.open_table(EVENT_MARKS).storage()?;
+        Ok(t.get(target).storage()?.map_or(1, |v| v.value()))
+    }
+
+    /// Moves `target`'s events' mark to `mark`, dropping the revisions noted below it.
+    pub fn set_archive_event_mark(&self, target: &str, mark: u64) -> Result<(), CatalogError> {
+        self.write_lazily(|txn| {
+            txn.open_table(EVENT_MARKS).storage()?.insert(target, mark).storage()?;
+            let mut done = txn.open_table(EVENTS_DONE).storage()?;
+            done.retain_in((target, 0)..(target, mark), |_, _| false).storage()?;
+            Ok(())
+        })
+    }
+
+    /// What `target` does next with events, from its events' mark: the first event (its
+    /// latest revision) that `takes` and that is not stored at that revision, and how far
+    /// the mark may move (every event below it is not taken, or was stored at its latest
+    /// revision, which came `late_us` before `now_us` or earlier). Looks at
+    /// [`limits::ARCHIVE_EVENTS_LOOKED_MAX`] events at most, one at a time.
+    pub fn archive_next_event(
+        &self,
+        target: &str,
+        (now_us, late_us): (i64, i64),
+        takes: impl Fn(&EventRecord) -> bool,
+    ) -> Result<(Option<EventRecord>, u64), CatalogError> {
+        let txn = self.db()?.begin_read().storage()?;
+        let mark = txn.open_table(EVENT_MARKS).storage()?.get(target).storage()?.map_or(1, |v| v.value());
+        let events = txn.open_table(EVENTS).storage()?;
+        let done = txn.open_table(EVENTS_DONE).storage()?;
+        let (mut settled_upto, mut all_settled) = (mark, true);
+        for entry in events.range(mark..).storage()?.take(limits::ARCHIVE_EVENTS_LOOKED_MAX) {
+            let e = EventRecord::decode(entry.storage()?.1.value())?;
+            let settled = if !takes(&e) {
+                true
+            } else if done.get((target, e.id)).storage()?.map(|v| v.value()) == Some(e.rev) {
+                now_us > e.received_us.saturating_add(late_us)
+            } else {
+                return Ok((Some(e), settled_upto));
+            };
+            all_settled &= settled;
+            if all_settled {
+                settled_upto = e.id + 1;
+            }
+        }
+        Ok((None, settled_upto))
+    }
+
+    /// The revision of `event` archived to `target`, when it is above the mark.
+    pub fn archived_event(&self, target: &str, event: u64) -> Result<Option<u32>, CatalogError> {
+        let txn = self.db()?.begin_read().storage()?;
+        let t = txn.open_table(EVENTS_DONE).storage()?;
+        Ok(t.get((target, event)).storage()?.map(|v| v.value()))
+    }
+
+    /// Notes revision `rev` of `event` stored in `target`, and its `entry` to describe in the
+    /// manifest of `(stream, day)`.
+    pub fn set_archived_event(
+        &self,
+        target: &str,
+        event: u64,
+        rev: u32,
+        (stream, day, entry): (&str, &str, &[u8]),
+    ) -> Result<(), CatalogError> {
+        self.write_lazily(|txn| {
+            txn.open_table(EVENTS_DONE).storage()?.insert((target, event), rev).storage()?;
+            txn.open_table(DESCRIBE).storage()?.insert((target, stream, day, event), entry).storage()?;
             Ok(())
         })
     }
@@ -385,6 +468,85 @@ mod tests {
         );
         assert!(c.archived("other", 10).unwrap().is_some(), "the others are not");
         assert_eq!(c.undescribed("other", 4, 1 << 20).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn an_events_mark_drops_what_was_noted_below_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Catalog::open(&dir.path().join("catalog.redb")).unwrap();
+        assert_eq!(c.archive_event_mark("off").unwrap(), 1);
+        for (event, rev) in [(1, 1), (2, 3), (3, 1)] {
+            c.set_archived_event("off", event, rev, ("porch/events", "2026-12-06", b"{}")).unwrap();
+        }
+        assert_eq!(c.archived_event("off", 2).unwrap(), Some(3));
+        assert_eq!(c.archived_event("other", 2).unwrap(), None);
+        assert_eq!(c.undescribed("off", 4, 1 << 20).unwrap()[0].1.len(), 3, "each waits for its manifest");
+        c.set_archive_event_mark("off", 3).unwrap();
+        assert_eq!(c.archive_event_mark("off").unwrap(), 3);
+        assert_eq!(
+            [1, 2, 3].map(|e| c.archived_event("off", e).unwrap()),
+            [None, None, Some(1)],
+            "rows below the mark go: the table holds only events not yet passed"
+        );
+        c.forget_archive_target("off").unwrap();
+        assert_eq!((c.archive_event_mark("off").unwrap(), c.archived_event("off", 3).unwrap()), (1, None));
+    }
+
+    fn event(id: u64, rev: u32, camera: &str, received_us: i64) -> EventRecord {
+        let envelope = serde_json::json!({ "camera": camera, "time_us": received_us });
+        EventRecord {
+            id,
+            rev,
+            principal: "token:1".into(),
+            received_us,
+            envelope: serde_json::from_value(envelope).unwrap(),
+            snapshot: None,
+            hold: None,
+        }
+    }
+
+    #[test]
+    fn the_next_event_is_the_first_taken_not_stored_at_its_revision_and_the_mark_passes_what_is_settled() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Catalog::open(&dir.path().join("catalog.redb")).unwrap();
+        let late = 600;
+        // 1: another camera's; 2: stored at rev 1 long ago; 3: stored at rev 1 just now; 4:
+        // stored at rev 1, now at rev 2; 5: new.
+        let records = [
+            event(1, 1, "shed", 0),
+            event(2, 1, "porch", 0),
+            event(3, 1, "porch", 990),
+            event(4, 2, "porch", 0),
+            event(5, 1, "porch", 0),
+        ];
+        c.put_events(&records).unwrap();
+        for id in [2, 3, 4] {
+            c.set_archived_event("off", id, 1, ("porch/events", "1970-01-01", b"{}")).unwrap();
+        }
+        let takes = |e: &EventRecord| e.envelope.camera == "porch";
+        let (next, upto) = c.archive_next_event("off", (1000, late), takes).unwrap();
+        assert_eq!(
+            (next.map(|e| (e.id, e.rev)), upto),
+            (Some((4, 2)), 3),
+            "3 may yet be revised: the mark stops at it"
+        );
+        c.set_archived_event("off", 4, 2, ("porch/events", "1970-01-01", b"{}")).unwrap();
+        let (next, _) = c.archive_next_event("off", (1000, late), takes).unwrap();
+        assert_eq!(next.map(|e| e.id), Some(5));
+        c.set_archived_event("off", 5, 1, ("porch/events", "1970-01-01", b"{}")).unwrap();
+        assert_eq!(c.archive_next_event("off", (2000, late), takes).unwrap(), (None, 6), "all settled later");
+
+        // Past ARCHIVE_EVENTS_LOOKED_MAX events from the mark, the rest wait for a next look.
+        let n = limits::ARCHIVE_EVENTS_LOOKED_MAX as u64;
+        let more: Vec<EventRecord> = (6..6 + n + 1).map(|id| event(id, 1, "shed", 0)).collect();
+        c.put_events(&more).unwrap();
+        c.put_events(&[event(6 + n + 1, 1, "porch", 0)]).unwrap();
+        c.set_archive_event_mark("off", 6).unwrap();
+        let (next, upto) = c.archive_next_event("off", (2000, late), takes).unwrap();
+        assert_eq!((next.map(|e| e.id), upto), (None, 6 + n), "the ceiling reached: looked at no further");
+        c.set_archive_event_mark("off", upto).unwrap();
+        let (next, _) = c.archive_next_event("off", (2000, late), takes).unwrap();
+        assert_eq!(next.map(|e| e.id), Some(6 + n + 1), "found at the next look");
     }
 
     #[test]

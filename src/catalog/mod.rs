@@ -279,6 +279,8 @@ impl Catalog {
             txn.open_table(archive::UPLOADS).storage()?;
             txn.open_table(archive::MARKS).storage()?;
             txn.open_table(archive::DESCRIBE).storage()?;
+            txn.open_table(archive::EVENT_MARKS).storage()?;
+            txn.open_table(archive::EVENTS_DONE).storage()?;
         }
         txn.commit().storage()
     }

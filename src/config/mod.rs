@@ -816,13 +816,18 @@ impl RawConfig {
     }
 }
 
+/// Whether `name` is fit for a camera: 1 to [`limits::CAMERA_NAME_MAX_BYTES`] of a-z, 0-9,
+/// `-` and `_`, not starting with `-` (it names a directory, and keys in an archive).
+pub fn camera_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= limits::CAMERA_NAME_MAX_BYTES
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && !name.starts_with('-')
+}
+
 impl RawCamera {
     fn validate(self, at: &str, base_dir: &Path) -> Result<Camera, Invalid> {
-        let name_ok = !self.name.is_empty()
-            && self.name.len() <= limits::CAMERA_NAME_MAX_BYTES
-            && self.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-            && !self.name.starts_with('-');
-        if !name_ok {
+        if !camera_name_ok(&self.name) {
             return Err((
                 format!("{at}.name"),
                 format!(

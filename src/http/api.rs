@@ -118,6 +118,8 @@ async fn handle(
         ArchiveList => archive::list(ctx, &parts).await,
         ArchiveRecordings(target) => archive::recordings(ctx, &parts, target).await,
         ArchiveExport(target) => archive::export(ctx, &parts, target).await,
+        ArchiveEvents(target) => archive::events(ctx, &parts, target).await,
+        ArchiveSnapshot(target) => archive::snapshot(ctx, &parts, target).await,
         Me => accounts::me(ctx, who),
         Logout => {
             accounts::logout(ctx, who, &parts.headers, parts.extensions.get::<super::OverHttps>().is_some()).await

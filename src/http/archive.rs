@@ -1,6 +1,7 @@
 //! The archive API: what each target's bucket holds (every box that writes into it, its
-//! streams and days), a stream's archived recordings over a range, and an archived range as
-//! one MP4 read from the bucket with range requests, as a local export is read from disk.
+//! streams and days), a stream's archived recordings over a range, an archived range as
+//! one MP4 read from the bucket with range requests, as a local export is read from disk,
+//! and a camera's archived events with their snapshots.
 //!
 //! `box` names the box by its prefix (the target's own prefix when it is left out), `stream`
 //! as `camera/kind`; times are UTC µs as elsewhere. Reading the bucket waits on the network:
@@ -102,7 +103,7 @@ fn asked(ctx: &Ctx, parts: &Parts, target: &str) -> Result<Asked, Reply> {
         match &*k {
             "box" if crate::config::archive::prefix_ok(&v) => prefix = v.into_owned(),
             "box" => return Err(error(StatusCode::BAD_REQUEST, "bad_box", "a box is its prefix: a/b, no . or ..")),
-            "stream" => stream = StreamKey::parse(&v),
+            "stream" => stream = StreamKey::parse(&v).filter(|k| crate::config::camera_name_ok(&k.camera)),
             _ => {}
         }
     }
@@ -171,6 +172,82 @@ pub async fn export(ctx: &Ctx, parts: &Parts, target: &str) -> Reply {
     };
     let name = ex.file_name(&a.stream);
     serve_export(parts, ex, &name, permit)
+}
+
+/// The box (its prefix, the target's own when left out) and the camera a request names.
+fn box_and_camera(parts: &Parts, own: String) -> Result<(String, String), Reply> {
+    let (mut prefix, mut camera) = (own, None);
+    for (k, v) in url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes()) {
+        match &*k {
+            "box" if crate::config::archive::prefix_ok(&v) => prefix = v.into_owned(),
+            "box" => return Err(error(StatusCode::BAD_REQUEST, "bad_box", "a box is its prefix: a/b, no . or ..")),
+            "camera" if crate::config::camera_name_ok(&v) => camera = Some(v.into_owned()),
+            _ => {}
+        }
+    }
+    let camera = camera
+        .ok_or_else(|| error(StatusCode::BAD_REQUEST, "bad_camera", "give camera=<its name: a-z, 0-9, - and _>"))?;
+    Ok((prefix, camera))
+}
+
+/// `GET /api/archive/{target}/events?box&camera&from_us&to_us`: the camera's archived events
+/// whose moment is within the range, by moment.
+pub async fn events(ctx: &Ctx, parts: &Parts, target: &str) -> Reply {
+    let Some((reader, own)) = ctx.services.archive.reader(target) else {
+        return error(StatusCode::NOT_FOUND, "not_found", "no such archive target");
+    };
+    let asked = range(parts).and_then(|r| Ok((r, box_and_camera(parts, own)?)));
+    let ((from_us, to_us), (prefix, camera)) = match asked {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let _slot = match slot(ctx) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    match reader.events(&prefix, &camera, from_us, to_us).await {
+        Ok(events) => {
+            reply::json(StatusCode::OK, json!({ "target": target, "box": prefix, "camera": camera, "events": events }))
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `GET /api/archive/{target}/snapshot.jpg?box&camera&day&event`: an archived event's
+/// snapshot (its key is made of these, so nothing else in the bucket can be read here).
+pub async fn snapshot(ctx: &Ctx, parts: &Parts, target: &str) -> Reply {
+    let Some((reader, own)) = ctx.services.archive.reader(target) else {
+        return error(StatusCode::NOT_FOUND, "not_found", "no such archive target");
+    };
+    let (prefix, camera) = match box_and_camera(parts, own) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let (mut day, mut event) = (None, None);
+    for (k, v) in url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes()) {
+        match &*k {
+            "day" if crate::archive::is_day(&v) => day = Some(v.into_owned()),
+            "event" => event = v.parse::<u64>().ok(),
+            _ => {}
+        }
+    }
+    let (Some(day), Some(event)) = (day, event) else {
+        return error(StatusCode::BAD_REQUEST, "bad_event", "give day=YYYY-MM-DD and event=<its id>");
+    };
+    let _slot = match slot(ctx) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    match reader.snapshot(&prefix, &camera, &day, event).await {
+        Ok(bytes) => {
+            let mut r = reply::with_type(StatusCode::OK, bytes.to_vec(), "image/jpeg");
+            // A later revision is stored over it: kept a short while only.
+            let short = http::HeaderValue::from_static("private, max-age=60");
+            r.headers_mut().insert(http::header::CACHE_CONTROL, short);
+            r
+        }
+        Err(e) => fail(&e),
+    }
 }
 
 #[cfg(test)]

@@ -132,6 +132,7 @@ impl Failure for crate::archive::ArchiveError {
         use crate::archive::ArchiveError as E;
         match self {
             E::Walk(_) => (StatusCode::BAD_REQUEST, "archive_too_much"),
+            E::S3(e) if e.kind() == crate::archive::s3::Kind::Missing => (StatusCode::NOT_FOUND, "not_in_archive"),
             E::S3(_) | E::Manifest { .. } => (StatusCode::BAD_GATEWAY, "archive_unreadable"),
             E::Catalog(_) => (INTERNAL, "catalog"),
             E::File { .. } => (INTERNAL, "storage"),

@@ -95,6 +95,12 @@ fn archive(out: &mut String, services: &Services) {
             &|t| t.uploaded_objects,
         ),
         (
+            "keeppeek_archive_uploaded_events_total",
+            "counter",
+            "Event revisions the target stored since the box started, each with its snapshot.",
+            &|t| t.uploaded_events,
+        ),
+        (
             "keeppeek_archive_failures_total",
             "counter",
             "Steps of the target's work that failed since the box started.",

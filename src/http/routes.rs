@@ -81,6 +81,10 @@ pub(crate) enum Route<'a> {
     ArchiveRecordings(&'a str),
     /// An archived range as one MP4, read from a target's bucket.
     ArchiveExport(&'a str),
+    /// A camera's archived events over a range, from a target's bucket.
+    ArchiveEvents(&'a str),
+    /// An archived event's snapshot, from a target's bucket.
+    ArchiveSnapshot(&'a str),
     Me,
     Logout,
     Users,
@@ -162,6 +166,8 @@ impl<'a> Route<'a> {
             (&Method::GET, ["api", "archive"]) => ArchiveList,
             (&Method::GET, ["api", "archive", target, "recordings"]) => ArchiveRecordings(target),
             (&Method::GET, ["api", "archive", target, "export.mp4"]) => ArchiveExport(target),
+            (&Method::GET, ["api", "archive", target, "events"]) => ArchiveEvents(target),
+            (&Method::GET, ["api", "archive", target, "snapshot.jpg"]) => ArchiveSnapshot(target),
             (&Method::GET, ["api", "me"]) => Me,
             (&Method::POST, ["api", "logout"]) => Logout,
             (&Method::GET, ["api", "users"]) => Users,
@@ -186,7 +192,9 @@ impl<'a> Route<'a> {
                 Access::Scope(scope::VIEW)
             }
             WhepOpen(_) | WhepClose(_) => Access::Scope(scope::VIEW),
-            ArchiveList | ArchiveRecordings(_) | ArchiveExport(_) => Access::Scope(scope::VIEW),
+            ArchiveList | ArchiveRecordings(_) | ArchiveExport(_) | ArchiveEvents(_) | ArchiveSnapshot(_) => {
+                Access::Scope(scope::VIEW)
+            }
             EventSearch | EventRevisions(_) | EventKeyframe(_) | EventSnapshot(_) | System | Https => {
                 Access::Scope(scope::VIEW)
             }

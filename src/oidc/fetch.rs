@@ -195,6 +195,7 @@ async fn connect(tls: &Arc<rustls::ClientConfig>, url: &url::Url) -> Result<Send
     // hyper writes a request's head and body apart: without this, Nagle's algorithm holds the
     // body until the head's ACK, which the provider delays (40 ms on Linux).
     let _ = tcp.set_nodelay(true);
+    let tcp = QuickAck(tcp);
     if url.scheme() == "https" {
         let name = rustls::pki_types::ServerName::try_from(bare).map_err(|e| FetchError::Tls(e.to_string()))?;
         let stream = tokio_rustls::TlsConnector::from(tls.clone())
@@ -204,6 +205,78 @@ async fn connect(tls: &Arc<rustls::ClientConfig>, url: &url::Url) -> Result<Send
         handshake(stream).await
     } else {
         handshake(tcp).await
+    }
+}
+
+/// A connection that acknowledges what it receives at once. A server that writes an answer's
+/// head and body apart with Nagle's algorithm on (hyper's default: `s3s-fs` is one, curl
+/// meets the same) holds the body until the head is acknowledged, and Linux delays that ACK
+/// by up to 40 ms on a connection used again: each request after the first on a kept
+/// connection would take 40 ms more. So before each read the delayed ACK is sent
+/// (`TCP_QUICKACK`, which the kernel does not keep: hence each time).
+struct QuickAck(TcpStream);
+
+impl QuickAck {
+    fn ack_now(&self) {
+        use std::os::fd::AsRawFd;
+        let on: libc::c_int = 1;
+        // SAFETY: a valid socket of this stream, an int option of the size given.
+        let _ = unsafe {
+            libc::setsockopt(
+                self.0.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_QUICKACK,
+                (&raw const on).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+    }
+}
+
+impl tokio::io::AsyncRead for QuickAck {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.ack_now();
+        std::pin::Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for QuickAck {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
     }
 }
 

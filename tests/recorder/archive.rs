@@ -336,6 +336,26 @@ pub fn described(bucket: &Path) -> Vec<keeppeek::archive::manifest::Entry> {
         .collect()
 }
 
+/// The events the bucket's events manifests describe.
+pub fn events_described(bucket: &Path) -> Vec<keeppeek::archive::manifest::EventEntry> {
+    objects(bucket)
+        .into_iter()
+        .filter(|(k, _)| k.contains("/manifests/") && k.contains("/events/"))
+        .flat_map(|(k, p)| {
+            let m =
+                keeppeek::archive::manifest::decode(&std::fs::read(&p).unwrap()).unwrap_or_else(|e| panic!("{k}: {e}"));
+            m.events
+        })
+        .collect()
+}
+
+/// A GET with a bearer token answered 200 with JSON.
+fn get_json_with(port: u16, token: &str, path: &str) -> Value {
+    let (code, head, body) = request(port, "GET", path, &[("authorization", &format!("Bearer {token}"))], "");
+    assert_eq!(code, 200, "{path}: {head}\n{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
 /// The ETag the box sends `bytes` under: its MD5 whole, or the MD5 of its parts' MD5s.
 pub fn etag_of(bytes: &[u8]) -> String {
     use keeppeek::archive::s3::{md5_hex, multipart_etag};
@@ -572,8 +592,11 @@ fn a_server_away_for_a_minute_or_refusing_the_keys_never_stops_recording_and_the
 
 /// `what = "events"`: only the recordings around an event are archived; the others wait
 /// (an event may still come for them) and are not sent.
+/// Events only: recordings without an event stay home; an event is archived as its latest
+/// revision, its snapshot byte for byte, in its camera's events manifest, and is read back
+/// (its list and its snapshot) through the API as another box would.
 #[test]
-fn a_target_of_events_only_archives_the_footage_around_an_event() {
+fn a_target_of_events_only_archives_the_footage_around_an_event_and_the_event() {
     let tmp = tempfile::tempdir().unwrap();
     let server = S3Server::start(&tmp.path().join("s3"), "nvr");
     let dir = tmp.path().join("box");
@@ -589,11 +612,47 @@ fn a_target_of_events_only_archives_the_footage_around_an_event() {
     let bucket = server.dir.join("nvr");
     assert!(recordings_in(&bucket).is_empty(), "nothing without an event: {:?}", recordings_in(&bucket));
     let at_us = wall_us();
-    let envelope = format!(r#"{{"camera":"porch","time_us":{at_us},"labels":["person"],"record":false}}"#);
-    let (code, body) = crate::events::post_event(port, &token, &envelope, None);
-    assert_eq!(code, 201, "{body}");
-    let archived = wait_until(Duration::from_secs(40), || !described(&bucket).is_empty());
-    assert!(archived, "the event's recording is archived: {}", d.log_text());
+    // The event, then a revision of it with another snapshot and label.
+    let mut id = 0;
+    for (n, labels) in [(1, r#"["person"]"#), (2, r#"["person","car"]"#)] {
+        let envelope = format!(
+            r#"{{"id":"gate-1","camera":"porch","time_us":{at_us},"labels":{labels},"text":"at the gate","record":false}}"#
+        );
+        let (code, body) = crate::events::post_event(port, &token, &envelope, Some(&crate::events::snapshot(n)));
+        assert_eq!(code, 201, "{body}");
+        id = body["id"].as_u64().unwrap();
+    }
+    let archived = wait_until(Duration::from_secs(40), || {
+        !described(&bucket).is_empty() && events_described(&bucket).iter().any(|e| e.rev == 2)
+    });
+    assert!(archived, "the event and its recording are archived: {}", d.log_text());
+    let events = events_described(&bucket);
+    let e = events.iter().find(|e| e.rev == 2).unwrap();
+    assert_eq!(
+        (e.id, e.time_us, &e.labels[..], e.text.as_str()),
+        (id, at_us, &["person".to_string(), "car".into()][..], "at the gate")
+    );
+    let snap = e.snapshot.clone().expect("its snapshot");
+    let day = keeppeek::archive::utc_day(at_us);
+    assert_eq!(snap.key, format!("house/events/porch/{day}/{id:010}.jpg"));
+    let stored = std::fs::read(bucket.join(&snap.key)).unwrap();
+    let (code, local) = get_bytes(port, &token, &format!("/api/events/{id}/snapshot"));
+    assert_eq!(code, 200);
+    assert!(stored == local && stored == crate::events::snapshot(2), "the latest revision's snapshot, byte for byte");
+    assert_eq!((snap.bytes, snap.etag.trim_matches('"')), (stored.len() as u64, etag_of(&stored).as_str()));
+    // Read back through the API, as another box reads it.
+    let q = format!("camera=porch&from_us={}&to_us={}", at_us - 1_000_000, at_us + 1_000_000);
+    let listed = get_json_with(port, &token, &format!("/api/archive/offsite/events?{q}"));
+    assert_eq!(listed["events"].as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed["events"][0]["rev"].as_u64(), Some(2), "{listed}");
+    let path = |event: u64| format!("/api/archive/offsite/snapshot.jpg?box=house&camera=porch&day={day}&event={event}");
+    assert_eq!(get_bytes(port, &token, &path(id)), (200, stored.clone()));
+    assert_eq!(get_bytes(port, &token, &path(id + 1)).0, 404, "no such event in the bucket");
+    let bad = format!("/api/archive/offsite/snapshot.jpg?camera=../x&day={day}&event={id}");
+    assert_eq!(get_bytes(port, &token, &bad).0, 400);
+    let bad = format!("/api/archive/offsite/recordings?stream=../x/main&{q}");
+    assert_eq!(get_bytes(port, &token, &bad).0, 400, "a camera's name names no other place");
+    assert!(target_state(port, &token)["uploaded_events"].as_u64().unwrap() >= 1);
     d.stop();
     let recs = d.recordings();
     let closed_before = recs.iter().filter(|r| r["wall_end_us"].as_i64().unwrap() < at_us - 10_000_000).count();
@@ -643,7 +702,7 @@ fn retention_waits_for_the_archive_up_to_its_backlog_ceiling_and_old_days_leave_
     assert!(metrics.contains("keeppeek_archive_deleted_unarchived_total{target=\"offsite\"} "), "{metrics}");
     assert!(segments(&d) < 2_200_000, "the backlog past its ceiling is not kept: {}", segments(&d));
 
-    // An old day in the bucket: 1,000 recordings and a manifest part.
+    // An old day in the bucket: 1,000 recordings, a manifest part and an event's snapshot.
     let server = S3Server::start_on(&s3_dir, "nvr", place.port);
     drop(place);
     let bucket = Bucket::new(server.place("nvr", SECRET_KEY)).unwrap();
@@ -654,6 +713,8 @@ fn retention_waits_for_the_archive_up_to_its_backlog_ceiling_and_old_days_leave_
         }
         let manifest = "house/manifests/porch/main/2020-01-01/000.json";
         bucket.put(manifest, Bytes::from_static(b"{}"), wall_us()).await.unwrap();
+        let snapshot = "house/events/porch/2020-01-01/0000000001.jpg";
+        bucket.put(snapshot, Bytes::from_static(b"old"), wall_us()).await.unwrap();
     });
     let stored = server.dir.join("nvr");
     let drained = wait_until(Duration::from_secs(120), || {
@@ -1073,6 +1134,7 @@ fn manifest_of(prefix: &str, stream: &str, (day, day_us): (&str, i64), part: u32
         day: day.into(),
         part,
         recordings,
+        events: Vec::new(),
     };
     Bytes::from(encode(&m))
 }

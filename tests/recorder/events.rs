@@ -49,7 +49,7 @@ fn get_json(port: u16, token: &str, path: &str) -> Value {
 
 /// The fixture snapshot with a comment segment naming `n` after its start marker: a
 /// different, still whole JPEG for each revision.
-fn snapshot(n: usize) -> Vec<u8> {
+pub(crate) fn snapshot(n: usize) -> Vec<u8> {
     let jpeg = std::fs::read(fixtures().join("snapshot-4k.jpg")).unwrap();
     let text = format!("revision {n}");
     let mut out = jpeg[..2].to_vec();

@@ -2,12 +2,13 @@
 // (s3s-fs, built by tools/test.sh under target/peers; it checks every request's signature):
 // a target set up from Settings → Archive, its state shown as it stores footage; then the
 // footage the box deleted (its stream's cap is 1 MiB, so retention takes it once it is
-// stored) shows striped on the timeline and plays from the bucket. Screenshots at desktop
-// and phone sizes in target/ui/.
+// stored) shows striped on the timeline and plays from the bucket; an event the bucket holds
+// and the box no longer does is listed there, plays, and its snapshot comes from the bucket.
+// Screenshots at desktop and phone sizes in target/ui/.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { repo, shots, PHONE, freePort, waitFor, startKeeppeek, launchChromium, newPage, setUpAdmin, go, checkA11y, checkNoSideScroll } from './harness.mjs';
@@ -52,7 +53,7 @@ test('an archive set up in Settings stores footage, and the timeline plays what 
   assert.ok(!planText.includes(SECRET_KEY), 'the secret is not shown back');
   await plan.locator('button.primary').click();
   const status = page.locator('[data-status=offsite]');
-  await waitFor('the target stores footage', async () => Number((/(\d+) stored/.exec(await status.innerText()) || [])[1]) >= 1, 60000);
+  await waitFor('the target stores footage', async () => Number((/(\d+) recordings? stored/.exec(await status.innerText()) || [])[1]) >= 1, 60000);
   assert.match(await page.locator('[data-archive-target=offsite]').innerText(), /127\.0\.0\.1:\d+\/nvr\/house/);
   await page.screenshot({ path: join(shots, 'settings-archive.png'), fullPage: true });
   await checkA11y(page, 'settings → archive');
@@ -76,16 +77,45 @@ test('an archive set up in Settings stores footage, and the timeline plays what 
     return Boolean(gone);
   }, 120000);
 
+  // An event in that stretch, with a snapshot: stored in the bucket, then deleted here.
+  const jpeg = readFileSync(join(repo, 'target', 'fixtures', 'snapshot-4k.jpg'));
+  const eventId = await page.evaluate(async ({ at, jpeg }) => {
+    const csrf = (await (await fetch('/api/me')).json()).csrf;
+    const headers = { 'content-type': 'application/json', 'x-csrf-token': csrf };
+    const made = await fetch('/api/tokens', { method: 'POST', headers, body: JSON.stringify({ name: 'detector', scopes: ['events:write'] }) });
+    const { token } = await made.json();
+    const form = new FormData();
+    form.append('event', new Blob([JSON.stringify({ camera: 'porch', time_us: at, labels: ['fox'], record: false })], { type: 'application/json' }));
+    form.append('snapshot', new Blob([new Uint8Array(jpeg)], { type: 'image/jpeg' }), 's.jpg');
+    const r = await fetch('/api/events', { method: 'POST', body: form, headers: { authorization: `Bearer ${token}` } });
+    return (await r.json()).id;
+  }, { at: gone.wall_start_us + 1e6, jpeg: [...jpeg] });
+  assert.ok(eventId, 'the event is stored');
+  await waitFor('the event stored in the bucket', async () => page.evaluate(async () => {
+    const s = await (await fetch('/api/system/archive')).json();
+    return s.targets[0].uploaded_events >= 1;
+  }), 60000);
+  const deleted = await page.evaluate(async (id) => {
+    const csrf = (await (await fetch('/api/me')).json()).csrf;
+    return (await fetch(`/api/events/${id}`, { method: 'DELETE', headers: { 'x-csrf-token': csrf } })).status;
+  }, eventId);
+  assert.ok(deleted < 300, `the event is deleted here: ${deleted}`);
+
   // The timeline shows it striped, and a click there plays it from the bucket.
   await go(page, '#/timeline/porch', '.tl-track').catch((e) => {
     throw new Error(`${e.message}: errors ${JSON.stringify(page.errors)}; requests ${JSON.stringify(page.trouble)}`);
   });
   await page.evaluate(() => { const now = Date.now() * 1000; window.keeppeek.timeline.setWindow(now - 5 * 60e6, now + 10e6, true); });
-  const run = page.locator('.tl-run.archived').first();
   await waitFor('an archived stretch on the timeline', async () => (await page.locator('.tl-run.archived').count()) >= 1, 20000);
+  // The widest stretch (the event's hold keeps footage around it here, so there may be more
+  // than one).
+  const widest = async () => {
+    const boxes = await page.locator('.tl-run.archived').evaluateAll((els) => els.map((e) => e.getBoundingClientRect()).map((r) => ({ x: r.x, y: r.y, width: r.width, height: r.height })));
+    return boxes.sort((a, b) => b.width * b.height - a.width * a.height)[0];
+  };
   assert.ok(await page.locator('.tl-legend').isVisible(), 'the stripes are explained');
   const playArchived = async () => {
-    const b = await run.boundingBox();
+    const b = await widest();
     await page.mouse.click(b.x + b.width / 2, b.y + b.height / 2);
     await page.locator('.tl-archived video').waitFor();
     await waitFor('the archived footage decoding', async () => page.evaluate(() => {
@@ -93,6 +123,21 @@ test('an archive set up in Settings stores footage, and the timeline plays what 
       return !v.error && v.webkitVideoDecodedByteCount > 10000 && v.currentTime > 0.5;
     }), 30000);
   };
+  // The event the bucket holds is listed, and plays from there.
+  const chip = page.locator('.tl-in-view [data-archived=true]');
+  await waitFor('the archived event listed', async () => (await chip.count()) === 1, 20000);
+  assert.match(await chip.innerText(), /fox · archive/);
+  const snapshot = await page.evaluate(async () => {
+    const e = window.keeppeek.timeline.events.find((x) => x.archived);
+    const r = await fetch(e.snapshot.url);
+    return { status: r.status, type: r.headers.get('content-type'), bytes: (await r.arrayBuffer()).byteLength };
+  });
+  assert.deepEqual(snapshot, { status: 200, type: 'image/jpeg', bytes: jpeg.length }, 'its snapshot, from the bucket');
+  await chip.click();
+  await waitFor('the archived event playing', async () => page.evaluate(() => {
+    const v = document.querySelector('.tl-archived video');
+    return !v.error && v.currentTime > 0.5;
+  }), 30000);
   await playArchived();
   assert.match(await page.locator('.tl-archived .archived-state').innerText(), /From the archive \(offsite\)/);
   assert.ok(await page.locator('.tl-player:not(.tl-archived)').isHidden(), 'the live player makes room');

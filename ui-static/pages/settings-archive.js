@@ -35,7 +35,7 @@ function statusOf(s) {
     ? `${s.backlog.more ? 'at least ' : ''}${s.backlog.objects} recording${s.backlog.objects === 1 ? '' : 's'} (${bytes(s.backlog.bytes)}) waiting, the oldest from ${ago(s.backlog.oldest_us)}`
     : 'nothing waiting';
   const lines = [
-    h('p', {}, state, ` ${s.uploaded_objects} stored since the box started (${bytes(s.uploaded_bytes)}) · ${waiting}`),
+    h('p', {}, state, ` ${s.uploaded_objects} recording${s.uploaded_objects === 1 ? '' : 's'} stored since the box started (${bytes(s.uploaded_bytes)}), ${s.uploaded_events} event${s.uploaded_events === 1 ? '' : 's'} · ${waiting}`),
   ];
   if (s.error) lines.push(h('p.muted', {}, s.error));
   if (s.clock_off_s != null && s.error_kind === 'clock') {

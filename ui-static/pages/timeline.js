@@ -40,6 +40,13 @@ export function withArchived(local, archived) {
   return out.sort((x, y) => x.start_us - y.start_us);
 }
 
+// `local` events with the `archived` ones the box no longer holds (the same id is the same
+// event: this box's archive), by time.
+export function withArchivedEvents(local, archived) {
+  const held = new Set(local.map((e) => e.event));
+  return [...local, ...archived.filter((e) => !held.has(e.event))].sort((x, y) => x.time_us - y.time_us);
+}
+
 export function runsOf(data, mode) {
   const kind = mode === 'events' ? 'event' : 'recorded';
   return data.runs.map((r) => ({ start_us: r.start_us, end_us: r.end_us, kind }));
@@ -138,10 +145,12 @@ async function mount(view, args, query) {
     archivedBox.hidden = true;
     box.hidden = false;
   }
-  // Plays from `t` within archived stretch `run`: its export from the bucket.
-  function playArchived(t, run) {
+  // Plays from `t` within an archived stretch: the bucket's export from there on (past the
+  // stretch too: what follows may be in the bucket as well, and a stretch may be a sliver
+  // between two runs of the box's).
+  function playArchived(t) {
     const from = Math.floor(t);
-    const to = Math.ceil(Math.min(run.end_us, t + ARCHIVE_PLAY_US));
+    const to = Math.ceil(Math.min(nowUs(), t + ARCHIVE_PLAY_US));
     const q = new URLSearchParams({ stream, from_us: String(from), to_us: String(to) });
     archivedFrom = from;
     // The live player pauses behind it (its sound too).
@@ -166,7 +175,7 @@ async function mount(view, args, query) {
     tl.setPosition(t);
     following = false;
     const run = archive ? archivedAt(t) : null;
-    if (run) { playArchived(t, run); return; }
+    if (run) { playArchived(t); return; }
     stopArchived();
     player.play(t);
   };
@@ -202,9 +211,10 @@ async function mount(view, args, query) {
     listing = setTimeout(() => {
       const shown = tl.shown.filter((e) => e.time_us >= tl.from && e.time_us <= tl.to);
       inView.replaceChildren(...shown.slice(0, IN_VIEW_MAX).map((e) => h('li', {}, h('button.chip', {
-        type: 'button', 'data-event': e.event, onclick: () => seek(e.time_us - preRollUs),
-        'aria-label': `Play ${(e.labels || []).join(', ') || 'event'} at ${dateTime(e.time_us)} from before it` },
-      `${time(e.time_us)} · ${(e.labels || []).join(', ') || 'event'}`))),
+        type: 'button', 'data-event': e.event, 'data-archived': e.archived ? 'true' : null, onclick: () => seek(e.time_us - preRollUs),
+        // Its name is what it shows; the title says what it does.
+        title: `Play ${(e.labels || []).join(', ') || 'event'} at ${dateTime(e.time_us)} from before it${e.archived ? ', from the archive' : ''}` },
+      `${time(e.time_us)} · ${(e.labels || []).join(', ') || 'event'}${e.archived ? ' · archive' : ''}`))),
       ...(shown.length > IN_VIEW_MAX ? [h('li.muted', {}, `and ${shown.length - IN_VIEW_MAX} more: zoom in`)] : []));
     }, 150);
   };
@@ -222,6 +232,20 @@ async function mount(view, args, query) {
       .then((d) => d.recordings.map((r) => ({ start_us: r.wall_start_us, end_us: r.wall_end_us })))
       .catch(() => []);
   };
+  // The archive's events of this camera between `from` and `to`, as the timeline keeps
+  // events (their snapshots read from the bucket).
+  const archivedEventsIn = (from, to) => {
+    if (!archive) return Promise.resolve([]);
+    const q = new URLSearchParams({ camera: name, from_us: String(Math.floor(from)), to_us: String(Math.ceil(to)) });
+    const snapshot = (e) => {
+      const s = new URLSearchParams({ camera: name, day: new Date(e.time_us / 1000).toISOString().slice(0, 10), event: String(e.id) });
+      return { url: `/api/archive/${encodeURIComponent(archive)}/snapshot.jpg?${s}` };
+    };
+    return get(`/api/archive/${encodeURIComponent(archive)}/events?${q}`)
+      .then((d) => d.events.map((e) => ({ event: e.id, rev: e.rev, camera: name, time_us: e.time_us, labels: e.labels,
+        score: e.score, text: e.text, archived: true, snapshot: e.snapshot ? snapshot(e) : null })))
+      .catch(() => []);
+  };
   // The runs and events between `from` and `to`.
   // (Following the present, the newest stretch is on the box: the bucket is not asked.)
   const fetchRange = (from, to, tail = false) => Promise.all([
@@ -234,7 +258,8 @@ async function mount(view, args, query) {
       if (runs.some((r) => r.kind === 'archived')) archivedLegend.hidden = false;
       return runs;
     }),
-    eventsIn(name, from, to),
+    Promise.all([eventsIn(name, from, to), tail ? Promise.resolve([]) : archivedEventsIn(from, to)])
+      .then(([local, archived]) => withArchivedEvents(local, archived)),
   ]);
 
   // One fetch at a time: a window moved meanwhile is loaded after it.

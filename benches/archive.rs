@@ -8,8 +8,10 @@
 //!    the durable notes of each part, the manifests), MiB/s from the start until the last is
 //!    stored; against `curl --aws-sigv4` putting each file whole, one after the other (its
 //!    payload not hashed: `UNSIGNED-PAYLOAD`, as KeepPeek signs too, though KeepPeek also
-//!    sends each body's MD5 and SHA-256 for the server to check).
-//!    Goal: ≥ 0.8 × curl's.
+//!    sends each body's MD5 and SHA-256 for the server to check). Goal: ≥ 0.8 × curl's.
+//!    Two more baselines say where the rest goes: curl with the same checksums (hashed by
+//!    `openssl dgst` in its time), and curl uploading in the same 8 MiB parts (the server's
+//!    own multipart work in its time too).
 //! 2. **CPU per archived MiB**: this process's CPU time over the upload (the server is
 //!    another process), as % of a core per MiB/s archived. Goal: ≤ 2 %.
 //! 3. **Memory during multipart uploads**: the most the heap (a counting allocator) rose
@@ -143,6 +145,64 @@ fn openssl_digest(algo: &str, file: &Path) -> String {
     let out =
         Command::new("openssl").args(["dgst", &format!("-{algo}"), "-binary"]).arg(file).output().expect("openssl");
     base64::engine::general_purpose::STANDARD.encode(out.stdout)
+}
+
+/// curl with the server's keys, for `args` and `url`; its output.
+fn curl_s3(args: &[&str], url: &str) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", "--fail", "--aws-sigv4", "aws:amz:us-east-1:s3"])
+        .args(["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "--user"])
+        .arg(format!("{ACCESS_KEY}:{SECRET_KEY}"))
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("running curl");
+    assert!(out.status.success(), "curl {args:?} {url}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// curl uploading each file in parts of `ARCHIVE_PART_BYTES`, as KeepPeek does, one file
+/// after the other, without checksums: an upload started, each part put from a file of its
+/// own (cut before the clock starts), the upload put together: seconds. The server's work for
+/// multipart uploads is then in both sides' times.
+fn curl_multipart(port: u16, files: &[PathBuf], work: &Path) -> f64 {
+    let part = keeppeek::limits::ARCHIVE_PART_BYTES;
+    let cut: Vec<Vec<PathBuf>> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let bytes = std::fs::read(f).unwrap();
+            bytes
+                .chunks(part)
+                .enumerate()
+                .map(|(n, c)| {
+                    let p = work.join(format!("part-{i:03}-{n}"));
+                    std::fs::write(&p, c).unwrap();
+                    p
+                })
+                .collect()
+        })
+        .collect();
+    let started = Instant::now();
+    for (i, parts) in cut.iter().enumerate() {
+        let url = format!("http://127.0.0.1:{port}/nvr/curl-parts/{i:03}.mp4");
+        let made = curl_s3(&["-X", "POST"], &format!("{url}?uploads="));
+        let id = made.split("<UploadId>").nth(1).and_then(|r| r.split("</UploadId>").next()).expect("an upload id");
+        let mut done = String::from("<CompleteMultipartUpload>");
+        for (n, p) in parts.iter().enumerate() {
+            let p = p.to_str().unwrap();
+            let etag = curl_s3(
+                &["-o", "/dev/null", "-w", "%header{etag}", "--upload-file", p],
+                &format!("{url}?partNumber={}&uploadId={id}", n + 1),
+            );
+            done.push_str(&format!("<Part><PartNumber>{}</PartNumber><ETag>{etag}</ETag></Part>", n + 1));
+        }
+        done.push_str("</CompleteMultipartUpload>");
+        curl_s3(&["-X", "POST", "--data-binary", &done], &format!("{url}?uploadId={id}"));
+    }
+    let s = started.elapsed().as_secs_f64();
+    cut.iter().flatten().for_each(|p| std::fs::remove_file(p).unwrap());
+    s
 }
 
 /// curl putting each file whole, one after the other: seconds. With `checksums`, each goes
@@ -287,6 +347,7 @@ fn main() {
     // Each side once to warm the server's disk and the page cache, then measured.
     let curl_s = curl(server.port, &files, false);
     let curl_sums_s = curl(server.port, &files, true);
+    let curl_parts_s = curl_multipart(server.port, &files, &work);
     let (kp_s, cpu_s, rise) = keeppeek(server.port, &data, &files);
     let (whole_s, parts_s) = client_alone(server.port, &files);
     let ttfb = first_bytes(server.port, &work, if smoke { 5 } else { 40 });
@@ -309,6 +370,8 @@ fn main() {
         "curl": { "seconds": curl_s, "mib_s": mib / curl_s },
         "curl_checksums": { "seconds": curl_sums_s, "mib_s": mib / curl_sums_s },
         "ratio_checksums": curl_sums_s / kp_s,
+        "curl_parts": { "seconds": curl_parts_s, "mib_s": mib / curl_parts_s },
+        "ratio_parts": curl_parts_s / kp_s,
         "keeppeek": { "seconds": kp_s, "mib_s": mib / kp_s, "cpu_seconds": cpu_s },
         "ratio": curl_s / kp_s,
         "client_whole": { "seconds": whole_s, "mib_s": mib / whole_s },
@@ -467,6 +530,13 @@ fn markdown(r: &Value) -> String {
         f(&r["curl_checksums"]["seconds"]),
         f(&r["curl_checksums"]["mib_s"]),
         f(&r["ratio_checksums"])
+    );
+    let _ = writeln!(
+        md,
+        "| baseline in parts: curl uploading each file in 8 MiB parts, without checksums (the server's multipart work in its time too) | {:.2} s | {:.1} MiB/s (KeepPeek ×{:.2} of it) |",
+        f(&r["curl_parts"]["seconds"]),
+        f(&r["curl_parts"]["mib_s"]),
+        f(&r["ratio_parts"])
     );
     for (k, label) in [
         ("client_whole", "for reference: the S3 client alone, each file whole in one PUT (from memory)"),

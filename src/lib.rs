@@ -28,6 +28,7 @@ pub mod auth;
 pub mod base;
 pub mod budget;
 pub mod cameras;
+pub mod camport;
 pub mod catalog;
 pub mod clock;
 pub mod config;

@@ -1211,6 +1211,38 @@ pub const RAM_SHARE_PERCENT: usize = 50;
 /// How often the host (glibc) build hands freed memory back to the kernel.
 pub const MEMORY_TRIM_INTERVAL_S: u64 = 5;
 
+// ---- The camera port (`camport`) ----
+
+/// A DHCP message read from the camera port: past it, it is dropped unread (an Ethernet
+/// frame's payload).
+pub const CAMPORT_DHCP_MESSAGE_MAX_BYTES: usize = 1_500;
+
+/// A client id (option 61) kept: a DUID is at most 130 bytes by RFC 8415, cameras send a MAC
+/// or a short name; past it the message is refused.
+pub const CAMPORT_CLIENT_ID_MAX_BYTES: usize = 64;
+
+/// A host name (option 12) kept for the UI; a longer one is left out.
+pub const CAMPORT_HOSTNAME_MAX_BYTES: usize = 63;
+
+/// Bindings the camera port keeps (bound, offered or ended): a pool may be no larger.
+pub const CAMPORT_LEASES_MAX: usize = 256;
+
+/// Offers waiting for their REQUEST at once: past it, DISCOVERs are passed over.
+pub const CAMPORT_OFFERS_PENDING_MAX: usize = 32;
+
+/// How long an offer holds its address for the client's REQUEST.
+pub const CAMPORT_OFFER_HOLD_MS: u64 = 30_000;
+
+/// How long an address a client declined (or an ARP probe found taken) is not offered.
+pub const CAMPORT_DECLINED_HOLD_MS: u64 = 600_000;
+
+/// DHCP packets a client (by MAC) may send in a second: past it they are dropped and counted.
+pub const CAMPORT_CLIENT_PACKETS_PER_S: u32 = 10;
+
+/// Clients whose rate is followed at once: past it, new ones are dropped until a second
+/// passes.
+pub const CAMPORT_RATE_CLIENTS_MAX: usize = 1_024;
+
 #[cfg(test)]
 mod tests {
     //! `docs/limits.md` is generated from this file: the test fails when they differ, and

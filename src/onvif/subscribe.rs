@@ -567,8 +567,11 @@ mod tests {
         // At most one per interval; a slow run may make fewer, never more.
         assert!((2..=5).contains(&pulls.len()), "{} pulls in 3.5 intervals", pulls.len());
         assert!(pulls.iter().all(|(r, _)| r.contains(&format!("PT{}S", limits::ONVIF_PULL_WAIT_S)) && subscription_of(r) == Some(1)));
+        // Seen by the camera, each pull's time carries the network's and the camera's delays
+        // (up to a tenth of a second on the emulated aarch64 run beside the other tests); a
+        // follower that did not pause would pull again within milliseconds.
         for w in pulls.windows(2).skip(1) {
-            assert!(w[1].1 - w[0].1 >= floor - Duration::from_millis(5), "pulls {:?} apart", w[1].1 - w[0].1);
+            assert!(w[1].1 - w[0].1 >= floor * 3 / 4, "pulls {:?} apart", w[1].1 - w[0].1);
         }
 
         // The camera restarts: it forgets the subscription. The next pull fails, the follower

@@ -1,0 +1,15 @@
+//! The camera port: a network of the box's own for cameras plugged into it (a second NIC, or
+//! a PoE switch behind one). Cameras get their address from the box (DHCPv4, bound to that
+//! interface only), their time from it (SNTP), and are found by it when they take a lease.
+//!
+//! Built in steps. Here so far:
+//! - `dhcp`: the wire, with `smoltcp::wire`: a client's message read and checked, answers
+//!   written, and the Ethernet frame that carries one to a client without an address yet;
+//! - `leases`: the pool and its bindings, and what the server answers each message, with
+//!   the rate each client may send at.
+//!
+//! Next: the server on the interface (a UDP socket bound to the device, a packet socket for
+//! frames, ARP probes), leases kept in the catalog, SNTP, and the plugged-in cameras.
+
+pub mod dhcp;
+pub mod leases;

@@ -1243,6 +1243,10 @@ pub const CAMPORT_CLIENT_PACKETS_PER_S: u32 = 10;
 /// passes.
 pub const CAMPORT_RATE_CLIENTS_MAX: usize = 1_024;
 
+/// An SNTP request read: a header, and room for extension fields or a key's MAC after it;
+/// past it, dropped unread.
+pub const CAMPORT_SNTP_MESSAGE_MAX_BYTES: usize = 512;
+
 #[cfg(test)]
 mod tests {
     //! `docs/limits.md` is generated from this file: the test fails when they differ, and

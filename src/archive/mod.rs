@@ -765,9 +765,10 @@ impl Archive {
                         upload.parts.push(etag);
                     }
                     Err(e) => {
-                        if e.kind() == Kind::Missing {
+                        if self.upload_gone(t, &key, &e).await? {
                             // The server no longer knows the upload: it starts again.
                             self.catalog.set_archive_upload(id, rec, None)?;
+                            return Err(no_such_upload(&key).into());
                         }
                         return Err(e.into());
                     }
@@ -776,17 +777,19 @@ impl Archive {
             }
             match t.bucket.complete_upload(&key, &upload.id, &upload.parts, now()).await {
                 Ok(etag) => etag,
-                // The server put it together but its answer was lost (a timeout, a crash
-                // before the note): the object is there, as its parts make it.
-                Err(e) if e.kind() == Kind::Missing && self.completed_before(t, &key, len, &upload.parts).await? => {
-                    s3::multipart_etag(&upload.parts).unwrap_or_default()
-                }
                 Err(e) => {
-                    if matches!(e.kind(), Kind::Missing | Kind::Refused) {
-                        self.catalog.set_archive_upload(id, rec, None)?;
-                        let _ = t.bucket.abort_upload(&key, &upload.id, now()).await;
+                    let gone = self.upload_gone(t, &key, &e).await?;
+                    // The server put it together but its answer was lost (a timeout, a crash
+                    // before the note): the object is there, as its parts make it.
+                    if gone && self.completed_before(t, &key, len, &upload.parts).await? {
+                        s3::multipart_etag(&upload.parts).unwrap_or_default()
+                    } else {
+                        if gone || e.kind() == Kind::Refused {
+                            self.catalog.set_archive_upload(id, rec, None)?;
+                            let _ = t.bucket.abort_upload(&key, &upload.id, now()).await;
+                        }
+                        return Err(if gone { no_such_upload(&key) } else { e }.into());
                     }
-                    return Err(e.into());
                 }
             }
         };
@@ -803,6 +806,18 @@ impl Archive {
         drop(s);
         info!(target = t.config.id, key = done.key, bytes = len, "archived");
         Ok(())
+    }
+
+    /// Whether failure `e` of a request of an upload to `key` says the server no longer knows
+    /// the upload: S3 answers 404 `NoSuchUpload`; some servers (`s3s-fs`) 403 `AccessDenied`,
+    /// which good keys tell apart from a refusal of the keys: a HEAD of the key with them
+    /// passes (and fails as they do when they are bad).
+    async fn upload_gone(&self, t: &Target, key: &str, e: &S3Error) -> Result<bool, S3Error> {
+        match e.kind() {
+            Kind::Missing => Ok(true),
+            Kind::Credentials => t.bucket.head(key, self.clocks.wall_us()).await.map(|_| true),
+            _ => Ok(false),
+        }
     }
 
     /// Whether `key` is there already as the upload of `parts` makes it (`len` bytes).
@@ -828,6 +843,15 @@ impl Archive {
             tokio::time::sleep_until(started + due).await;
         }
         r
+    }
+}
+
+/// What an upload the server no longer knows is shown as: it starts again at the next step.
+fn no_such_upload(key: &str) -> S3Error {
+    S3Error::Refused {
+        status: 404,
+        code: "NoSuchUpload".into(),
+        message: format!("{key}: the server no longer knows the upload; it starts again"),
     }
 }
 

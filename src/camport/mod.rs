@@ -6,10 +6,12 @@
 //! - `dhcp`: the wire, with `smoltcp::wire`: a client's message read and checked, answers
 //!   written, and the Ethernet frame that carries one to a client without an address yet;
 //! - `leases`: the pool and its bindings, and what the server answers each message, with
-//!   the rate each client may send at.
+//!   the rate each client may send at;
+//! - `sntp`: the time, read and answered (RFC 4330).
 //!
-//! Next: the server on the interface (a UDP socket bound to the device, a packet socket for
-//! frames, ARP probes), leases kept in the catalog, SNTP, and the plugged-in cameras.
+//! Next: the servers on the interface (a UDP socket bound to the device, a packet socket for
+//! frames, ARP probes), leases kept in the catalog, and the plugged-in cameras.
 
 pub mod dhcp;
 pub mod leases;
+pub mod sntp;

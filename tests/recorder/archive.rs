@@ -494,6 +494,81 @@ fn kill_9_during_uploads_resumes_at_the_first_part_missing() {
 }
 
 /// The target's state as `/api/system/archive` says it.
+/// The window `kill -9` seldom hits, made on purpose: an upload the server put together
+/// whose note the box never wrote (its answer came, the box was killed), and an upload the
+/// server never knew (or dropped). `s3s-fs` answers a request of either with 403
+/// `AccessDenied` (S3 says 404 `NoSuchUpload`): the box tells that from refused keys (a HEAD
+/// with them passes), takes the first as stored without sending it again, and starts the
+/// second afresh.
+#[test]
+fn an_upload_the_server_no_longer_knows_is_taken_as_stored_or_started_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("box");
+    std::fs::create_dir_all(&dir).unwrap();
+    let s3_dir = tmp.path().join("s3");
+    let place = S3Server::stand_in(&s3_dir, "nvr", free_port());
+    // Recordings of about 24 MiB (three or four parts): the 8 Mbit/s clip.
+    let port = archived_config(&dir, &place, ("site", ""), &["gate"], ("h264-heavy.mp4", "192 MiB"));
+    let mut d = Daemon::start(&dir);
+    let closed = wait_until(Duration::from_secs(90), || d.log_text().matches("recording to").count() >= 3);
+    assert!(closed, "two recordings closed: {}", d.log_text());
+    d.stop();
+    let recs: Vec<Value> = d.recordings().into_iter().filter(|r| !r["open"].as_bool().unwrap()).collect();
+    assert!(recs.len() >= 2, "{recs:?}");
+    let server = S3Server::start_on(&s3_dir, "nvr", place.port);
+    drop(place);
+    let bucket = Bucket::new(server.place("nvr", SECRET_KEY)).unwrap();
+    let stream = keeppeek::base::StreamKey::new("gate", keeppeek::base::StreamKind::Main);
+    let key_of = |r: &Value| {
+        keeppeek::archive::object_key("site", &stream, r["id"].as_u64().unwrap(), r["wall_start_us"].as_i64().unwrap())
+    };
+    let bytes_of = |r: &Value| {
+        let local = std::fs::read(d.data().join(r["path"].as_str().unwrap())).unwrap();
+        Bytes::from(local[..r["bytes"].as_u64().unwrap() as usize].to_vec())
+    };
+    let (done, dropped) = (&recs[0], &recs[1]);
+    // The first: uploaded and put together by the server, its note left at its parts.
+    let parts = runtime().block_on(async {
+        let key = key_of(done);
+        let id = bucket.start_upload(&key, wall_us()).await.unwrap();
+        let body = bytes_of(done);
+        let mut parts = Vec::new();
+        for (n, chunk) in body.chunks(keeppeek::limits::ARCHIVE_PART_BYTES).enumerate() {
+            let part = Bytes::copy_from_slice(chunk);
+            parts.push(bucket.upload_part(&key, &id, n as u16 + 1, part, wall_us()).await.unwrap());
+        }
+        bucket.complete_upload(&key, &id, &parts, wall_us()).await.unwrap();
+        (id, parts)
+    });
+    assert!(parts.1.len() >= 2, "a multipart upload");
+    let catalog = keeppeek::catalog::Catalog::open(&d.data().join("catalog.redb")).unwrap();
+    let upload =
+        |key: String, id: &str, parts: Vec<String>| keeppeek::catalog::archive::Upload { key, id: id.into(), parts };
+    let id_of = |r: &Value| r["id"].as_u64().unwrap();
+    catalog.set_archive_upload("offsite", id_of(done), Some(&upload(key_of(done), &parts.0, parts.1))).unwrap();
+    // The second: an upload id the server never gave.
+    let unknown = "0b2cd7a4-5a4e-4a43-9d1c-1d7e3f7b2a10";
+    catalog.set_archive_upload("offsite", id_of(dropped), Some(&upload(key_of(dropped), unknown, vec![]))).unwrap();
+    drop(catalog);
+
+    let mut d = Daemon::start(&dir);
+    let stored = server.dir.join("nvr");
+    let both = wait_until(Duration::from_secs(90), || {
+        [done, dropped].iter().all(|r| std::fs::read(stored.join(key_of(r))).is_ok_and(|b| b == bytes_of(r)))
+    });
+    let log = d.log_text();
+    assert!(both, "both stored, byte for byte:\n{log}");
+    assert!(log.contains("the server no longer knows the upload"), "the unknown upload started again:\n{log}");
+    let key = key_of(done);
+    assert!(
+        !log.lines().any(|l| l.contains("archive part stored") && l.contains(&key)),
+        "{key} was not sent again:\n{log}"
+    );
+    assert!(!log.contains("refused: HTTP 403"), "never taken for refused keys:\n{log}");
+    d.stop();
+    let _ = port;
+}
+
 fn target_state(port: u16, token: &str) -> Value {
     let (code, _, body) =
         request(port, "GET", "/api/system/archive", &[("authorization", &format!("Bearer {token}"))], "");

@@ -53,7 +53,7 @@ test('an archive set up in Settings stores footage, and the timeline plays what 
   assert.ok(!planText.includes(SECRET_KEY), 'the secret is not shown back');
   await plan.locator('button.primary').click();
   const status = page.locator('[data-status=offsite]');
-  await waitFor('the target stores footage', async () => Number((/(\d+) recordings? stored/.exec(await status.innerText()) || [])[1]) >= 1, 60000);
+  await waitFor('the target stores footage', async () => Number((/(\d+) recordings? \(/.exec(await status.innerText()) || [])[1]) >= 1, 60000);
   assert.match(await page.locator('[data-archive-target=offsite]').innerText(), /127\.0\.0\.1:\d+\/nvr\/house/);
   await page.screenshot({ path: join(shots, 'settings-archive.png'), fullPage: true });
   await checkA11y(page, 'settings → archive');
@@ -91,10 +91,12 @@ test('an archive set up in Settings stores footage, and the timeline plays what 
     return (await r.json()).id;
   }, { at: gone.wall_start_us + 1e6, jpeg: [...jpeg] });
   assert.ok(eventId, 'the event is stored');
-  await waitFor('the event stored in the bucket', async () => page.evaluate(async () => {
-    const s = await (await fetch('/api/system/archive')).json();
-    return s.targets[0].uploaded_events >= 1;
-  }), 60000);
+  // Stored, and in its camera's events manifest (written between uploads).
+  await waitFor('the event stored in the bucket and described', async () => page.evaluate(async (at) => {
+    const q = `camera=porch&from_us=${at - 1e6}&to_us=${at + 1e6}`;
+    const r = await fetch(`/api/archive/offsite/events?${q}`);
+    return r.ok && (await r.json()).events.length === 1;
+  }, gone.wall_start_us + 1e6), 90000);
   const deleted = await page.evaluate(async (id) => {
     const csrf = (await (await fetch('/api/me')).json()).csrf;
     return (await fetch(`/api/events/${id}`, { method: 'DELETE', headers: { 'x-csrf-token': csrf } })).status;

@@ -35,7 +35,7 @@ function statusOf(s) {
     ? `${s.backlog.more ? 'at least ' : ''}${s.backlog.objects} recording${s.backlog.objects === 1 ? '' : 's'} (${bytes(s.backlog.bytes)}) waiting, the oldest from ${ago(s.backlog.oldest_us)}`
     : 'nothing waiting';
   const lines = [
-    h('p', {}, state, ` ${s.uploaded_objects} recording${s.uploaded_objects === 1 ? '' : 's'} stored since the box started (${bytes(s.uploaded_bytes)}), ${s.uploaded_events} event${s.uploaded_events === 1 ? '' : 's'} · ${waiting}`),
+    h('p', {}, state, ` ${s.uploaded_objects} recording${s.uploaded_objects === 1 ? '' : 's'} (${bytes(s.uploaded_bytes)}) and ${s.uploaded_events} event${s.uploaded_events === 1 ? '' : 's'} stored since the box started · ${waiting}`),
   ];
   if (s.error) lines.push(h('p.muted', {}, s.error));
   if (s.clock_off_s != null && s.error_kind === 'clock') {
@@ -156,7 +156,7 @@ export async function archiveSection(onApplied) {
   const addPanel = h('div.plan-slot');
   const add = h('section.card.wide', { 'aria-labelledby': 'archive-add', id: 'archive-add-card' },
     h('h2', { id: 'archive-add' }, targets.length ? 'Add another archive' : 'Archive to a bucket'),
-    h('p.muted', {}, 'Recordings are copied, once closed, to storage that outlives this box: any S3-compatible bucket (AWS, Backblaze, Wasabi, MinIO, Garage, Ceph…). Many boxes can share one bucket, each under its own prefix, and each can play the others’ footage.'),
+    h('p.muted', {}, 'Recordings, once closed, and events with their snapshots are copied to storage that outlives this box: any S3-compatible bucket (AWS, Backblaze, Wasabi, MinIO, Garage, Ceph…). Many boxes can share one bucket, each under its own prefix, and each can play the others’ footage.'),
     h('details', { open: !targets.length }, h('summary', {}, 'Set one up'), targetForm(null, config.cameras, addPanel, onApplied)),
     addPanel);
   const listing = h('div');

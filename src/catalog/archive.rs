@@ -360,7 +360,9 @@ impl Catalog {
         Ok((None, settled_upto))
     }
 
-    /// The revision of `event` archived to `target`, when it is above the mark.
+    /// The revision of `event` archived to `target`, when it is above the mark (the target
+    /// reads it within [`Catalog::archive_next_event`]'s transaction; this is for tests).
+    #[cfg(test)]
     pub fn archived_event(&self, target: &str, event: u64) -> Result<Option<u32>, CatalogError> {
         let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(EVENTS_DONE).storage()?;

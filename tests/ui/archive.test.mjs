@@ -111,9 +111,13 @@ test('an archive set up in Settings stores footage, and the timeline plays what 
   await waitFor('an archived stretch on the timeline', async () => (await page.locator('.tl-run.archived').count()) >= 1, 20000);
   // The widest stretch (the event's hold keeps footage around it here, so there may be more
   // than one).
+  // (Scrolled into view first: on a phone the upright timeline is taller than the screen.)
   const widest = async () => {
-    const boxes = await page.locator('.tl-run.archived').evaluateAll((els) => els.map((e) => e.getBoundingClientRect()).map((r) => ({ x: r.x, y: r.y, width: r.width, height: r.height })));
-    return boxes.sort((a, b) => b.width * b.height - a.width * a.height)[0];
+    const runs = page.locator('.tl-run.archived');
+    const areas = await runs.evaluateAll((els) => els.map((e) => e.getBoundingClientRect()).map((r) => r.width * r.height));
+    const stretch = runs.nth(areas.indexOf(Math.max(...areas)));
+    await stretch.scrollIntoViewIfNeeded();
+    return stretch.boundingBox();
   };
   assert.ok(await page.locator('.tl-legend').isVisible(), 'the stripes are explained');
   const playArchived = async () => {
@@ -147,6 +151,8 @@ test('an archive set up in Settings stores footage, and the timeline plays what 
   await checkA11y(page, 'the timeline playing from the archive');
   // On a phone the timeline stands upright; the stretch still plays.
   await page.setViewportSize(PHONE);
+  // The timeline turns upright once the page has seen the new width.
+  await page.locator('.timeline.vertical').waitFor();
   await playArchived();
   await checkNoSideScroll(page, 'the timeline from the archive on a phone');
   await page.screenshot({ path: join(shots, 'timeline-archive-phone.png'), fullPage: true });

@@ -2,22 +2,25 @@
 //! the same S3-compatible server (`s3s-fs`, built by `tools/test.sh` under `target/peers`,
 //! checking every signature), in one run.
 //!
-//! 1. **Throughput**: closed recordings of 24 MiB (each three 8 MiB parts, as a main stream's
-//!    segment) put in a catalog and archived by a target (the real uploader: its catalog
-//!    walk, the file read part by part, MD5 and SHA-256, signing, the checks of each answer,
-//!    the durable notes of each part, the manifests), MiB/s from the start until the last is
-//!    stored; against `curl --aws-sigv4` putting each file whole, one after the other (its
-//!    payload not hashed: `UNSIGNED-PAYLOAD`, as KeepPeek signs too, though KeepPeek also
-//!    sends each body's MD5 and SHA-256 for the server to check). Goal: ≥ 0.8 × curl's.
-//!    Two more baselines say where the rest goes: curl with the same checksums (hashed by
-//!    `openssl dgst` in its time), and curl uploading in the same 8 MiB parts (the server's
-//!    own multipart work in its time too).
+//! 1. **Throughput**: closed recordings of 24 MiB (a main stream's segment) put in a catalog
+//!    and archived by a target (the real uploader: its catalog walk, each file read for its
+//!    CRC-32 then sent whole as it is read again, signing, the checks of each answer, the
+//!    durable notes, the manifests), MiB/s from the start until the last is stored; against
+//!    `curl --aws-sigv4` putting each file whole, one after the other (its payload not
+//!    hashed: `UNSIGNED-PAYLOAD`, as KeepPeek signs too, though KeepPeek also sends each
+//!    body's CRC-32 for the server to check). Goal: ≥ 0.8 × curl's. Two more baselines say
+//!    where the rest goes: curl with the same CRC-32 (made in this process in its time), and,
+//!    for recordings of 40 MiB (over `ARCHIVE_WHOLE_MAX_BYTES`, which KeepPeek sends in parts,
+//!    each part's MD5 made while the one before is sent), curl uploading in the same 8 MiB
+//!    parts (the server's own multipart work in its time too).
 //! 2. **CPU per archived MiB**: this process's CPU time over the upload (the server is
 //!    another process), as % of a core per MiB/s archived. Goal: ≤ 2 %.
-//! 3. **Memory during multipart uploads**: the most the heap (a counting allocator) rose
-//!    over its level before the target started, against two parts in memory
-//!    (`ARCHIVE_PART_BYTES`: a target sends one while it reads the next) and the archive's
-//!    line in `keeppeek budget` for one target.
+//! 3. **Memory**: the most the heap (a counting allocator) rose over its level before the
+//!    target started, for recordings sent whole (against the chunks read ahead,
+//!    `ARCHIVE_STREAM_CHUNKS_AHEAD` of `ARCHIVE_STREAM_CHUNK_BYTES`, and the one being sent)
+//!    and for recordings sent in parts (against two parts, `ARCHIVE_PART_BYTES`: a target
+//!    sends one while it reads the next), and the archive's line in `keeppeek budget` for one
+//!    target.
 //! 4. **Time to first byte of playback**: the keeppeek binary records the fixture camera
 //!    and archives it to the same server; then, over ranges a few seconds long that both
 //!    the disk and the bucket hold, the first byte of an MP4 export from the bucket
@@ -27,8 +30,8 @@
 //!    kept from an earlier request). Median and 95th percentile.
 //!
 //! Reports: `target/bench/archive.json`, `target/bench/archive.md`.
-//! `cargo bench --bench archive`             the full run (12 recordings, 288 MiB)
-//! `cargo bench --bench archive -- --smoke`  2 recordings (CI)
+//! `cargo bench --bench archive`             the full run (12 recordings, 288 MiB; 4 of 40 MiB)
+//! `cargo bench --bench archive -- --smoke`  2 recordings and 1 of 40 MiB (CI)
 
 use std::fmt::Write as _;
 use std::io::{Read as _, Write as _};
@@ -59,6 +62,8 @@ static GLOBAL: heap::Counting = heap::Counting;
 const ACCESS_KEY: &str = "keeppeek-bench";
 const SECRET_KEY: &str = "a-secret-the-server-checks";
 const RECORDING_BYTES: usize = 24 << 20;
+/// Recordings over `ARCHIVE_WHOLE_MAX_BYTES`, which go in parts.
+const LARGE_BYTES: usize = 40 << 20;
 
 /// `s3s-fs` on a free port over `dir`, bucket `nvr` made.
 struct Server {
@@ -117,15 +122,15 @@ fn cpu_time() -> Duration {
     tv(u.ru_utime) + tv(u.ru_stime)
 }
 
-/// `n` files of [`RECORDING_BYTES`] under `dir/recordings`, bytes that differ everywhere.
-fn make_files(dir: &Path, n: usize) -> Vec<PathBuf> {
+/// `n` files of `size` bytes under `dir/recordings`, bytes that differ everywhere.
+fn make_files(dir: &Path, n: usize, size: usize) -> Vec<PathBuf> {
     let rec = dir.join("recordings");
     std::fs::create_dir_all(&rec).unwrap();
     (0..n)
         .map(|i| {
             let path = rec.join(format!("{i:03}.mp4"));
             let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ i as u64;
-            let bytes: Vec<u8> = (0..RECORDING_BYTES / 8)
+            let bytes: Vec<u8> = (0..size / 8)
                 .flat_map(|_| {
                     x ^= x << 13;
                     x ^= x >> 7;
@@ -137,14 +142,6 @@ fn make_files(dir: &Path, n: usize) -> Vec<PathBuf> {
             path
         })
         .collect()
-}
-
-/// The base64 of `openssl dgst -<algo> -binary` of `file`.
-fn openssl_digest(algo: &str, file: &Path) -> String {
-    use base64::Engine;
-    let out =
-        Command::new("openssl").args(["dgst", &format!("-{algo}"), "-binary"]).arg(file).output().expect("openssl");
-    base64::engine::general_purpose::STANDARD.encode(out.stdout)
 }
 
 /// curl with the server's keys, for `args` and `url`; its output.
@@ -206,15 +203,17 @@ fn curl_multipart(port: u16, files: &[PathBuf], work: &Path) -> f64 {
 }
 
 /// curl putting each file whole, one after the other: seconds. With `checksums`, each goes
-/// with the MD5 and SHA-256 KeepPeek sends (made by `openssl dgst` in the time), so the
-/// server checks them as it checks KeepPeek's.
+/// with the CRC-32 KeepPeek sends (made here in the time, as the box makes it: a read of the
+/// file), so the server checks it as it checks KeepPeek's.
 fn curl(port: u16, files: &[PathBuf], checksums: bool) -> f64 {
+    use base64::Engine;
     let started = Instant::now();
     for (i, f) in files.iter().enumerate() {
         let mut headers = Vec::new();
         if checksums {
-            headers.push(format!("Content-MD5: {}", openssl_digest("md5", f)));
-            headers.push(format!("x-amz-checksum-sha256: {}", openssl_digest("sha256", f)));
+            let crc32 = crc32fast::hash(&std::fs::read(f).unwrap());
+            let crc32 = base64::engine::general_purpose::STANDARD.encode(crc32.to_be_bytes());
+            headers.push(format!("x-amz-checksum-crc32: {crc32}"));
         }
         let ok = Command::new("curl")
             .args(headers.iter().flat_map(|h| ["-H", h.as_str()]))
@@ -233,8 +232,8 @@ fn curl(port: u16, files: &[PathBuf], checksums: bool) -> f64 {
     started.elapsed().as_secs_f64()
 }
 
-/// KeepPeek's uploader archiving `files`, as closed recordings of one stream: (seconds, CPU
-/// seconds, the heap's rise at most, bytes).
+/// KeepPeek's uploader archiving `files` (under `data`), as closed recordings of one stream:
+/// (seconds, CPU seconds, the heap's rise at most, bytes).
 fn keeppeek(port: u16, data: &Path, files: &[PathBuf]) -> (f64, f64, i64) {
     let catalog = Arc::new(Catalog::open(&data.join("catalog.redb")).unwrap());
     let stream_id = catalog.stream_id(&StreamKey::new("gate", StreamKind::Main)).unwrap();
@@ -249,7 +248,7 @@ fn keeppeek(port: u16, data: &Path, files: &[PathBuf]) -> (f64, f64, i64) {
             wall_start_us: now_us + i as i64 * 60_000_000,
             wall_end_us: now_us + (i as i64 + 1) * 60_000_000,
             media_duration_90k: 60 * 90_000,
-            bytes: RECORDING_BYTES as u64,
+            bytes: std::fs::metadata(f).unwrap().len(),
             init_bytes: 0,
             frames: 1_800,
             fragments: 0,
@@ -341,14 +340,18 @@ fn main() {
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).unwrap();
     let data = work.join("data");
-    let files = make_files(&data, n);
+    let files = make_files(&data, n, RECORDING_BYTES);
+    let large_data = work.join("data-large");
+    let large = make_files(&large_data, if smoke { 1 } else { 4 }, LARGE_BYTES);
+    let large_mib = (large.len() * LARGE_BYTES) as f64 / f64::from(1 << 20);
     let server = Server::start(&work.join("s3"));
     let mib = (n * RECORDING_BYTES) as f64 / f64::from(1 << 20);
     // Each side once to warm the server's disk and the page cache, then measured.
     let curl_s = curl(server.port, &files, false);
     let curl_sums_s = curl(server.port, &files, true);
-    let curl_parts_s = curl_multipart(server.port, &files, &work);
     let (kp_s, cpu_s, rise) = keeppeek(server.port, &data, &files);
+    let (kp_parts_s, cpu_parts_s, rise_parts) = keeppeek(server.port, &large_data, &large);
+    let curl_large_s = curl_multipart(server.port, &large, &work);
     let (whole_s, parts_s) = client_alone(server.port, &files);
     let ttfb = first_bytes(server.port, &work, if smoke { 5 } else { 40 });
     let config = keeppeek::config::Config::parse(
@@ -370,15 +373,23 @@ fn main() {
         "curl": { "seconds": curl_s, "mib_s": mib / curl_s },
         "curl_checksums": { "seconds": curl_sums_s, "mib_s": mib / curl_sums_s },
         "ratio_checksums": curl_sums_s / kp_s,
-        "curl_parts": { "seconds": curl_parts_s, "mib_s": mib / curl_parts_s },
-        "ratio_parts": curl_parts_s / kp_s,
         "keeppeek": { "seconds": kp_s, "mib_s": mib / kp_s, "cpu_seconds": cpu_s },
+        "large": {
+            "recordings": large.len(),
+            "mib": large_mib,
+            "keeppeek": { "seconds": kp_parts_s, "mib_s": large_mib / kp_parts_s, "cpu_seconds": cpu_parts_s },
+            "curl_parts": { "seconds": curl_large_s, "mib_s": large_mib / curl_large_s },
+            "ratio_parts": curl_large_s / kp_parts_s,
+            "heap_rise_bytes": rise_parts,
+        },
         "ratio": curl_s / kp_s,
         "client_whole": { "seconds": whole_s, "mib_s": mib / whole_s },
         "client_parts": { "seconds": parts_s, "mib_s": mib / parts_s },
         "core_percent_per_mib_s": 100.0 * cpu_s / mib,
         "heap_rise_bytes": rise,
         "part_bytes": keeppeek::limits::ARCHIVE_PART_BYTES,
+        "chunk_bytes": keeppeek::limits::ARCHIVE_STREAM_CHUNK_BYTES,
+        "chunks_ahead": keeppeek::limits::ARCHIVE_STREAM_CHUNKS_AHEAD,
         "budget_line_bytes": line,
         "first_byte": ttfb,
     });
@@ -519,27 +530,23 @@ fn markdown(r: &Value) -> String {
     );
     let _ = writeln!(
         md,
-        "| KeepPeek's uploader: 8 MiB parts, checksums, durable notes, manifests | {:.2} s | {:.1} MiB/s (×{:.2} curl's) |",
+        "| KeepPeek's uploader: each whole, read as it is sent, with its CRC-32; durable notes, manifests | {:.2} s | {:.1} MiB/s (×{:.2} curl's) |",
         f(&r["keeppeek"]["seconds"]),
         f(&r["keeppeek"]["mib_s"]),
         f(&r["ratio"])
     );
     let _ = writeln!(
         md,
-        "| baseline with KeepPeek's checks: curl with `Content-MD5` and `x-amz-checksum-sha256` (`openssl dgst` in the time) | {:.2} s | {:.1} MiB/s (KeepPeek ×{:.2} of it) |",
+        "| baseline with KeepPeek's check: curl with `x-amz-checksum-crc32` (made in the time) | {:.2} s | {:.1} MiB/s (KeepPeek ×{:.2} of it) |",
         f(&r["curl_checksums"]["seconds"]),
         f(&r["curl_checksums"]["mib_s"]),
         f(&r["ratio_checksums"])
     );
-    let _ = writeln!(
-        md,
-        "| baseline in parts: curl uploading each file in 8 MiB parts, without checksums (the server's multipart work in its time too) | {:.2} s | {:.1} MiB/s (KeepPeek ×{:.2} of it) |",
-        f(&r["curl_parts"]["seconds"]),
-        f(&r["curl_parts"]["mib_s"]),
-        f(&r["ratio_parts"])
-    );
     for (k, label) in [
-        ("client_whole", "for reference: the S3 client alone, each file whole in one PUT (from memory)"),
+        (
+            "client_whole",
+            "for reference: the S3 client alone, each file whole in one PUT with its MD5 and SHA-256 (from memory), as to a server that does not send CRC-32s back",
+        ),
         ("client_parts", "for reference: the S3 client alone, each file in 8 MiB parts (from memory)"),
     ] {
         let _ = writeln!(
@@ -552,11 +559,29 @@ fn markdown(r: &Value) -> String {
     }
     let _ = writeln!(
         md,
-        "\nCPU: {:.2} s for {:.0} MiB: {:.2} % of a core per MiB/s archived (goal ≤ 2 %). Heap: rose by at most {:.1} MiB during the uploads, against two parts of {} MiB in memory; `keeppeek budget` counts {:.1} MiB for one target.",
+        "\nCPU: {:.2} s for {:.0} MiB: {:.2} % of a core per MiB/s archived (goal ≤ 2 %). Heap: rose by at most {:.1} MiB during the uploads, against {} chunks of {} KiB read ahead and the one being sent.",
         f(&r["keeppeek"]["cpu_seconds"]),
         f(&r["mib"]),
         f(&r["core_percent_per_mib_s"]),
         f(&r["heap_rise_bytes"]) / f64::from(1 << 20),
+        r["chunks_ahead"],
+        r["chunk_bytes"].as_u64().unwrap() >> 10,
+    );
+    let l = &r["large"];
+    let _ = writeln!(
+        md,
+        "\nRecordings over the size sent whole: {} of 40 MiB ({:.0} MiB), in {} MiB parts:\n\n| what | time | throughput |\n|---|---|---|\n| baseline: curl in the same parts, without checksums | {:.2} s | {:.1} MiB/s |\n| KeepPeek's uploader: each part with its MD5, made while the one before is sent; durable notes | {:.2} s | {:.1} MiB/s (×{:.2} curl's) |\n\nCPU: {:.2} s, {:.2} % of a core per MiB/s. Heap: rose by at most {:.1} MiB, against two parts of {} MiB in memory; `keeppeek budget` counts {:.1} MiB for one target.",
+        l["recordings"],
+        f(&l["mib"]),
+        r["part_bytes"].as_u64().unwrap() >> 20,
+        f(&l["curl_parts"]["seconds"]),
+        f(&l["curl_parts"]["mib_s"]),
+        f(&l["keeppeek"]["seconds"]),
+        f(&l["keeppeek"]["mib_s"]),
+        f(&l["ratio_parts"]),
+        f(&l["keeppeek"]["cpu_seconds"]),
+        100.0 * f(&l["keeppeek"]["cpu_seconds"]) / f(&l["mib"]),
+        f(&l["heap_rise_bytes"]) / f64::from(1 << 20),
         r["part_bytes"].as_u64().unwrap() >> 20,
         f(&r["budget_line_bytes"]) / f64::from(1 << 20)
     );

@@ -635,9 +635,24 @@ pub const ARCHIVE_SIGNATURE_EXPIRES_S: u64 = 900;
 /// is reported as refusing for the box's clock (S3 refuses requests 15 minutes off).
 pub const ARCHIVE_CLOCK_SKEW_MAX_S: i64 = 900;
 
-/// One multipart upload's part, and the size from which a file goes in parts: at least S3's
-/// 5 MiB. A target holds two: the one being sent and the next, read meanwhile.
+/// One multipart upload's part: at least S3's 5 MiB. A target holds two: the one being sent
+/// and the next, read meanwhile. A recording over [`ARCHIVE_WHOLE_MAX_BYTES`] goes in parts,
+/// and one that would take over [`ARCHIVE_WHOLE_MAX_MS`] at its target's cap.
 pub const ARCHIVE_PART_BYTES: usize = 8 << 20;
+
+/// The largest recording sent whole, in one request read from its file as it goes: an
+/// interruption sends it again from its start, where parts resume at the first missing.
+pub const ARCHIVE_WHOLE_MAX_BYTES: usize = 32 << 20;
+
+/// At a target's bandwidth cap, a recording over [`ARCHIVE_PART_BYTES`] goes whole only when
+/// it takes at most this: on a slow link an interruption loses at most a part.
+pub const ARCHIVE_WHOLE_MAX_MS: u64 = 10_000;
+
+/// A chunk of a recording sent whole, read from its file while the one before is sent.
+pub const ARCHIVE_STREAM_CHUNK_BYTES: usize = 256 << 10;
+
+/// Chunks of a recording sent whole read ahead of the connection.
+pub const ARCHIVE_STREAM_CHUNKS_AHEAD: usize = 4;
 
 /// An answer from the server other than an object's bytes (S3's XML: errors, a list page, a
 /// multipart's id).

@@ -123,6 +123,8 @@ struct Target {
     status: Mutex<TargetStatus>,
     /// When its manifests were last written.
     described: Mutex<Option<tokio::time::Instant>>,
+    /// When its cap lets the next request go.
+    next_send: Mutex<Option<tokio::time::Instant>>,
 }
 
 /// The archive's targets and their tasks.
@@ -243,6 +245,7 @@ impl Archive {
                 rolls: rolls.clone(),
                 status: Mutex::new(status),
                 described: Mutex::new(None),
+                next_send: Mutex::new(None),
             });
             let task = tokio::spawn(self.clone().run(t.clone(), shutdown.clone()));
             let sweep = config.keep_days.map(|_| tokio::spawn(self.clone().sweeping(t.clone(), shutdown.clone())));
@@ -719,79 +722,18 @@ impl Archive {
         let key = object_key(&t.config.prefix, stream, rec, row.wall_start_us);
         let path = self.data_dir.join(&row.path);
         let len = row.bytes;
-        let part = limits::ARCHIVE_PART_BYTES as u64;
         let now = || self.clocks.wall_us();
-        let etag = if len <= part {
-            let body = read_range(path, 0, len).await?;
-            self.pace(t, len, || t.bucket.put(&key, body, now())).await?
-        } else {
-            let id = t.config.id.as_str();
-            let mut upload = match self.catalog.archive_upload(id, rec)? {
-                Some(u) if u.key == key => u,
-                _ => {
-                    let upload_id = t.bucket.start_upload(&key, now()).await?;
-                    let u = Upload { key: key.clone(), id: upload_id, parts: Vec::new() };
-                    self.catalog.set_archive_upload(id, rec, Some(&u))?;
-                    u
-                }
-            };
-            let parts = len.div_ceil(part);
-            let range = |n: u64| (n * part, ((n + 1) * part).min(len));
-            // The next part is read while this one is sent: two parts in memory at most.
-            let read = |n: u64| {
-                let (from, to) = range(n);
-                let path = path.clone();
-                AbortOnDrop(tokio::spawn(async move {
-                    let body = read_range(path, from, to - from).await?;
-                    let md5: [u8; 16] = s3::off_runtime(body.clone(), |b| md5::Md5::digest(b).into()).await;
-                    Ok::<_, ArchiveError>((body, md5))
-                }))
-            };
-            let mut next = ((upload.parts.len() as u64) < parts).then(|| read(upload.parts.len() as u64));
-            while let Some(mut reading) = next.take() {
-                let n = upload.parts.len() as u64;
-                let (from, to) = range(n);
-                let body = (&mut reading.0)
-                    .await
-                    .map_err(|e| ArchiveError::File { path: key.clone(), why: e.to_string() })??;
-                next = (n + 1 < parts).then(|| read(n + 1));
-                let number = u16::try_from(n + 1).unwrap_or(u16::MAX);
-                let sent = self
-                    .pace(t, to - from, || t.bucket.upload_part_digested(&key, &upload.id, number, body, now()))
-                    .await;
-                match sent {
-                    Ok(etag) => {
-                        info!(target = id, key, part = number, "archive part stored");
-                        upload.parts.push(etag);
-                    }
-                    Err(e) => {
-                        if self.upload_gone(t, &key, &e).await? {
-                            // The server no longer knows the upload: it starts again.
-                            self.catalog.set_archive_upload(id, rec, None)?;
-                            return Err(no_such_upload(&key).into());
-                        }
-                        return Err(e.into());
-                    }
-                }
-                self.catalog.set_archive_upload(id, rec, Some(&upload))?;
+        let noted = self.catalog.archive_upload(&t.config.id, rec)?.filter(|u| u.key == key);
+        let etag = match way(len, t.config.max_kbit_s, t.bucket.confirms_crc32(), noted.is_some()) {
+            Way::Streamed => {
+                let crc32 = crc32_of(path.clone(), len).await?;
+                self.pace(t, len, || t.bucket.put_file(&key, (path, len), crc32, now())).await?
             }
-            match t.bucket.complete_upload(&key, &upload.id, &upload.parts, now()).await {
-                Ok(etag) => etag,
-                Err(e) => {
-                    let gone = self.upload_gone(t, &key, &e).await?;
-                    // The server put it together but its answer was lost (a timeout, a crash
-                    // before the note): the object is there, as its parts make it.
-                    if gone && self.completed_before(t, &key, len, &upload.parts).await? {
-                        s3::multipart_etag(&upload.parts).unwrap_or_default()
-                    } else {
-                        if gone || e.kind() == Kind::Refused {
-                            self.catalog.set_archive_upload(id, rec, None)?;
-                            let _ = t.bucket.abort_upload(&key, &upload.id, now()).await;
-                        }
-                        return Err(if gone { no_such_upload(&key) } else { e }.into());
-                    }
-                }
+            Way::InMemory => {
+                let body = read_range(path, 0, len).await?;
+                self.pace(t, len, || t.bucket.put(&key, body, now())).await?
             }
+            Way::Parts => self.upload_parts(t, rec, (&key, path, len), noted).await?,
         };
         let fragments: Vec<_> = self.catalog.fragments(rec)?.into_iter().map(|(_, f)| f).collect();
         let entry = manifest::Entry::of(rec, key.clone(), etag.clone(), row, &fragments);
@@ -806,6 +748,85 @@ impl Archive {
         drop(s);
         info!(target = t.config.id, key = done.key, bytes = len, "archived");
         Ok(())
+    }
+
+    /// Uploads recording `rec`'s `len` bytes at `path` to `t`'s bucket as `key` in parts,
+    /// from the first part `noted` lacks (a new upload when there is no note); its ETag.
+    async fn upload_parts(
+        &self,
+        t: &Target,
+        rec: u64,
+        (key, path, len): (&str, PathBuf, u64),
+        noted: Option<Upload>,
+    ) -> Result<String, ArchiveError> {
+        let id = t.config.id.as_str();
+        let part = limits::ARCHIVE_PART_BYTES as u64;
+        let now = || self.clocks.wall_us();
+        let mut upload = match noted {
+            Some(u) => u,
+            None => {
+                let upload_id = t.bucket.start_upload(key, now()).await?;
+                let u = Upload { key: key.to_string(), id: upload_id, parts: Vec::new() };
+                self.catalog.set_archive_upload(id, rec, Some(&u))?;
+                u
+            }
+        };
+        let parts = len.div_ceil(part);
+        let range = |n: u64| (n * part, ((n + 1) * part).min(len));
+        // The next part is read while this one is sent: two parts in memory at most.
+        let read = |n: u64| {
+            let (from, to) = range(n);
+            let path = path.clone();
+            AbortOnDrop(tokio::spawn(async move {
+                let body = read_range(path, from, to - from).await?;
+                let md5: [u8; 16] = s3::off_runtime(body.clone(), |b| md5::Md5::digest(b).into()).await;
+                Ok::<_, ArchiveError>((body, md5))
+            }))
+        };
+        let mut next = ((upload.parts.len() as u64) < parts).then(|| read(upload.parts.len() as u64));
+        while let Some(mut reading) = next.take() {
+            let n = upload.parts.len() as u64;
+            let (from, to) = range(n);
+            let body = (&mut reading.0)
+                .await
+                .map_err(|e| ArchiveError::File { path: key.to_string(), why: e.to_string() })??;
+            next = (n + 1 < parts).then(|| read(n + 1));
+            let number = u16::try_from(n + 1).unwrap_or(u16::MAX);
+            let sent =
+                self.pace(t, to - from, || t.bucket.upload_part_digested(key, &upload.id, number, body, now())).await;
+            match sent {
+                Ok(etag) => {
+                    info!(target = id, key, part = number, "archive part stored");
+                    upload.parts.push(etag);
+                }
+                Err(e) => {
+                    if self.upload_gone(t, key, &e).await? {
+                        // The server no longer knows the upload: it starts again.
+                        self.catalog.set_archive_upload(id, rec, None)?;
+                        return Err(no_such_upload(key).into());
+                    }
+                    return Err(e.into());
+                }
+            }
+            self.catalog.set_archive_upload(id, rec, Some(&upload))?;
+        }
+        match t.bucket.complete_upload(key, &upload.id, &upload.parts, now()).await {
+            Ok(etag) => Ok(etag),
+            Err(e) => {
+                let gone = self.upload_gone(t, key, &e).await?;
+                // The server put it together but its answer was lost (a timeout, a crash
+                // before the note): the object is there, as its parts make it.
+                if gone && self.completed_before(t, key, len, &upload.parts).await? {
+                    Ok(s3::multipart_etag(&upload.parts).unwrap_or_default())
+                } else {
+                    if gone || e.kind() == Kind::Refused {
+                        self.catalog.set_archive_upload(id, rec, None)?;
+                        let _ = t.bucket.abort_upload(key, &upload.id, now()).await;
+                    }
+                    Err(if gone { no_such_upload(key) } else { e }.into())
+                }
+            }
+        }
     }
 
     /// Whether failure `e` of a request of an upload to `key` says the server no longer knows
@@ -829,20 +850,24 @@ impl Archive {
             .is_some_and(|(size, etag)| size == len && Some(etag) == want))
     }
 
-    /// Runs `send` (a request carrying `bytes`), then, when the target has a cap, waits as
-    /// long as the bytes would take at it.
+    /// Runs `send` (a request carrying `bytes`) once the target's cap lets it go: when the
+    /// target has one, the request after it waits until these bytes would have taken at it.
+    /// The wait comes before the next request, not after this one, so what this one did is
+    /// noted at once (a part stored is not sent again after a restart in the wait).
     async fn pace<F, Fut, T>(&self, t: &Target, bytes: u64, send: F) -> Result<T, S3Error>
     where
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Result<T, S3Error>>,
     {
-        let started = tokio::time::Instant::now();
-        let r = send().await;
-        if let Some(kbit_s) = t.config.max_kbit_s {
-            let due = Duration::from_micros(bytes * 8 * 1000 / u64::from(kbit_s).max(1));
-            tokio::time::sleep_until(started + due).await;
+        let Some(kbit_s) = t.config.max_kbit_s else { return send().await };
+        let next = *t.next_send.lock().expect("lock");
+        if let Some(next) = next {
+            tokio::time::sleep_until(next).await;
         }
-        r
+        let started = tokio::time::Instant::now();
+        let due = Duration::from_micros(bytes * 8 * 1000 / u64::from(kbit_s).max(1));
+        *t.next_send.lock().expect("lock") = Some(started + due);
+        send().await
     }
 }
 
@@ -902,6 +927,59 @@ pub fn utc_day(wall_us: i64) -> String {
 }
 
 /// Reads `len` bytes of `path` from `from`, on the blocking pool.
+/// How a recording goes to a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// Whole, read from its file as it is sent, with its CRC-32.
+    Streamed,
+    /// Whole, read first, with its MD5 and SHA-256: to a server that does not send a CRC-32
+    /// back.
+    InMemory,
+    /// In parts of [`limits::ARCHIVE_PART_BYTES`], each with its MD5.
+    Parts,
+}
+
+/// How a recording of `len` bytes goes to a target capped at `cap_kbit_s`, to a server that
+/// confirms CRC-32s or not, `resuming` an upload in parts or not: whole while it is small
+/// enough that an interruption loses little (at most a part's size, or at most
+/// [`limits::ARCHIVE_WHOLE_MAX_BYTES`] and [`limits::ARCHIVE_WHOLE_MAX_MS`] at the cap), else
+/// in parts.
+fn way(len: u64, cap_kbit_s: Option<u32>, confirms_crc32: bool, resuming: bool) -> Way {
+    let part = limits::ARCHIVE_PART_BYTES as u64;
+    // Bits over kbit/s: milliseconds.
+    let at_cap_ms = cap_kbit_s.map_or(0, |k| (len * 8).div_ceil(u64::from(k).max(1)));
+    let whole =
+        len <= part || (len <= limits::ARCHIVE_WHOLE_MAX_BYTES as u64 && at_cap_ms <= limits::ARCHIVE_WHOLE_MAX_MS);
+    match (resuming, whole, confirms_crc32) {
+        (false, true, true) => Way::Streamed,
+        (false, _, false) if len <= part => Way::InMemory,
+        _ => Way::Parts,
+    }
+}
+
+/// The CRC-32 of the first `len` bytes of the file at `path`, read on the blocking pool a
+/// chunk at a time.
+async fn crc32_of(path: PathBuf, len: u64) -> Result<u32, ArchiveError> {
+    let shown = path.display().to_string();
+    let sum = tokio::task::spawn_blocking(move || -> std::io::Result<u32> {
+        use std::io::Read;
+        let mut file = std::fs::File::open(&path)?;
+        let mut crc = crc32fast::Hasher::new();
+        let mut chunk = vec![0; limits::ARCHIVE_STREAM_CHUNK_BYTES];
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            file.read_exact(&mut chunk[..n])?;
+            crc.update(&chunk[..n]);
+            left -= n as u64;
+        }
+        Ok(crc.finalize())
+    })
+    .await
+    .map_err(|e| ArchiveError::File { path: shown.clone(), why: e.to_string() })?;
+    sum.map_err(|e| ArchiveError::File { path: shown, why: e.to_string() })
+}
+
 async fn read_range(path: PathBuf, from: u64, len: u64) -> Result<Bytes, ArchiveError> {
     let shown = path.display().to_string();
     let read = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
@@ -919,6 +997,27 @@ async fn read_range(path: PathBuf, from: u64, len: u64) -> Result<Bytes, Archive
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recording_goes_whole_while_an_interruption_would_lose_little_else_in_parts() {
+        let part = limits::ARCHIVE_PART_BYTES as u64;
+        let most = limits::ARCHIVE_WHOLE_MAX_BYTES as u64;
+        assert_eq!(way(part, None, true, false), Way::Streamed);
+        assert_eq!(way(most, None, true, false), Way::Streamed);
+        assert_eq!(way(most + 1, None, true, false), Way::Parts);
+        // At a cap, over a part's size: whole while it takes at most its ceiling at the cap.
+        let kbit_s = 16_000;
+        let at_ceiling = limits::ARCHIVE_WHOLE_MAX_MS * u64::from(kbit_s) / 8;
+        assert!(at_ceiling > part && at_ceiling < most);
+        assert_eq!(way(at_ceiling, Some(kbit_s), true, false), Way::Streamed);
+        assert_eq!(way(at_ceiling + 1, Some(kbit_s), true, false), Way::Parts);
+        assert_eq!(way(part, Some(1), true, false), Way::Streamed, "a part's size goes whole at any cap");
+        // To a server that does not send CRC-32s back: whole with its MD5 up to a part.
+        assert_eq!(way(part, None, false, false), Way::InMemory);
+        assert_eq!(way(part + 1, None, false, false), Way::Parts);
+        // An upload in parts noted goes on in parts.
+        assert_eq!(way(1, None, true, true), Way::Parts);
+    }
 
     #[test]
     fn keys_name_the_box_the_stream_the_day_and_the_recording() {

@@ -11,25 +11,32 @@
 //! a node ceiling.
 //!
 //! The payload is not signed (`UNSIGNED-PAYLOAD`, as presigned requests are): what the server
-//! stores is checked by the body's own checksums instead. An object goes with `Content-MD5`
+//! stores is checked by the body's own checksums instead. A recording sent whole goes as it
+//! is read from its file ([`Bucket::put_file`]) with its CRC-32 (`x-amz-checksum-crc32`),
+//! which the server checks before it stores it and must send back: a CRC-32 costs a read of
+//! the file, where an MD5 or a SHA-256 costs the box and the server as much CPU as the
+//! sending itself. Other objects go with `Content-MD5`
 //! and `x-amz-checksum-sha256`, which the server checks before it answers, and the answer
 //! must confirm one of them (its ETag is the MD5 of a plain object, and a server that
 //! checked the SHA-256 returns it); a part goes with its `Content-MD5` and its ETag must be
 //! that MD5; a completed upload's ETag must be the MD5 of its parts' MD5s, `-` their count.
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use md5::Digest as _;
 use rusty_s3::Method;
+use tracing::warn;
 
 use super::xml::{self, Page};
 use crate::limits;
-use crate::oidc::fetch::{FetchError, Kept};
+use crate::oidc::fetch::{Chunks, FetchError, Kept};
 
 /// Where a target's objects go (the config's fields, checked).
 #[derive(Clone, PartialEq, Eq)]
@@ -146,6 +153,8 @@ struct Ask<'a> {
     /// Sent and signed; names in lower case.
     headers: Vec<(&'static str, String)>,
     body: Bytes,
+    /// Sent instead of `body`: the first bytes of a file, as many as said.
+    file: Option<(PathBuf, u64)>,
     answer_max_bytes: usize,
 }
 
@@ -169,6 +178,7 @@ impl<'a> Ask<'a> {
             query: Vec::new(),
             headers: Vec::new(),
             body: Bytes::new(),
+            file: None,
             answer_max_bytes: limits::ARCHIVE_ANSWER_MAX_BYTES,
         }
     }
@@ -208,12 +218,43 @@ pub fn multipart_etag(parts: &[String]) -> Option<String> {
     Some(format!("{}-{}", md5_hex(&all), parts.len()))
 }
 
+/// The first `len` bytes of the file at `path` as a request body, read on the blocking pool
+/// [`limits::ARCHIVE_STREAM_CHUNK_BYTES`] at a time, at most
+/// [`limits::ARCHIVE_STREAM_CHUNKS_AHEAD`] chunks ahead of the connection; the reading stops
+/// when the request is dropped. A file shorter than `len` ends the body with an error.
+fn file_chunks(path: PathBuf, len: u64) -> Chunks {
+    let (tx, rx) = tokio::sync::mpsc::channel(limits::ARCHIVE_STREAM_CHUNKS_AHEAD);
+    tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e));
+                return;
+            }
+        };
+        let mut left = len;
+        while left > 0 {
+            let mut chunk = vec![0; left.min(limits::ARCHIVE_STREAM_CHUNK_BYTES as u64) as usize];
+            let read = file.read_exact(&mut chunk).map(|()| Bytes::from(chunk));
+            left -= read.as_ref().map_or(0, |c| c.len() as u64);
+            let failed = read.is_err();
+            if tx.blocking_send(read).is_err() || failed {
+                return;
+            }
+        }
+    });
+    Chunks::new(rx, len)
+}
+
 /// A bucket the box talks to.
 pub struct Bucket {
     bucket: rusty_s3::Bucket,
     place: Place,
     tls: Arc<rustls::ClientConfig>,
     kept: Kept,
+    /// Until the server answers a [`Bucket::put_file`] without the CRC-32 it was given.
+    confirms_crc32: AtomicBool,
 }
 
 impl Bucket {
@@ -222,12 +263,19 @@ impl Bucket {
         let bucket = rusty_s3::Bucket::new(place.endpoint.clone(), style, place.bucket.clone(), place.region.clone())
             .map_err(|e| format!("the bucket's address: {e}"))?;
         let tls = crate::oidc::fetch::trust(place.ca_pem.as_deref())?;
-        Ok(Bucket { bucket, place, tls, kept: Kept::default() })
+        Ok(Bucket { bucket, place, tls, kept: Kept::default(), confirms_crc32: AtomicBool::new(true) })
+    }
+
+    /// False once the server has stored an object sent with its CRC-32 without sending that
+    /// back: it does not check it, so objects go to it with their MD5.
+    pub fn confirms_crc32(&self) -> bool {
+        self.confirms_crc32.load(Ordering::Relaxed)
     }
 
     /// Signs `ask` for the box's time `now_us` (UTC µs) and sends it.
     async fn send(&self, ask: Ask<'_>, now_us: i64) -> Result<Answer, S3Error> {
-        let body_ms = ask.body.len() as u64 * 1_000 / limits::ARCHIVE_SLOWEST_BYTES_PER_S;
+        let len = ask.file.as_ref().map_or(ask.body.len() as u64, |(_, len)| *len);
+        let body_ms = len * 1_000 / limits::ARCHIVE_SLOWEST_BYTES_PER_S;
         let timeout_ms = limits::ARCHIVE_REQUEST_TIMEOUT_MS + body_ms;
         match tokio::time::timeout(Duration::from_millis(timeout_ms), self.exchange(ask, now_us)).await {
             Ok(r) => r,
@@ -263,8 +311,14 @@ impl Bucket {
         for (name, value) in &ask.headers {
             request = request.header(*name, value.as_str());
         }
-        let request =
-            request.body(Full::new(ask.body)).map_err(|e| S3Error::from(FetchError::Broken(e.to_string())))?;
+        let body = match ask.file.take() {
+            None => crate::oidc::fetch::whole(ask.body),
+            Some((path, len)) => {
+                request = request.header(http::header::CONTENT_LENGTH, len);
+                http_body_util::Either::Right(file_chunks(path, len))
+            }
+        };
+        let request = request.body(body).map_err(|e| S3Error::from(FetchError::Broken(e.to_string())))?;
         let (origin, sender, response) = crate::oidc::fetch::send(&self.tls, &self.kept, &signed, request).await?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
@@ -326,6 +380,43 @@ impl Bucket {
             return Err(S3Error::Checksum(format!("{key}: neither its MD5 nor its SHA-256 came back")));
         }
         Ok(etag)
+    }
+
+    /// Stores the first `len` bytes of the file at `path` as `key` in one request, read as
+    /// they are sent, so memory holds a few chunks of it whatever its size; its ETag. It goes
+    /// with `crc32`, its CRC-32 (made by a read before), which the server checks before it
+    /// stores it and must send back. A server that does not is not trusted with it again
+    /// ([`Bucket::confirms_crc32`]): that object is a checksum error, sent again by the
+    /// caller with its MD5.
+    pub async fn put_file(
+        &self,
+        key: &str,
+        (path, len): (PathBuf, u64),
+        crc32: u32,
+        now_us: i64,
+    ) -> Result<String, S3Error> {
+        let sum = B64.encode(crc32.to_be_bytes());
+        let mut ask = Ask::new(Method::Put, key);
+        ask.headers.push(("x-amz-checksum-crc32", sum.clone()));
+        ask.typed();
+        ask.file = Some((path, len));
+        let answer = self.send(ask, now_us).await?;
+        let etag = answer.etag().filter(|e| !e.is_empty()).map(str::to_string);
+        match (answer.header("x-amz-checksum-crc32"), etag) {
+            (Some(back), Some(etag)) if back == sum => Ok(etag),
+            (Some(back), _) if back != sum => Err(S3Error::Checksum(format!("{key}: CRC-32 {back}, sent {sum}"))),
+            (Some(_), _) => Err(S3Error::BadAnswer(format!("{key}: stored without an ETag"))),
+            (None, _) => {
+                self.confirms_crc32.store(false, Ordering::Relaxed);
+                warn!(
+                    key,
+                    "the archive's server did not send back the CRC-32 of what it stored: objects go with their MD5"
+                );
+                Err(S3Error::Checksum(format!(
+                    "{key}: the server did not send back its CRC-32; it goes again with its MD5"
+                )))
+            }
+        }
     }
 
     /// Reads `key`, or its bytes `range` (first and last, inclusive); at most `max_bytes`.
@@ -507,17 +598,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_server_that_never_answers_is_given_up_on_at_the_request_timeout_and_its_body_time() {
-        let port = crate::base::testing::silent_peer().await;
-        let place = Place {
-            endpoint: url::Url::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
-            region: "us-east-1".into(),
-            bucket: "nvr".into(),
-            path_style: true,
-            access_key: "a".into(),
-            secret_key: "s".into(),
-            ca_pem: None,
-        };
-        let bucket = Bucket::new(place).unwrap();
+        let bucket = local_bucket(crate::base::testing::silent_peer().await);
         let body = Bytes::from(vec![0; 640 << 10]);
         let started = tokio::time::Instant::now();
         let got = bucket.put("k", body, 1_800_000_000_000_000).await;
@@ -525,6 +606,117 @@ mod tests {
         let want = limits::ARCHIVE_REQUEST_TIMEOUT_MS + 10_000;
         assert_eq!(got, Err(S3Error::Exchange(FetchError::Timeout(want))));
         assert_eq!(started.elapsed(), Duration::from_millis(want));
+    }
+
+    /// A file sent whole is read a chunk at a time, at most its ceiling ahead of the
+    /// connection, and only the length given.
+    #[tokio::test]
+    async fn a_file_body_is_read_in_chunks_a_few_ahead_and_only_its_length() {
+        use http_body_util::BodyExt as _;
+        let chunk = limits::ARCHIVE_STREAM_CHUNK_BYTES;
+        let ahead = limits::ARCHIVE_STREAM_CHUNKS_AHEAD;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.mp4");
+        let bytes: Vec<u8> = (0..(ahead + 3) * chunk + 100).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let len = bytes.len() as u64 - 50;
+        let mut body = file_chunks(path.clone(), len);
+        // Nobody reads: the reader stops at its ceiling.
+        let full = async {
+            while body.queued() < ahead {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), full).await.expect("chunks read ahead");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(body.queued(), ahead, "no more than its ceiling read ahead");
+        let mut got = Vec::new();
+        let mut sizes = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let data = frame.unwrap().into_data().unwrap();
+            sizes.push(data.len());
+            got.extend_from_slice(&data);
+        }
+        assert_eq!(got, &bytes[..len as usize]);
+        assert!(sizes.iter().all(|s| *s <= chunk) && sizes[0] == chunk, "{sizes:?}");
+        // A file shorter than the length given ends the body with an error.
+        let mut short = file_chunks(path, bytes.len() as u64 + 1);
+        let mut failed = false;
+        while let Some(frame) = short.frame().await {
+            failed |= frame.is_err();
+        }
+        assert!(failed, "a short file is an error, not a short body");
+    }
+
+    /// A server that answers each request once with `reply` (after reading its head and
+    /// body); its port.
+    async fn answering(reply: &'static str) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = vec![0u8; 64 << 10];
+                    loop {
+                        let Ok(n) = s.read(&mut chunk).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
+                        let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |v| v.trim().parse().unwrap());
+                        if buf.len() >= end + 4 + len {
+                            buf.drain(..end + 4 + len);
+                            if s.write_all(reply.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    fn local_bucket(port: u16) -> Bucket {
+        Bucket::new(Place {
+            endpoint: url::Url::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
+            region: "us-east-1".into(),
+            bucket: "nvr".into(),
+            path_style: true,
+            access_key: "a".into(),
+            secret_key: "s".into(),
+            ca_pem: None,
+        })
+        .unwrap()
+    }
+
+    /// A server that stores a file sent with its CRC-32 without sending it back has not
+    /// confirmed it: a checksum error, and the box sends it objects with their MD5 from then
+    /// on. One that sends back another is a checksum error too.
+    #[tokio::test]
+    async fn a_crc32_not_sent_back_or_not_the_one_sent_is_a_checksum_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.mp4");
+        std::fs::write(&path, vec![7u8; 300_000]).unwrap();
+        let crc32 = crc32fast::hash(&[7u8; 300_000]);
+        let now = 1_800_000_000_000_000;
+        let silent = local_bucket(answering("HTTP/1.1 200 OK\r\netag: \"ab\"\r\ncontent-length: 0\r\n\r\n").await);
+        let got = silent.put_file("k.mp4", (path.clone(), 300_000), crc32, now).await;
+        assert!(matches!(&got, Err(S3Error::Checksum(m)) if m.contains("did not send back")), "{got:?}");
+        assert!(!silent.confirms_crc32());
+        let other = "HTTP/1.1 200 OK\r\netag: \"ab\"\r\nx-amz-checksum-crc32: AAAAAA==\r\ncontent-length: 0\r\n\r\n";
+        let other = local_bucket(answering(other).await);
+        let got = other.put_file("k.mp4", (path, 300_000), crc32, now).await;
+        assert!(matches!(&got, Err(S3Error::Checksum(m)) if m.contains("CRC-32 AAAAAA==")), "{got:?}");
+        assert!(other.confirms_crc32());
     }
 
     #[test]

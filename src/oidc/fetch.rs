@@ -62,7 +62,70 @@ pub fn trust(ca_pem: Option<&str>) -> Result<Arc<rustls::ClientConfig>, String> 
     Ok(Arc::new(config))
 }
 
-pub(crate) type Sender = hyper::client::conn::http1::SendRequest<Full<bytes::Bytes>>;
+/// A request's body: whole in memory, or [`Chunks`] as they are read.
+pub(crate) type Body = http_body_util::Either<Full<bytes::Bytes>, Chunks>;
+
+pub(crate) type Sender = hyper::client::conn::http1::SendRequest<Body>;
+
+/// A request body of `len` bytes that arrives in chunks from a channel (a file read on a
+/// blocking thread), so a large body goes with its `Content-Length` and is never whole in
+/// memory: at most the channel's chunks and the one being written.
+pub(crate) struct Chunks {
+    rx: tokio::sync::mpsc::Receiver<std::io::Result<bytes::Bytes>>,
+    left: u64,
+}
+
+impl Chunks {
+    pub(crate) fn new(rx: tokio::sync::mpsc::Receiver<std::io::Result<bytes::Bytes>>, len: u64) -> Chunks {
+        Chunks { rx, left: len }
+    }
+
+    /// Chunks waiting to be sent.
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> usize {
+        self.rx.len()
+    }
+}
+
+impl hyper::body::Body for Chunks {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, std::io::Error>>> {
+        use std::task::Poll;
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        let failed = match std::task::ready!(self.rx.poll_recv(cx)) {
+            Some(Ok(chunk)) if chunk.len() as u64 <= self.left => {
+                self.left -= chunk.len() as u64;
+                return Poll::Ready(Some(Ok(hyper::body::Frame::data(chunk))));
+            }
+            Some(Ok(_)) => std::io::Error::other("the body runs past its length"),
+            Some(Err(e)) => e,
+            None => std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the body ended before its length"),
+        };
+        // A body that failed ends there.
+        self.left = 0;
+        Poll::Ready(Some(Err(failed)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.left)
+    }
+}
+
+/// `bytes` as a request body.
+pub(crate) fn whole(bytes: bytes::Bytes) -> Body {
+    http_body_util::Either::Left(Full::new(bytes))
+}
 
 /// The one idle connection kept for a provider: its origin (`scheme://host:port`), and since
 /// when it is idle.
@@ -152,7 +215,7 @@ async fn exchange(
             form
         }
     };
-    let request = request.body(Full::new(bytes::Bytes::from(body))).map_err(|e| FetchError::Broken(e.to_string()))?;
+    let request = request.body(whole(bytes::Bytes::from(body))).map_err(|e| FetchError::Broken(e.to_string()))?;
     let (origin, sender, response) = send(tls, kept, url, request).await?;
     answer(kept, origin, sender, response, max_bytes).await
 }
@@ -165,7 +228,7 @@ pub(crate) async fn send(
     tls: &Arc<rustls::ClientConfig>,
     kept: &Kept,
     url: &url::Url,
-    mut request: http::Request<Full<bytes::Bytes>>,
+    mut request: http::Request<Body>,
 ) -> Result<(String, Sender, http::Response<hyper::body::Incoming>), FetchError> {
     let origin = origin(url);
     if let Some(mut sender) = kept.take(&origin) {

@@ -1262,6 +1262,13 @@ pub const CAMPORT_RATE_CLIENTS_MAX: usize = 1_024;
 /// past it, dropped unread.
 pub const CAMPORT_SNTP_MESSAGE_MAX_BYTES: usize = 512;
 
+/// ARP probes of an address before it is offered, at once: a DISCOVER past them is passed
+/// over (its client asks again).
+pub const CAMPORT_PROBES_MAX: usize = 16;
+
+/// How long an ARP probe waits for someone holding the address to answer.
+pub const CAMPORT_ARP_PROBE_MS: u64 = 150;
+
 #[cfg(test)]
 mod tests {
     //! `docs/limits.md` is generated from this file: the test fails when they differ, and

@@ -20,6 +20,7 @@ DEBIAN_PACKAGES=(
     openssl curl gnutls-bin util-linux
     mosquitto mosquitto-clients
     faketime
+    busybox dhcpcd-base isc-dhcp-client dnsmasq-base ntpsec-ntpdate
 )
 RUST_TARGETS=(aarch64-unknown-linux-musl)
 

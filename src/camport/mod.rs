@@ -7,11 +7,14 @@
 //!   written, and the Ethernet frame that carries one to a client without an address yet;
 //! - `leases`: the pool and its bindings, and what the server answers each message, with
 //!   the rate each client may send at;
-//! - `sntp`: the time, read and answered (RFC 4330).
+//! - `sntp`: the time, read and answered (RFC 4330);
+//! - `serve`: the DHCP server on the interface (a UDP socket bound to the device, a packet
+//!   socket for frames, ARP probes), its leases kept in the catalog (`catalog::camport`).
 //!
-//! Next: the servers on the interface (a UDP socket bound to the device, a packet socket for
-//! frames, ARP probes), leases kept in the catalog, and the plugged-in cameras.
+//! Next: the port in the config and on the board, the SNTP server, and the plugged-in
+//! cameras.
 
 pub mod dhcp;
 pub mod leases;
+pub mod serve;
 pub mod sntp;

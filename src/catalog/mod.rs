@@ -22,6 +22,7 @@
 //! One writer (the recorder's catalog thread); readers open their own read transactions.
 
 pub mod archive;
+pub mod camport;
 pub mod config_revisions;
 pub mod coverage;
 pub mod events;
@@ -281,6 +282,7 @@ impl Catalog {
             txn.open_table(archive::DESCRIBE).storage()?;
             txn.open_table(archive::EVENT_MARKS).storage()?;
             txn.open_table(archive::EVENTS_DONE).storage()?;
+            txn.open_table(camport::CAMPORT_LEASES).storage()?;
         }
         txn.commit().storage()
     }

@@ -7,6 +7,7 @@ mod archive;
 mod auth;
 mod bad_sound;
 mod camera_failures;
+mod camport;
 mod cli;
 mod config_apply;
 mod events;

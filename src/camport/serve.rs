@@ -1,0 +1,390 @@
+//! The camera port's DHCP server on its interface: a UDP socket on port 67 bound to that
+//! device alone (`SO_BINDTODEVICE`), so it never hears or answers the LAN; answers go where
+//! RFC 2131 4.1 says ([`dhcp::Destination`]): by UDP to a client's address or to everyone,
+//! or, to a client without an address yet, in an Ethernet frame of the box's own on a packet
+//! socket. Before an address is offered to a client that never had it, an ARP probe asks
+//! whether someone holds it already (a camera set up by hand); one that answers makes the
+//! address held back ([`Table::conflict`]) and the client is offered another. Acknowledged
+//! leases are kept in the catalog when they change.
+//!
+//! The packet sockets are made with `libc`: no crate here opens an `AF_PACKET` socket on one
+//! interface for a frame or two, and `smoltcp::wire` writes and reads what goes through them.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use smoltcp::wire::{ArpOperation, ArpPacket, ArpRepr, DhcpMessageType, EthernetAddress};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{Semaphore, watch};
+use tracing::{debug, info, warn};
+
+use super::dhcp::{self, Destination, Message};
+use super::leases::{Counts, Decision, Lease, Rate, Table};
+use crate::catalog::Catalog;
+use crate::clock::SharedClocks;
+use crate::limits;
+
+/// The camera port as the server needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Port {
+    pub interface: String,
+    /// The box's address there, the subnet's mask, router and DNS or not.
+    pub server: dhcp::Server,
+    /// First and last address given, inclusive.
+    pub pool: (Ipv4Addr, Ipv4Addr),
+    pub lease_s: u32,
+}
+
+/// What the server did, for the UI and `/metrics`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DhcpStatus {
+    pub counts: Counts,
+    /// Messages that did not read as a client's DHCP message.
+    pub malformed: u64,
+    /// Packets over a client's rate.
+    pub rate_dropped: u64,
+    /// Addresses an ARP probe found in use.
+    pub conflicts: u64,
+    /// DISCOVERs passed over while [`limits::CAMPORT_PROBES_MAX`] probes ran.
+    pub probes_full: u64,
+    pub leases: Vec<Lease>,
+}
+
+/// The DHCP server of one camera port.
+pub struct DhcpServer {
+    port: Port,
+    ifindex: i32,
+    mac: [u8; 6],
+    table: Mutex<Table>,
+    rate: Mutex<Rate>,
+    catalog: Arc<Catalog>,
+    clocks: SharedClocks,
+    probes: Arc<Semaphore>,
+    malformed: AtomicU64,
+    conflicts: AtomicU64,
+    probes_full: AtomicU64,
+    /// The acknowledged leases as the catalog holds them.
+    stored: Mutex<Vec<Lease>>,
+}
+
+impl DhcpServer {
+    /// A server for `port` with the leases the catalog keeps. The interface must exist.
+    pub fn new(port: Port, catalog: Arc<Catalog>, clocks: SharedClocks) -> Result<Arc<DhcpServer>, String> {
+        let ifindex = ifindex(&port.interface)?;
+        let mac = interface_mac(&port.interface)?;
+        let stored = catalog.camport_leases().map_err(|e| format!("the camera port's leases: {e}"))?;
+        let table = Table::new(port.server.ip, port.pool, port.lease_s, stored.clone());
+        Ok(Arc::new(DhcpServer {
+            port,
+            ifindex,
+            mac,
+            table: Mutex::new(table),
+            rate: Mutex::new(Rate::default()),
+            catalog,
+            clocks,
+            probes: Arc::new(Semaphore::new(limits::CAMPORT_PROBES_MAX)),
+            malformed: AtomicU64::new(0),
+            conflicts: AtomicU64::new(0),
+            probes_full: AtomicU64::new(0),
+            stored: Mutex::new(stored),
+        }))
+    }
+
+    pub fn status(&self) -> DhcpStatus {
+        let table = self.table.lock().expect("lock");
+        DhcpStatus {
+            counts: table.counts,
+            malformed: self.malformed.load(Ordering::Relaxed),
+            rate_dropped: self.rate.lock().expect("lock").dropped,
+            conflicts: self.conflicts.load(Ordering::Relaxed),
+            probes_full: self.probes_full.load(Ordering::Relaxed),
+            leases: table.leases().iter().filter(|l| l.bound).cloned().collect(),
+        }
+    }
+
+    /// Serves until `shutdown`: an error only when its socket cannot be made.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) -> Result<(), String> {
+        let udp = Arc::new(
+            udp_on(&self.port.interface, smoltcp::wire::DHCP_SERVER_PORT)
+                .map_err(|e| format!("DHCP on {}: {e}", self.port.interface))?,
+        );
+        let frames = Arc::new(
+            Packet::open(self.ifindex, libc::SOCK_RAW, 0)
+                .map_err(|e| format!("frames on {}: {e}", self.port.interface))?,
+        );
+        info!(interface = self.port.interface, "camera port: DHCP served");
+        let mut buf = vec![0u8; limits::CAMPORT_DHCP_MESSAGE_MAX_BYTES];
+        loop {
+            let (n, _from) = tokio::select! {
+                _ = shutdown.changed() => return Ok(()),
+                got = udp.recv_from(&mut buf) => match got {
+                    Ok(got) => got,
+                    Err(e) => {
+                        warn!(error = %e, "camera port: DHCP receive");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let m = match dhcp::parse(&buf[..n]) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.malformed.fetch_add(1, Ordering::Relaxed);
+                    debug!(error = %e, "camera port: a DHCP message dropped");
+                    continue;
+                }
+            };
+            if !self.rate.lock().expect("lock").take(m.mac, self.clocks.mono_us()) {
+                continue;
+            }
+            // An offer waits for its probe on a task of its own, so a DISCOVER does not hold
+            // the others; at most CAMPORT_PROBES_MAX at once, and a DISCOVER past them is
+            // passed over (its client asks again).
+            let permit = if m.kind == DhcpMessageType::Discover {
+                match self.probes.clone().try_acquire_owned() {
+                    Ok(p) => Some(p),
+                    Err(_) => {
+                        self.probes_full.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            let decision = self.table.lock().expect("lock").decide(&m, self.clocks.wall_us());
+            match decision {
+                Decision::Silent(why) => {
+                    if why == "the pool is exhausted" {
+                        warn!(client = m.client.shown(), "camera port: the pool is exhausted, no address given");
+                    }
+                    debug!(why, "camera port: a DHCP message left unanswered");
+                }
+                Decision::Answer(a) if a.kind == DhcpMessageType::Offer => {
+                    let (me, udp, frames) = (self.clone(), udp.clone(), frames.clone());
+                    tokio::spawn(async move {
+                        me.offer(m, a, &udp, &frames).await;
+                        drop(permit);
+                    });
+                }
+                Decision::Answer(a) => self.send(&a, &udp, &frames).await,
+            }
+            self.keep();
+        }
+    }
+
+    /// Sends offer `a` for `m` once an ARP probe found its address free; when someone holds
+    /// it, the address is held back and the client is offered another (one more probe).
+    async fn offer(&self, m: Message, mut a: dhcp::Answer, udp: &tokio::net::UdpSocket, frames: &Packet) {
+        for _ in 0..2 {
+            let known =
+                self.stored.lock().expect("lock").iter().any(|l| l.ip == a.yiaddr && l.client == m.client.0.as_slice());
+            if known || !self.taken(a.yiaddr).await {
+                self.send(&a, udp, frames).await;
+                return;
+            }
+            self.conflicts.fetch_add(1, Ordering::Relaxed);
+            warn!(ip = %a.yiaddr, "camera port: an address of the pool is in use by someone it was not given to; held back");
+            let mut table = self.table.lock().expect("lock");
+            let now = self.clocks.wall_us();
+            table.conflict(a.yiaddr, now);
+            match table.decide(&m, now) {
+                Decision::Answer(next) if next.kind == DhcpMessageType::Offer => a = next,
+                _ => return,
+            }
+        }
+    }
+
+    async fn send(&self, a: &dhcp::Answer, udp: &tokio::net::UdpSocket, frames: &Packet) {
+        let mut payload = [0u8; dhcp::ANSWER_MAX_BYTES];
+        let len = dhcp::emit(a, &self.port.server, &mut payload);
+        let sent = match a.destination() {
+            Destination::Unicast(ip) => {
+                udp.send_to(&payload[..len], SocketAddrV4::new(ip, smoltcp::wire::DHCP_CLIENT_PORT)).await
+            }
+            Destination::Broadcast => {
+                udp.send_to(&payload[..len], SocketAddrV4::new(Ipv4Addr::BROADCAST, smoltcp::wire::DHCP_CLIENT_PORT))
+                    .await
+            }
+            Destination::Frame { mac, ip } => {
+                let mut frame = [0u8; dhcp::FRAME_MAX_BYTES];
+                let n = dhcp::frame(&payload[..len], (self.mac, self.port.server.ip), (mac, ip), &mut frame);
+                frames.send_to(&frame[..n], mac, ETH_P_IP)
+            }
+        };
+        if let Err(e) = sent {
+            warn!(error = %e, kind = ?a.kind, "camera port: a DHCP answer not sent");
+        }
+    }
+
+    /// Whether someone answers an ARP probe for `ip` (RFC 5227: from 0.0.0.0) within
+    /// [`limits::CAMPORT_ARP_PROBE_MS`].
+    async fn taken(&self, ip: Ipv4Addr) -> bool {
+        let arp = match Packet::open(self.ifindex, libc::SOCK_DGRAM, ETH_P_ARP) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(error = %e, "camera port: no ARP probe");
+                return false;
+            }
+        };
+        let probe = ArpRepr::EthernetIpv4 {
+            operation: ArpOperation::Request,
+            source_hardware_addr: EthernetAddress(self.mac),
+            source_protocol_addr: Ipv4Addr::UNSPECIFIED,
+            target_hardware_addr: EthernetAddress([0; 6]),
+            target_protocol_addr: ip,
+        };
+        let mut out = [0u8; 28];
+        probe.emit(&mut ArpPacket::new_unchecked(&mut out[..]));
+        if let Err(e) = arp.send_to(&out, [0xff; 6], ETH_P_ARP) {
+            warn!(error = %e, "camera port: no ARP probe");
+            return false;
+        }
+        let answered = async {
+            let mut buf = [0u8; 64];
+            loop {
+                let Ok(n) = arp.recv(&mut buf).await else { return false };
+                let said = ArpPacket::new_checked(&buf[..n]).ok().and_then(|p| ArpRepr::parse(&p).ok());
+                if let Some(ArpRepr::EthernetIpv4 { source_protocol_addr, source_hardware_addr, .. }) = said
+                    && source_protocol_addr == ip
+                    && source_hardware_addr.0 != self.mac
+                {
+                    return true;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_millis(limits::CAMPORT_ARP_PROBE_MS), answered).await.unwrap_or(false)
+    }
+
+    /// Writes the acknowledged leases that changed to the catalog.
+    fn keep(&self) {
+        let now: Vec<Lease> = self.table.lock().expect("lock").leases().iter().filter(|l| l.bound).cloned().collect();
+        let mut stored = self.stored.lock().expect("lock");
+        let put: Vec<Lease> = now.iter().filter(|l| !stored.contains(l)).cloned().collect();
+        let gone: Vec<Vec<u8>> =
+            stored.iter().filter(|s| !now.iter().any(|l| l.client == s.client)).map(|s| s.client.clone()).collect();
+        if put.is_empty() && gone.is_empty() {
+            return;
+        }
+        match self.catalog.set_camport_leases(&put, &gone) {
+            Ok(()) => *stored = now,
+            Err(e) => warn!(error = %e, "camera port: leases not kept"),
+        }
+    }
+}
+
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_ARP: u16 = 0x0806;
+
+/// A UDP socket on `port` that hears and speaks on `interface` only.
+fn udp_on(interface: &str, port: u16) -> std::io::Result<tokio::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_address(true)?;
+    s.set_broadcast(true)?;
+    s.bind_device(Some(interface.as_bytes()))?;
+    s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port).into())?;
+    s.set_nonblocking(true)?;
+    tokio::net::UdpSocket::from_std(s.into())
+}
+
+fn ifindex(interface: &str) -> Result<i32, String> {
+    let name = std::ffi::CString::new(interface).map_err(|_| format!("no interface {interface:?}"))?;
+    // SAFETY: a NUL-terminated name.
+    let i = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if i == 0 { Err(format!("no interface {interface:?}")) } else { Ok(i as i32) }
+}
+
+/// `interface`'s MAC, as sysfs gives it.
+fn interface_mac(interface: &str) -> Result<[u8; 6], String> {
+    let text = std::fs::read_to_string(format!("/sys/class/net/{interface}/address"))
+        .map_err(|e| format!("{interface}'s MAC: {e}"))?;
+    let mut mac = [0u8; 6];
+    let mut parts = text.trim().split(':');
+    for b in &mut mac {
+        *b = parts
+            .next()
+            .and_then(|p| u8::from_str_radix(p, 16).ok())
+            .ok_or_else(|| format!("{interface}'s MAC: {text:?}"))?;
+    }
+    Ok(mac)
+}
+
+/// An `AF_PACKET` socket on one interface.
+struct Packet {
+    fd: AsyncFd<OwnedFd>,
+    ifindex: i32,
+}
+
+impl Packet {
+    /// `kind` is `SOCK_RAW` (frames with their Ethernet header) or `SOCK_DGRAM` (payloads);
+    /// `protocol` the EtherType heard (0: none).
+    fn open(ifindex: i32, kind: libc::c_int, protocol: u16) -> std::io::Result<Packet> {
+        // SAFETY: plain socket(2) and bind(2) calls with a sockaddr_ll of the right size; the
+        // descriptor is owned from here on, and registered with tokio while it is open.
+        unsafe {
+            let fd = libc::socket(
+                libc::AF_PACKET,
+                kind | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                i32::from(protocol.to_be()),
+            );
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let fd = OwnedFd::from_raw_fd(fd);
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_protocol = protocol.to_be();
+            sll.sll_ifindex = ifindex;
+            let r = libc::bind(
+                fd.as_raw_fd(),
+                (&raw const sll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            );
+            if r < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(Packet { fd: AsyncFd::register(fd)?, ifindex })
+        }
+    }
+
+    fn send_to(&self, buf: &[u8], mac: [u8; 6], protocol: u16) -> std::io::Result<usize> {
+        // SAFETY: a sockaddr_ll of the right size, a buffer of its length.
+        unsafe {
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_protocol = protocol.to_be();
+            sll.sll_ifindex = self.ifindex;
+            sll.sll_halen = 6;
+            sll.sll_addr[..6].copy_from_slice(&mac);
+            let r = libc::sendto(
+                self.fd.get_ref().as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                0,
+                (&raw const sll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            );
+            if r < 0 { Err(std::io::Error::last_os_error()) } else { Ok(r as usize) }
+        }
+    }
+
+    async fn recv(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            let mut ready = self.fd.readable().await?;
+            // SAFETY: a buffer of its length.
+            let r = unsafe { libc::recv(self.fd.get_ref().as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if r >= 0 {
+                return Ok(r as usize);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
+            ready.clear_ready();
+        }
+    }
+}

@@ -29,9 +29,19 @@ pub fn fixtures() -> &'static Path {
     })
 }
 
-/// A port that was free a moment ago.
+/// A port that was free a moment ago, and never handed to another test of this process: the
+/// kernel may give the same port to two binds in a row once the first is let go, and two
+/// tests' servers on one port fail each other.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut given = GIVEN.lock().unwrap();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 pub fn wall_us() -> i64 {

@@ -117,7 +117,8 @@ impl DhcpServer {
                 .map_err(|e| format!("frames on {}: {e}", self.port.interface))?,
         );
         info!(interface = self.port.interface, "camera port: DHCP served");
-        let mut buf = vec![0u8; limits::CAMPORT_DHCP_MESSAGE_MAX_BYTES];
+        // One byte more than a message may have: a datagram that fills it is over the ceiling.
+        let mut buf = vec![0u8; limits::CAMPORT_DHCP_MESSAGE_MAX_BYTES + 1];
         loop {
             let (n, _from) = tokio::select! {
                 _ = shutdown.changed() => return Ok(()),
@@ -130,6 +131,11 @@ impl DhcpServer {
                     }
                 },
             };
+            if n > limits::CAMPORT_DHCP_MESSAGE_MAX_BYTES {
+                self.malformed.fetch_add(1, Ordering::Relaxed);
+                debug!(bytes = n, "camera port: a DHCP message over its ceiling dropped");
+                continue;
+            }
             let m = match dhcp::parse(&buf[..n]) {
                 Ok(m) => m,
                 Err(e) => {
@@ -143,8 +149,17 @@ impl DhcpServer {
             }
             // An offer waits for its probe on a task of its own, so a DISCOVER does not hold
             // the others; at most CAMPORT_PROBES_MAX at once, and a DISCOVER past them is
-            // passed over (its client asks again).
-            let permit = if m.kind == DhcpMessageType::Discover {
+            // passed over (its client asks again). A client asking again for the offer it
+            // holds gets it at once: its address was probed when it was offered.
+            let now = self.clocks.wall_us();
+            let holds_offer = self
+                .table
+                .lock()
+                .expect("lock")
+                .leases()
+                .iter()
+                .any(|l| !l.bound && l.until_us > now && l.client == m.client.0.as_slice());
+            let permit = if m.kind == DhcpMessageType::Discover && !holds_offer {
                 match self.probes.clone().try_acquire_owned() {
                     Ok(p) => Some(p),
                     Err(_) => {
@@ -155,7 +170,7 @@ impl DhcpServer {
             } else {
                 None
             };
-            let decision = self.table.lock().expect("lock").decide(&m, self.clocks.wall_us());
+            let decision = self.table.lock().expect("lock").decide(&m, now);
             match decision {
                 Decision::Silent(why) => {
                     if why == "the pool is exhausted" {
@@ -163,7 +178,7 @@ impl DhcpServer {
                     }
                     debug!(why, "camera port: a DHCP message left unanswered");
                 }
-                Decision::Answer(a) if a.kind == DhcpMessageType::Offer => {
+                Decision::Answer(a) if a.kind == DhcpMessageType::Offer && permit.is_some() => {
                     let (me, udp, frames) = (self.clone(), udp.clone(), frames.clone());
                     tokio::spawn(async move {
                         me.offer(m, a, &udp, &frames).await;

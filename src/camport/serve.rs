@@ -119,18 +119,7 @@ impl DhcpServer {
         info!(interface = self.port.interface, "camera port: DHCP served");
         // One byte more than a message may have: a datagram that fills it is over the ceiling.
         let mut buf = vec![0u8; limits::CAMPORT_DHCP_MESSAGE_MAX_BYTES + 1];
-        loop {
-            let (n, _from) = tokio::select! {
-                _ = shutdown.changed() => return Ok(()),
-                got = udp.recv_from(&mut buf) => match got {
-                    Ok(got) => got,
-                    Err(e) => {
-                        warn!(error = %e, "camera port: DHCP receive");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-            };
+        while let Some((n, _from)) = next_datagram(&udp, &mut buf, &mut shutdown).await {
             if n > limits::CAMPORT_DHCP_MESSAGE_MAX_BYTES {
                 self.malformed.fetch_add(1, Ordering::Relaxed);
                 debug!(bytes = n, "camera port: a DHCP message over its ceiling dropped");
@@ -189,6 +178,7 @@ impl DhcpServer {
             }
             self.keep();
         }
+        Ok(())
     }
 
     /// Sends offer `a` for `m` once an ARP probe found its address free; when someone holds
@@ -287,6 +277,70 @@ impl DhcpServer {
         match self.catalog.set_camport_leases(&put, &gone) {
             Ok(()) => *stored = now,
             Err(e) => warn!(error = %e, "camera port: leases not kept"),
+        }
+    }
+}
+
+/// What the SNTP server did.
+#[derive(Debug, Default)]
+pub struct SntpCounts {
+    pub answered: AtomicU64,
+    /// Datagrams that were not a client's request.
+    pub refused: AtomicU64,
+}
+
+/// Serves SNTP on `interface` (UDP 123, bound to that device alone) until `shutdown`: each
+/// client's request answered with the box's clock (`sntp::answer`), "not synchronized" while
+/// the clock is not sane. An error only when its socket cannot be made.
+pub async fn serve_sntp(
+    interface: String,
+    clocks: SharedClocks,
+    counts: Arc<SntpCounts>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let udp = udp_on(&interface, 123).map_err(|e| format!("SNTP on {interface}: {e}"))?;
+    info!(interface, "camera port: SNTP served");
+    // One byte more than a request may have: a datagram that fills it is over the ceiling.
+    let mut buf = vec![0u8; limits::CAMPORT_SNTP_MESSAGE_MAX_BYTES + 1];
+    while let Some((n, from)) = next_datagram(&udp, &mut buf, &mut shutdown).await {
+        let received_us = clocks.wall_us();
+        let request = match super::sntp::parse(&buf[..n]) {
+            Ok(r) => r,
+            Err(e) => {
+                counts.refused.fetch_add(1, Ordering::Relaxed);
+                debug!(error = %e, "camera port: an SNTP datagram dropped");
+                continue;
+            }
+        };
+        let sent_us = clocks.wall_us();
+        let answer = super::sntp::answer(&request, received_us, sent_us, crate::clock::is_sane(sent_us));
+        match udp.send_to(&answer, from).await {
+            Ok(_) => {
+                counts.answered.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => warn!(error = %e, "camera port: an SNTP answer not sent"),
+        }
+    }
+    Ok(())
+}
+
+/// The next datagram on `udp` into `buf` (its length and sender), or none once `shutdown`
+/// changes; a failed receive is logged and waited out a moment.
+async fn next_datagram(
+    udp: &tokio::net::UdpSocket,
+    buf: &mut [u8],
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<(usize, std::net::SocketAddr)> {
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => return None,
+            got = udp.recv_from(buf) => match got {
+                Ok(got) => return Some(got),
+                Err(e) => {
+                    warn!(error = %e, "camera port: a receive failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
         }
     }
 }

@@ -567,3 +567,106 @@ fn sixty_four_clients_at_once_get_distinct_leases_and_a_ninth_in_a_pool_of_eight
     assert!(s.counts.exhausted >= 1, "the ninth counted: {s:?}");
     served.stop();
 }
+
+/// A camera's clock set from the box: `ntpdate -q` (ntpsec) in the namespace asks the box's
+/// SNTP server, and the offset it measures to the box's clock (the same clock: one machine)
+/// is within 10 ms.
+#[test]
+fn ntpdate_against_the_box_sntp_server_is_within_ten_ms_of_its_clock() {
+    use keeppeek::camport::serve::{SntpCounts, serve_sntp};
+    use std::sync::atomic::Ordering;
+    let box_ip = Ipv4Addr::new(10, 71, 8, 1);
+    let segment = Segment::new("t", box_ip);
+    // The camera's address, as a lease would give it.
+    ip(&["-n", &segment.ns, "addr", "add", "10.71.8.50/24", "dev", &segment.camera_side]);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let counts = Arc::new(SntpCounts::default());
+    let clocks = keeppeek::clock::RealClocks::shared();
+    rt.spawn(serve_sntp(segment.box_side.clone(), clocks, counts.clone(), shutdown));
+    // Up when it answers: ntpdate asks a few times over a few hundred ms.
+    let mut said = String::new();
+    let ok = wait_until(Duration::from_secs(10), || {
+        let out = segment.command("ntpdate").args(["-q", &box_ip.to_string()]).output().expect("ntpdate (ntpsec)");
+        said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        out.status.success()
+    });
+    assert!(ok, "ntpdate -q: {said}");
+    // "2026-12-06 12:45:00.544806 (+0000) -0.000041 +/- 0.000072 10.71.8.1 s8 no-leap"
+    let line = said.lines().find(|l| l.contains(&box_ip.to_string())).unwrap_or_else(|| panic!("{said}"));
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let offset: f64 = fields[3].parse().unwrap_or_else(|_| panic!("an offset in {line:?}"));
+    eprintln!("ntpdate -q against the box: {line}");
+    assert!(offset.abs() < 0.010, "within 10 ms of the box's clock: {line}");
+    assert!(line.contains(" s8 "), "stratum 8, synchronized: {line}");
+    assert!(counts.answered.load(Ordering::Relaxed) >= 1);
+    let _ = stop.send(true);
+    rt.shutdown_timeout(Duration::from_secs(2));
+}
+
+/// The LAN beside the camera port, with a DHCP server of its own (dnsmasq, as a router
+/// would run it): a client there gets its address from that server, and the box, serving
+/// its port, never hears the LAN's DHCP nor answers there.
+#[test]
+fn on_the_lan_beside_a_foreign_dhcp_server_the_box_never_answers() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let port_ip = Ipv4Addr::new(10, 71, 10, 1);
+    let port = Segment::new("p", port_ip);
+    let served = serve(&port, port_ip, &tmp.path().join("catalog.redb"), 120);
+    // The LAN: the box's LAN interface here; the router and a client there, each a macvlan.
+    let lan = Segment::new("l", Ipv4Addr::new(10, 71, 9, 1));
+    for name in ["router", "client"] {
+        ip(&[
+            "-n",
+            &lan.ns,
+            "link",
+            "add",
+            "link",
+            &lan.camera_side,
+            "name",
+            name,
+            "type",
+            "macvlan",
+            "mode",
+            "bridge",
+        ]);
+        ip(&["-n", &lan.ns, "link", "set", name, "up"]);
+    }
+    ip(&["-n", &lan.ns, "addr", "add", "10.71.9.2/24", "dev", "router"]);
+    let mut dnsmasq = lan
+        .command("dnsmasq")
+        .args(["--no-daemon", "--port=0", "--interface=router", "--bind-interfaces"])
+        .args(["--dhcp-range=10.71.9.150,10.71.9.160,10m", "--no-ping"])
+        .arg(format!("--dhcp-leasefile={}", tmp.path().join("dnsmasq.leases").display()))
+        .arg(format!("--pid-file={}", tmp.path().join("dnsmasq.pid").display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("dnsmasq");
+    let script = tmp.path().join("lan.sh");
+    let events = tmp.path().join("lan.events");
+    std::fs::write(&script, format!("#!/bin/sh\necho \"$1 $ip $serverid\" >> {}\n", events.display())).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = lan
+        .command("busybox")
+        .args(["udhcpc", "-f", "-q", "-n", "-i", "client", "-t", "10", "-T", "1", "-s"])
+        .arg(&script)
+        .output()
+        .expect("busybox udhcpc");
+    let _ = dnsmasq.kill();
+    let _ = dnsmasq.wait();
+    let said = std::fs::read_to_string(&events).unwrap_or_default();
+    assert!(out.status.success(), "the LAN client got no lease: {said}");
+    let bound = said.lines().find(|l| l.starts_with("bound ")).unwrap_or_else(|| panic!("{said}"));
+    let fields: Vec<&str> = bound.split(' ').collect();
+    let got: Ipv4Addr = fields[1].parse().unwrap();
+    assert!((150..=160).contains(&got.octets()[3]) && fields[2] == "10.71.9.2", "dnsmasq's lease: {bound}");
+    let s = served.server.status();
+    assert_eq!(
+        (s.counts.offers, s.counts.acks, s.malformed, s.leases.len()),
+        (0, 0, 0, 0),
+        "the box heard nothing: {s:?}"
+    );
+    served.stop();
+}

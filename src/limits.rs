@@ -1243,7 +1243,7 @@ pub const CAMPORT_HOSTNAME_MAX_BYTES: usize = 63;
 pub const CAMPORT_LEASES_MAX: usize = 256;
 
 /// Offers waiting for their REQUEST at once: past it, DISCOVERs are passed over.
-pub const CAMPORT_OFFERS_PENDING_MAX: usize = 32;
+pub const CAMPORT_OFFERS_PENDING_MAX: usize = 64;
 
 /// How long an offer holds its address for the client's REQUEST.
 pub const CAMPORT_OFFER_HOLD_MS: u64 = 30_000;
@@ -1262,8 +1262,8 @@ pub const CAMPORT_RATE_CLIENTS_MAX: usize = 1_024;
 /// past it, dropped unread.
 pub const CAMPORT_SNTP_MESSAGE_MAX_BYTES: usize = 512;
 
-/// ARP probes of an address before it is offered, at once: a DISCOVER past them is passed
-/// over (its client asks again).
+/// ARP probes of an address before it is offered, at once: the offers past them wait their
+/// turn.
 pub const CAMPORT_PROBES_MAX: usize = 16;
 
 /// How long an ARP probe waits for someone holding the address to answer.

@@ -141,7 +141,8 @@ step "benchmarks (smoke mode)"
 # whole-program optimization (the figures in docs/performance.md come from `cargo bench`).
 export CARGO_PROFILE_BENCH_LTO=false CARGO_PROFILE_BENCH_CODEGEN_UNITS=16
 # Full figures: `cargo bench --bench record`, `--bench web`, `--bench live`, `--bench events`,
-# `--bench timeline`, `--bench config`, `--bench auth`, `--bench mqtt`, `--bench archive`
+# `--bench timeline`, `--bench config`, `--bench auth`, `--bench mqtt`, `--bench archive`,
+# `--bench camport`
 # (docs/performance.md).
 cargo bench --bench record -- --smoke
 cargo bench --bench web -- --smoke
@@ -152,3 +153,4 @@ cargo bench --bench config -- --smoke
 cargo bench --bench auth -- --smoke
 cargo bench --bench mqtt -- --smoke
 cargo bench --bench archive -- --smoke
+cargo bench --bench camport -- --smoke

@@ -49,8 +49,8 @@ pub struct DhcpStatus {
     pub rate_dropped: u64,
     /// Addresses an ARP probe found in use.
     pub conflicts: u64,
-    /// DISCOVERs passed over while [`limits::CAMPORT_PROBES_MAX`] probes ran.
-    pub probes_full: u64,
+    /// The most ARP probes that ran at once (at most [`limits::CAMPORT_PROBES_MAX`]).
+    pub probes_peak: u64,
     pub leases: Vec<Lease>,
 }
 
@@ -66,7 +66,9 @@ pub struct DhcpServer {
     probes: Arc<Semaphore>,
     malformed: AtomicU64,
     conflicts: AtomicU64,
-    probes_full: AtomicU64,
+    /// Probes running, and the most that ran at once.
+    probing: AtomicU64,
+    probes_peak: AtomicU64,
     /// The acknowledged leases as the catalog holds them.
     stored: Mutex<Vec<Lease>>,
 }
@@ -89,7 +91,8 @@ impl DhcpServer {
             probes: Arc::new(Semaphore::new(limits::CAMPORT_PROBES_MAX)),
             malformed: AtomicU64::new(0),
             conflicts: AtomicU64::new(0),
-            probes_full: AtomicU64::new(0),
+            probing: AtomicU64::new(0),
+            probes_peak: AtomicU64::new(0),
             stored: Mutex::new(stored),
         }))
     }
@@ -101,7 +104,7 @@ impl DhcpServer {
             malformed: self.malformed.load(Ordering::Relaxed),
             rate_dropped: self.rate.lock().expect("lock").dropped,
             conflicts: self.conflicts.load(Ordering::Relaxed),
-            probes_full: self.probes_full.load(Ordering::Relaxed),
+            probes_peak: self.probes_peak.load(Ordering::Relaxed),
             leases: table.leases().iter().filter(|l| l.bound).cloned().collect(),
         }
     }
@@ -137,9 +140,10 @@ impl DhcpServer {
                 continue;
             }
             // An offer waits for its probe on a task of its own, so a DISCOVER does not hold
-            // the others; at most CAMPORT_PROBES_MAX at once, and a DISCOVER past them is
-            // passed over (its client asks again). A client asking again for the offer it
-            // holds gets it at once: its address was probed when it was offered.
+            // the others; at most CAMPORT_PROBES_MAX run at once, the others wait their turn
+            // (as many as offers may wait, CAMPORT_OFFERS_PENDING_MAX, and the bound clients
+            // asking again). A client asking again for the offer it holds gets it at once:
+            // its address was probed when it was offered.
             let now = self.clocks.wall_us();
             let holds_offer = self
                 .table
@@ -148,17 +152,7 @@ impl DhcpServer {
                 .leases()
                 .iter()
                 .any(|l| !l.bound && l.until_us > now && l.client == m.client.0.as_slice());
-            let permit = if m.kind == DhcpMessageType::Discover && !holds_offer {
-                match self.probes.clone().try_acquire_owned() {
-                    Ok(p) => Some(p),
-                    Err(_) => {
-                        self.probes_full.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                }
-            } else {
-                None
-            };
+            let probe = m.kind == DhcpMessageType::Discover && !holds_offer;
             let decision = self.table.lock().expect("lock").decide(&m, now);
             match decision {
                 Decision::Silent(why) => {
@@ -167,11 +161,14 @@ impl DhcpServer {
                     }
                     debug!(why, "camera port: a DHCP message left unanswered");
                 }
-                Decision::Answer(a) if a.kind == DhcpMessageType::Offer && permit.is_some() => {
+                Decision::Answer(a) if a.kind == DhcpMessageType::Offer && probe => {
                     let (me, udp, frames) = (self.clone(), udp.clone(), frames.clone());
                     tokio::spawn(async move {
+                        let Ok(_permit) = me.probes.clone().acquire_owned().await else { return };
+                        let running = me.probing.fetch_add(1, Ordering::Relaxed) + 1;
+                        me.probes_peak.fetch_max(running, Ordering::Relaxed);
                         me.offer(m, a, &udp, &frames).await;
-                        drop(permit);
+                        me.probing.fetch_sub(1, Ordering::Relaxed);
                     });
                 }
                 Decision::Answer(a) => self.send(&a, &udp, &frames).await,

@@ -13,56 +13,7 @@ use keeppeek::camport::serve::{DhcpServer, Port};
 use keeppeek::catalog::Catalog;
 
 use crate::common::wait_until;
-
-/// A namespace and the veth pair into it: `box_side` here with `box_ip`/24, `camera_side`
-/// there, up with nothing on it. Removed when dropped.
-pub struct Segment {
-    pub ns: String,
-    pub box_side: String,
-    pub camera_side: String,
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip (iproute2), as root");
-    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-impl Segment {
-    /// `tag` keeps names apart between tests (interface names are at most 15 bytes).
-    pub fn new(tag: &str, box_ip: Ipv4Addr) -> Segment {
-        let id = std::process::id() % 100_000;
-        let s = Segment {
-            ns: format!("kp-{tag}-{id}"),
-            box_side: format!("kb{tag}{id}"),
-            camera_side: format!("kc{tag}{id}"),
-        };
-        let _ = Command::new("ip").args(["netns", "del", &s.ns]).stderr(Stdio::null()).status();
-        let _ = Command::new("ip").args(["link", "del", &s.box_side]).stderr(Stdio::null()).status();
-        ip(&["netns", "add", &s.ns]);
-        ip(&["link", "add", &s.box_side, "type", "veth", "peer", "name", &s.camera_side]);
-        ip(&["link", "set", &s.camera_side, "netns", &s.ns]);
-        ip(&["addr", "add", &format!("{box_ip}/24"), "dev", &s.box_side]);
-        ip(&["link", "set", &s.box_side, "up"]);
-        ip(&["-n", &s.ns, "link", "set", "lo", "up"]);
-        ip(&["-n", &s.ns, "link", "set", &s.camera_side, "up"]);
-        s
-    }
-
-    /// `program` run in the namespace.
-    pub fn command(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns, program]);
-        c
-    }
-}
-
-impl Drop for Segment {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
-        // Gone with the namespace, unless it was never moved there.
-        let _ = Command::new("ip").args(["link", "del", &self.box_side]).stderr(Stdio::null()).status();
-    }
-}
+use crate::segment::{Segment, ip};
 
 /// The server for `segment`'s box side with the pool `.100`–`.107` and leases of `lease_s`.
 fn serve(segment: &Segment, box_ip: Ipv4Addr, catalog: &Path, lease_s: u32) -> Served {
@@ -426,8 +377,9 @@ fn an_offer_waits_for_its_arp_probe_and_an_address_in_use_is_not_offered() {
 }
 
 /// Hostile packets: truncated, over the message ceiling, an option running past the end, a
-/// flood from one MAC; and more DISCOVERs at once than probes may run. Each is dropped and
-/// counted, and a client that behaves is served all the while.
+/// flood from one MAC: each is dropped and counted, and a client that behaves is served all
+/// the while. Then more DISCOVERs at once than probes may run: all are offered, the probes in
+/// turn.
 #[test]
 fn hostile_packets_and_floods_are_dropped_and_counted_and_others_served() {
     use keeppeek::limits;
@@ -452,14 +404,18 @@ fn hostile_packets_and_floods_are_dropped_and_counted_and_others_served() {
     assert!(s.rate_dropped >= 40 - taken, "the flood past its rate dropped: {s:?}");
     assert!(answers.iter().any(|(_, xid, _)| *xid == 5), "the other client served: {answers:?}");
 
-    // More DISCOVERs at once than probes may run: those past the ceiling are passed over
-    // (their clients ask again), the others offered.
+    // More DISCOVERs at once than probes may run: each is offered, the probes past the
+    // ceiling after those before them.
     let many = limits::CAMPORT_PROBES_MAX + 8;
     let packets: Vec<Vec<u8>> = (0..many as u16).map(|i| discover(mac(100 + i), 1_000 + u32::from(i))).collect();
     let answers = send_raw(&segment, &packets, 1_500);
     let s = served.server.status();
-    assert!(s.probes_full >= 1, "{s:?}");
-    assert_eq!(answers.len() + s.probes_full as usize, many, "each offered or passed over: {answers:?} {s:?}");
+    assert_eq!(s.probes_peak, limits::CAMPORT_PROBES_MAX as u64, "probes at once up to their ceiling: {s:?}");
+    let offered: std::collections::BTreeSet<u32> = answers.iter().map(|(_, xid, _)| *xid).collect();
+    assert_eq!(offered.len(), many, "each offered: {answers:?}");
+    let last = answers.iter().map(|(ms, _, _)| *ms).fold(0.0, f64::max);
+    let probe_ms = limits::CAMPORT_ARP_PROBE_MS as f64;
+    assert!(last >= 2.0 * probe_ms, "those past the ceiling waited a probe's turn: {last} ms");
     served.stop();
 }
 

@@ -24,6 +24,8 @@ mod power_cut;
 mod retention;
 mod rtsp_recording;
 mod scale;
+#[path = "../../benches/support/segment.rs"]
+mod segment;
 mod sound;
 mod sso;
 mod tls;

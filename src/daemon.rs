@@ -407,6 +407,7 @@ pub async fn start(
         events: events.clone(),
         camera_events: Arc::default(),
         archive: crate::archive::Archive::new(catalog.clone(), data_dir.clone(), clocks.clone(), gate),
+        camera_port: crate::camport::port::CameraPort::new(catalog.clone(), clocks.clone()),
     };
     for camera in &config.cameras {
         running.start_camera(camera)?;
@@ -417,6 +418,8 @@ pub async fn start(
     // failures on their own tasks.
     running.archive.start(&config.archive, &config.cameras, shutdown_rx.clone()).await;
     running.background.push(mqtt_orders_task);
+    // The camera port's servers wait out a missing interface on their own task.
+    running.camera_port.set_config(config.camera_port.as_ref()).await;
     running.background.push(tokio::spawn(log_status(cameras.clone())));
     #[cfg(target_env = "gnu")]
     running.background.push(tokio::spawn(return_freed_memory()));
@@ -473,6 +476,7 @@ pub async fn start(
             mqtt,
             camera_events: running.camera_events.clone(),
             archive: running.archive.clone(),
+            camera_port: running.camera_port.clone(),
         });
         tokio::spawn(http::serve(listeners, Arc::new(http::HttpStats::default()), auth, services, shutdown_rx))
     });
@@ -550,6 +554,8 @@ pub struct Running {
     /// The MQTT room and its task (it says goodbye to the broker at the stop).
     mqtt: Arc<crate::mqtt::Mqtt>,
     archive: Arc<crate::archive::Archive>,
+    /// The camera port's servers and the cameras plugged into it.
+    camera_port: Arc<crate::camport::port::CameraPort>,
     /// The event intake: cameras' own events (ONVIF) go in there.
     events: Arc<crate::events::Events>,
     /// The cameras whose own events are followed (ONVIF), and how it goes.
@@ -658,6 +664,7 @@ impl Running {
             error!(error = %e, "MQTT: the outbox could not follow the settings");
         }
         self.archive.set_targets(&config.archive, &config.cameras).await;
+        self.camera_port.set_config(config.camera_port.as_ref()).await;
         for name in effect.restart.iter().chain(&effect.start) {
             if let Some(camera) = config.cameras.iter().find(|c| &c.name == name) {
                 self.start_camera(camera)?;
@@ -686,6 +693,8 @@ impl Running {
                 error!("MQTT did not stop in time");
             }
         }
+        // Its last ACKs wait for their leases' write, which the catalog takes before it closes.
+        self.camera_port.stop().await;
         stop_ingest(std::mem::take(&mut self.ingest)).await;
         let (ingest_thread, recorder) = (self.ingest_thread, self.recorder);
         tokio::task::spawn_blocking(move || {

@@ -1269,6 +1269,32 @@ pub const CAMPORT_PROBES_MAX: usize = 16;
 /// How long an ARP probe waits for someone holding the address to answer.
 pub const CAMPORT_ARP_PROBE_MS: u64 = 150;
 
+/// ACKs waiting for their leases' durable write (one write lets a burst's ACKs go): past it,
+/// no further message is read until a write is done.
+pub const CAMPORT_ACKS_WAITING_MAX: usize = 64;
+
+/// How long an acknowledged lease may wait for a durable commit: its write does not wait for
+/// the disk, and a power cut in between loses at most this much (the camera keeps its
+/// address and answers the ARP probe made before that address is offered to another).
+pub const CAMPORT_LEASES_SYNC_MS: u64 = 1_000;
+
+/// How often the finder of plugged-in cameras looks for leases that ended unrenewed.
+pub const CAMPORT_FINDER_TICK_MS: u64 = 5_000;
+
+/// Plugged-in cameras asked at once (an ONVIF probe and an RTSP OPTIONS each).
+pub const CAMPORT_CHECKS_MAX: usize = 4;
+
+/// How long a plugged-in camera's ONVIF probe and RTSP OPTIONS wait for an answer.
+pub const CAMPORT_CHECK_WAIT_MS: u64 = 2_000;
+
+/// Times a plugged-in camera is asked while its services start, and the wait between.
+pub const CAMPORT_CHECK_TRIES: u32 = 12;
+pub const CAMPORT_CHECK_AGAIN_MS: u64 = 5_000;
+
+/// How long the camera port waits before it tries again to serve (an interface not there,
+/// a socket refused).
+pub const CAMPORT_RETRY_MS: u64 = 5_000;
+
 #[cfg(test)]
 mod tests {
     //! `docs/limits.md` is generated from this file: the test fails when they differ, and

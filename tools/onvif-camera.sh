@@ -8,6 +8,13 @@
 # on 10.213.N.2:554 serving /h264-auth at the device's stream address (/mock/stream), both
 # with USER/PASSWORD. Writes "ready" to READY_FILE once both listen; on SIGTERM stops them
 # and removes the namespace and the pair. The peer is built by tools/test.sh setup.
+#
+# With ONVIF_CAMERA_DHCP=1 the camera is plugged into a camera port instead: 10.213.N.1/24
+# is the box's address there (kpoN-h, for keeppeek's [camera_port]), and the camera takes
+# its address from the box with busybox udhcpc (host name porch-N, released when it stops),
+# then starts its services there. READY_FILE.link appears once the pair is up, READY_FILE.pid
+# holds udhcpc's PID (SIGUSR1: renew) and READY_FILE.leases one line per lease event
+# ("bound ADDRESS", "renew ADDRESS").
 set -eu
 n=$1 user=$2 password=$3 fixtures=$4 ready=$5
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,15 +40,46 @@ ip link add "$here" type veth peer name "$there"
 ip link set "$there" netns "$ns"
 ip addr add "$net.1/24" dev "$here"
 ip link set "$here" up
-ip -n "$ns" addr add "$net.2/24" dev "$there"
 ip -n "$ns" link set "$there" up
 ip -n "$ns" link set lo up
 ip -n "$ns" route add 224.0.0.0/4 dev "$there"
-ip netns exec "$ns" /usr/bin/python3 "$repo/tools/rtsp-camera.py" --address "$net.2" --port 554 \
+camera="$net.2"
+if [ "${ONVIF_CAMERA_DHCP:-0}" = 1 ]; then
+    cat >"$work/udhcpc.sh" <<EOF_SCRIPT
+#!/bin/sh
+case "\$1" in
+    bound|renew)
+        ip addr replace "\$ip/\$mask" dev "\$interface"
+        echo "\$1 \$ip" >>"$ready.leases"
+        echo "\$ip" >"$work/lease" ;;
+    deconfig) ip -4 addr flush dev "\$interface" ;;
+esac
+EOF_SCRIPT
+    chmod +x "$work/udhcpc.sh"
+    touch "$ready.link"
+    ip netns exec "$ns" busybox udhcpc -f -R -i "$there" -s "$work/udhcpc.sh" -t 5 -T 1 -A 1 \
+        -x "hostname:porch-$n" >"$work/udhcpc.log" 2>&1 &
+    pids="$pids $!"
+    echo $! >"$ready.pid"
+    tries=0
+    until [ -s "$work/lease" ]; do
+        tries=$((tries + 1))
+        if [ $tries -gt 600 ]; then
+            echo "onvif-camera: no lease after 60 s" >&2
+            cat "$work/udhcpc.log" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
+    camera=$(cat "$work/lease")
+else
+    ip -n "$ns" addr add "$camera/24" dev "$there"
+fi
+ip netns exec "$ns" /usr/bin/python3 "$repo/tools/rtsp-camera.py" --address "$camera" --port 554 \
     --alias /mock/stream=/h264-auth --user "$user" --password "$password" --fixtures "$fixtures" \
     --ready-file "$work/rtsp" >"$work/rtsp.log" 2>&1 &
 pids="$pids $!"
-ip netns exec "$ns" "$device" "$net.2" 8000 "$user" "$password" "Porch-$n" >"$work/device.log" 2>&1 &
+ip netns exec "$ns" "$device" "$camera" 8000 "$user" "$password" "Porch-$n" >"$work/device.log" 2>&1 &
 pids="$pids $!"
 tries=0
 until [ -f "$work/rtsp" ] && grep -q '^ready' "$work/device.log"; do

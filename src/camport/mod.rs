@@ -8,13 +8,15 @@
 //! - `leases`: the pool and its bindings, and what the server answers each message, with
 //!   the rate each client may send at;
 //! - `sntp`: the time, read and answered (RFC 4330);
-//! - `serve`: the DHCP server on the interface (a UDP socket bound to the device, a packet
-//!   socket for frames, ARP probes), its leases kept in the catalog (`catalog::camport`).
-//!
-//! Next: the port in the config and on the board, the SNTP server, and the plugged-in
-//! cameras.
+//! - `serve`: the DHCP and SNTP servers on the interface (UDP sockets bound to the device, a
+//!   packet socket for frames, ARP probes), the leases kept in the catalog
+//!   (`catalog::camport`);
+//! - `found`: a new lease is a new camera, asked over ONVIF and RTSP, shown as plugged in;
+//! - `port`: the room, started from `[camera_port]` and again when it changes.
 
 pub mod dhcp;
+pub mod found;
 pub mod leases;
+pub mod port;
 pub mod serve;
 pub mod sntp;

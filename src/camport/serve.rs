@@ -51,6 +51,9 @@ pub struct DhcpStatus {
     pub conflicts: u64,
     /// The most ARP probes that ran at once (at most [`limits::CAMPORT_PROBES_MAX`]).
     pub probes_peak: u64,
+    /// The most ACKs one durable write of the leases let go (at most
+    /// [`limits::CAMPORT_ACKS_WAITING_MAX`]).
+    pub acks_batch_peak: u64,
     pub leases: Vec<Lease>,
 }
 
@@ -69,8 +72,11 @@ pub struct DhcpServer {
     /// Probes running, and the most that ran at once.
     probing: AtomicU64,
     probes_peak: AtomicU64,
-    /// The acknowledged leases as the catalog holds them.
-    stored: Mutex<Vec<Lease>>,
+    /// ACKs waiting for their lease's durable write.
+    acks: Acks,
+    /// The acknowledged leases as the catalog holds them, after each write (the finder of
+    /// plugged-in cameras follows it).
+    bound: watch::Sender<Vec<Lease>>,
 }
 
 impl DhcpServer {
@@ -93,8 +99,14 @@ impl DhcpServer {
             conflicts: AtomicU64::new(0),
             probing: AtomicU64::new(0),
             probes_peak: AtomicU64::new(0),
-            stored: Mutex::new(stored),
+            bound: watch::Sender::new(stored),
+            acks: Acks::default(),
         }))
+    }
+
+    /// The bound leases as the catalog holds them, changed after each write.
+    pub fn bound(&self) -> watch::Receiver<Vec<Lease>> {
+        self.bound.subscribe()
     }
 
     pub fn status(&self) -> DhcpStatus {
@@ -105,6 +117,7 @@ impl DhcpServer {
             rate_dropped: self.rate.lock().expect("lock").dropped,
             conflicts: self.conflicts.load(Ordering::Relaxed),
             probes_peak: self.probes_peak.load(Ordering::Relaxed),
+            acks_batch_peak: self.acks.peak.load(Ordering::Relaxed),
             leases: table.leases().iter().filter(|l| l.bound).cloned().collect(),
         }
     }
@@ -120,6 +133,7 @@ impl DhcpServer {
                 .map_err(|e| format!("frames on {}: {e}", self.port.interface))?,
         );
         info!(interface = self.port.interface, "camera port: DHCP served");
+        let writer = tokio::spawn(self.clone().write_leases(udp.clone(), frames.clone()));
         // One byte more than a message may have: a datagram that fills it is over the ceiling.
         let mut buf = vec![0u8; limits::CAMPORT_DHCP_MESSAGE_MAX_BYTES + 1];
         while let Some((n, _from)) = next_datagram(&udp, &mut buf, &mut shutdown).await {
@@ -171,19 +185,80 @@ impl DhcpServer {
                         me.probing.fetch_sub(1, Ordering::Relaxed);
                     });
                 }
+                // An ACK goes once its lease is written durably, with the others of its
+                // burst (one write for them all): an address acknowledged is not given to
+                // another after a power cut.
+                Decision::Answer(a) if a.kind == DhcpMessageType::Ack => self.acks.push(a).await,
                 Decision::Answer(a) => self.send(&a, &udp, &frames).await,
             }
-            self.keep();
+            // A RELEASE, a DECLINE or an expiry changes the leases too.
+            self.acks.wake.notify_one();
         }
+        self.acks.closed.store(true, Ordering::Relaxed);
+        self.acks.wake.notify_one();
+        let _ = writer.await;
         Ok(())
+    }
+
+    /// Writes the leases that changed, then sends the ACKs that waited for the write; again
+    /// each time it is woken, until the server stops (the last ACKs written and sent). The
+    /// writes do not wait for the disk; a durable commit follows within
+    /// [`limits::CAMPORT_LEASES_SYNC_MS`] of the first one not yet on it. A power cut in
+    /// between loses at most that second's leases: their cameras keep their addresses and
+    /// answer the ARP probe made before any address is offered to another.
+    async fn write_leases(self: Arc<Self>, udp: Arc<tokio::net::UdpSocket>, frames: Arc<Packet>) {
+        let mut sync_at: Option<tokio::time::Instant> = None;
+        loop {
+            let sync_due = async {
+                match sync_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = self.acks.wake.notified() => {}
+                _ = sync_due => {
+                    self.sync().await;
+                    sync_at = None;
+                    continue;
+                }
+            }
+            let closing = self.acks.closed.load(Ordering::Relaxed);
+            // Taken before the leases are read: each of these ACKs' leases is in the write.
+            let batch = self.acks.take();
+            let me = self.clone();
+            let wrote = tokio::task::spawn_blocking(move || me.keep()).await.unwrap_or(false);
+            if wrote && sync_at.is_none() {
+                sync_at = Some(tokio::time::Instant::now() + Duration::from_millis(limits::CAMPORT_LEASES_SYNC_MS));
+            }
+            for a in &batch {
+                self.send(a, &udp, &frames).await;
+            }
+            self.acks.done(batch.len());
+            if closing {
+                if sync_at.is_some() {
+                    self.sync().await;
+                }
+                return;
+            }
+        }
+    }
+
+    /// A durable commit: the leases written before it are on the disk.
+    async fn sync(&self) {
+        let catalog = self.catalog.clone();
+        match tokio::task::spawn_blocking(move || catalog.set_camport_leases(&[], &[], true)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, "camera port: the leases not made durable"),
+            Err(e) => warn!(error = %e, "camera port: the leases not made durable"),
+        }
     }
 
     /// Sends offer `a` for `m` once an ARP probe found its address free; when someone holds
     /// it, the address is held back and the client is offered another (one more probe).
     async fn offer(&self, m: Message, mut a: dhcp::Answer, udp: &tokio::net::UdpSocket, frames: &Packet) {
         for _ in 0..2 {
-            let known =
-                self.stored.lock().expect("lock").iter().any(|l| l.ip == a.yiaddr && l.client == m.client.0.as_slice());
+            let known = self.bound.borrow().iter().any(|l| l.ip == a.yiaddr && l.client == m.client.0.as_slice());
             if known || !self.taken(a.yiaddr).await {
                 self.send(&a, udp, frames).await;
                 return;
@@ -261,20 +336,78 @@ impl DhcpServer {
         tokio::time::timeout(Duration::from_millis(limits::CAMPORT_ARP_PROBE_MS), answered).await.unwrap_or(false)
     }
 
-    /// Writes the acknowledged leases that changed to the catalog.
-    fn keep(&self) {
+    /// Writes the acknowledged leases that changed to the catalog (not waiting for the disk);
+    /// whether it wrote.
+    fn keep(&self) -> bool {
         let now: Vec<Lease> = self.table.lock().expect("lock").leases().iter().filter(|l| l.bound).cloned().collect();
-        let mut stored = self.stored.lock().expect("lock");
+        let stored = self.bound.borrow();
         let put: Vec<Lease> = now.iter().filter(|l| !stored.contains(l)).cloned().collect();
         let gone: Vec<Vec<u8>> =
             stored.iter().filter(|s| !now.iter().any(|l| l.client == s.client)).map(|s| s.client.clone()).collect();
+        drop(stored);
         if put.is_empty() && gone.is_empty() {
-            return;
+            return false;
         }
-        match self.catalog.set_camport_leases(&put, &gone) {
-            Ok(()) => *stored = now,
-            Err(e) => warn!(error = %e, "camera port: leases not kept"),
+        match self.catalog.set_camport_leases(&put, &gone, false) {
+            Ok(()) => {
+                self.bound.send_replace(now);
+                true
+            }
+            // The ACKs still go: a camera without an address is worse than a lease the next
+            // start may not know (its ARP probe finds the address taken).
+            Err(e) => {
+                warn!(error = %e, "camera port: leases not kept");
+                false
+            }
         }
+    }
+}
+
+/// ACKs waiting for their lease's durable write: at most [`limits::CAMPORT_ACKS_WAITING_MAX`];
+/// past it, the server reads no further message until a write lets some go.
+struct Acks {
+    queue: Mutex<Vec<dhcp::Answer>>,
+    room: Semaphore,
+    /// The writer's call: leases changed, or ACKs wait.
+    wake: tokio::sync::Notify,
+    /// The server stopped: the writer's last round.
+    closed: std::sync::atomic::AtomicBool,
+    /// The most ACKs one write let go.
+    peak: AtomicU64,
+}
+
+impl Default for Acks {
+    fn default() -> Acks {
+        Acks {
+            queue: Mutex::new(Vec::new()),
+            room: Semaphore::new(limits::CAMPORT_ACKS_WAITING_MAX),
+            wake: tokio::sync::Notify::new(),
+            closed: false.into(),
+            peak: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Acks {
+    /// Queues `a` for the next write, once there is room.
+    async fn push(&self, a: dhcp::Answer) {
+        if let Ok(permit) = self.room.acquire().await {
+            permit.forget();
+        }
+        self.queue.lock().expect("lock").push(a);
+        self.wake.notify_one();
+    }
+
+    /// The ACKs waiting, for one write.
+    fn take(&self) -> Vec<dhcp::Answer> {
+        let batch = std::mem::take(&mut *self.queue.lock().expect("lock"));
+        self.peak.fetch_max(batch.len() as u64, Ordering::Relaxed);
+        batch
+    }
+
+    /// `n` ACKs of a batch sent: their room is free.
+    fn done(&self, n: usize) {
+        self.room.add_permits(n);
     }
 }
 
@@ -452,5 +585,40 @@ impl Packet {
             }
             ready.clear_ready();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ack(n: u8) -> dhcp::Answer {
+        dhcp::Answer {
+            kind: DhcpMessageType::Ack,
+            xid: u32::from(n),
+            mac: [2, 0, 0, 0, 0, n],
+            client: None,
+            ciaddr: Ipv4Addr::UNSPECIFIED,
+            yiaddr: Ipv4Addr::new(10, 71, 0, n),
+            broadcast: false,
+            lease_s: Some(60),
+        }
+    }
+
+    /// CAMPORT_ACKS_WAITING_MAX ACKs wait; the next waits for room, which a write makes.
+    #[tokio::test]
+    async fn acks_past_the_ceiling_wait_for_a_write() {
+        let acks = Acks::default();
+        for n in 0..limits::CAMPORT_ACKS_WAITING_MAX {
+            acks.push(ack(n as u8)).await;
+        }
+        let next = tokio::time::timeout(Duration::from_millis(50), acks.push(ack(255))).await;
+        assert!(next.is_err(), "no room past the ceiling");
+        let batch = acks.take();
+        assert_eq!(batch.len(), limits::CAMPORT_ACKS_WAITING_MAX);
+        assert_eq!(acks.peak.load(Ordering::Relaxed), limits::CAMPORT_ACKS_WAITING_MAX as u64);
+        acks.done(batch.len());
+        tokio::time::timeout(Duration::from_millis(50), acks.push(ack(255))).await.expect("room after the write");
+        assert_eq!(acks.take().len(), 1);
     }
 }

@@ -27,11 +27,12 @@ impl Catalog {
         Ok(out)
     }
 
-    /// Keeps `put` and forgets the leases of `gone` (client ids), durably: an address given
-    /// is not given to another after a power cut.
-    pub fn set_camport_leases(&self, put: &[Lease], gone: &[Vec<u8>]) -> Result<(), CatalogError> {
+    /// Keeps `put` and forgets the leases of `gone` (client ids); `durable`: on the disk
+    /// before it returns, with every write before it (else the next durable commit of the
+    /// catalog carries it).
+    pub fn set_camport_leases(&self, put: &[Lease], gone: &[Vec<u8>], durable: bool) -> Result<(), CatalogError> {
         let mut txn = self.db()?.begin_write().storage()?;
-        txn.set_durability(Durability::Immediate).storage()?;
+        txn.set_durability(if durable { Durability::Immediate } else { Durability::None }).storage()?;
         {
             let mut t = txn.open_table(CAMPORT_LEASES).storage()?;
             for l in put {
@@ -65,8 +66,8 @@ mod tests {
         {
             let c = Catalog::open(&path).unwrap();
             assert!(c.camport_leases().unwrap().is_empty());
-            c.set_camport_leases(&[lease(1), lease(2)], &[]).unwrap();
-            c.set_camport_leases(&[], &[vec![1, 1]]).unwrap();
+            c.set_camport_leases(&[lease(1), lease(2)], &[], false).unwrap();
+            c.set_camport_leases(&[], &[vec![1, 1]], true).unwrap();
         }
         let c = Catalog::open(&path).unwrap();
         assert_eq!(c.camport_leases().unwrap(), vec![lease(2)]);

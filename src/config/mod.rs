@@ -6,6 +6,7 @@
 //! `src/limits.rs` before it is used.
 
 pub mod archive;
+pub mod camport;
 pub mod change;
 pub mod file;
 pub mod mqtt;
@@ -22,6 +23,7 @@ pub use size::parse_bytes;
 
 use crate::limits;
 pub use archive::ArchiveTarget;
+pub use camport::CameraPortConfig;
 pub use mqtt::MqttConfig;
 
 /// Why a config cannot be used.
@@ -198,6 +200,8 @@ pub struct Config {
     pub oidc: Vec<OidcProvider>,
     /// The MQTT broker (`[mqtt]`); none: nothing is published.
     pub mqtt: Option<MqttConfig>,
+    /// The camera port (`[camera_port]`); none: cameras are on the LAN.
+    pub camera_port: Option<CameraPortConfig>,
     /// The buckets recordings are archived to (`[archive.<id>]`), by id; at most
     /// [`limits::ARCHIVE_TARGETS_MAX`].
     pub archive: Vec<ArchiveTarget>,
@@ -304,6 +308,7 @@ struct RawConfig {
     #[serde(default)]
     oidc: std::collections::BTreeMap<String, RawOidc>,
     mqtt: Option<mqtt::RawMqtt>,
+    camera_port: Option<camport::RawCameraPort>,
     #[serde(default)]
     archive: std::collections::BTreeMap<String, archive::RawArchive>,
     #[serde(default)]
@@ -614,6 +619,7 @@ impl Config {
             https: None,
             oidc: Vec::new(),
             mqtt: None,
+            camera_port: None,
             archive: Vec::new(),
             flush_interval_s: FLUSH_INTERVAL_DEFAULT_S,
             require_sane_clock: false,
@@ -799,6 +805,7 @@ impl RawConfig {
             https,
             oidc,
             mqtt: self.mqtt.map(mqtt::RawMqtt::validate).transpose()?,
+            camera_port: self.camera_port.map(camport::RawCameraPort::validate).transpose()?,
             archive,
             flush_interval_s: self.flush_interval_s,
             require_sane_clock: self.require_sane_clock,

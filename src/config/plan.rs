@@ -315,6 +315,18 @@ fn mqtt_changes(
     group_changes("mqtt", old.map(mqtt_fields), new.map(mqtt_fields), ("password", changed))
 }
 
+/// The camera port's fields as the diff shows them.
+fn camera_port_fields(c: &crate::config::CameraPortConfig) -> Vec<(&'static str, String)> {
+    vec![
+        ("interface", c.interface.clone()),
+        ("address", format!("{}/{}", c.address, c.prefix)),
+        ("pool", format!("{}-{}", c.pool.0, c.pool.1)),
+        ("lease_time_s", c.lease_time_s.to_string()),
+        ("router", c.router.to_string()),
+        ("web", c.web.to_string()),
+    ]
+}
+
 /// An archive target's fields as the diff shows them (its secret as changed, never itself).
 fn archive_fields(t: &crate::config::ArchiveTarget) -> Vec<(&'static str, String)> {
     let opt = |v: Option<u32>| v.map_or_else(String::new, |v| v.to_string());
@@ -378,6 +390,13 @@ pub fn compare(old: &Config, new: &Config) -> (Vec<Diff>, Effect) {
     setting_changes.extend(oidc_changes(&old.oidc, &new.oidc));
     setting_changes.extend(mqtt_changes(old.mqtt.as_ref(), new.mqtt.as_ref()));
     setting_changes.extend(archive_changes(&old.archive, &new.archive));
+    // The camera port's servers start again with it; its cameras keep their addresses.
+    setting_changes.extend(group_changes(
+        "camera_port",
+        old.camera_port.as_ref().map(camera_port_fields),
+        new.camera_port.as_ref().map(camera_port_fields),
+        ("", false),
+    ));
     if !setting_changes.is_empty() {
         let (live, restart): (Vec<String>, Vec<String>) =
             setting_changes.iter().map(|(k, ..)| k.clone()).partition(|k| {
@@ -385,6 +404,7 @@ pub fn compare(old: &Config, new: &Config) -> (Vec<Diff>, Effect) {
                     || k.starts_with("oidc.")
                     || k.starts_with("mqtt.")
                     || k.starts_with("archive.")
+                    || k.starts_with("camera_port.")
             });
         (effect.live, effect.restart_box) = (live, restart);
         diff.push(Diff { camera: None, what: "changed", fields: setting_changes });

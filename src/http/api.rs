@@ -115,6 +115,7 @@ async fn handle(
         Mqtt => system::mqtt(ctx),
         CameraEvents => system::camera_events(ctx),
         Archive => system::archive(ctx),
+        CameraPort => system::camera_port(ctx).await,
         ArchiveList => archive::list(ctx, &parts).await,
         ArchiveRecordings(target) => archive::recordings(ctx, &parts, target).await,
         ArchiveExport(target) => archive::export(ctx, &parts, target).await,

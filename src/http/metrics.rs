@@ -200,6 +200,13 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
         "HTTP connections closed to give a newcomer their slot (the table was full).",
         &one(load(&s.connections_evicted)),
     );
+    family(
+        &mut out,
+        "keeppeek_http_camera_port_refused_total",
+        "counter",
+        "Connections at the box's address on the camera port, closed unanswered (the web face is not served there).",
+        &one(load(&s.camera_port_refused)),
+    );
     family(&mut out, "keeppeek_http_requests_total", "counter", "HTTP requests parsed.", &one(load(&s.requests)));
     let refused: Vec<_> = [
         ("connection_limit", 503, &s.connections_refused),

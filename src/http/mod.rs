@@ -77,6 +77,8 @@ pub struct HttpStats {
     pub connections_refused: AtomicU64,
     /// Connections closed to make room for a newcomer when the table was full.
     pub connections_evicted: AtomicU64,
+    /// Connections that came in at the box's address on the camera port, closed unanswered.
+    pub camera_port_refused: AtomicU64,
     pub requests: AtomicU64,
     /// 408: the request did not arrive in time.
     pub request_timeouts: AtomicU64,
@@ -138,6 +140,9 @@ pub struct Services {
     pub camera_events: Arc<crate::onvif::subscribe::Followers>,
     /// The offsite archive: its targets' state for `/api/system/archive` and `/metrics`.
     pub archive: Arc<crate::archive::Archive>,
+    /// The camera port: `/api/system/camera-port`, and the address the web face does not
+    /// answer at.
+    pub camera_port: Arc<crate::camport::port::CameraPort>,
 }
 
 /// Config plans and applies, for `/metrics`.
@@ -181,6 +186,7 @@ impl Services {
         );
         let events = Arc::new(events);
         let mqtt = crate::mqtt::Mqtt::new(catalog.clone(), None);
+        let camera_port = crate::camport::port::CameraPort::new(catalog.clone(), crate::clock::RealClocks::shared());
         let archive = crate::archive::Archive::new(
             catalog.clone(),
             data_dir.clone(),
@@ -205,6 +211,7 @@ impl Services {
             oidc: Arc::new(crate::oidc::Oidc::new(&[])),
             mqtt,
             camera_events: Arc::default(),
+            camera_port,
             archive,
         })
     }
@@ -392,6 +399,12 @@ async fn accept_loop(
                 continue;
             }
         };
+        // The camera port is the cameras' network: the web face is not there unless the
+        // config says so (`[camera_port] web`).
+        if stream.local_addr().is_ok_and(|local| ctx.services.camera_port.refuses_web(local.ip())) {
+            stats.camera_port_refused.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
         stats.connections_total.fetch_add(1, Ordering::Relaxed);
         // Replies and TLS handshake flights leave at once, never held for an ACK.
         let _ = stream.set_nodelay(true);

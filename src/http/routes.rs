@@ -75,6 +75,7 @@ pub(crate) enum Route<'a> {
     CameraEvents,
     /// The offsite archive's targets and their backlogs.
     Archive,
+    CameraPort,
     /// The boxes and streams each archive target's bucket holds.
     ArchiveList,
     /// An archived stream's recordings over a range, from a target's bucket.
@@ -163,6 +164,7 @@ impl<'a> Route<'a> {
             (&Method::GET, ["api", "system", "mqtt"]) => Mqtt,
             (&Method::GET, ["api", "system", "camera-events"]) => CameraEvents,
             (&Method::GET, ["api", "system", "archive"]) => Archive,
+            (&Method::GET, ["api", "system", "camera-port"]) => CameraPort,
             (&Method::GET, ["api", "archive"]) => ArchiveList,
             (&Method::GET, ["api", "archive", target, "recordings"]) => ArchiveRecordings(target),
             (&Method::GET, ["api", "archive", target, "export.mp4"]) => ArchiveExport(target),
@@ -202,7 +204,7 @@ impl<'a> Route<'a> {
             DeleteRecordings(_) | EventDelete(_) | SystemUpdate | SystemReboot | SystemFactoryReset | SupportBundle => {
                 Access::Scope(scope::ADMIN)
             }
-            HttpsUpload | HttpsReset | Mqtt | CameraEvents | Archive => Access::Scope(scope::ADMIN),
+            HttpsUpload | HttpsReset | Mqtt | CameraEvents | Archive | CameraPort => Access::Scope(scope::ADMIN),
             Users | UserPut | UserDelete(_) | Tokens | TokenCreate | TokenDelete(_) => Access::Scope(scope::ADMIN),
             ConfigSnapshot | ConfigPlan | ConfigApply | ConfigRevisions | CameraProbe | CameraDiscover
             | CameraOnvif => Access::Scope(scope::ADMIN),
@@ -256,6 +258,7 @@ mod tests {
             ("GET", "/api/system/mqtt", admin),
             ("GET", "/api/system/camera-events", admin),
             ("GET", "/api/system/archive", admin),
+            ("GET", "/api/system/camera-port", admin),
             ("GET", "/api/me", Signed),
             ("POST", "/api/logout", Signed),
             ("GET", "/api/users", admin),

@@ -286,6 +286,13 @@ pub(super) fn archive(ctx: &Ctx) -> Reply {
     json(StatusCode::OK, serde_json::json!({ "targets": ctx.services.archive.status() }))
 }
 
+/// `GET /api/system/camera-port`: the camera port's settings, why it does not serve (while
+/// it does not), its DHCP and SNTP servers' counts and leases, and the cameras plugged into
+/// it (or unplugged) with what they said over ONVIF and RTSP.
+pub(super) async fn camera_port(ctx: &Ctx) -> Reply {
+    json(StatusCode::OK, serde_json::to_value(ctx.services.camera_port.status().await).unwrap_or_default())
+}
+
 /// `GET /api/system/camera-events`: each camera whose own events are followed (ONVIF), by
 /// name: `subscribing`, `subscribed` or `failed` with why, its detections that became events
 /// and those dropped.

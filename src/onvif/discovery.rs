@@ -206,15 +206,56 @@ fn socket(local: Ipv4Addr) -> std::io::Result<UdpSocket> {
     UdpSocket::from_std(s.into())
 }
 
-/// Probes from every interface and gathers the answers for [`limits::DISCOVERY_WAIT_MS`].
-pub async fn search() -> Search {
+/// A new message id: a version 4 UUID as `urn:uuid:…`.
+fn message_id() -> String {
     let mut id = [0u8; 16];
     getrandom::fill(&mut id).expect("the OS random source");
-    // A version 4 UUID.
     id[6] = (id[6] & 0x0f) | 0x40;
     id[8] = (id[8] & 0x3f) | 0x80;
     let h: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    let id = format!("urn:uuid:{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..]);
+    format!("urn:uuid:{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+/// Probes the device at `ip` alone (a Probe sent to its port 3702, again after
+/// [`REPEAT_AFTER_MS`]: UDP may lose one) and waits at most `wait` for its answer: what it
+/// says of itself, or none.
+pub async fn probe_at(ip: Ipv4Addr, wait: Duration) -> Option<Found> {
+    let id = message_id();
+    let probe = probe_message(&id);
+    let s = UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))).await.ok()?;
+    let to = SocketAddr::from((ip, 3702));
+    let deadline = Instant::now() + wait;
+    let mut repeat_at = Some(Instant::now() + Duration::from_millis(REPEAT_AFTER_MS));
+    let _ = s.send_to(probe.as_bytes(), to).await;
+    let mut buf = vec![0u8; limits::DISCOVERY_DATAGRAM_MAX_BYTES + 1];
+    loop {
+        let wake = repeat_at.unwrap_or(deadline).min(deadline);
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake) => {
+                if wake >= deadline {
+                    return None;
+                }
+                repeat_at = None;
+                let _ = s.send_to(probe.as_bytes(), to).await;
+            }
+            got = s.recv_from(&mut buf) => {
+                let Ok((n, from)) = got else { continue };
+                if from.ip() != IpAddr::V4(ip) {
+                    continue;
+                }
+                let mut one = Search::default();
+                one.take(&id, &buf[..n], from.ip());
+                if let Some(f) = one.found.into_iter().next() {
+                    return Some(f);
+                }
+            }
+        }
+    }
+}
+
+/// Probes from every interface and gathers the answers for [`limits::DISCOVERY_WAIT_MS`].
+pub async fn search() -> Search {
+    let id = message_id();
     let probe = probe_message(&id);
     let mut search = Search { interfaces: interfaces(), ..Search::default() };
     let sockets: Vec<UdpSocket> = search

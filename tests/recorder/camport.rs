@@ -626,3 +626,133 @@ fn on_the_lan_beside_a_foreign_dhcp_server_the_box_never_answers() {
     );
     served.stop();
 }
+
+/// The box's answer at `path` as JSON, as `admin`.
+fn api(port: u16, admin: &(String, String), path: &str) -> serde_json::Value {
+    let (code, v) = crate::config_apply::call(port, admin, "GET", path, &serde_json::Value::Null);
+    assert_eq!(code, 200, "{path}: {v}");
+    v
+}
+
+/// The real keeppeek with `[camera_port]` on the pair tools/onvif-camera.sh makes: oxvif's
+/// mock ONVIF device and the RTSP test camera plugged in behind it take their address from
+/// the box (busybox udhcpc), are asked over ONVIF and RTSP and shown as plugged in with
+/// their model; read with the password and added, they record. The web face does not answer
+/// at the box's address on the port. After keeppeek restarts, the camera is still shown and
+/// renews the same address; unplugged (its lease released), it is shown as unplugged.
+#[test]
+fn a_camera_plugged_into_the_port_is_found_added_with_its_password_records_and_keeps_its_address() {
+    use crate::common::{CAMERA_PASSWORD, CAMERA_USER, Daemon, OnvifCamera, free_port, setup_admin, write_config};
+    use serde_json::json;
+    let n = 9;
+    let mut cam = OnvifCamera::plugged(n);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    write_config(
+        dir.path(),
+        &format!(
+            "listen = \"0.0.0.0:{port}\"\n[retention]\nstream_max_bytes = \"1 GiB\"\ntotal_max_bytes = \"1 GiB\"\n\
+             [camera_port]\ninterface = \"kpo{n}-h\"\naddress = \"10.213.{n}.1/24\"\npool = \"10.213.{n}.100-10.213.{n}.107\"\n\
+             lease_time_s = 120\n"
+        ),
+    );
+    let mut d = Daemon::start(dir.path());
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let admin = setup_admin(port);
+    cam.wait_ready();
+    let addr: Ipv4Addr = cam.address.parse().unwrap();
+    assert!((100..=107).contains(&addr.octets()[3]), "{addr} from the pool");
+
+    // Plugged in: asked over ONVIF and RTSP, with what it said.
+    let mut status = serde_json::Value::Null;
+    let asked = wait_until(Duration::from_secs(30), || {
+        status = api(port, &admin, "/api/system/camera-port");
+        let c = &status["cameras"][0];
+        c["onvif"]["hardware"] == "MockCam-4K" && c["rtsp_url"].is_string() && c["checking"] == false
+    });
+    assert!(asked, "{status:#}");
+    let c = &status["cameras"][0];
+    assert_eq!(status["cameras"].as_array().unwrap().len(), 1, "{status:#}");
+    assert_eq!(
+        (c["plugged_in"].as_bool(), c["address"].as_str(), c["hostname"].as_str(), c["onvif"]["name"].as_str()),
+        (
+            Some(true),
+            Some(cam.address.as_str()),
+            Some(format!("porch-{n}").as_str()),
+            Some(format!("Porch-{n}").as_str())
+        ),
+        "{status:#}"
+    );
+    assert_eq!(c["rtsp_url"], format!("rtsp://{addr}:554/").as_str());
+    assert_eq!(status["config"]["interface"], format!("kpo{n}-h").as_str());
+    assert_eq!(status["dhcp"]["leases"].as_array().unwrap().len(), 1, "{status:#}");
+    assert!(status["problem"].is_null(), "{status:#}");
+
+    // The web face is not served at the box's address on the port; it is on the LAN's.
+    let mut s = std::net::TcpStream::connect((Ipv4Addr::new(10, 213, n, 1), port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = std::io::Write::write_all(&mut s, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut got = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut s, &mut got);
+    assert!(got.is_empty(), "closed unanswered: {}", String::from_utf8_lossy(&got));
+    let (_, _, metrics) = crate::common::request(port, "GET", "/metrics", &[("cookie", admin.0.as_str())], "");
+    assert!(metrics.contains("keeppeek_http_camera_port_refused_total 1"), "{metrics}");
+
+    // Its streams read with the password, then added: it records.
+    let device_url = c["onvif"]["device_url"].as_str().unwrap().to_string();
+    let body = json!({ "address": device_url, "username": CAMERA_USER, "password": CAMERA_PASSWORD });
+    let (code, v) = crate::config_apply::call(port, &admin, "POST", "/api/cameras/onvif", &body);
+    assert_eq!((code, v["ok"].as_bool()), (200, Some(true)), "{v}");
+    let main = v["streams"]["main"].as_str().unwrap().to_string();
+    assert_eq!(main, format!("rtsp://{addr}:554/mock/stream"));
+    let snap = api(port, &admin, "/api/config");
+    let change = json!({ "base": snap["rev"], "changes": [{ "op": "add_camera", "name": "porch",
+        "set": { "main": { "url": main }, "username": CAMERA_USER, "password": CAMERA_PASSWORD } }] });
+    let (code, v) = crate::config_apply::call(port, &admin, "POST", "/api/config/apply", &change);
+    assert_eq!(code, 200, "{v}");
+    let added_us = crate::common::wall_us();
+    let recorded = wait_until(Duration::from_secs(30), || {
+        let path = format!(
+            "/api/streams/porch/main/recordings?from_us={}&to_us={}",
+            added_us - 60_000_000,
+            crate::common::wall_us() + 1_000_000
+        );
+        let runs = api(port, &admin, &path)["runs"].clone();
+        runs.as_array().is_some_and(|r| r.iter().any(|r| r["end_us"].as_i64().unwrap_or(0) > added_us + 2_000_000))
+    });
+    assert!(recorded, "the plugged-in camera records: {}", d.log_text());
+
+    // keeppeek restarts: the camera is known from its lease, and renews the same address.
+    d.stop();
+    let d = Daemon::start(dir.path());
+    d.wait_log("web face listening", 1, Duration::from_secs(20));
+    let (code, head, body) = crate::common::request(
+        port,
+        "POST",
+        "/api/login",
+        &[],
+        r#"{"username":"root","password":"correct horse battery"}"#,
+    );
+    assert_eq!(code, 200, "{head}{body}");
+    let admin = crate::common::session_of(&head, &body);
+    let status = api(port, &admin, "/api/system/camera-port");
+    assert_eq!(status["dhcp"]["leases"][0]["ip"], cam.address.as_str(), "{status:#}");
+    cam.renew();
+    let renewed = wait_until(Duration::from_secs(15), || cam.leases().iter().any(|(what, _)| what == "renew"));
+    assert!(renewed, "{:?}", cam.leases());
+    assert!(cam.leases().iter().all(|(_, a)| a == &cam.address), "the same address: {:?}", cam.leases());
+    let shown = wait_until(Duration::from_secs(15), || {
+        api(port, &admin, "/api/system/camera-port")["cameras"][0]["plugged_in"] == true
+    });
+    assert!(shown, "shown plugged in after the restart");
+
+    // Unplugged: its lease released, it is shown so.
+    drop(cam);
+    let mut status = serde_json::Value::Null;
+    let unplugged = wait_until(Duration::from_secs(15), || {
+        status = api(port, &admin, "/api/system/camera-port");
+        status["cameras"][0]["plugged_in"] == false
+    });
+    assert!(unplugged, "{status:#}");
+    assert_eq!(status["dhcp"]["counts"]["releases"], 1, "{status:#}");
+}

@@ -116,23 +116,68 @@ impl Drop for Camera {
 pub struct OnvifCamera {
     child: Child,
     pub address: String,
+    /// Where the script writes: `ready`, and for a camera on a camera port `ready.link`,
+    /// `ready.pid` (its DHCP client) and `ready.leases`.
+    pub ready: PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 impl OnvifCamera {
+    /// Camera `n` at 10.213.`n`.2, its services listening.
     pub fn start(n: u8) -> OnvifCamera {
+        let mut cam = OnvifCamera::spawn(n, false);
+        cam.wait_ready();
+        cam
+    }
+
+    /// Camera `n` plugged into a camera port (kpo`n`-h, 10.213.`n`.1/24 the box's address
+    /// there), once the port is up: it asks for its address (busybox udhcpc) until the box
+    /// serves it; [`OnvifCamera::wait_ready`] waits for its lease and services.
+    pub fn plugged(n: u8) -> OnvifCamera {
+        let mut cam = OnvifCamera::spawn(n, true);
+        let link = cam.ready.with_extension("link");
+        let up = wait_until(Duration::from_secs(20), || link.exists() || cam.child.try_wait().unwrap().is_some());
+        assert!(up && link.exists(), "the camera port for ONVIF camera {n} did not come up (as root?)");
+        cam
+    }
+
+    fn spawn(n: u8, dhcp: bool) -> OnvifCamera {
         let dir = tempfile::tempdir().unwrap();
         let ready = dir.path().join("ready");
         let child = Command::new(repo().join("tools/onvif-camera.sh"))
             .args([&n.to_string(), CAMERA_USER, CAMERA_PASSWORD])
             .arg(fixtures())
             .arg(&ready)
+            .env("ONVIF_CAMERA_DHCP", if dhcp { "1" } else { "0" })
             .stdout(Stdio::null())
             .spawn()
             .expect("starting tools/onvif-camera.sh");
-        let mut cam = OnvifCamera { child, address: format!("10.213.{n}.2") };
-        let up = wait_until(Duration::from_secs(40), || ready.exists() || cam.child.try_wait().unwrap().is_some());
-        assert!(up && ready.exists(), "the ONVIF camera {n} did not become ready (as root? its peer built?)");
-        cam
+        OnvifCamera { child, address: format!("10.213.{n}.2"), ready, _dir: dir }
+    }
+
+    /// Waits until the camera's services listen; its address is the one it was given.
+    pub fn wait_ready(&mut self) {
+        let ready = self.ready.clone();
+        let up = wait_until(Duration::from_secs(60), || ready.exists() || self.child.try_wait().unwrap().is_some());
+        assert!(up && ready.exists(), "the ONVIF camera did not become ready (as root? its peer built?)");
+        if let Some(bound) = self.leases().first() {
+            self.address = bound.1.clone();
+        }
+    }
+
+    /// Its DHCP client's lease events: ("bound" or "renew", address).
+    pub fn leases(&self) -> Vec<(String, String)> {
+        std::fs::read_to_string(self.ready.with_extension("leases"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())))
+            .collect()
+    }
+
+    /// Asks its DHCP client to renew (SIGUSR1).
+    pub fn renew(&self) {
+        let pid: i32 = std::fs::read_to_string(self.ready.with_extension("pid")).unwrap().trim().parse().unwrap();
+        unsafe { libc::kill(pid, libc::SIGUSR1) };
     }
 }
 

@@ -1,0 +1,221 @@
+//! The camera port's room: its servers (DHCP, SNTP) and the finder of plugged-in cameras,
+//! started from `[camera_port]` and started again when it changes while the box runs (the
+//! cameras keep their addresses: the leases are in the catalog). An interface that is not
+//! there (a USB adapter not plugged in yet) or a server that cannot start is shown, and
+//! tried again every [`limits::CAMPORT_RETRY_MS`].
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{error, info, warn};
+
+use super::found::{self, Finder, Plugged};
+use super::serve::{self, DhcpServer, DhcpStatus, SntpCounts};
+use crate::catalog::Catalog;
+use crate::clock::SharedClocks;
+use crate::config::CameraPortConfig;
+use crate::limits;
+
+/// What the web face shows of the port.
+#[derive(Debug, Serialize)]
+pub struct PortStatus {
+    /// The port's settings; none: the box has no camera port.
+    pub config: Option<ShownConfig>,
+    /// Why it does not serve, while it does not.
+    pub problem: Option<String>,
+    pub dhcp: Option<DhcpStatus>,
+    pub sntp_answered: u64,
+    pub sntp_refused: u64,
+    pub cameras: Vec<Plugged>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ShownConfig {
+    pub interface: String,
+    pub address: String,
+    pub pool: String,
+    pub lease_time_s: u32,
+    pub router: bool,
+    pub web: bool,
+}
+
+struct Running {
+    config: CameraPortConfig,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// The camera port's room.
+pub struct CameraPort {
+    catalog: Arc<Catalog>,
+    clocks: SharedClocks,
+    finder: Arc<Finder>,
+    sntp: Arc<SntpCounts>,
+    server: Mutex<Option<Arc<DhcpServer>>>,
+    problem: Mutex<Option<String>>,
+    running: tokio::sync::Mutex<Option<Running>>,
+    /// The box's address on the port, while the web face must not answer there.
+    closed_to_web: Mutex<Option<std::net::Ipv4Addr>>,
+}
+
+impl CameraPort {
+    pub fn new(catalog: Arc<Catalog>, clocks: SharedClocks) -> Arc<CameraPort> {
+        Arc::new(CameraPort {
+            catalog,
+            clocks,
+            finder: Arc::default(),
+            sntp: Arc::default(),
+            server: Mutex::default(),
+            problem: Mutex::default(),
+            running: tokio::sync::Mutex::default(),
+            closed_to_web: Mutex::default(),
+        })
+    }
+
+    /// Whether the web face refuses a connection that came in at `local` (the box's address
+    /// on the camera port, unless `web = true`).
+    pub fn refuses_web(&self, local: std::net::IpAddr) -> bool {
+        matches!(local, std::net::IpAddr::V4(ip) if *self.closed_to_web.lock().expect("lock") == Some(ip))
+    }
+
+    /// Follows `config`: the servers stop, then start with it (nothing changes when it is the
+    /// same). None: no camera port.
+    pub async fn set_config(self: &Arc<Self>, config: Option<&CameraPortConfig>) {
+        let mut running = self.running.lock().await;
+        if running.as_ref().map(|r| &r.config) == config {
+            return;
+        }
+        if let Some(r) = running.take() {
+            let _ = r.stop.send(true);
+            let wait = Duration::from_millis(limits::SHUTDOWN_TIMEOUT_MS);
+            if tokio::time::timeout(wait, r.task).await.is_err() {
+                error!("camera port: its servers did not stop in time");
+            }
+            info!(interface = r.config.interface, "camera port: stopped");
+        }
+        *self.server.lock().expect("lock") = None;
+        *self.problem.lock().expect("lock") = None;
+        *self.closed_to_web.lock().expect("lock") = config.filter(|c| !c.web).map(|c| c.address);
+        if let Some(c) = config {
+            let (stop, stopped) = watch::channel(false);
+            let task = tokio::spawn(self.clone().supervise(c.clone(), stopped));
+            *running = Some(Running { config: c.clone(), stop, task });
+        }
+    }
+
+    /// Stops the servers (the ACKs waiting for their write go first).
+    pub async fn stop(self: &Arc<Self>) {
+        self.set_config(None).await;
+    }
+
+    pub async fn status(&self) -> PortStatus {
+        let config = self.running.lock().await.as_ref().map(|r| {
+            let c = &r.config;
+            ShownConfig {
+                interface: c.interface.clone(),
+                address: format!("{}/{}", c.address, c.prefix),
+                pool: format!("{}-{}", c.pool.0, c.pool.1),
+                lease_time_s: c.lease_time_s,
+                router: c.router,
+                web: c.web,
+            }
+        });
+        let server = self.server.lock().expect("lock").clone();
+        PortStatus {
+            config,
+            problem: self.problem.lock().expect("lock").clone(),
+            dhcp: server.map(|s| s.status()),
+            sntp_answered: self.sntp.answered.load(std::sync::atomic::Ordering::Relaxed),
+            sntp_refused: self.sntp.refused.load(std::sync::atomic::Ordering::Relaxed),
+            cameras: self.finder.cameras(),
+        }
+    }
+
+    fn trouble(&self, why: String) {
+        warn!(problem = why, "camera port: not served; tried again");
+        *self.problem.lock().expect("lock") = Some(why);
+    }
+
+    /// Runs the servers of `config` until `stop`, started again after a failure.
+    async fn supervise(self: Arc<Self>, config: CameraPortConfig, mut stop: watch::Receiver<bool>) {
+        loop {
+            match self.serve(&config, stop.clone()).await {
+                Ok(()) => return,
+                Err(why) => self.trouble(why),
+            }
+            *self.server.lock().expect("lock") = None;
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tokio::time::sleep(Duration::from_millis(limits::CAMPORT_RETRY_MS)) => {}
+            }
+        }
+    }
+
+    /// Serves until `stop` (Ok), or says why it cannot.
+    async fn serve(&self, config: &CameraPortConfig, stop: watch::Receiver<bool>) -> Result<(), String> {
+        let c = config.clone();
+        tokio::task::spawn_blocking(move || address_on(&c.interface, c.address, c.prefix))
+            .await
+            .map_err(|e| e.to_string())??;
+        let server = DhcpServer::new(config.port(), self.catalog.clone(), self.clocks.clone())?;
+        *self.server.lock().expect("lock") = Some(server.clone());
+        // One stop for the three: a server that fails stops the others, and all start again.
+        let (inner_stop, inner) = watch::channel(false);
+        let finder =
+            tokio::spawn(found::follow(self.finder.clone(), server.bound(), self.clocks.clone(), inner.clone()));
+        let mut dhcp = tokio::spawn(server.run(inner.clone()));
+        let mut sntp =
+            tokio::spawn(serve::serve_sntp(config.interface.clone(), self.clocks.clone(), self.sntp.clone(), inner));
+        *self.problem.lock().expect("lock") = None;
+        let mut outer = stop;
+        let ended = tokio::select! {
+            _ = outer.changed() => Ok(()),
+            r = &mut dhcp => r.map_err(|e| e.to_string()).and_then(|r| r).and(Err("the DHCP server stopped".to_string())),
+            r = &mut sntp => r.map_err(|e| e.to_string()).and_then(|r| r).and(Err("the SNTP server stopped".to_string())),
+        };
+        let _ = inner_stop.send(true);
+        for task in [dhcp, sntp] {
+            if !task.is_finished() {
+                let _ = task.await;
+            }
+        }
+        let _ = finder.await;
+        ended
+    }
+}
+
+/// Gives `interface` the box's address `ip/prefix` when it does not have it (its other IPv4
+/// addresses removed: the port is the box's alone) and brings it up. `init` does this at
+/// boot; here it follows a change of the config. An interface that is not there is an error.
+fn address_on(interface: &str, ip: std::net::Ipv4Addr, prefix: u8) -> Result<(), String> {
+    let has = if_addrs::get_if_addrs()
+        .map_err(|e| format!("the interfaces: {e}"))?
+        .into_iter()
+        .any(|i| i.name == interface && i.ip() == std::net::IpAddr::V4(ip));
+    if has {
+        return Ok(());
+    }
+    if !std::path::Path::new("/sys/class/net").join(interface).exists() {
+        return Err(format!("there is no interface {interface:?}: is the camera port's adapter plugged in?"));
+    }
+    let ip_cmd = |args: &[&str]| -> Result<(), String> {
+        let out = std::process::Command::new("ip")
+            .args(args)
+            .output()
+            .map_err(|e| format!("`ip {}`: {e}", args.join(" ")))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("`ip {}`: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+        }
+    };
+    let with_prefix = format!("{ip}/{prefix}");
+    ip_cmd(&["-4", "addr", "flush", "dev", interface])?;
+    ip_cmd(&["addr", "add", &with_prefix, "dev", interface])?;
+    ip_cmd(&["link", "set", interface, "up"])?;
+    info!(interface, address = with_prefix, "camera port: the box's address set");
+    Ok(())
+}

@@ -1295,6 +1295,9 @@ pub const CAMPORT_CHECK_AGAIN_MS: u64 = 5_000;
 /// a socket refused).
 pub const CAMPORT_RETRY_MS: u64 = 5_000;
 
+/// The box's network interfaces listed for the camera port's form.
+pub const NET_INTERFACES_SHOWN_MAX: usize = 32;
+
 #[cfg(test)]
 mod tests {
     //! `docs/limits.md` is generated from this file: the test fails when they differ, and

@@ -4,6 +4,7 @@
 //! there (a USB adapter not plugged in yet) or a server that cannot start is shown, and
 //! tried again every [`limits::CAMPORT_RETRY_MS`].
 
+use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,6 +31,8 @@ pub struct PortStatus {
     pub sntp_answered: u64,
     pub sntp_refused: u64,
     pub cameras: Vec<Plugged>,
+    /// The box's interfaces, to choose the port from.
+    pub interfaces: Vec<Interface>,
 }
 
 #[derive(Debug, Serialize)]
@@ -58,7 +61,10 @@ pub struct CameraPort {
     problem: Mutex<Option<String>>,
     running: tokio::sync::Mutex<Option<Running>>,
     /// The box's address on the port, while the web face must not answer there.
-    closed_to_web: Mutex<Option<std::net::Ipv4Addr>>,
+    closed_to_web: Mutex<Option<Ipv4Addr>>,
+    /// The port's subnet before the last change: its address on the interface is the box's
+    /// own, removed for the new one.
+    previous: Mutex<Option<(Ipv4Addr, u8)>>,
 }
 
 impl CameraPort {
@@ -72,6 +78,7 @@ impl CameraPort {
             problem: Mutex::default(),
             running: tokio::sync::Mutex::default(),
             closed_to_web: Mutex::default(),
+            previous: Mutex::default(),
         })
     }
 
@@ -95,6 +102,7 @@ impl CameraPort {
                 error!("camera port: its servers did not stop in time");
             }
             info!(interface = r.config.interface, "camera port: stopped");
+            *self.previous.lock().expect("lock") = Some((r.config.address, r.config.prefix));
         }
         *self.server.lock().expect("lock") = None;
         *self.problem.lock().expect("lock") = None;
@@ -124,13 +132,15 @@ impl CameraPort {
             }
         });
         let server = self.server.lock().expect("lock").clone();
+        let problem = self.problem.lock().expect("lock").clone();
         PortStatus {
             config,
-            problem: self.problem.lock().expect("lock").clone(),
+            problem,
             dhcp: server.map(|s| s.status()),
             sntp_answered: self.sntp.answered.load(std::sync::atomic::Ordering::Relaxed),
             sntp_refused: self.sntp.refused.load(std::sync::atomic::Ordering::Relaxed),
             cameras: self.finder.cameras(),
+            interfaces: tokio::task::spawn_blocking(interfaces).await.unwrap_or_default(),
         }
     }
 
@@ -157,7 +167,8 @@ impl CameraPort {
     /// Serves until `stop` (Ok), or says why it cannot.
     async fn serve(&self, config: &CameraPortConfig, stop: watch::Receiver<bool>) -> Result<(), String> {
         let c = config.clone();
-        tokio::task::spawn_blocking(move || address_on(&c.interface, c.address, c.prefix))
+        let previous = *self.previous.lock().expect("lock");
+        tokio::task::spawn_blocking(move || address_on(&c.interface, c.address, c.prefix, previous))
             .await
             .map_err(|e| e.to_string())??;
         let server = DhcpServer::new(config.port(), self.catalog.clone(), self.clocks.clone())?;
@@ -187,19 +198,53 @@ impl CameraPort {
     }
 }
 
-/// Gives `interface` the box's address `ip/prefix` when it does not have it (its other IPv4
-/// addresses removed: the port is the box's alone) and brings it up. `init` does this at
-/// boot; here it follows a change of the config. An interface that is not there is an error.
-fn address_on(interface: &str, ip: std::net::Ipv4Addr, prefix: u8) -> Result<(), String> {
-    let has = if_addrs::get_if_addrs()
-        .map_err(|e| format!("the interfaces: {e}"))?
+/// Whether `ip` is in `net/prefix`.
+fn within(ip: Ipv4Addr, (net, prefix): (Ipv4Addr, u8)) -> bool {
+    let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+    u32::from(ip) & mask == u32::from(net) & mask
+}
+
+/// The interface the default route leaves by, from `/proc/net/route`.
+fn default_route_interface() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/net/route").ok()?;
+    text.lines().skip(1).find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (name, destination) = (f.next()?, f.next()?);
+        (destination == "00000000").then(|| name.to_string())
+    })
+}
+
+/// Gives `interface` the box's address `ip/prefix` when it does not have it, and brings it
+/// up. `init` does this at boot; here it follows a change of the config. An interface that
+/// is not there is an error, and so is one that is the LAN's: it carries the default route,
+/// or an address of neither this subnet nor `previous` (the port's subnet before a change,
+/// whose address is removed). The box never serves DHCP on a network it did not make.
+fn address_on(interface: &str, ip: Ipv4Addr, prefix: u8, previous: Option<(Ipv4Addr, u8)>) -> Result<(), String> {
+    if !std::path::Path::new("/sys/class/net").join(interface).exists() {
+        return Err(format!("There is no interface {interface}: is the camera port's adapter plugged in?"));
+    }
+    if default_route_interface().as_deref() == Some(interface) {
+        return Err(format!(
+            "{interface} is the box's way to the LAN and the internet: the camera port must be an interface of its own."
+        ));
+    }
+    let held: Vec<(Ipv4Addr, u8)> = if_addrs::get_if_addrs()
+        .map_err(|e| format!("The interfaces could not be read: {e}"))?
         .into_iter()
-        .any(|i| i.name == interface && i.ip() == std::net::IpAddr::V4(ip));
-    if has {
+        .filter(|i| i.name == interface)
+        .filter_map(|i| match i.addr {
+            if_addrs::IfAddr::V4(a) => Some((a.ip, u32::from(a.netmask).count_ones() as u8)),
+            _ => None,
+        })
+        .collect();
+    if held.iter().any(|&(a, _)| a == ip) {
         return Ok(());
     }
-    if !std::path::Path::new("/sys/class/net").join(interface).exists() {
-        return Err(format!("there is no interface {interface:?}: is the camera port's adapter plugged in?"));
+    let ours = |a: Ipv4Addr| within(a, (ip, prefix)) || previous.is_some_and(|p| within(a, p));
+    if let Some((foreign, p)) = held.iter().find(|&&(a, _)| !ours(a)) {
+        return Err(format!(
+            "{interface} has the address {foreign}/{p}, of another network: the camera port must be an interface of its own."
+        ));
     }
     let ip_cmd = |args: &[&str]| -> Result<(), String> {
         let out = std::process::Command::new("ip")
@@ -212,10 +257,54 @@ fn address_on(interface: &str, ip: std::net::Ipv4Addr, prefix: u8) -> Result<(),
             Err(format!("`ip {}`: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
         }
     };
+    for (old, p) in &held {
+        ip_cmd(&["addr", "del", &format!("{old}/{p}"), "dev", interface])?;
+    }
     let with_prefix = format!("{ip}/{prefix}");
-    ip_cmd(&["-4", "addr", "flush", "dev", interface])?;
     ip_cmd(&["addr", "add", &with_prefix, "dev", interface])?;
     ip_cmd(&["link", "set", interface, "up"])?;
     info!(interface, address = with_prefix, "camera port: the box's address set");
     Ok(())
+}
+
+/// One of the box's network interfaces, for the camera port's form.
+#[derive(Debug, Serialize)]
+pub struct Interface {
+    pub name: String,
+    pub mac: Option<String>,
+    /// Its IPv4 addresses with their prefix.
+    pub addresses: Vec<String>,
+    /// Its cable is in (`/sys/class/net/*/carrier`).
+    pub carrier: bool,
+    /// The default route leaves by it: the LAN's, never the camera port.
+    pub lan: bool,
+}
+
+/// The box's interfaces but loopback, at most [`limits::NET_INTERFACES_SHOWN_MAX`].
+pub fn interfaces() -> Vec<Interface> {
+    let Ok(dir) = std::fs::read_dir("/sys/class/net") else { return Vec::new() };
+    let mut names: Vec<String> =
+        dir.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| n != "lo").collect();
+    names.sort();
+    names.truncate(limits::NET_INTERFACES_SHOWN_MAX);
+    let all = if_addrs::get_if_addrs().unwrap_or_default();
+    let lan = default_route_interface();
+    let read = |name: &str, what: &str| std::fs::read_to_string(format!("/sys/class/net/{name}/{what}")).ok();
+    names
+        .into_iter()
+        .map(|name| Interface {
+            mac: read(&name, "address").map(|m| m.trim().chars().take(17).collect()),
+            addresses: all
+                .iter()
+                .filter(|i| i.name == name)
+                .filter_map(|i| match &i.addr {
+                    if_addrs::IfAddr::V4(a) => Some(format!("{}/{}", a.ip, u32::from(a.netmask).count_ones())),
+                    _ => None,
+                })
+                .collect(),
+            carrier: read(&name, "carrier").is_some_and(|c| c.trim() == "1"),
+            lan: lan.as_deref() == Some(name.as_str()),
+            name,
+        })
+        .collect()
 }

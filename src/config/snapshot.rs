@@ -71,6 +71,11 @@ pub fn settings(c: &Config) -> Value {
             "what": if t.events_only { "events" } else { "all" }, "keep_days": t.keep_days,
             "before_delete": t.before_delete, "backlog_max_bytes": t.backlog_max_bytes,
         })).collect::<Vec<_>>(),
+        "camera_port": c.camera_port.as_ref().map(|p| json!({
+            "interface": p.interface, "address": format!("{}/{}", p.address, p.prefix),
+            "pool": format!("{}-{}", p.pool.0, p.pool.1), "lease_time_s": p.lease_time_s,
+            "router": p.router, "web": p.web,
+        })),
         "flush_interval_s": c.flush_interval_s,
         "require_sane_clock": c.require_sane_clock,
         "ram_class_bytes": c.ram_class_bytes,

@@ -243,6 +243,38 @@ export async function startOnvifCamera(t, n) {
   return { address: `10.213.${n}.2` };
 }
 
+// An ONVIF camera plugged into a camera port (tools/onvif-camera.sh with ONVIF_CAMERA_DHCP=1,
+// as root): the pair kpoN-h (10.213.N.1/24, the box's address on the port) to a namespace
+// where the camera asks for its address by DHCP until the box gives one, then starts its
+// services there. Returns once the port is up; `ready()` waits for the lease and services
+// and gives the camera's address; `unplug()` stops it (its lease released).
+export async function plugOnvifCamera(t, n) {
+  const dir = mkdtempSync(join(tmpdir(), 'kp-onvif-'));
+  const ready = join(dir, 'ready');
+  const camera = spawn(join(repo, 'tools', 'onvif-camera.sh'), [String(n), CAMERA_USER, CAMERA_PASSWORD,
+    join(repo, 'target', 'fixtures'), ready], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, ONVIF_CAMERA_DHCP: '1' } });
+  let exited = null;
+  camera.on('exit', (code) => { exited = code; });
+  const unplug = () => new Promise((done) => {
+    if (exited !== null) return done();
+    camera.on('exit', done);
+    camera.kill('SIGTERM');
+  });
+  t.after(unplug);
+  await waitFor('the camera port up', () => {
+    assert.equal(exited, null, 'tools/onvif-camera.sh exited: as root, with its peer built?');
+    return existsSync(`${ready}.link`);
+  });
+  const readyNow = async () => {
+    await waitFor('the plugged-in camera leased and ready', () => {
+      assert.equal(exited, null, 'tools/onvif-camera.sh exited');
+      return existsSync(ready);
+    }, 60000);
+    return readFileSync(`${ready}.leases`, 'utf8').trim().split('\n')[0].split(' ')[1];
+  };
+  return { interface: `kpo${n}-h`, boxAddress: `10.213.${n}.1`, ready: readyNow, unplug };
+}
+
 export async function startRtspCamera(t) {
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'kp-cam-'));

@@ -1,11 +1,65 @@
-// Settings → Cameras: the cameras found on the network (ONVIF WS-Discovery), their stream
-// addresses read over ONVIF with their credentials; every camera with its latest keyframe,
+// Settings → Cameras: the cameras plugged into the box's camera port (each new lease asked
+// over ONVIF and RTSP by the box), the cameras found on the network (ONVIF WS-Discovery),
+// their stream addresses read over ONVIF with their credentials; every camera with its latest keyframe,
 // added with its credentials after a probe says what it sends, changed, or removed (asked
 // first). Every change is a plan reviewed before it is applied (lib/config.js); cameras not
 // changed record on.
 import { h, field, confirmDialog } from '../lib/dom.js';
 import { api } from '../lib/api.js';
 import { snapshot, review, refuse } from '../lib/config.js';
+
+// The camera port's form: which interface, the box's address there, the addresses cameras
+// get; a config change reviewed before it is applied (its servers start again, the cameras
+// keep their addresses).
+function portForm(current, interfaces, onDone) {
+  const choices = interfaces.filter((i) => !i.lan || (current && current.interface === i.name));
+  const iface = h('select', { name: 'camera_port.interface', required: true },
+    ...choices.map((i) => h('option', { value: i.name, selected: current ? current.interface === i.name : false },
+      `${i.name}${i.carrier ? ', cable in' : ', no cable'}${i.addresses.length ? `, ${i.addresses.join(', ')}` : ''}`)));
+  const address = h('input', { name: 'camera_port.address', required: true, autocomplete: 'off',
+    value: current ? current.address : '10.71.0.1/24', pattern: '\\d+\\.\\d+\\.\\d+\\.\\d+/\\d+' });
+  const pool = h('input', { name: 'camera_port.pool', autocomplete: 'off', value: current ? current.pool : '',
+    placeholder: 'unless you say: from .100 on' });
+  const lease = h('select', { name: 'camera_port.lease_time_s' },
+    ...[[600, '10 minutes'], [3600, 'An hour'], [86400, 'A day'], ...(current && ![600, 3600, 86400].includes(current.lease_time_s)
+      ? [[current.lease_time_s, `${current.lease_time_s} s`]] : [])].map(([v, t]) => h('option', { value: v,
+      selected: (current ? current.lease_time_s : 3600) === v }, t)));
+  const router = h('input', { type: 'checkbox', name: 'camera_port.router', checked: Boolean(current && current.router) });
+  const web = h('input', { type: 'checkbox', name: 'camera_port.web', checked: Boolean(current && current.web) });
+  const panel = h('div.plan-slot');
+  const form = h('form.camera-form', { 'aria-label': 'Camera port' },
+    h('h3', {}, current ? 'Change the camera port' : 'Set up a camera port'),
+    choices.length ? null : h('p.field-error', {}, 'This box has no network interface besides the one to your network.'),
+    h('div.form-grid', {},
+      field('Interface', iface, 'The port the cameras are plugged into, never the one to your network.'),
+      field('The box’s address there', address, 'And the size of the cameras’ network: 10.71.0.1/24 suits most.'),
+      field('Addresses for cameras', pool, 'First and last, as 10.71.0.100-10.71.0.199.'),
+      field('Cameras renew their address', lease)),
+    h('div.checks', {},
+      h('label.check', {}, router, ' Tell cameras the box is their router (for cameras that insist on one; nothing is forwarded)'),
+      h('label.check', {}, web, ' Show this web page on the camera port too')),
+    h('div.toolbar', {},
+      h('button.primary', { type: 'submit', disabled: !choices.length }, current ? 'Review the change' : 'Review and set up'),
+      current ? h('button.danger', { type: 'button', onclick: async () => {
+        if (!await confirmDialog('Remove the camera port?', 'Cameras plugged into it keep their address until their lease ends, then lose it; cameras added from it stop recording when they do.', 'Remove')) return;
+        if (await review(panel, (await snapshot()).rev, [{ op: 'set', key: 'camera_port', value: null }])) onDone(true);
+      } }, 'Remove') : null,
+      h('button', { type: 'button', onclick: () => onDone(false) }, 'Cancel')),
+    panel);
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const changes = [
+      { op: 'set', key: 'camera_port.interface', value: iface.value },
+      { op: 'set', key: 'camera_port.address', value: address.value.trim() },
+      { op: 'set', key: 'camera_port.pool', value: pool.value.trim() || null },
+      { op: 'set', key: 'camera_port.lease_time_s', value: Number(lease.value) },
+      { op: 'set', key: 'camera_port.router', value: router.checked },
+      { op: 'set', key: 'camera_port.web', value: web.checked },
+    ];
+    if (await review(panel, (await snapshot()).rev, changes, form)) onDone(true);
+  });
+  return form;
+}
 
 const MODES = [['continuous', 'Always'], ['events', 'Around events'], ['off', 'Live only']];
 
@@ -25,7 +79,7 @@ function cameraForm(camera, onDone, found) {
   const name = h('input', { name: 'name', required: true, autocomplete: 'off', pattern: '[a-z0-9_][a-z0-9_\\-]*', maxLength: 32,
     value: camera ? camera.name : nameOf(found && found.name), readOnly: !adding });
   const url = h('input', { name: 'main.url', required: true, type: 'url', placeholder: 'rtsp://192.168.1.20:554/stream1',
-    value: camera ? camera.main.url : '', autocomplete: 'off' });
+    value: camera ? camera.main.url : (found && found.rtsp_url) || '', autocomplete: 'off' });
   const subUrl = h('input', { name: 'sub.url', type: 'url', placeholder: 'optional: rtsp://192.168.1.20:554/stream2',
     value: camera && camera.sub ? camera.sub.url : '', autocomplete: 'off' });
   const transport = select('main.transport', [['tcp', 'TCP (works everywhere)'], ['udp', 'UDP (less delay on a good LAN)']],
@@ -42,8 +96,9 @@ function cameraForm(camera, onDone, found) {
   const title = found ? `Add ${found.name || found.address}` : adding ? 'Add a camera' : `Change ${camera.name}`;
   const form = h('form.camera-form', { 'aria-label': title },
     h('h3', {}, title),
-    found ? h('p.muted', {}, `Found on your network at ${found.address}${found.hardware ? ` (${found.hardware})` : ''}. `
-      + 'Type its user name and password, then read its streams.') : null,
+    found ? h('p.muted', {}, `${found.port ? 'Plugged into the camera port' : 'Found on your network'} at ${found.address}${found.hardware ? ` (${found.hardware})` : ''}. `
+      + (found.device_url ? 'Type its user name and password, then read its streams.'
+        : 'It did not answer over ONVIF: type the path of its stream after the address, its user name and password, then test it.')) : null,
     h('div.form-grid', {},
       field('Name', name, adding ? 'Lower case letters, digits, - and _: it names its folder.' : null),
       field('Stream address', url, 'The main stream’s RTSP address, without user name or password.'),
@@ -55,7 +110,7 @@ function cameraForm(camera, onDone, found) {
       field('Days to keep event footage', keep, 'What each event shows is kept this long against ordinary retention. 0: not held.')),
     result,
     h('div.toolbar', {},
-      found ? h('button', { type: 'button', onclick: () => readStreams() }, 'Read its streams') : null,
+      found && found.device_url ? h('button', { type: 'button', onclick: () => readStreams() }, 'Read its streams') : null,
       h('button', { type: 'button', onclick: () => test() }, 'Test connection'),
       h('button.primary', { type: 'submit' }, adding ? 'Review and add' : 'Review the change'),
       h('button', { type: 'button', onclick: () => onDone(false) }, 'Cancel')),
@@ -148,6 +203,93 @@ function hostOf(address) {
   try { return new URL(address).hostname.replace(/^\[|\]$/g, ''); } catch { return null; }
 }
 
+// How long ago `us` was, in words.
+function ago(us) {
+  const s = Math.max(0, Math.round((Date.now() * 1000 - us) / 1e6));
+  if (s < 90) return 'just now';
+  if (s < 5400) return `${Math.round(s / 60)} min ago`;
+  if (s < 129600) return `${Math.round(s / 3600)} h ago`;
+  return `${Math.round(s / 86400)} days ago`;
+}
+
+// The cameras plugged into the camera port, as the box found them: each with what it said
+// over ONVIF and RTSP, plugged in or unplugged, and added or ready to add. Asked again every
+// few seconds while it is shown, so a camera plugged in appears by itself.
+function portBlock(open, cameras) {
+  const block = h('div.found.camera-port', { hidden: true });
+  const head = h('p.muted', {});
+  const list = h('ul.found-list', { 'aria-label': 'Cameras plugged into the camera port' });
+  const formSlot = h('div.form-slot');
+  const setUp = h('button', { type: 'button', onclick: () => openForm() }, 'Set up');
+  const title = h('h3', {}, 'Camera port');
+  const top = h('div.section-head', {}, title, setUp);
+  block.append(top, head, list, formSlot);
+  let last = null;
+  async function openForm() {
+    const current = (await snapshot()).settings.camera_port;
+    setUp.hidden = true;
+    head.hidden = true;
+    top.hidden = true;
+    formSlot.replaceChildren(portForm(current, last ? last.interfaces : [], async (changed) => {
+      formSlot.replaceChildren();
+      setUp.hidden = false;
+      head.hidden = false;
+      top.hidden = false;
+      if (changed) await poll();
+    }));
+    formSlot.querySelector('select, input').focus();
+  }
+  function show(r) {
+    last = r;
+    // A box with only its LAN interface has no camera port to set up.
+    block.hidden = !r.config && !r.interfaces.some((i) => !i.lan);
+    setUp.textContent = r.config ? 'Change' : 'Set up';
+    setUp.setAttribute('aria-label', r.config ? 'Change the camera port' : 'Set up a camera port');
+    title.textContent = r.config ? 'Plugged into the camera port' : 'Camera port';
+    if (!r.config) {
+      head.replaceChildren('Does the box have a second network port? Plug your cameras into it and set it up here: the box gives them addresses and the time, finds them, and keeps them off your network.');
+      list.replaceChildren();
+      return;
+    }
+    const c = r.config;
+    const [first, lastIp] = c.pool.split('-');
+    head.replaceChildren(
+      r.problem ? h('span.badge.bad', {}, 'Not serving') : h('span.badge.ok', {}, 'Serving'), ' ',
+      r.problem ? `${r.problem} The box tries again every few seconds.`
+        : `Cameras plugged into ${c.interface} get an address from the box (${first} to ${lastIp}) and its time; they never reach the internet.`);
+    const shown = r.cameras.slice().sort((a, b) => (b.plugged_in - a.plugged_in) || (b.since_us - a.since_us));
+    list.replaceChildren(...shown.map((p) => {
+      const name = (p.onvif && p.onvif.name) || p.hostname || 'Camera';
+      const added = cameras().find((cam) => [cam.main, cam.sub].some((s) => s && hostOf(s.url) === p.address));
+      const answered = [p.onvif ? 'ONVIF' : null, p.rtsp_url ? 'RTSP' : null].filter(Boolean);
+      const facts = [p.onvif && p.onvif.hardware, p.address,
+        p.plugged_in ? `plugged in ${ago(p.since_us)}` : `unplugged ${ago(p.since_us)}`,
+        !p.plugged_in ? null : p.checking ? 'asking it…' : answered.length ? `answers ${answered.join(' and ')}` : 'answers neither ONVIF nor RTSP'];
+      const found = { name, hardware: p.onvif && p.onvif.hardware, address: p.address,
+        device_url: p.onvif && p.onvif.device_url, rtsp_url: p.rtsp_url, port: true };
+      let action;
+      if (added) action = h('span.badge', {}, `Added as ${added.name}`);
+      else if (p.plugged_in) action = h('button', { type: 'button', 'aria-label': `Add ${name}`, onclick: () => open(null, found) }, 'Add');
+      return h('li.found-row', { 'data-mac': p.mac, 'data-state': p.plugged_in ? 'plugged-in' : 'unplugged' },
+        h('div.camera-text', {}, h('strong', {}, name, ' ',
+          p.plugged_in ? h('span.badge.ok', {}, 'Plugged in') : h(added ? 'span.badge.bad' : 'span.badge.off', {}, 'Unplugged')),
+          h('span.muted', {}, facts.filter(Boolean).join(' · '))),
+        action || null);
+    }));
+    if (!shown.length) list.append(h('li.empty', {}, 'No camera plugged in yet. Plug one in: it appears here by itself.'));
+  }
+  async function poll() {
+    try { show(await api('GET', '/api/system/camera-port')); } catch { /* shown again at the next poll */ }
+  }
+  function watch() {
+    const timer = setInterval(() => {
+      if (!block.isConnected) { clearInterval(timer); return; }
+      poll();
+    }, 3000);
+  }
+  return { block, poll, watch, redraw: () => last && show(last) };
+}
+
 export async function camerasSection() {
   const section = h('section.card.wide', { 'aria-labelledby': 'cameras-title' });
   const list = h('ul.camera-list', { 'aria-label': 'Cameras' });
@@ -158,6 +300,7 @@ export async function camerasSection() {
   const searchButton = h('button', { type: 'button', onclick: () => search() }, 'Search the network');
   let found = [];
   let cameras = [];
+  const port = portBlock((c, f) => open(c, f), () => cameras);
   // The cameras found, each marked when a camera of the config is at its address.
   function showFound() {
     foundList.replaceChildren(...found.map((f) => {
@@ -188,6 +331,7 @@ export async function camerasSection() {
     const config = await snapshot();
     cameras = config.cameras;
     showFound();
+    port.redraw();
     list.replaceChildren(...config.cameras.map((c) => h('li.camera-row', { 'data-camera': c.name },
       h('video.thumb', { src: `/api/streams/${encodeURIComponent(c.name)}/main/poster.mp4`, muted: true, preload: 'metadata', 'aria-hidden': 'true' }),
       h('div.camera-text', {}, h('strong', {}, c.name), h('span.muted', {}, c.main.url),
@@ -215,9 +359,12 @@ export async function camerasSection() {
     if (await review(panel, rev, [{ op: 'remove_camera', name: c.name }])) await refresh();
   }
   section.append(h('div.section-head', {}, h('h2', { id: 'cameras-title' }, 'Cameras'), addButton),
+    port.block,
     h('div.found', {}, h('div.section-head', {}, h('h3', {}, 'Found on your network'), searchButton), searchState, foundList),
     list, slot);
   const config = await refresh();
+  await port.poll();
+  port.watch();
   // A box with no camera yet looks for some at once.
   if (!config.cameras.length) search();
   return { section, config, open };

@@ -45,11 +45,16 @@ static GLOBAL: heap::Counting = heap::Counting;
 const BOX_IP: Ipv4Addr = Ipv4Addr::new(10, 72, 0, 1);
 
 /// The client: `n` DORA exchanges at once; prints `O <ms>` for each offer, `A <ms>` for each
-/// ACK and `T <s>` for the whole.
+/// ACK and `T <s>` for the whole. An answer's time is when the kernel received it
+/// (`SO_TIMESTAMPNS`), not when this one-threaded client got round to reading it: with
+/// answers coming densely, the client's own queue would be measured.
 const CLIENT: &str = r#"
-import socket, sys, time
+import socket, struct, sys, time
 iface, n = sys.argv[1], int(sys.argv[2])
+SO_TIMESTAMPNS = 35
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, iface.encode())
@@ -78,30 +83,38 @@ def sid_of(d):
         if d[i] == 54: return socket.inet_ntoa(d[i + 2:i + 6])
         i += 2 + d[i + 1]
     return None
-t0 = time.monotonic()
+def arrived(anc):
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = struct.unpack("qq", data[:16]); return sec + nsec / 1e9
+    return time.time()
+t0 = time.time()
 first = {}; offers = {}; asked = {}; acks = {}; last_sent = {}
 for x in range(1, n + 1):
-    first[x] = last_sent[x] = time.monotonic(); s.sendto(msg(1, x), ("255.255.255.255", 67))
+    first[x] = last_sent[x] = time.time(); s.sendto(msg(1, x), ("255.255.255.255", 67))
 deadline = t0 + max(60, 3 * n)
-while len(acks) < n and time.monotonic() < deadline:
+resend_at = 0.0
+while len(acks) < n and time.time() < deadline:
     try:
-        d, _ = s.recvfrom(2048)
+        d, anc, _, _ = s.recvmsg(2048, 64)
+        at = arrived(anc)
         x = int.from_bytes(d[4:8], "big"); k, sid = kind_of(d); ip = socket.inet_ntoa(d[16:20])
-        now = time.monotonic()
         if k == 2 and x in first and x not in offers:
-            offers[x] = (now - first[x], ip, sid); asked[x] = last_sent[x] = now
+            offers[x] = (at - first[x], ip, sid); asked[x] = last_sent[x] = time.time()
             s.sendto(msg(3, x, ip, sid), ("255.255.255.255", 67))
         elif k == 5 and x in asked and x not in acks:
-            acks[x] = now - asked[x]
+            acks[x] = at - asked[x]
     except socket.timeout:
         pass
-    now = time.monotonic()
+    now = time.time()
+    if now < resend_at: continue
+    resend_at = now + 0.05
     for x in range(1, n + 1):
         if x not in acks and now - last_sent[x] > 1.0:
             last_sent[x] = now
             if x in offers: s.sendto(msg(3, x, offers[x][1], offers[x][2]), ("255.255.255.255", 67))
             else: s.sendto(msg(1, x), ("255.255.255.255", 67))
-total = time.monotonic() - t0
+total = time.time() - t0
 for x in offers: print("O %.3f" % (offers[x][0] * 1000))
 for x in acks: print("A %.3f" % (acks[x] * 1000))
 print("T %.4f" % total)

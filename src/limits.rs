@@ -1269,6 +1269,10 @@ pub const CAMPORT_PROBES_MAX: usize = 16;
 /// How long an ARP probe waits for someone holding the address to answer.
 pub const CAMPORT_ARP_PROBE_MS: u64 = 150;
 
+/// ARP packets heard on the port kept for the probes waiting: a probe further behind skips
+/// the oldest (at four per probe, a probe is that far behind only in a flood).
+pub const CAMPORT_ARP_HEARD_MAX: usize = 64;
+
 /// ACKs waiting for their leases' durable write (one write lets a burst's ACKs go): past it,
 /// no further message is read until a write is done.
 pub const CAMPORT_ACKS_WAITING_MAX: usize = 64;
@@ -1277,6 +1281,10 @@ pub const CAMPORT_ACKS_WAITING_MAX: usize = 64;
 /// the disk, and a power cut in between loses at most this much (the camera keeps its
 /// address and answers the ARP probe made before that address is offered to another).
 pub const CAMPORT_LEASES_SYNC_MS: u64 = 1_000;
+
+/// How long the leases stay unwritten before their durable commit is made sooner than
+/// [`CAMPORT_LEASES_SYNC_MS`]: a burst's writes are not held behind a flush.
+pub const CAMPORT_LEASES_SYNC_IDLE_MS: u64 = 100;
 
 /// How often the finder of plugged-in cameras looks for leases that ended unrenewed.
 pub const CAMPORT_FINDER_TICK_MS: u64 = 5_000;

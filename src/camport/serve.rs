@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde::Serialize;
 use smoltcp::wire::{ArpOperation, ArpPacket, ArpRepr, DhcpMessageType, EthernetAddress};
 use tokio::io::unix::AsyncFd;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Semaphore, broadcast, watch};
 use tracing::{debug, info, warn};
 
 use super::dhcp::{self, Destination, Message};
@@ -132,6 +132,8 @@ impl DhcpServer {
             Packet::open(self.ifindex, libc::SOCK_RAW, 0)
                 .map_err(|e| format!("frames on {}: {e}", self.port.interface))?,
         );
+        let arp = Arc::new(Arp::open(self.ifindex).map_err(|e| format!("ARP on {}: {e}", self.port.interface))?);
+        let hearing = tokio::spawn(arp.clone().hear());
         info!(interface = self.port.interface, "camera port: DHCP served");
         let writer = tokio::spawn(self.clone().write_leases(udp.clone(), frames.clone()));
         // One byte more than a message may have: a datagram that fills it is over the ceiling.
@@ -176,12 +178,12 @@ impl DhcpServer {
                     debug!(why, "camera port: a DHCP message left unanswered");
                 }
                 Decision::Answer(a) if a.kind == DhcpMessageType::Offer && probe => {
-                    let (me, udp, frames) = (self.clone(), udp.clone(), frames.clone());
+                    let (me, udp, frames, arp) = (self.clone(), udp.clone(), frames.clone(), arp.clone());
                     tokio::spawn(async move {
                         let Ok(_permit) = me.probes.clone().acquire_owned().await else { return };
                         let running = me.probing.fetch_add(1, Ordering::Relaxed) + 1;
                         me.probes_peak.fetch_max(running, Ordering::Relaxed);
-                        me.offer(m, a, &udp, &frames).await;
+                        me.offer(m, a, &udp, &frames, &arp).await;
                         me.probing.fetch_sub(1, Ordering::Relaxed);
                     });
                 }
@@ -197,21 +199,29 @@ impl DhcpServer {
         self.acks.closed.store(true, Ordering::Relaxed);
         self.acks.wake.notify_one();
         let _ = writer.await;
+        hearing.abort();
         Ok(())
     }
 
     /// Writes the leases that changed, then sends the ACKs that waited for the write; again
     /// each time it is woken, until the server stops (the last ACKs written and sent). The
-    /// writes do not wait for the disk; a durable commit follows within
-    /// [`limits::CAMPORT_LEASES_SYNC_MS`] of the first one not yet on it. A power cut in
+    /// writes do not wait for the disk; a durable commit follows once the leases are quiet for
+    /// [`limits::CAMPORT_LEASES_SYNC_IDLE_MS`] (it would hold a burst's next write behind
+    /// its flush), and at the latest [`limits::CAMPORT_LEASES_SYNC_MS`] after the first write
+    /// not yet on the disk. A power cut in
     /// between loses at most that second's leases: their cameras keep their addresses and
     /// answer the ARP probe made before any address is offered to another.
     async fn write_leases(self: Arc<Self>, udp: Arc<tokio::net::UdpSocket>, frames: Arc<Packet>) {
-        let mut sync_at: Option<tokio::time::Instant> = None;
+        // The first write not on the disk yet, and the last write.
+        let mut unsynced: Option<(tokio::time::Instant, tokio::time::Instant)> = None;
         loop {
             let sync_due = async {
-                match sync_at {
-                    Some(at) => tokio::time::sleep_until(at).await,
+                match unsynced {
+                    Some((first, last)) => {
+                        let latest = first + Duration::from_millis(limits::CAMPORT_LEASES_SYNC_MS);
+                        let quiet = last + Duration::from_millis(limits::CAMPORT_LEASES_SYNC_IDLE_MS);
+                        tokio::time::sleep_until(latest.min(quiet)).await
+                    }
                     None => std::future::pending().await,
                 }
             };
@@ -219,7 +229,7 @@ impl DhcpServer {
                 _ = self.acks.wake.notified() => {}
                 _ = sync_due => {
                     self.sync().await;
-                    sync_at = None;
+                    unsynced = None;
                     continue;
                 }
             }
@@ -228,15 +238,16 @@ impl DhcpServer {
             let batch = self.acks.take();
             let me = self.clone();
             let wrote = tokio::task::spawn_blocking(move || me.keep()).await.unwrap_or(false);
-            if wrote && sync_at.is_none() {
-                sync_at = Some(tokio::time::Instant::now() + Duration::from_millis(limits::CAMPORT_LEASES_SYNC_MS));
+            if wrote {
+                let now = tokio::time::Instant::now();
+                unsynced = Some((unsynced.map_or(now, |(first, _)| first), now));
             }
             for a in &batch {
                 self.send(a, &udp, &frames).await;
             }
             self.acks.done(batch.len());
             if closing {
-                if sync_at.is_some() {
+                if unsynced.is_some() {
                     self.sync().await;
                 }
                 return;
@@ -256,10 +267,10 @@ impl DhcpServer {
 
     /// Sends offer `a` for `m` once an ARP probe found its address free; when someone holds
     /// it, the address is held back and the client is offered another (one more probe).
-    async fn offer(&self, m: Message, mut a: dhcp::Answer, udp: &tokio::net::UdpSocket, frames: &Packet) {
+    async fn offer(&self, m: Message, mut a: dhcp::Answer, udp: &tokio::net::UdpSocket, frames: &Packet, arp: &Arp) {
         for _ in 0..2 {
             let known = self.bound.borrow().iter().any(|l| l.ip == a.yiaddr && l.client == m.client.0.as_slice());
-            if known || !self.taken(a.yiaddr).await {
+            if known || !self.taken(a.yiaddr, arp).await {
                 self.send(&a, udp, frames).await;
                 return;
             }
@@ -299,14 +310,9 @@ impl DhcpServer {
 
     /// Whether someone answers an ARP probe for `ip` (RFC 5227: from 0.0.0.0) within
     /// [`limits::CAMPORT_ARP_PROBE_MS`].
-    async fn taken(&self, ip: Ipv4Addr) -> bool {
-        let arp = match Packet::open(self.ifindex, libc::SOCK_DGRAM, ETH_P_ARP) {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(error = %e, "camera port: no ARP probe");
-                return false;
-            }
-        };
+    async fn taken(&self, ip: Ipv4Addr, arp: &Arp) -> bool {
+        // Listening before asking: an answer cannot come before the listener.
+        let mut said = arp.said.subscribe();
         let probe = ArpRepr::EthernetIpv4 {
             operation: ArpOperation::Request,
             source_hardware_addr: EthernetAddress(self.mac),
@@ -316,20 +322,16 @@ impl DhcpServer {
         };
         let mut out = [0u8; 28];
         probe.emit(&mut ArpPacket::new_unchecked(&mut out[..]));
-        if let Err(e) = arp.send_to(&out, [0xff; 6], ETH_P_ARP) {
+        if let Err(e) = arp.socket.send_to(&out, [0xff; 6], ETH_P_ARP) {
             warn!(error = %e, "camera port: no ARP probe");
             return false;
         }
         let answered = async {
-            let mut buf = [0u8; 64];
             loop {
-                let Ok(n) = arp.recv(&mut buf).await else { return false };
-                let said = ArpPacket::new_checked(&buf[..n]).ok().and_then(|p| ArpRepr::parse(&p).ok());
-                if let Some(ArpRepr::EthernetIpv4 { source_protocol_addr, source_hardware_addr, .. }) = said
-                    && source_protocol_addr == ip
-                    && source_hardware_addr.0 != self.mac
-                {
-                    return true;
+                match said.recv().await {
+                    Ok((from_ip, from_mac)) if from_ip == ip && from_mac != self.mac => return true,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => return false,
                 }
             }
         };
@@ -512,6 +514,48 @@ fn interface_mac(interface: &str) -> Result<[u8; 6], String> {
     Ok(mac)
 }
 
+/// The port's one ARP socket, and who said they hold which address, for the probes waiting.
+/// One socket for every probe: opening and closing an `AF_PACKET` socket waits for the
+/// kernel's RCU grace period (tens of ms), which a socket per probe paid on the server's
+/// thread, holding every other message.
+struct Arp {
+    socket: Packet,
+    said: broadcast::Sender<(Ipv4Addr, [u8; 6])>,
+}
+
+/// What the ARP socket heard, for the probes: at most [`limits::CAMPORT_ARP_HEARD_MAX`]
+/// waiting for a slow probe; past it the probe lags, skips the oldest and reads on.
+fn heard() -> broadcast::Sender<(Ipv4Addr, [u8; 6])> {
+    broadcast::channel(limits::CAMPORT_ARP_HEARD_MAX).0
+}
+
+impl Arp {
+    fn open(ifindex: i32) -> std::io::Result<Arp> {
+        let socket = Packet::open(ifindex, libc::SOCK_DGRAM, ETH_P_ARP)?;
+        Ok(Arp { socket, said: heard() })
+    }
+
+    /// Reads the ARP packets on the port and tells the probes who said what, until aborted.
+    async fn hear(self: Arc<Self>) {
+        let mut buf = [0u8; 64];
+        loop {
+            let n = match self.socket.recv(&mut buf).await {
+                Ok(n) => n,
+                Err(e) => {
+                    warn!(error = %e, "camera port: an ARP receive failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let said = ArpPacket::new_checked(&buf[..n]).ok().and_then(|p| ArpRepr::parse(&p).ok());
+            if let Some(ArpRepr::EthernetIpv4 { source_protocol_addr, source_hardware_addr, .. }) = said {
+                // No probe waiting is no one to tell.
+                let _ = self.said.send((source_protocol_addr, source_hardware_addr.0));
+            }
+        }
+    }
+}
+
 /// An `AF_PACKET` socket on one interface.
 struct Packet {
     fd: AsyncFd<OwnedFd>,
@@ -603,6 +647,23 @@ mod tests {
             broadcast: false,
             lease_s: Some(60),
         }
+    }
+
+    /// A probe that fell CAMPORT_ARP_HEARD_MAX packets behind skips the oldest and still
+    /// hears the answer that came after them.
+    #[tokio::test]
+    async fn a_probe_behind_the_arp_ceiling_reads_on() {
+        let said = heard();
+        let mut probe = said.subscribe();
+        for n in 0..=limits::CAMPORT_ARP_HEARD_MAX {
+            said.send((Ipv4Addr::new(10, 0, 0, n as u8), [2; 6])).unwrap();
+        }
+        assert!(matches!(probe.recv().await, Err(broadcast::error::RecvError::Lagged(1))));
+        let mut last = None;
+        while let Ok(got) = probe.try_recv() {
+            last = Some(got);
+        }
+        assert_eq!(last, Some((Ipv4Addr::new(10, 0, 0, limits::CAMPORT_ARP_HEARD_MAX as u8), [2; 6])));
     }
 
     /// CAMPORT_ACKS_WAITING_MAX ACKs wait; the next waits for room, which a write makes.

@@ -1262,6 +1262,11 @@ pub const CAMPORT_RATE_CLIENTS_MAX: usize = 1_024;
 /// past it, dropped unread.
 pub const CAMPORT_SNTP_MESSAGE_MAX_BYTES: usize = 512;
 
+/// SNTP requests a client (by address) may send in a second: a camera asks once a minute or
+/// so, `ntpdate` a few times in a row; past it they are dropped and counted. The clients
+/// followed are at most [`CAMPORT_RATE_CLIENTS_MAX`], as for DHCP.
+pub const CAMPORT_SNTP_REQUESTS_PER_S: u32 = 8;
+
 /// ARP probes of an address before it is offered, at once: the offers past them wait their
 /// turn.
 pub const CAMPORT_PROBES_MAX: usize = 16;

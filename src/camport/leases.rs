@@ -283,18 +283,31 @@ impl Table {
     }
 }
 
-/// Packets a client (by MAC) may send each second: past it, its packets are dropped and
-/// counted, and the others are served.
-#[derive(Debug, Default)]
-pub struct Rate {
-    /// MAC → (second, packets in it).
-    clients: std::collections::HashMap<[u8; 6], (i64, u32)>,
+/// Packets a client (by MAC for DHCP, by address for SNTP) may send each second: past it,
+/// its packets are dropped and counted, and the others are served.
+#[derive(Debug)]
+pub struct Rate<K = [u8; 6]> {
+    /// Client → (second, packets in it).
+    clients: std::collections::HashMap<K, (i64, u32)>,
+    per_s: u32,
     pub dropped: u64,
 }
 
-impl Rate {
+impl Default for Rate {
+    /// DHCP's: [`limits::CAMPORT_CLIENT_PACKETS_PER_S`] by MAC.
+    fn default() -> Rate {
+        Rate::new(limits::CAMPORT_CLIENT_PACKETS_PER_S)
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Copy> Rate<K> {
+    /// `per_s` packets a second for each client.
+    pub fn new(per_s: u32) -> Rate<K> {
+        Rate { clients: std::collections::HashMap::new(), per_s, dropped: 0 }
+    }
+
     /// Whether a packet from `mac` at `now_us` is taken.
-    pub fn take(&mut self, mac: [u8; 6], now_us: i64) -> bool {
+    pub fn take(&mut self, mac: K, now_us: i64) -> bool {
         let second = now_us.div_euclid(1_000_000);
         if self.clients.len() >= limits::CAMPORT_RATE_CLIENTS_MAX && !self.clients.contains_key(&mac) {
             // Forget the clients not heard from this second.
@@ -309,7 +322,7 @@ impl Rate {
             *e = (second, 0);
         }
         e.1 += 1;
-        let ok = e.1 <= limits::CAMPORT_CLIENT_PACKETS_PER_S;
+        let ok = e.1 <= self.per_s;
         if !ok {
             self.dropped += 1;
         }

@@ -30,6 +30,7 @@ pub struct PortStatus {
     pub dhcp: Option<DhcpStatus>,
     pub sntp_answered: u64,
     pub sntp_refused: u64,
+    pub sntp_rate_dropped: u64,
     pub cameras: Vec<Plugged>,
     /// The box's interfaces, to choose the port from.
     pub interfaces: Vec<Interface>,
@@ -95,11 +96,12 @@ impl CameraPort {
         if running.as_ref().map(|r| &r.config) == config {
             return;
         }
-        if let Some(r) = running.take() {
+        if let Some(mut r) = running.take() {
             let _ = r.stop.send(true);
             let wait = Duration::from_millis(limits::SHUTDOWN_TIMEOUT_MS);
-            if tokio::time::timeout(wait, r.task).await.is_err() {
-                error!("camera port: its servers did not stop in time");
+            if tokio::time::timeout(wait, &mut r.task).await.is_err() {
+                error!("camera port: its servers did not stop in time; ended");
+                r.task.abort();
             }
             info!(interface = r.config.interface, "camera port: stopped");
             *self.previous.lock().expect("lock") = Some((r.config.address, r.config.prefix));
@@ -139,14 +141,20 @@ impl CameraPort {
             dhcp: server.map(|s| s.status()),
             sntp_answered: self.sntp.answered.load(std::sync::atomic::Ordering::Relaxed),
             sntp_refused: self.sntp.refused.load(std::sync::atomic::Ordering::Relaxed),
+            sntp_rate_dropped: self.sntp.rate_dropped.load(std::sync::atomic::Ordering::Relaxed),
             cameras: self.finder.cameras(),
             interfaces: tokio::task::spawn_blocking(interfaces).await.unwrap_or_default(),
         }
     }
 
+    /// Shows why the port does not serve; logged when it is new (it is tried again every
+    /// few seconds, for as long as an adapter stays unplugged).
     fn trouble(&self, why: String) {
-        warn!(problem = why, "camera port: not served; tried again");
-        *self.problem.lock().expect("lock") = Some(why);
+        let mut problem = self.problem.lock().expect("lock");
+        if problem.as_deref() != Some(why.as_str()) {
+            warn!(problem = why, "camera port: not served; tried again every few seconds");
+        }
+        *problem = Some(why);
     }
 
     /// Runs the servers of `config` until `stop`, started again after a failure.
@@ -219,7 +227,7 @@ fn default_route_interface() -> Option<String> {
 /// is not there is an error, and so is one that is the LAN's: it carries the default route,
 /// or an address of neither this subnet nor `previous` (the port's subnet before a change,
 /// whose address is removed). The box never serves DHCP on a network it did not make.
-fn address_on(interface: &str, ip: Ipv4Addr, prefix: u8, previous: Option<(Ipv4Addr, u8)>) -> Result<(), String> {
+pub fn address_on(interface: &str, ip: Ipv4Addr, prefix: u8, previous: Option<(Ipv4Addr, u8)>) -> Result<(), String> {
     if !std::path::Path::new("/sys/class/net").join(interface).exists() {
         return Err(format!("There is no interface {interface}: is the camera port's adapter plugged in?"));
     }
@@ -280,13 +288,18 @@ pub struct Interface {
     pub lan: bool,
 }
 
+/// Interface names but loopback's, sorted, at most [`limits::NET_INTERFACES_SHOWN_MAX`].
+fn listed(names: impl Iterator<Item = String>) -> Vec<String> {
+    let mut names: Vec<String> = names.filter(|n| n != "lo").collect();
+    names.sort();
+    names.truncate(limits::NET_INTERFACES_SHOWN_MAX);
+    names
+}
+
 /// The box's interfaces but loopback, at most [`limits::NET_INTERFACES_SHOWN_MAX`].
 pub fn interfaces() -> Vec<Interface> {
     let Ok(dir) = std::fs::read_dir("/sys/class/net") else { return Vec::new() };
-    let mut names: Vec<String> =
-        dir.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| n != "lo").collect();
-    names.sort();
-    names.truncate(limits::NET_INTERFACES_SHOWN_MAX);
+    let names = listed(dir.filter_map(|e| e.ok()?.file_name().into_string().ok()));
     let all = if_addrs::get_if_addrs().unwrap_or_default();
     let lan = default_route_interface();
     let read = |name: &str, what: &str| std::fs::read_to_string(format!("/sys/class/net/{name}/{what}")).ok();
@@ -307,4 +320,27 @@ pub fn interfaces() -> Vec<Interface> {
             name,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_is_within_its_subnet_and_not_another() {
+        let port = (Ipv4Addr::new(10, 71, 0, 1), 24);
+        assert!(within(Ipv4Addr::new(10, 71, 0, 200), port));
+        assert!(!within(Ipv4Addr::new(10, 71, 1, 1), port));
+        assert!(!within(Ipv4Addr::new(192, 168, 1, 5), port));
+        assert!(within(Ipv4Addr::new(10, 71, 3, 1), (Ipv4Addr::new(10, 71, 0, 1), 16)));
+    }
+
+    /// 40 interfaces: NET_INTERFACES_SHOWN_MAX shown, in order, loopback never.
+    #[test]
+    fn the_interfaces_shown_stop_at_their_ceiling() {
+        let names = (0..40).rev().map(|n| format!("eth{n:02}")).chain(["lo".to_string()]);
+        let shown = listed(names);
+        assert_eq!(shown.len(), limits::NET_INTERFACES_SHOWN_MAX);
+        assert_eq!((shown[0].as_str(), shown.iter().any(|n| n == "lo")), ("eth00", false));
+    }
 }

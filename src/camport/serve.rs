@@ -419,6 +419,8 @@ pub struct SntpCounts {
     pub answered: AtomicU64,
     /// Datagrams that were not a client's request.
     pub refused: AtomicU64,
+    /// Requests over their client's rate ([`limits::CAMPORT_SNTP_REQUESTS_PER_S`]).
+    pub rate_dropped: AtomicU64,
 }
 
 /// Serves SNTP on `interface` (UDP 123, bound to that device alone) until `shutdown`: each
@@ -434,8 +436,13 @@ pub async fn serve_sntp(
     info!(interface, "camera port: SNTP served");
     // One byte more than a request may have: a datagram that fills it is over the ceiling.
     let mut buf = vec![0u8; limits::CAMPORT_SNTP_MESSAGE_MAX_BYTES + 1];
+    let mut rate = Rate::<std::net::IpAddr>::new(limits::CAMPORT_SNTP_REQUESTS_PER_S);
     while let Some((n, from)) = next_datagram(&udp, &mut buf, &mut shutdown).await {
         let received_us = clocks.wall_us();
+        if !rate.take(from.ip(), clocks.mono_us()) {
+            counts.rate_dropped.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
         let request = match super::sntp::parse(&buf[..n]) {
             Ok(r) => r,
             Err(e) => {

@@ -45,7 +45,23 @@ struct Vm {
 
 impl Vm {
     fn boot(disk: &Path, serial: &Path) -> Vm {
+        Vm::boot_with(disk, serial, None)
+    }
+
+    /// Boots with a second NIC on the host's tap device `camera_tap`: the guest's eth1, the
+    /// board's camera port.
+    fn boot_with(disk: &Path, serial: &Path, camera_tap: Option<&str>) -> Vm {
         let (http, https) = (free_port(), free_port());
+        // After the LAN's NIC: the guest names them in that order (eth0, eth1).
+        let camera_nic: Vec<String> = match camera_tap {
+            Some(tap) => vec![
+                "-netdev".into(),
+                format!("tap,id=n1,ifname={tap},script=no,downscript=no"),
+                "-device".into(),
+                "virtio-net-pci,netdev=n1,romfile=".into(),
+            ],
+            None => Vec::new(),
+        };
         let child = Command::new("qemu-system-aarch64")
             .args(["-M", "virt", "-cpu", "cortex-a53", "-m", "512", "-smp", "2"])
             .args(["-display", "none", "-monitor", "none"])
@@ -60,6 +76,7 @@ impl Vm {
                 &format!("user,id=n0,hostfwd=tcp:127.0.0.1:{http}-:8080,hostfwd=tcp:127.0.0.1:{https}-:8443"),
             ])
             .args(["-device", "virtio-net-pci,netdev=n0,romfile="])
+            .args(&camera_nic)
             .args(["-device", "virtio-rng-pci", "-device", "i6300esb", "-action", "watchdog=reset"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -326,7 +343,7 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
     let config = format!(
         "data_dir = \"/data/keeppeek\"\nlisten = \"0.0.0.0:8080\"\nflush_interval_s = 2\nram_class = \"512 MiB\"\n\
          [retention]\nstream_max_bytes = \"96 MiB\"\ntotal_max_bytes = \"224 MiB\"\n\
-         [webrtc]\nport = 0\n[[cameras]]\nname = \"door\"\nusername = \"{}\"\npassword = \"{}\"\n\
+         [webrtc]\nport = 0\n[camera_port]\ninterface = \"eth1\"\naddress = \"10.71.0.1/24\"\n[[cameras]]\nname = \"door\"\nusername = \"{}\"\npassword = \"{}\"\n\
          main = {{ url = \"rtsp://10.0.2.2:{}/h264\" }}\n",
         common::CAMERA_USER,
         common::CAMERA_PASSWORD,
@@ -337,8 +354,9 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
     let image_bytes = std::fs::metadata(&disk).unwrap().len();
     std::fs::OpenOptions::new().write(true).open(&disk).unwrap().set_len(DISK_BYTES).unwrap();
 
-    // ---- first boot: slot A, healthy, recording -------------------------------------------
-    let mut vm = Vm::boot(&disk, &work.join("serial-1.log"));
+    // ---- first boot: slot A, healthy, recording, serving its camera port -----------------
+    let tap = Tap::new("kpimgcam0");
+    let mut vm = Vm::boot_with(&disk, &work.join("serial-1.log"), Some(&tap.name));
     let boot = vm.wait_healthy(Duration::from_secs(120));
     figures.push(format!("boot_to_healthy_ms {}", boot.as_millis()));
     let token = admin_token(&vm);
@@ -362,6 +380,15 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
     let recorded = wait_until(Duration::from_secs(60), || runs(vm.http, &token).iter().any(|(a, b)| b - a > 4_000_000));
     assert!(recorded, "the camera on the host is recorded in the image: {:?}", get(&vm, &token, "/api/cameras"));
     let first_run = runs(vm.http, &token)[0];
+    // A camera behind the second NIC (busybox udhcpc on the host's end of the tap) gets an
+    // address of the pool from the box; init brought the port up before keeppeek started.
+    let leased = tap.lease(work);
+    assert!(leased.starts_with("10.71.0."), "{leased}");
+    assert!(vm.console().contains("camera port up"), "init brought the port up: {}", tail(&vm.console()));
+    let port = get(&vm, &token, "/api/system/camera-port");
+    assert_eq!(port["dhcp"]["leases"][0]["ip"], leased.as_str(), "{port}");
+    assert!(port["cameras"][0]["plugged_in"].as_bool().unwrap_or(false), "{port}");
+    figures.push(format!("camera_port_lease {leased}"));
     let metrics = {
         let (_, _, body) = request(vm.http, "GET", "/metrics", &[("authorization", &format!("Bearer {token}"))], "");
         body
@@ -540,6 +567,45 @@ fn the_image_boots_records_and_updates_a_b_with_rollback() {
     let report = figures.join("\n") + "\n";
     std::fs::write(dir.join("figures.txt"), &report).unwrap();
     println!("{report}");
+}
+
+/// A tap device on the host: the wire to the guest's camera port. Removed when dropped.
+struct Tap {
+    name: String,
+}
+
+impl Tap {
+    fn new(name: &str) -> Tap {
+        // What a killed run may have left.
+        let _ = Command::new("ip").args(["link", "del", name]).status();
+        run(Command::new("ip").args(["tuntap", "add", "dev", name, "mode", "tap"]));
+        run(Command::new("ip").args(["link", "set", name, "up"]));
+        Tap { name: name.to_string() }
+    }
+
+    /// Asks for an address on the tap as a camera would (busybox udhcpc, which leaves the
+    /// host's interface as it is: its script only writes the address down); the address.
+    fn lease(&self, work: &Path) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        let (script, got) = (work.join("udhcpc.sh"), work.join("leased"));
+        std::fs::write(&script, format!("#!/bin/sh\n[ \"$1\" = bound ] && echo \"$ip\" > {}\nexit 0\n", got.display()))
+            .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = Command::new("busybox")
+            .args(["udhcpc", "-f", "-q", "-n", "-t", "20", "-T", "2", "-i", &self.name, "-s"])
+            .arg(&script)
+            .output()
+            .expect("busybox udhcpc");
+        let leased = std::fs::read_to_string(&got).unwrap_or_default().trim().to_string();
+        assert!(out.status.success() && !leased.is_empty(), "no lease on the camera port: {out:?}");
+        leased
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.name]).status();
+    }
 }
 
 /// The image's own binary (aarch64, musl, release) under qemu-user: 1,000 logins with wrong

@@ -528,7 +528,7 @@ fn sixty_four_clients_at_once_get_distinct_leases_and_a_ninth_in_a_pool_of_eight
 /// SNTP server, and the offset it measures to the box's clock (the same clock: one machine)
 /// is within 10 ms.
 #[test]
-fn ntpdate_against_the_box_sntp_server_is_within_ten_ms_of_its_clock() {
+fn ntpdate_against_the_box_sntp_server_is_within_ten_ms_of_its_clock_and_a_flood_is_cut_at_its_rate() {
     use keeppeek::camport::serve::{SntpCounts, serve_sntp};
     use std::sync::atomic::Ordering;
     let box_ip = Ipv4Addr::new(10, 71, 8, 1);
@@ -556,6 +556,33 @@ fn ntpdate_against_the_box_sntp_server_is_within_ten_ms_of_its_clock() {
     assert!(offset.abs() < 0.010, "within 10 ms of the box's clock: {line}");
     assert!(line.contains(" s8 "), "stratum 8, synchronized: {line}");
     assert!(counts.answered.load(Ordering::Relaxed) >= 1);
+
+    // A flood from one address (not ntpdate's, whose requests count in its second) is cut at
+    // its rate; another camera is answered meanwhile.
+    for a in ["10.71.8.51/24", "10.71.8.52/24"] {
+        ip(&["-n", &segment.ns, "addr", "add", a, "dev", &segment.camera_side]);
+    }
+    let flood = r#"
+import socket, sys
+def ask(src, n):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((src, 0)); s.settimeout(0.5)
+    for _ in range(n): s.sendto(bytes([0x23]) + bytes(47), (sys.argv[1], 123))
+    got = 0
+    try:
+        while True: s.recvfrom(512); got += 1
+    except socket.timeout:
+        return got
+print(ask("10.71.8.52", 40), ask("10.71.8.51", 1))
+"#;
+    let before = counts.rate_dropped.load(Ordering::Relaxed);
+    let out = segment.command("python3").args(["-c", flood, &box_ip.to_string()]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    let got: Vec<u32> = said.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    let per_s = keeppeek::limits::CAMPORT_SNTP_REQUESTS_PER_S;
+    // The 40 go out within a second, or across the turn of one.
+    assert!(got[0] >= per_s && got[0] <= 2 * per_s, "{said}");
+    assert_eq!(got[1], 1, "the other camera answered: {said}");
+    assert_eq!(counts.rate_dropped.load(Ordering::Relaxed) - before, u64::from(40 - got[0]), "{said}");
     let _ = stop.send(true);
     rt.shutdown_timeout(Duration::from_secs(2));
 }

@@ -3,7 +3,7 @@
 //!
 //! It mounts what the kernel does not, lays the data partition out on first boot (and
 //! performs a factory reset asked for at the last boot), brings the network up (busybox
-//! `udhcpc`), feeds the hardware watchdog, and runs `keeppeek run` under supervision:
+//! `udhcpc` on the LAN, the box's own address on the camera port, no forwarding), feeds the hardware watchdog, and runs `keeppeek run` under supervision:
 //! restarted with growing pauses when it exits, killed and restarted when its `/healthz`
 //! stops answering. A firmware on trial (just updated) is marked good once `/healthz`
 //! answers; if it has not within [`INIT_TRIAL_DEADLINE_S`] or keeps crashing, the box
@@ -23,12 +23,14 @@
 //!   when to start, check, kill or give up on keeppeek, and how long each wait lasts.
 //! - `supervise.rs`: the loop that carries them out for keeppeek and `udhcpc`, and the
 //!   signals that end it; `health.rs`: the `/healthz` probe; `log.rs`: keeppeek's output.
+//! - `network.rs`: no forwarding between interfaces, and the camera port up.
 //! - `shutdown.rs`: the way down, in its order.
 
 mod config;
 mod health;
 mod log;
 mod mounts;
+mod network;
 mod policy;
 mod shutdown;
 mod supervise;
@@ -68,6 +70,7 @@ pub fn main(slot: Slot) -> ! {
         error!(error = %e, "preparing the data partition");
     }
     let (system, on_trial) = firmware();
+    network::prepare(Path::new(CONFIG_PATH));
     let net_if = system.as_ref().map(|s| s.firmware.net_if.clone()).filter(|n| !n.is_empty());
     let mut watchdog = watchdog::Watchdog::open();
     let halt = supervise::supervise(&mut watchdog, system.as_ref(), on_trial, net_if.as_deref());

@@ -36,6 +36,16 @@ pub struct PortStatus {
     pub interfaces: Vec<Interface>,
 }
 
+/// The port's counts for `/metrics`.
+pub struct PortCounts {
+    pub serving: bool,
+    pub dhcp: Option<DhcpStatus>,
+    pub plugged_in: u64,
+    pub unplugged: u64,
+    /// SNTP answered, refused, over their rate.
+    pub sntp: [u64; 3],
+}
+
 #[derive(Debug, Serialize)]
 pub struct ShownConfig {
     pub interface: String,
@@ -144,6 +154,21 @@ impl CameraPort {
             sntp_rate_dropped: self.sntp.rate_dropped.load(std::sync::atomic::Ordering::Relaxed),
             cameras: self.finder.cameras(),
             interfaces: tokio::task::spawn_blocking(interfaces).await.unwrap_or_default(),
+        }
+    }
+
+    /// What `/metrics` shows, read without waiting: whether it serves, the DHCP server's
+    /// status, the cameras plugged in and unplugged, and the SNTP counts.
+    pub fn counts(&self) -> PortCounts {
+        let dhcp = self.server.lock().expect("lock").as_ref().map(|s| s.status());
+        let cameras = self.finder.cameras();
+        let load = |v: &std::sync::atomic::AtomicU64| v.load(std::sync::atomic::Ordering::Relaxed);
+        PortCounts {
+            serving: dhcp.is_some() && self.problem.lock().expect("lock").is_none(),
+            dhcp,
+            plugged_in: cameras.iter().filter(|c| c.plugged_in).count() as u64,
+            unplugged: cameras.iter().filter(|c| !c.plugged_in).count() as u64,
+            sntp: [load(&self.sntp.answered), load(&self.sntp.refused), load(&self.sntp.rate_dropped)],
         }
     }
 

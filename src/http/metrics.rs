@@ -159,6 +159,61 @@ fn camera_events(out: &mut String, services: &Services) {
     );
 }
 
+/// The camera port: whether it serves, its leases and cameras, and what it dropped.
+fn camera_port(out: &mut String, services: &Services) {
+    let c = services.camera_port.counts();
+    let one = |v: u64| vec![(String::new(), v)];
+    family(
+        out,
+        "keeppeek_camport_serving",
+        "gauge",
+        "1 while the camera port's DHCP server serves.",
+        &one(u64::from(c.serving)),
+    );
+    let Some(d) = c.dhcp else { return };
+    family(
+        out,
+        "keeppeek_camport_leases",
+        "gauge",
+        "Leases the camera port's cameras hold (bound).",
+        &one(d.leases.len() as u64),
+    );
+    family(
+        out,
+        "keeppeek_camport_cameras",
+        "gauge",
+        "Cameras that took a lease on the camera port, plugged in or unplugged.",
+        &[("state=\"plugged_in\"".into(), c.plugged_in), ("state=\"unplugged\"".into(), c.unplugged)],
+    );
+    family(
+        out,
+        "keeppeek_camport_dhcp_dropped_total",
+        "counter",
+        "DHCP messages left unanswered, by why: malformed, over the client's rate, every address taken, offers waiting full, an address found in use.",
+        &[
+            ("reason=\"malformed\"".into(), d.malformed),
+            ("reason=\"rate\"".into(), d.rate_dropped),
+            ("reason=\"exhausted\"".into(), d.counts.exhausted),
+            ("reason=\"offers_full\"".into(), d.counts.offers_full),
+            ("reason=\"conflict\"".into(), d.conflicts),
+        ],
+    );
+    family(
+        out,
+        "keeppeek_camport_sntp_answers_total",
+        "counter",
+        "SNTP requests answered on the camera port.",
+        &one(c.sntp[0]),
+    );
+    family(
+        out,
+        "keeppeek_camport_sntp_dropped_total",
+        "counter",
+        "SNTP datagrams dropped: not a request, or over the client's rate.",
+        &[("reason=\"refused\"".into(), c.sntp[1]), ("reason=\"rate\"".into(), c.sntp[2])],
+    );
+}
+
 /// The process's resident set, 0 where /proc is not there.
 fn resident_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -254,6 +309,7 @@ pub fn render(s: &HttpStats, services: &Services) -> String {
     mqtt(&mut out, services);
     archive(&mut out, services);
     camera_events(&mut out, services);
+    camera_port(&mut out, services);
     streams(&mut out, services);
     let c = &services.config_stats;
     let outcomes: Vec<_> = [

@@ -724,6 +724,11 @@ fn a_camera_plugged_into_the_port_is_found_added_with_its_password_records_and_k
     assert!(got.is_empty(), "closed unanswered: {}", String::from_utf8_lossy(&got));
     let (_, _, metrics) = crate::common::request(port, "GET", "/metrics", &[("cookie", admin.0.as_str())], "");
     assert!(metrics.contains("keeppeek_http_camera_port_refused_total 1"), "{metrics}");
+    for sample in
+        ["keeppeek_camport_serving 1", "keeppeek_camport_leases 1", "keeppeek_camport_cameras{state=\"plugged_in\"} 1"]
+    {
+        assert!(metrics.contains(sample), "{sample} in {metrics}");
+    }
 
     // Its streams read with the password, then added: it records.
     let device_url = c["onvif"]["device_url"].as_str().unwrap().to_string();

@@ -256,7 +256,11 @@ function portBlock(open, cameras) {
     head.replaceChildren(
       r.problem ? h('span.badge.bad', {}, 'Not serving') : h('span.badge.ok', {}, 'Serving'), ' ',
       r.problem ? `${r.problem} The box tries again every few seconds.`
-        : `Cameras plugged into ${c.interface} get an address from the box (${first} to ${lastIp}) and its time; they never reach the internet.`);
+        : `Cameras plugged into ${c.interface} get an address from the box (${first} to ${lastIp}) and its time; they never reach the internet.`,
+      // A camera that asked when every address was taken: the pool is too small.
+      r.dhcp && r.dhcp.counts.exhausted
+        ? h('span.field-error.pool-full', {}, ` ${r.dhcp.counts.exhausted === 1 ? 'A request' : `${r.dhcp.counts.exhausted} requests`} found every address taken: give the cameras more addresses (Change).`)
+        : null);
     const shown = r.cameras.slice().sort((a, b) => (b.plugged_in - a.plugged_in) || (b.since_us - a.since_us));
     list.replaceChildren(...shown.map((p) => {
       const name = (p.onvif && p.onvif.name) || p.hostname || 'Camera';

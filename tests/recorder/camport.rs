@@ -754,6 +754,33 @@ fn a_camera_plugged_into_the_port_is_found_added_with_its_password_records_and_k
     });
     assert!(recorded, "the plugged-in camera records: {}", d.log_text());
 
+    // The port changed while keeppeek runs: its servers start again with the new lease time
+    // and the web face on the port; the camera renews the same address, and records on.
+    let snap = api(port, &admin, "/api/config");
+    let change = json!({ "base": snap["rev"], "changes": [
+        { "op": "set", "key": "camera_port.lease_time_s", "value": 600 },
+        { "op": "set", "key": "camera_port.web", "value": true }] });
+    let (code, v) = crate::config_apply::call(port, &admin, "POST", "/api/config/apply", &change);
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["restarting"], false, "{v}");
+    let live = v["plan"]["effect"]["live"].to_string();
+    assert!(live.contains("camera_port.lease_time_s") && live.contains("camera_port.web"), "taken live: {v}");
+    let changed = wait_until(Duration::from_secs(10), || {
+        let s = api(port, &admin, "/api/system/camera-port");
+        s["config"]["lease_time_s"] == 600 && s["problem"].is_null() && s["dhcp"].is_object()
+    });
+    assert!(changed, "the servers follow the change");
+    let renews = cam.leases().len();
+    cam.renew();
+    assert!(wait_until(Duration::from_secs(15), || cam.leases().len() > renews), "{:?}", cam.leases());
+    assert_eq!(cam.leases().last().unwrap(), &("renew".to_string(), cam.address.clone()));
+    let mut s = std::net::TcpStream::connect((Ipv4Addr::new(10, 213, n, 1), port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = std::io::Write::write_all(&mut s, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut got = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut s, &mut got);
+    assert!(got.starts_with(b"HTTP/1.1 200"), "served on the port now: {}", String::from_utf8_lossy(&got));
+
     // keeppeek restarts: the camera is known from its lease, and renews the same address.
     d.stop();
     let d = Daemon::start(dir.path());

@@ -239,7 +239,8 @@ pub async fn probe_at(ip: Ipv4Addr, wait: Duration) -> Option<Found> {
                 let _ = s.send_to(probe.as_bytes(), to).await;
             }
             got = s.recv_from(&mut buf) => {
-                let Ok((n, from)) = got else { continue };
+                // A receive that fails fails again: no answer, rather than a spin to the deadline.
+                let Ok((n, from)) = got else { return None };
                 if from.ip() != IpAddr::V4(ip) {
                     continue;
                 }

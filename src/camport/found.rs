@@ -63,9 +63,19 @@ impl Finder {
     /// new address) is a camera plugged in, one gone is a camera unplugged. Returns the
     /// cameras to ask.
     fn update(&self, live: &[Lease], now_us: i64) -> Vec<(String, Ipv4Addr)> {
+        // One camera per MAC: a MAC with leases under two client ids is the newest of them
+        // (else it would flip between the two, asked anew each time).
+        let mut newest: Vec<&Lease> = Vec::new();
+        for l in live {
+            match newest.iter_mut().find(|n| n.mac == l.mac) {
+                Some(n) if n.until_us < l.until_us => *n = l,
+                Some(_) => {}
+                None => newest.push(l),
+            }
+        }
         let mut cameras = self.cameras.lock().expect("lock");
         let mut ask = Vec::new();
-        for l in live {
+        for l in newest {
             let mac = mac_text(l.mac);
             match cameras.iter_mut().find(|c| c.mac == mac) {
                 Some(c) if c.plugged_in && c.address == l.ip => {
@@ -238,6 +248,12 @@ mod tests {
         assert!(f.update(&[lease(1, 100)], 7).is_empty());
         let c = f.cameras();
         assert!(c[0].plugged_in && !c[1].plugged_in && c[1].since_us == 7, "{c:?}");
+        // One MAC under two client ids: one camera, at its newest lease, asked once.
+        let twice = Lease { client: vec![9, 9], until_us: 20_000, ip: Ipv4Addr::new(10, 71, 0, 150), ..lease(1, 100) };
+        assert_eq!(f.update(&[lease(1, 100), twice.clone()], 7).len(), 1);
+        assert!(f.update(&[lease(1, 100), twice], 7).is_empty(), "not flipped back");
+        assert_eq!(f.cameras()[0].address, Ipv4Addr::new(10, 71, 0, 150));
+        assert!(f.update(&[lease(1, 100)], 7).len() == 1, "back at .100");
         // Back, at another address: plugged in again, asked again.
         assert_eq!(
             f.update(&[lease(1, 100), lease(2, 102)], 8),

@@ -72,7 +72,7 @@ pub struct CameraPort {
     problem: Mutex<Option<String>>,
     running: tokio::sync::Mutex<Option<Running>>,
     /// The box's address on the port, while the web face must not answer there.
-    closed_to_web: Mutex<Option<Ipv4Addr>>,
+    closed_to_web: Mutex<Option<(Ipv4Addr, u8)>>,
     /// The port's subnet before the last change: its address on the interface is the box's
     /// own, removed for the new one.
     previous: Mutex<Option<(Ipv4Addr, u8)>>,
@@ -93,10 +93,16 @@ impl CameraPort {
         })
     }
 
-    /// Whether the web face refuses a connection that came in at `local` (the box's address
-    /// on the camera port, unless `web = true`).
-    pub fn refuses_web(&self, local: std::net::IpAddr) -> bool {
-        matches!(local, std::net::IpAddr::V4(ip) if *self.closed_to_web.lock().expect("lock") == Some(ip))
+    /// Whether the web face refuses a connection from `peer` at `local`, unless `web = true`:
+    /// one at the box's address on the camera port, or from the port's subnet at any of the
+    /// box's addresses (Linux takes a packet for the LAN's address on the port too).
+    pub fn refuses_web(&self, local: std::net::IpAddr, peer: std::net::IpAddr) -> bool {
+        let Some((ip, prefix)) = *self.closed_to_web.lock().expect("lock") else { return false };
+        let v4 = |a: std::net::IpAddr| match a.to_canonical() {
+            std::net::IpAddr::V4(a) => Some(a),
+            std::net::IpAddr::V6(_) => None,
+        };
+        v4(local) == Some(ip) || v4(peer).is_some_and(|p| within(p, (ip, prefix)))
     }
 
     /// Follows `config`: the servers stop, then start with it (nothing changes when it is the
@@ -115,10 +121,22 @@ impl CameraPort {
             }
             info!(interface = r.config.interface, "camera port: stopped");
             *self.previous.lock().expect("lock") = Some((r.config.address, r.config.prefix));
+            // Removed, or moved to another interface: the old one keeps no address of the
+            // box's, where cameras with leases still running could reach it.
+            if config.is_none_or(|c| c.interface != r.config.interface) {
+                let old = r.config.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    let with_prefix = format!("{}/{}", old.address, old.prefix);
+                    if let Err(why) = ip_cmd(&["addr", "del", &with_prefix, "dev", &old.interface]) {
+                        warn!(problem = why, "camera port: the old address not removed");
+                    }
+                })
+                .await;
+            }
         }
         *self.server.lock().expect("lock") = None;
         *self.problem.lock().expect("lock") = None;
-        *self.closed_to_web.lock().expect("lock") = config.filter(|c| !c.web).map(|c| c.address);
+        *self.closed_to_web.lock().expect("lock") = config.filter(|c| !c.web).map(|c| (c.address, c.prefix));
         if let Some(c) = config {
             let (stop, stopped) = watch::channel(false);
             let task = tokio::spawn(self.clone().supervise(c.clone(), stopped));
@@ -208,26 +226,63 @@ impl CameraPort {
         *self.server.lock().expect("lock") = Some(server.clone());
         // One stop for the three: a server that fails stops the others, and all start again.
         let (inner_stop, inner) = watch::channel(false);
-        let finder =
-            tokio::spawn(found::follow(self.finder.clone(), server.bound(), self.clocks.clone(), inner.clone()));
-        let mut dhcp = tokio::spawn(server.run(inner.clone()));
-        let mut sntp =
-            tokio::spawn(serve::serve_sntp(config.interface.clone(), self.clocks.clone(), self.sntp.clone(), inner));
+        // Ended with this task if it is ended (a stop that took too long): never two servers.
+        let finder = Ending(tokio::spawn(found::follow(
+            self.finder.clone(),
+            server.bound(),
+            self.clocks.clone(),
+            inner.clone(),
+        )));
+        let mut dhcp = Ending(tokio::spawn(server.run(inner.clone())));
+        let mut sntp = Ending(tokio::spawn(serve::serve_sntp(
+            config.interface.clone(),
+            self.clocks.clone(),
+            self.sntp.clone(),
+            inner,
+        )));
         *self.problem.lock().expect("lock") = None;
         let mut outer = stop;
         let ended = tokio::select! {
             _ = outer.changed() => Ok(()),
-            r = &mut dhcp => r.map_err(|e| e.to_string()).and_then(|r| r).and(Err("the DHCP server stopped".to_string())),
-            r = &mut sntp => r.map_err(|e| e.to_string()).and_then(|r| r).and(Err("the SNTP server stopped".to_string())),
+            r = &mut dhcp.0 => r.map_err(|e| e.to_string()).and_then(|r| r).and(Err("the DHCP server stopped".to_string())),
+            r = &mut sntp.0 => r.map_err(|e| e.to_string()).and_then(|r| r).and(Err("the SNTP server stopped".to_string())),
         };
         let _ = inner_stop.send(true);
-        for task in [dhcp, sntp] {
-            if !task.is_finished() {
-                let _ = task.await;
+        for task in [&mut dhcp, &mut sntp] {
+            if !task.0.is_finished() {
+                let _ = (&mut task.0).await;
             }
         }
-        let _ = finder.await;
+        let mut finder = finder;
+        let _ = (&mut finder.0).await;
         ended
+    }
+}
+
+/// Runs busybox's or iproute2's `ip` with `args`; its complaint when it fails.
+fn ip_cmd(args: &[&str]) -> Result<(), String> {
+    let out =
+        std::process::Command::new("ip").args(args).output().map_err(|e| format!("`ip {}`: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("`ip {}`: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// The LAN interface the image's board names (`net_if` in its firmware description); none
+/// outside an image.
+fn board_lan_interface() -> Option<String> {
+    let system = crate::system::System::discover(std::path::Path::new("/")).ok()??;
+    Some(system.firmware.net_if).filter(|n| !n.is_empty())
+}
+
+/// A task ended when this is dropped: the servers' tasks end with the task that runs them.
+struct Ending<T>(JoinHandle<T>);
+
+impl<T> Drop for Ending<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -256,7 +311,9 @@ pub fn address_on(interface: &str, ip: Ipv4Addr, prefix: u8, previous: Option<(I
     if !std::path::Path::new("/sys/class/net").join(interface).exists() {
         return Err(format!("There is no interface {interface}: is the camera port's adapter plugged in?"));
     }
-    if default_route_interface().as_deref() == Some(interface) {
+    // The board's LAN interface, as the image names it: refused even before its DHCP lease
+    // (at boot, or on a LAN without a router, it has no default route to tell it by).
+    if board_lan_interface().as_deref() == Some(interface) || default_route_interface().as_deref() == Some(interface) {
         return Err(format!(
             "{interface} is the box's way to the LAN and the internet: the camera port must be an interface of its own."
         ));
@@ -270,26 +327,22 @@ pub fn address_on(interface: &str, ip: Ipv4Addr, prefix: u8, previous: Option<(I
             _ => None,
         })
         .collect();
-    if held.iter().any(|&(a, _)| a == ip) {
-        return Ok(());
-    }
-    let ours = |a: Ipv4Addr| within(a, (ip, prefix)) || previous.is_some_and(|p| within(a, p));
+    // Only the box's own addresses are its to remove: this one, and the port's before a
+    // change. Any other is another network's (a DHCP lease, an address set by hand).
+    let ours = |a: Ipv4Addr| a == ip || previous.is_some_and(|(p, _)| a == p);
     if let Some((foreign, p)) = held.iter().find(|&&(a, _)| !ours(a)) {
         return Err(format!(
             "{interface} has the address {foreign}/{p}, of another network: the camera port must be an interface of its own."
         ));
     }
-    let ip_cmd = |args: &[&str]| -> Result<(), String> {
-        let out = std::process::Command::new("ip")
-            .args(args)
-            .output()
-            .map_err(|e| format!("`ip {}`: {e}", args.join(" ")))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!("`ip {}`: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
-        }
-    };
+    // No IPv6 on the port: its link-local address would be a way to the box past the checks.
+    let v6 = format!("/proc/sys/net/ipv6/conf/{interface}/disable_ipv6");
+    if std::path::Path::new(&v6).exists() {
+        let _ = std::fs::write(&v6, "1");
+    }
+    if held.iter().any(|&(a, _)| a == ip) {
+        return ip_cmd(&["link", "set", interface, "up"]);
+    }
     for (old, p) in &held {
         ip_cmd(&["addr", "del", &format!("{old}/{p}"), "dev", interface])?;
     }

@@ -169,6 +169,8 @@ impl DhcpServer {
                 .iter()
                 .any(|l| !l.bound && l.until_us > now && l.client == m.client.0.as_slice());
             let probe = m.kind == DhcpMessageType::Discover && !holds_offer;
+            // A DISCOVER or an INFORM binds nothing: the writer is not woken for it.
+            let binds = !matches!(m.kind, DhcpMessageType::Discover | DhcpMessageType::Inform);
             let decision = self.table.lock().expect("lock").decide(&m, now);
             match decision {
                 Decision::Silent(why) => {
@@ -193,8 +195,10 @@ impl DhcpServer {
                 Decision::Answer(a) if a.kind == DhcpMessageType::Ack => self.acks.push(a).await,
                 Decision::Answer(a) => self.send(&a, &udp, &frames).await,
             }
-            // A RELEASE, a DECLINE or an expiry changes the leases too.
-            self.acks.wake.notify_one();
+            // A RELEASE or a DECLINE changes the leases too.
+            if binds {
+                self.acks.wake.notify_one();
+            }
         }
         self.acks.closed.store(true, Ordering::Relaxed);
         self.acks.wake.notify_one();
@@ -270,7 +274,7 @@ impl DhcpServer {
     async fn offer(&self, m: Message, mut a: dhcp::Answer, udp: &tokio::net::UdpSocket, frames: &Packet, arp: &Arp) {
         for _ in 0..2 {
             let known = self.bound.borrow().iter().any(|l| l.ip == a.yiaddr && l.client == m.client.0.as_slice());
-            if known || !self.taken(a.yiaddr, arp).await {
+            if known || !self.taken(a.yiaddr, m.mac, arp).await {
                 self.send(&a, udp, frames).await;
                 return;
             }
@@ -308,9 +312,11 @@ impl DhcpServer {
         }
     }
 
-    /// Whether someone answers an ARP probe for `ip` (RFC 5227: from 0.0.0.0) within
-    /// [`limits::CAMPORT_ARP_PROBE_MS`].
-    async fn taken(&self, ip: Ipv4Addr, arp: &Arp) -> bool {
+    /// Whether someone other than the client `asking` answers an ARP probe for `ip` (RFC 5227:
+    /// from 0.0.0.0) within [`limits::CAMPORT_ARP_PROBE_MS`]. The client itself may still use
+    /// the address (its lease lost in a power cut, a DISCOVER while it holds it): that is no
+    /// conflict.
+    async fn taken(&self, ip: Ipv4Addr, asking: [u8; 6], arp: &Arp) -> bool {
         // Listening before asking: an answer cannot come before the listener.
         let mut said = arp.said.subscribe();
         let probe = ArpRepr::EthernetIpv4 {
@@ -329,7 +335,9 @@ impl DhcpServer {
         let answered = async {
             loop {
                 match said.recv().await {
-                    Ok((from_ip, from_mac)) if from_ip == ip && from_mac != self.mac => return true,
+                    Ok((from_ip, from_mac)) if from_ip == ip && from_mac != self.mac && from_mac != asking => {
+                        return true;
+                    }
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                     Err(broadcast::error::RecvError::Closed) => return false,
                 }

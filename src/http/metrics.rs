@@ -170,33 +170,12 @@ fn camera_port(out: &mut String, services: &Services) {
         "1 while the camera port's DHCP server serves.",
         &one(u64::from(c.serving)),
     );
-    let Some(d) = c.dhcp else { return };
-    family(
-        out,
-        "keeppeek_camport_leases",
-        "gauge",
-        "Leases the camera port's cameras hold (bound).",
-        &one(d.leases.len() as u64),
-    );
     family(
         out,
         "keeppeek_camport_cameras",
         "gauge",
         "Cameras that took a lease on the camera port, plugged in or unplugged.",
         &[("state=\"plugged_in\"".into(), c.plugged_in), ("state=\"unplugged\"".into(), c.unplugged)],
-    );
-    family(
-        out,
-        "keeppeek_camport_dhcp_dropped_total",
-        "counter",
-        "DHCP messages left unanswered, by why: malformed, over the client's rate, every address taken, offers waiting full, an address found in use.",
-        &[
-            ("reason=\"malformed\"".into(), d.malformed),
-            ("reason=\"rate\"".into(), d.rate_dropped),
-            ("reason=\"exhausted\"".into(), d.counts.exhausted),
-            ("reason=\"offers_full\"".into(), d.counts.offers_full),
-            ("reason=\"conflict\"".into(), d.conflicts),
-        ],
     );
     family(
         out,
@@ -211,6 +190,28 @@ fn camera_port(out: &mut String, services: &Services) {
         "counter",
         "SNTP datagrams dropped: not a request, or over the client's rate.",
         &[("reason=\"refused\"".into(), c.sntp[1]), ("reason=\"rate\"".into(), c.sntp[2])],
+    );
+    // The DHCP server's own, while it runs.
+    let Some(d) = c.dhcp else { return };
+    family(
+        out,
+        "keeppeek_camport_leases",
+        "gauge",
+        "Leases the camera port's cameras hold (bound).",
+        &one(d.leases.len() as u64),
+    );
+    family(
+        out,
+        "keeppeek_camport_dhcp_dropped_total",
+        "counter",
+        "DHCP messages left unanswered, by why: malformed, over the client's rate, every address taken, offers waiting full, an address found in use.",
+        &[
+            ("reason=\"malformed\"".into(), d.malformed),
+            ("reason=\"rate\"".into(), d.rate_dropped),
+            ("reason=\"exhausted\"".into(), d.counts.exhausted),
+            ("reason=\"offers_full\"".into(), d.counts.offers_full),
+            ("reason=\"conflict\"".into(), d.conflicts),
+        ],
     );
 }
 

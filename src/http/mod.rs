@@ -401,7 +401,7 @@ async fn accept_loop(
         };
         // The camera port is the cameras' network: the web face is not there unless the
         // config says so (`[camera_port] web`).
-        if stream.local_addr().is_ok_and(|local| ctx.services.camera_port.refuses_web(local.ip())) {
+        if stream.local_addr().is_ok_and(|local| ctx.services.camera_port.refuses_web(local.ip(), peer.ip())) {
             stats.camera_port_refused.fetch_add(1, Ordering::Relaxed);
             continue;
         }

@@ -654,6 +654,25 @@ fn on_the_lan_beside_a_foreign_dhcp_server_the_box_never_answers() {
     served.stop();
 }
 
+/// Another address of the box's (on `lo`: this kernel has no dummy interfaces), removed
+/// when dropped.
+struct LoAddress(String);
+
+impl LoAddress {
+    fn new(address: &str) -> LoAddress {
+        let with_prefix = format!("{address}/32");
+        let _ = Command::new("ip").args(["addr", "del", &with_prefix, "dev", "lo"]).stderr(Stdio::null()).status();
+        ip(&["addr", "add", &with_prefix, "dev", "lo"]);
+        LoAddress(with_prefix)
+    }
+}
+
+impl Drop for LoAddress {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["addr", "del", &self.0, "dev", "lo"]).status();
+    }
+}
+
 /// The box's answer at `path` as JSON, as `admin`.
 fn api(port: u16, admin: &(String, String), path: &str) -> serde_json::Value {
     let (code, v) = crate::config_apply::call(port, admin, "GET", path, &serde_json::Value::Null);
@@ -722,8 +741,21 @@ fn a_camera_plugged_into_the_port_is_found_added_with_its_password_records_and_k
     let mut got = Vec::new();
     let _ = std::io::Read::read_to_end(&mut s, &mut got);
     assert!(got.is_empty(), "closed unanswered: {}", String::from_utf8_lossy(&got));
+    // Nor to a camera on the port at another of the box's addresses (Linux takes a packet for
+    // any of them on any interface): an address on `lo` stands for the LAN's.
+    let lan = LoAddress::new(&format!("10.214.{n}.1"));
+    ip(&["-n", &format!("kp-onvif-{n}"), "route", "add", &format!("10.214.{n}.1/32"), "dev", &format!("kpo{n}-c")]);
+    let ask = format!(
+        "import socket\ntry:\n    s = socket.create_connection(('10.214.{n}.1', {port}), 5)\n    s.settimeout(5)\n    \
+         s.sendall(b'GET /healthz HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n    print(len(s.recv(100)))\n\
+         except (ConnectionResetError, BrokenPipeError):\n    print(0)"
+    );
+    let out =
+        Command::new("ip").args(["netns", "exec", &format!("kp-onvif-{n}"), "python3", "-c", &ask]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0", "closed unanswered: {out:?}");
+    drop(lan);
     let (_, _, metrics) = crate::common::request(port, "GET", "/metrics", &[("cookie", admin.0.as_str())], "");
-    assert!(metrics.contains("keeppeek_http_camera_port_refused_total 1"), "{metrics}");
+    assert!(metrics.contains("keeppeek_http_camera_port_refused_total 2"), "{metrics}");
     for sample in
         ["keeppeek_camport_serving 1", "keeppeek_camport_leases 1", "keeppeek_camport_cameras{state=\"plugged_in\"} 1"]
     {

@@ -239,8 +239,16 @@ function portBlock(open, cameras) {
     }));
     formSlot.querySelector('select, input').focus();
   }
+  let shownKey = '';
+  let shownAt = 0;
   function show(r) {
     last = r;
+    // Drawn again when something changed (or a minute on, for "plugged in … ago"): a list
+    // drawn anew every poll would take the keyboard's focus off its buttons.
+    const key = JSON.stringify([r, cameras().map((c) => [c.name, c.main.url, c.sub && c.sub.url])]);
+    if (key === shownKey && Date.now() - shownAt < 60000) return;
+    shownKey = key;
+    shownAt = Date.now();
     // A box with only its LAN interface has no camera port to set up.
     block.hidden = !r.config && !r.interfaces.some((i) => !i.lan);
     setUp.textContent = r.config ? 'Change' : 'Set up';
@@ -285,13 +293,16 @@ function portBlock(open, cameras) {
   async function poll() {
     try { show(await api('GET', '/api/system/camera-port')); } catch { /* shown again at the next poll */ }
   }
+  // Asks again 3 s after each answer (never two requests at once: a late answer would
+  // overwrite a newer one), until the block leaves the page.
   function watch() {
-    const timer = setInterval(() => {
-      if (!block.isConnected) { clearInterval(timer); return; }
-      poll();
+    setTimeout(async () => {
+      if (!block.isConnected) return;
+      await poll();
+      watch();
     }, 3000);
   }
-  return { block, poll, watch, redraw: () => last && show(last) };
+  return { block, poll, watch, redraw: () => { shownKey = ''; if (last) show(last); } };
 }
 
 export async function camerasSection() {

@@ -362,7 +362,7 @@ pub struct Interface {
     pub addresses: Vec<String>,
     /// Its cable is in (`/sys/class/net/*/carrier`).
     pub carrier: bool,
-    /// The default route leaves by it: the LAN's, never the camera port.
+    /// The board's LAN interface, or the default route leaves by it: never the camera port.
     pub lan: bool,
 }
 
@@ -379,7 +379,7 @@ pub fn interfaces() -> Vec<Interface> {
     let Ok(dir) = std::fs::read_dir("/sys/class/net") else { return Vec::new() };
     let names = listed(dir.filter_map(|e| e.ok()?.file_name().into_string().ok()));
     let all = if_addrs::get_if_addrs().unwrap_or_default();
-    let lan = default_route_interface();
+    let lan = [default_route_interface(), board_lan_interface()];
     let read = |name: &str, what: &str| std::fs::read_to_string(format!("/sys/class/net/{name}/{what}")).ok();
     names
         .into_iter()
@@ -394,7 +394,7 @@ pub fn interfaces() -> Vec<Interface> {
                 })
                 .collect(),
             carrier: read(&name, "carrier").is_some_and(|c| c.trim() == "1"),
-            lan: lan.as_deref() == Some(name.as_str()),
+            lan: lan.iter().any(|l| l.as_deref() == Some(name.as_str())),
             name,
         })
         .collect()

@@ -68,7 +68,9 @@ impl Provider {
             .spawn()
             .expect("node (Debian package nodejs) and tests/ui's npm packages (npm ci in tests/ui)");
         self.child = Some(child);
-        let up = wait_until(Duration::from_secs(20), || ready.exists());
+        // Node loads the provider's modules in a few seconds, more with the suite's tests
+        // side by side on two cores (once over 20 s).
+        let up = wait_until(Duration::from_secs(60), || ready.exists());
         assert!(
             up,
             "oidc-provider did not start: {}",

@@ -39,6 +39,9 @@ ip netns add "$ns"
 ip link add "$here" type veth peer name "$there"
 ip link set "$there" netns "$ns"
 ip addr add "$net.1/24" dev "$here"
+# No IPv6 on the box's end, as keeppeek leaves a camera port: set before it comes up, so
+# that keeppeek's own setting later changes nothing a browser on this host would notice.
+echo 1 >"/proc/sys/net/ipv6/conf/$here/disable_ipv6"
 ip link set "$here" up
 ip -n "$ns" link set "$there" up
 ip -n "$ns" link set lo up

@@ -56,6 +56,7 @@ test('a camera port set up, a camera plugged in appears, is added with its passw
   assert.match(text, /MockCam-4K/);
   assert.match(text, new RegExp(address.replaceAll('.', '\\.')));
   assert.match(await port.textContent(), /Serving/);
+  assert.doesNotMatch(await port.textContent(), /null|undefined/);
   await checkA11y(page, 'a camera plugged into the camera port');
   await page.screenshot({ path: join(shots, 'settings-camera-port.png'), fullPage: true });
   await page.setViewportSize(PHONE);

@@ -268,7 +268,7 @@ function portBlock(open, cameras) {
       // A camera that asked when every address was taken: the pool is too small.
       r.dhcp && r.dhcp.counts.exhausted
         ? h('span.field-error.pool-full', {}, ` ${r.dhcp.counts.exhausted === 1 ? 'A request' : `${r.dhcp.counts.exhausted} requests`} found every address taken: give the cameras more addresses (Change).`)
-        : null);
+        : '');
     const shown = r.cameras.slice().sort((a, b) => (b.plugged_in - a.plugged_in) || (b.since_us - a.since_us));
     list.replaceChildren(...shown.map((p) => {
       const name = (p.onvif && p.onvif.name) || p.hostname || 'Camera';

@@ -191,6 +191,14 @@ pub struct Server {
     pub router: bool,
 }
 
+impl Server {
+    /// Whether `ip` is on the server's subnet.
+    pub fn on_subnet(&self, ip: Ipv4Addr) -> bool {
+        let mask = u32::from(self.mask);
+        u32::from(ip) & mask == u32::from(self.ip) & mask
+    }
+}
+
 /// The largest answer [`emit`] writes.
 pub const ANSWER_MAX_BYTES: usize = 576;
 
@@ -374,6 +382,14 @@ pub(crate) mod tests {
         let mut buf = vec![0; repr.buffer_len()];
         repr.emit(&mut DhcpPacket::new_unchecked(&mut buf[..])).unwrap();
         buf
+    }
+
+    #[test]
+    fn the_subnet_is_the_servers_by_its_mask() {
+        let server = Server { ip: Ipv4Addr::new(10, 71, 0, 1), mask: Ipv4Addr::new(255, 255, 255, 0), router: false };
+        assert!(server.on_subnet(Ipv4Addr::new(10, 71, 0, 200)));
+        assert!(!server.on_subnet(Ipv4Addr::new(10, 71, 1, 200)));
+        assert!(!server.on_subnet(Ipv4Addr::new(192, 168, 1, 5)));
     }
 
     #[test]

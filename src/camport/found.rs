@@ -16,6 +16,7 @@ use tokio::sync::{Semaphore, watch};
 use tracing::info;
 
 use super::leases::Lease;
+use super::serve::Bound;
 use crate::clock::SharedClocks;
 use crate::limits;
 use crate::onvif::discovery::Found;
@@ -57,6 +58,11 @@ fn mac_text(mac: [u8; 6]) -> String {
 impl Finder {
     pub fn cameras(&self) -> Vec<Plugged> {
         self.cameras.lock().expect("lock").clone()
+    }
+
+    /// Forgets every camera: the port is gone, or moved to another network.
+    pub fn clear(&self) {
+        self.cameras.lock().expect("lock").clear();
     }
 
     /// Follows the bound leases `live` at `now_us`: a lease of a MAC not plugged in (or at a
@@ -150,19 +156,19 @@ fn plugged(l: &Lease, mac: String) -> Plugged {
 /// while nothing is written (not renewed) are seen at the next tick.
 pub async fn follow(
     finder: Arc<Finder>,
-    mut bound: watch::Receiver<Vec<Lease>>,
+    mut bound: watch::Receiver<Bound>,
     clocks: SharedClocks,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let checks = Arc::new(Semaphore::new(limits::CAMPORT_CHECKS_MAX));
-    let mut asking = tokio::task::JoinSet::new();
+    let mut asking = Asking::default();
     loop {
-        let now = clocks.wall_us();
-        let live: Vec<Lease> = bound.borrow_and_update().iter().filter(|l| l.until_us > now).cloned().collect();
+        let (now, mono) = (clocks.wall_us(), clocks.mono_us());
+        let live = bound.borrow_and_update().live(now, mono);
         for (mac, ip) in finder.update(&live, now) {
-            asking.spawn(ask(finder.clone(), mac, ip, checks.clone()));
+            asking.start(mac.clone(), ask(finder.clone(), mac, ip, checks.clone()));
         }
-        while asking.try_join_next().is_some() {}
+        asking.reap();
         tokio::select! {
             _ = shutdown.changed() => break,
             changed = bound.changed() => if changed.is_err() { break },
@@ -170,6 +176,34 @@ pub async fn follow(
         }
     }
     asking.shutdown().await;
+}
+
+/// The cameras being asked: one asking per MAC (a camera plugged in again, or at a new
+/// address, ends the asking of before), so their number stays under the cameras kept.
+#[derive(Default)]
+struct Asking {
+    tasks: tokio::task::JoinSet<()>,
+    by_mac: std::collections::HashMap<String, tokio::task::AbortHandle>,
+}
+
+impl Asking {
+    fn start(&mut self, mac: String, asking: impl Future<Output = ()> + Send + 'static) {
+        if let Some(before) = self.by_mac.remove(&mac) {
+            before.abort();
+        }
+        let handle = self.tasks.spawn(asking);
+        self.by_mac.insert(mac, handle);
+    }
+
+    /// Forgets the askings that ended.
+    fn reap(&mut self) {
+        while self.tasks.try_join_next().is_some() {}
+        self.by_mac.retain(|_, h| !h.is_finished());
+    }
+
+    async fn shutdown(&mut self) {
+        self.tasks.shutdown().await;
+    }
 }
 
 /// Asks the camera at `ip` over ONVIF and RTSP, up to [`limits::CAMPORT_CHECK_TRIES`] times
@@ -281,9 +315,9 @@ mod tests {
                 ..lease(i, 1)
             })
             .collect();
-        let (_keep, bound) = watch::channel(leases);
-        let (stop, stopped) = watch::channel(false);
         let clocks = crate::clock::RealClocks::shared();
+        let (_keep, bound) = watch::channel(Bound { leases, offset_us: clocks.wall_us() - clocks.mono_us() });
+        let (stop, stopped) = watch::channel(false);
         let following = tokio::spawn(follow(finder.clone(), bound, clocks, stopped));
         let within = Duration::from_millis(limits::CAMPORT_CHECK_WAIT_MS + 500);
         tokio::time::sleep(within).await;
@@ -291,6 +325,33 @@ mod tests {
         assert_eq!(finder.cameras().len(), 8);
         let _ = stop.send(true);
         following.await.unwrap();
+    }
+
+    /// A camera plugged in and out again and again is asked by one task at a time.
+    #[tokio::test]
+    async fn a_camera_plugged_in_again_is_asked_once_at_a_time() {
+        let mut asking = Asking::default();
+        for _ in 0..50 {
+            asking.start("02:00:00:00:00:01".into(), std::future::pending());
+            asking.start("02:00:00:00:00:02".into(), std::future::pending());
+            tokio::task::yield_now().await;
+            asking.reap();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        asking.reap();
+        assert_eq!((asking.tasks.len(), asking.by_mac.len()), (2, 2));
+        asking.shutdown().await;
+    }
+
+    /// The wall clock stepped 56 years since the leases were written (NTP setting a board
+    /// without an RTC): they still hold, and one that ended has still ended.
+    #[test]
+    fn leases_hold_across_a_step_of_the_wall_clock() {
+        let years = 56 * 365 * 86_400 * 1_000_000i64;
+        let bound = Bound { leases: vec![lease(1, 100), Lease { until_us: 4_000, ..lease(2, 101) }], offset_us: 0 };
+        assert_eq!(bound.live(5_000, 5_000).len(), 1);
+        assert_eq!(bound.live(years + 5_000, 5_000), vec![lease(1, 100)]);
+        assert!(bound.live(years + 10_000, 10_000).is_empty());
     }
 
     /// CAMPORT_LEASES_MAX cameras kept: the one unplugged longest ago makes room.

@@ -8,6 +8,11 @@
 //! [`limits::CAMPORT_LEASES_MAX`] bindings, [`limits::CAMPORT_OFFERS_PENDING_MAX`] offers
 //! waiting for their REQUEST at once, and an address a client declined (someone else has it)
 //! is not offered for [`limits::CAMPORT_DECLINED_HOLD_MS`].
+//!
+//! Times are the wall clock's (a lease outlives a restart of the box), which may step: NTP
+//! setting a board without an RTC from 1970, or a person. A step moves every end with it
+//! ([`Table::follow_clock`]), so it neither ends every lease at once nor makes them last for
+//! years; leases read back from an earlier run hold at most one lease time from now.
 
 use std::net::Ipv4Addr;
 
@@ -66,13 +71,55 @@ pub struct Table {
     leases: Vec<Lease>,
     declined: Vec<(Ipv4Addr, i64)>,
     pub counts: Counts,
+    /// The wall clock less the monotonic one (µs) on whose timeline the ends are written.
+    pub offset_us: i64,
 }
 
 impl Table {
-    pub fn new(server: Ipv4Addr, (first, last): (Ipv4Addr, Ipv4Addr), lease_s: u32, leases: Vec<Lease>) -> Table {
+    /// A table of `leases` (from the catalog) at `wall_us` and `mono_us`. A lease of an
+    /// earlier run holds at most `lease_s` from now: a clock that was wrong then, or is now,
+    /// would otherwise keep its address from others for as long as the clocks differ.
+    pub fn new(
+        server: Ipv4Addr,
+        (first, last): (Ipv4Addr, Ipv4Addr),
+        lease_s: u32,
+        leases: Vec<Lease>,
+        wall_us: i64,
+        mono_us: i64,
+    ) -> Table {
         let mut leases = leases;
         leases.truncate(limits::CAMPORT_LEASES_MAX);
-        Table { server, first, last, lease_s, leases, declined: Vec::new(), counts: Counts::default() }
+        let most = wall_us.saturating_add(i64::from(lease_s) * 1_000_000);
+        for l in &mut leases {
+            l.until_us = l.until_us.min(most);
+        }
+        Table {
+            server,
+            first,
+            last,
+            lease_s,
+            leases,
+            declined: Vec::new(),
+            counts: Counts::default(),
+            offset_us: wall_us.saturating_sub(mono_us),
+        }
+    }
+
+    /// Follows a step of the wall clock of at least [`limits::CLOCK_STEP_MAX_US`] against the
+    /// monotonic one: every end moves with it. Whether they moved (to be written again).
+    pub fn follow_clock(&mut self, wall_us: i64, mono_us: i64) -> bool {
+        let by = wall_us.saturating_sub(mono_us).saturating_sub(self.offset_us);
+        if by.saturating_abs() < limits::CLOCK_STEP_MAX_US {
+            return false;
+        }
+        self.offset_us = self.offset_us.saturating_add(by);
+        for l in &mut self.leases {
+            l.until_us = l.until_us.saturating_add(by);
+        }
+        for (_, until) in &mut self.declined {
+            *until = until.saturating_add(by);
+        }
+        true
     }
 
     pub fn leases(&self) -> &[Lease] {
@@ -249,6 +296,11 @@ impl Table {
                     return Decision::Silent("a decline for another server");
                 }
                 let Some(ip) = m.requested else { return Decision::Silent("a decline that names no address") };
+                // Only the address given to the client: a decline of any other would let one
+                // client hold the whole pool back.
+                if self.of(&m.client).is_none_or(|i| self.leases[i].ip != ip) {
+                    return Decision::Silent("a decline of an address not given to the client");
+                }
                 self.declined.retain(|(_, until)| *until > now_us);
                 if self.declined.len() < limits::CAMPORT_LEASES_MAX {
                     self.declined.push((ip, now_us + limits::CAMPORT_DECLINED_HOLD_MS as i64 * 1000));
@@ -340,7 +392,7 @@ mod tests {
     const S: i64 = 1_000_000;
 
     fn table(first: u8, last: u8) -> Table {
-        Table::new(SERVER, (Ipv4Addr::new(10, 9, 0, first), Ipv4Addr::new(10, 9, 0, last)), LEASE_S, Vec::new())
+        Table::new(SERVER, (Ipv4Addr::new(10, 9, 0, first), Ipv4Addr::new(10, 9, 0, last)), LEASE_S, Vec::new(), 0, 0)
     }
 
     fn mac(n: u32) -> [u8; 6] {
@@ -395,7 +447,7 @@ mod tests {
         assert_eq!(lease(&mut t, 1, 2000 * S), Some(ip), "its address was kept for it");
         // A client that remembers its address asks for it (INIT-REBOOT): the box restarted
         // with its table kept.
-        let kept = Table::new(SERVER, (t.first, t.last), LEASE_S, t.leases().to_vec());
+        let kept = Table::new(SERVER, (t.first, t.last), LEASE_S, t.leases().to_vec(), 2100 * S, 2100 * S);
         let mut t = kept;
         let reboot = Message { requested: Some(ip), ..msg(DhcpMessageType::Request, 1) };
         assert_eq!(given(t.decide(&reboot, 2100 * S)), Some((DhcpMessageType::Ack, ip)));
@@ -433,7 +485,7 @@ mod tests {
         let n = limits::CAMPORT_LEASES_MAX as u32;
         let first = Ipv4Addr::new(10, 9, 1, 0);
         let last = Ipv4Addr::from(u32::from(first) + n - 1);
-        let mut t = Table::new(SERVER, (first, last), LEASE_S, Vec::new());
+        let mut t = Table::new(SERVER, (first, last), LEASE_S, Vec::new(), 0, 0);
         for c in 0..n {
             lease(&mut t, c, 0).unwrap();
         }
@@ -442,7 +494,7 @@ mod tests {
         // A table read back is cut at its ceiling.
         let mut more = t.leases().to_vec();
         more.push(Lease { client: vec![1], ..more[0].clone() });
-        assert_eq!(Table::new(SERVER, (first, last), LEASE_S, more).leases().len(), limits::CAMPORT_LEASES_MAX);
+        assert_eq!(Table::new(SERVER, (first, last), LEASE_S, more, 0, 0).leases().len(), limits::CAMPORT_LEASES_MAX);
     }
 
     #[test]
@@ -485,6 +537,53 @@ mod tests {
         };
         assert_eq!(t.decide(&other, 1), Decision::Silent("the client took another server's offer"));
         assert_eq!(t.pending_offers(1), 1, "only client 2's offer waits");
+    }
+
+    #[test]
+    fn a_decline_of_an_address_not_given_to_the_client_holds_nothing_back() {
+        let mut t = table(10, 11);
+        let ip = lease(&mut t, 1, 0).unwrap();
+        for target in [ip, Ipv4Addr::new(10, 9, 0, 11)] {
+            let decline =
+                Message { requested: Some(target), server_id: Some(SERVER), ..msg(DhcpMessageType::Decline, 99) };
+            assert_eq!(t.decide(&decline, 0), Decision::Silent("a decline of an address not given to the client"));
+        }
+        assert_eq!(t.counts.declines, 0);
+        assert_eq!(lease(&mut t, 2, 0), Some(Ipv4Addr::new(10, 9, 0, 11)), "the rest of the pool is still given");
+        let renew = Message { ciaddr: ip, ..msg(DhcpMessageType::Request, 1) };
+        assert_eq!(given(t.decide(&renew, S)), Some((DhcpMessageType::Ack, ip)), "and the first keeps its own");
+    }
+
+    /// NTP sets a board without an RTC from 1970 to today, then a person sets it back: the
+    /// leases' and holds' ends move with each step, and leases read back from an earlier run
+    /// hold at most a lease from now.
+    #[test]
+    fn a_clock_step_moves_every_end_and_leases_read_back_hold_at_most_a_lease() {
+        let years = 56 * 365 * 86_400 * S;
+        let mut t = table(10, 11);
+        let ip = lease(&mut t, 1, 10 * S).unwrap();
+        let offered = given(t.decide(&msg(DhcpMessageType::Discover, 2), 10 * S)).unwrap().1;
+        let decline = Message { requested: Some(offered), server_id: Some(SERVER), ..msg(DhcpMessageType::Decline, 2) };
+        t.decide(&decline, 10 * S);
+        // A drift under CLOCK_STEP_MAX_US moves nothing.
+        assert!(!t.follow_clock(20 * S + limits::CLOCK_STEP_MAX_US - 1, 20 * S));
+        // The step: the monotonic clock at 20 s, the wall clock 56 years on.
+        let (mono, wall) = (20 * S, years + 20 * S);
+        assert!(t.follow_clock(wall, mono));
+        assert!(!t.follow_clock(wall + S, mono + S), "followed once");
+        assert_eq!(t.leases()[0].until_us, years + (10 + i64::from(LEASE_S)) * S);
+        // The lease and the declined address still hold: a newcomer gets neither.
+        assert_eq!(t.decide(&msg(DhcpMessageType::Discover, 3), wall), Decision::Silent("the pool is exhausted"));
+        let renew = Message { ciaddr: ip, ..msg(DhcpMessageType::Request, 1) };
+        assert_eq!(given(t.decide(&renew, wall)), Some((DhcpMessageType::Ack, ip)));
+        // Set back: the ends follow, no lease lasts 56 years.
+        assert!(t.follow_clock(mono + 30 * S, mono + 30 * S));
+        assert_eq!(t.leases()[0].until_us, (20 + i64::from(LEASE_S)) * S);
+        // Read back by a box whose clock is 56 years behind the one that wrote them: they
+        // hold a lease from now, not until then.
+        let written: Vec<Lease> = t.leases().iter().map(|l| Lease { until_us: years, ..l.clone() }).collect();
+        let read = Table::new(SERVER, (t.first, t.last), LEASE_S, written, 5 * S, 5 * S);
+        assert!(read.leases().iter().all(|l| l.until_us == (5 + i64::from(LEASE_S)) * S));
     }
 
     #[test]

@@ -120,6 +120,12 @@ impl CameraPort {
                 r.task.abort();
             }
             info!(interface = r.config.interface, "camera port: stopped");
+            // Removed, or on another network: the cameras shown were of the old one.
+            if config.is_none_or(|c| {
+                (&c.interface, c.address, c.prefix) != (&r.config.interface, r.config.address, r.config.prefix)
+            }) {
+                self.finder.clear();
+            }
             *self.previous.lock().expect("lock") = Some((r.config.address, r.config.prefix));
             // Removed, or moved to another interface: the old one keeps no address of the
             // box's, where cameras with leases still running could reach it.
@@ -278,7 +284,7 @@ fn board_lan_interface() -> Option<String> {
 }
 
 /// A task ended when this is dropped: the servers' tasks end with the task that runs them.
-struct Ending<T>(JoinHandle<T>);
+pub(super) struct Ending<T>(pub(super) JoinHandle<T>);
 
 impl<T> Drop for Ending<T> {
     fn drop(&mut self) {
@@ -339,6 +345,13 @@ pub fn address_on(interface: &str, ip: Ipv4Addr, prefix: u8, previous: Option<(I
     let v6 = format!("/proc/sys/net/ipv6/conf/{interface}/disable_ipv6");
     if std::path::Path::new(&v6).exists() {
         let _ = std::fs::write(&v6, "1");
+    }
+    // Strict reverse-path filtering: a packet on the port from an address the box would not
+    // answer there (a camera posing as a host of the LAN) is dropped, so no reply of the
+    // box's goes out on the LAN for it.
+    let rp = format!("/proc/sys/net/ipv4/conf/{interface}/rp_filter");
+    if std::path::Path::new(&rp).exists() {
+        let _ = std::fs::write(&rp, "1");
     }
     if held.iter().any(|&(a, _)| a == ip) {
         return ip_cmd(&["link", "set", interface, "up"]);

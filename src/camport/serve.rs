@@ -24,6 +24,7 @@ use tracing::{debug, info, warn};
 
 use super::dhcp::{self, Destination, Message};
 use super::leases::{Counts, Decision, Lease, Rate, Table};
+use super::port::Ending;
 use crate::catalog::Catalog;
 use crate::clock::SharedClocks;
 use crate::limits;
@@ -57,6 +58,23 @@ pub struct DhcpStatus {
     pub leases: Vec<Lease>,
 }
 
+/// The acknowledged leases as the catalog holds them, and the wall clock less the monotonic
+/// one (µs) on whose timeline their ends are written: a reader that finds the clocks apart by
+/// another amount since (the wall clock stepped) moves the ends by the difference.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Bound {
+    pub leases: Vec<Lease>,
+    pub offset_us: i64,
+}
+
+impl Bound {
+    /// The leases that hold at `wall_us` and `mono_us`.
+    pub fn live(&self, wall_us: i64, mono_us: i64) -> Vec<Lease> {
+        let by = wall_us.saturating_sub(mono_us).saturating_sub(self.offset_us);
+        self.leases.iter().filter(|l| l.until_us.saturating_add(by) > wall_us).cloned().collect()
+    }
+}
+
 /// The DHCP server of one camera port.
 pub struct DhcpServer {
     port: Port,
@@ -76,7 +94,7 @@ pub struct DhcpServer {
     acks: Acks,
     /// The acknowledged leases as the catalog holds them, after each write (the finder of
     /// plugged-in cameras follows it).
-    bound: watch::Sender<Vec<Lease>>,
+    bound: watch::Sender<Bound>,
 }
 
 impl DhcpServer {
@@ -85,7 +103,10 @@ impl DhcpServer {
         let ifindex = ifindex(&port.interface)?;
         let mac = interface_mac(&port.interface)?;
         let stored = catalog.camport_leases().map_err(|e| format!("the camera port's leases: {e}"))?;
-        let table = Table::new(port.server.ip, port.pool, port.lease_s, stored.clone());
+        let table = Table::new(port.server.ip, port.pool, port.lease_s, stored, clocks.wall_us(), clocks.mono_us());
+        // As read (ends past a lease from now cut); written as they are the next time a
+        // lease changes.
+        let bound = Bound { leases: table.leases().to_vec(), offset_us: table.offset_us };
         Ok(Arc::new(DhcpServer {
             port,
             ifindex,
@@ -99,14 +120,25 @@ impl DhcpServer {
             conflicts: AtomicU64::new(0),
             probing: AtomicU64::new(0),
             probes_peak: AtomicU64::new(0),
-            bound: watch::Sender::new(stored),
+            bound: watch::Sender::new(bound),
             acks: Acks::default(),
         }))
     }
 
     /// The bound leases as the catalog holds them, changed after each write.
-    pub fn bound(&self) -> watch::Receiver<Vec<Lease>> {
+    pub fn bound(&self) -> watch::Receiver<Bound> {
         self.bound.subscribe()
+    }
+
+    /// Follows a step of the wall clock ([`Table::follow_clock`]); whether the leases moved
+    /// (the writer keeps them).
+    fn follow_clock(&self) -> bool {
+        let (wall_us, mono_us) = (self.clocks.wall_us(), self.clocks.mono_us());
+        let moved = self.table.lock().expect("lock").follow_clock(wall_us, mono_us);
+        if moved {
+            info!("camera port: the wall clock stepped; the leases' ends move with it");
+        }
+        moved
     }
 
     pub fn status(&self) -> DhcpStatus {
@@ -122,7 +154,9 @@ impl DhcpServer {
         }
     }
 
-    /// Serves until `shutdown`: an error only when its socket cannot be made.
+    /// Serves until `shutdown`: an error when its socket cannot be made, or when its
+    /// interface goes away or is made again (a USB adapter unplugged: its sockets would hear
+    /// nothing more), so the port is set up again.
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) -> Result<(), String> {
         let udp = Arc::new(
             udp_on(&self.port.interface, smoltcp::wire::DHCP_SERVER_PORT)
@@ -133,12 +167,31 @@ impl DhcpServer {
                 .map_err(|e| format!("frames on {}: {e}", self.port.interface))?,
         );
         let arp = Arc::new(Arp::open(self.ifindex).map_err(|e| format!("ARP on {}: {e}", self.port.interface))?);
-        let hearing = tokio::spawn(arp.clone().hear());
+        // The tasks below end with this one, even when it is ended from outside (a stop that
+        // took too long): no writer or socket of an old server is left behind.
+        let hearing = Ending(tokio::spawn(arp.clone().hear()));
         info!(interface = self.port.interface, "camera port: DHCP served");
-        let writer = tokio::spawn(self.clone().write_leases(udp.clone(), frames.clone()));
+        let mut writer = Ending(tokio::spawn(self.clone().write_leases(udp.clone(), frames.clone())));
+        let mut offers = tokio::task::JoinSet::new();
         // One byte more than a message may have: a datagram that fills it is over the ceiling.
         let mut buf = vec![0u8; limits::CAMPORT_DHCP_MESSAGE_MAX_BYTES + 1];
-        while let Some((n, _from)) = next_datagram(&udp, &mut buf, &mut shutdown).await {
+        let mut still_there = tokio::time::interval(Duration::from_millis(limits::CAMPORT_RETRY_MS));
+        // "The pool is exhausted" is logged when it starts, not for each request.
+        let mut exhausted_said = false;
+        let mut ended = Ok(());
+        loop {
+            let got = tokio::select! {
+                got = next_datagram(&udp, &mut buf, &mut shutdown) => got,
+                _ = still_there.tick() => {
+                    if ifindex(&self.port.interface).ok() != Some(self.ifindex) {
+                        ended = Err(format!("{} went away (unplugged, or made again)", self.port.interface));
+                        break;
+                    }
+                    continue;
+                }
+            };
+            let Some((n, _from)) = got else { break };
+            while offers.try_join_next().is_some() {}
             if n > limits::CAMPORT_DHCP_MESSAGE_MAX_BYTES {
                 self.malformed.fetch_add(1, Ordering::Relaxed);
                 debug!(bytes = n, "camera port: a DHCP message over its ceiling dropped");
@@ -154,6 +207,15 @@ impl DhcpServer {
             };
             if !self.rate.lock().expect("lock").take(m.mac, self.clocks.mono_us()) {
                 continue;
+            }
+            // An INFORM is answered at the address it names: one of the port's subnet only.
+            if m.kind == DhcpMessageType::Inform && !self.port.server.on_subnet(m.ciaddr) {
+                self.malformed.fetch_add(1, Ordering::Relaxed);
+                debug!(ciaddr = %m.ciaddr, "camera port: an INFORM from outside the subnet dropped");
+                continue;
+            }
+            if self.follow_clock() {
+                self.acks.wake.notify_one();
             }
             // An offer waits for its probe on a task of its own, so a DISCOVER does not hold
             // the others; at most CAMPORT_PROBES_MAX run at once, the others wait their turn
@@ -174,14 +236,16 @@ impl DhcpServer {
             let decision = self.table.lock().expect("lock").decide(&m, now);
             match decision {
                 Decision::Silent(why) => {
-                    if why == "the pool is exhausted" {
+                    if why == "the pool is exhausted" && !exhausted_said {
                         warn!(client = m.client.shown(), "camera port: the pool is exhausted, no address given");
+                        exhausted_said = true;
                     }
                     debug!(why, "camera port: a DHCP message left unanswered");
                 }
                 Decision::Answer(a) if a.kind == DhcpMessageType::Offer && probe => {
+                    exhausted_said = false;
                     let (me, udp, frames, arp) = (self.clone(), udp.clone(), frames.clone(), arp.clone());
-                    tokio::spawn(async move {
+                    offers.spawn(async move {
                         let Ok(_permit) = me.probes.clone().acquire_owned().await else { return };
                         let running = me.probing.fetch_add(1, Ordering::Relaxed) + 1;
                         me.probes_peak.fetch_max(running, Ordering::Relaxed);
@@ -202,9 +266,9 @@ impl DhcpServer {
         }
         self.acks.closed.store(true, Ordering::Relaxed);
         self.acks.wake.notify_one();
-        let _ = writer.await;
-        hearing.abort();
-        Ok(())
+        let _ = (&mut writer.0).await;
+        drop(hearing);
+        ended
     }
 
     /// Writes the leases that changed, then sends the ACKs that waited for the write; again
@@ -235,6 +299,12 @@ impl DhcpServer {
                     self.sync().await;
                     unsynced = None;
                     continue;
+                }
+                // A step of the wall clock moves the leases' ends while no client asks too.
+                _ = tokio::time::sleep(Duration::from_millis(limits::CAMPORT_FINDER_TICK_MS)) => {
+                    if !self.follow_clock() {
+                        continue;
+                    }
                 }
             }
             let closing = self.acks.closed.load(Ordering::Relaxed);
@@ -273,7 +343,8 @@ impl DhcpServer {
     /// it, the address is held back and the client is offered another (one more probe).
     async fn offer(&self, m: Message, mut a: dhcp::Answer, udp: &tokio::net::UdpSocket, frames: &Packet, arp: &Arp) {
         for _ in 0..2 {
-            let known = self.bound.borrow().iter().any(|l| l.ip == a.yiaddr && l.client == m.client.0.as_slice());
+            let known =
+                self.bound.borrow().leases.iter().any(|l| l.ip == a.yiaddr && l.client == m.client.0.as_slice());
             if known || !self.taken(a.yiaddr, m.mac, arp).await {
                 self.send(&a, udp, frames).await;
                 return;
@@ -349,18 +420,25 @@ impl DhcpServer {
     /// Writes the acknowledged leases that changed to the catalog (not waiting for the disk);
     /// whether it wrote.
     fn keep(&self) -> bool {
-        let now: Vec<Lease> = self.table.lock().expect("lock").leases().iter().filter(|l| l.bound).cloned().collect();
+        let (now, offset_us) = {
+            let table = self.table.lock().expect("lock");
+            (table.leases().iter().filter(|l| l.bound).cloned().collect::<Vec<Lease>>(), table.offset_us)
+        };
         let stored = self.bound.borrow();
-        let put: Vec<Lease> = now.iter().filter(|l| !stored.contains(l)).cloned().collect();
-        let gone: Vec<Vec<u8>> =
-            stored.iter().filter(|s| !now.iter().any(|l| l.client == s.client)).map(|s| s.client.clone()).collect();
+        let put: Vec<Lease> = now.iter().filter(|l| !stored.leases.contains(l)).cloned().collect();
+        let gone: Vec<Vec<u8>> = stored
+            .leases
+            .iter()
+            .filter(|s| !now.iter().any(|l| l.client == s.client))
+            .map(|s| s.client.clone())
+            .collect();
         drop(stored);
         if put.is_empty() && gone.is_empty() {
             return false;
         }
         match self.catalog.set_camport_leases(&put, &gone, false) {
             Ok(()) => {
-                self.bound.send_replace(now);
+                self.bound.send_replace(Bound { leases: now, offset_us });
                 true
             }
             // The ACKs still go: a camera without an address is worse than a lease the next

@@ -6,23 +6,25 @@
 
 use redb::{Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::{Catalog, CatalogError, OrStorage, RowError};
+use super::{Catalog, CatalogError, OrStorage};
 use crate::camport::leases::Lease;
 use crate::limits;
 
 pub(super) const CAMPORT_LEASES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("camport_leases");
 
 impl Catalog {
-    /// The leases kept, at most [`limits::CAMPORT_LEASES_MAX`].
+    /// The leases kept, at most [`limits::CAMPORT_LEASES_MAX`]. A row that does not read as
+    /// a lease is skipped and logged: one bad row must not keep the port from serving.
     pub fn camport_leases(&self) -> Result<Vec<Lease>, CatalogError> {
         let txn = self.db()?.begin_read().storage()?;
         let t = txn.open_table(CAMPORT_LEASES).storage()?;
         let mut out = Vec::new();
         for entry in t.iter().storage()?.take(limits::CAMPORT_LEASES_MAX) {
             let (_, v) = entry.storage()?;
-            let lease: Lease = serde_json::from_slice(v.value())
-                .map_err(|_| RowError { table: "camport_leases", why: "not a lease" })?;
-            out.push(lease);
+            match serde_json::from_slice::<Lease>(v.value()) {
+                Ok(lease) => out.push(lease),
+                Err(e) => tracing::warn!(error = %e, "camera port: a stored lease that is not one, skipped"),
+            }
         }
         Ok(out)
     }
@@ -70,6 +72,11 @@ mod tests {
             c.set_camport_leases(&[], &[vec![1, 1]], true).unwrap();
         }
         let c = Catalog::open(&path).unwrap();
+        assert_eq!(c.camport_leases().unwrap(), vec![lease(2)]);
+        // A row that is not a lease is skipped; the others are read.
+        let txn = c.db().unwrap().begin_write().unwrap();
+        txn.open_table(CAMPORT_LEASES).unwrap().insert([9u8].as_slice(), b"{\"client\":".as_slice()).unwrap();
+        txn.commit().unwrap();
         assert_eq!(c.camport_leases().unwrap(), vec![lease(2)]);
     }
 }

@@ -26,6 +26,7 @@ struct Served {
     server: Arc<DhcpServer>,
     stop: tokio::sync::watch::Sender<bool>,
     rt: tokio::runtime::Runtime,
+    running: tokio::task::JoinHandle<Result<(), String>>,
 }
 
 fn serve_pool(segment: &Segment, box_ip: Ipv4Addr, catalog: &Path, (first, last): (u8, u8), lease_s: u32) -> Served {
@@ -41,9 +42,8 @@ fn serve_pool(segment: &Segment, box_ip: Ipv4Addr, catalog: &Path, (first, last)
     let server = DhcpServer::new(port, catalog, keeppeek::clock::RealClocks::shared()).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let (stop, shutdown) = tokio::sync::watch::channel(false);
-    let running = server.clone();
-    rt.spawn(async move { running.run(shutdown).await.expect("the server starts") });
-    Served { server, stop, rt }
+    let running = rt.spawn(server.clone().run(shutdown));
+    Served { server, stop, rt, running }
 }
 
 impl Served {
@@ -148,6 +148,39 @@ fn udhcpc_gets_renews_releases_and_keeps_its_address_across_restarts() {
     assert_eq!(served.server.status().leases.len(), 1, "the lease came back from the catalog");
     let client = Udhcpc::start(&segment, tmp.path(), "cam-porch");
     assert_eq!(client.wait("bound", 3), first, "the same address after the server's restart");
+    client.stop();
+    served.stop();
+}
+
+/// The port's adapter unplugged and plugged in again: its interface goes, and comes back
+/// under its name with a new index. The server's sockets would hear nothing more, so it ends
+/// saying so (the room sets the port up again, CAMPORT_RETRY_MS later); the next server
+/// serves the client its address.
+#[test]
+fn an_interface_made_again_ends_its_server_and_the_next_serves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let box_ip = Ipv4Addr::new(10, 71, 6, 1);
+    let segment = Segment::new("r", box_ip);
+    let catalog = tmp.path().join("catalog.redb");
+    let mut served = serve(&segment, box_ip, &catalog, 120);
+    let client = Udhcpc::start(&segment, tmp.path(), "cam-replug");
+    let first = client.wait("bound", 1);
+    client.stop();
+    // The camera keeps its MAC (the pair is made anew here, each end with a new one).
+    let shown = segment.command("cat").arg(format!("/sys/class/net/{}/address", segment.camera_side)).output().unwrap();
+    let camera_mac = String::from_utf8(shown.stdout).unwrap().trim().to_string();
+    drop(segment);
+    let segment = Segment::new("r", box_ip);
+    ip(&["-n", &segment.ns, "link", "set", &segment.camera_side, "address", &camera_mac]);
+    let wait = Duration::from_millis(keeppeek::limits::CAMPORT_RETRY_MS + 3_000);
+    let ended = served.rt.block_on(async { tokio::time::timeout(wait, &mut served.running).await });
+    let ended = ended.expect("the server ended").expect("its task ran");
+    let why = ended.expect_err("ended with why");
+    assert!(why.contains(&segment.box_side) && why.contains("went away"), "{why}");
+    served.stop();
+    let served = serve(&segment, box_ip, &catalog, 120);
+    let client = Udhcpc::start(&segment, tmp.path(), "cam-replug");
+    assert_eq!(client.wait("bound", 2), first, "its address, from the next server");
     client.stop();
     served.stop();
 }
@@ -733,6 +766,8 @@ fn a_camera_plugged_into_the_port_is_found_added_with_its_password_records_and_k
     assert_eq!(status["config"]["interface"], format!("kpo{n}-h").as_str());
     assert_eq!(status["dhcp"]["leases"].as_array().unwrap().len(), 1, "{status:#}");
     assert!(status["problem"].is_null(), "{status:#}");
+    let rp_filter = std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/kpo{n}-h/rp_filter")).unwrap();
+    assert_eq!(rp_filter.trim(), "1", "strict reverse-path filtering on the port");
 
     // The web face is not served at the box's address on the port; it is on the LAN's.
     let mut s = std::net::TcpStream::connect((Ipv4Addr::new(10, 213, n, 1), port)).unwrap();
@@ -846,4 +881,12 @@ fn a_camera_plugged_into_the_port_is_found_added_with_its_password_records_and_k
     });
     assert!(unplugged, "{status:#}");
     assert_eq!(status["dhcp"]["counts"]["releases"], 1, "{status:#}");
+
+    // The port removed: nothing of it is shown, and its interface keeps no address of the box.
+    let snap = api(port, &admin, "/api/config");
+    let change = json!({ "base": snap["rev"], "changes": [{ "op": "set", "key": "camera_port", "value": null }] });
+    let (code, v) = crate::config_apply::call(port, &admin, "POST", "/api/config/apply", &change);
+    assert_eq!(code, 200, "{v}");
+    let status = api(port, &admin, "/api/system/camera-port");
+    assert!(status["config"].is_null() && status["cameras"].as_array().is_some_and(|c| c.is_empty()), "{status:#}");
 }

@@ -4,8 +4,9 @@
 // for their address by DHCP with busybox udhcpc). The admin sets the port up in Settings →
 // Cameras (interface, the box's address, the cameras' addresses), reviewed then applied
 // with keeppeek running on; the camera takes its address from the box and appears by
-// itself as plugged in with its name and model; added with its password (its streams read
-// over ONVIF), it records; unplugged, it is shown so. Desktop and phone, axe-core,
+// itself as plugged in with its name and model; a second client finds the one address of
+// the pool taken, and the block says so; added with its password (its streams read over
+// ONVIF), it records; unplugged, it is shown so. Desktop and phone, axe-core,
 // screenshots in target/ui/.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -34,7 +35,8 @@ test('a camera port set up, a camera plugged in appears, is added with its passw
   assert.ok(choices.some((c) => c.startsWith(`${cam.interface}, cable in, ${cam.boxAddress}/24`)), choices.join(' | '));
   await form.locator('[name="camera_port.interface"]').selectOption(cam.interface);
   await form.locator('[name="camera_port.address"]').fill(`${cam.boxAddress}/24`);
-  await form.locator('[name="camera_port.pool"]').fill(`10.213.${n}.100-10.213.${n}.107`);
+  // One address for cameras: a second client finds it taken (below).
+  await form.locator('[name="camera_port.pool"]').fill(`10.213.${n}.100-10.213.${n}.100`);
   await checkA11y(page, 'the camera port form');
   await page.screenshot({ path: join(shots, 'settings-camera-port-form.png'), fullPage: true });
   await form.locator('button:text-is("Review and set up")').click();
@@ -47,7 +49,7 @@ test('a camera port set up, a camera plugged in appears, is added with its passw
 
   // The camera takes its address from the box and appears by itself, with its model.
   const address = await cam.ready();
-  assert.match(address, new RegExp(`^10\\.213\\.${n}\\.10[0-7]$`));
+  assert.equal(address, `10.213.${n}.100`);
   const row = port.locator('.found-row[data-state="plugged-in"]');
   await waitFor('the camera shown plugged in, asked', async () => (await row.count()) === 1
     && /answers ONVIF and RTSP/.test(await row.textContent()), 40000);
@@ -56,7 +58,14 @@ test('a camera port set up, a camera plugged in appears, is added with its passw
   assert.match(text, /MockCam-4K/);
   assert.match(text, new RegExp(address.replaceAll('.', '\\.')));
   assert.match(await port.textContent(), /Serving/);
-  assert.doesNotMatch(await port.textContent(), /null|undefined/);
+  assert.doesNotMatch(await port.textContent(), /null|undefined|every address taken/);
+  // Another client behind the port: the pool's one address is the camera's, so it gets
+  // none, and the block says why and what to do.
+  assert.notEqual(await cam.askAsAnother(), 0, 'a second client got an address from a pool of one');
+  const full = port.locator('.pool-full');
+  await waitFor('the pool shown full', async () => (await full.count()) === 1, 10000);
+  assert.match(await full.textContent(), /requests? found every address taken: give the cameras more addresses \(Change\)/);
+  assert.ok((await port.textContent()).includes(`from the box (10.213.${n}.100) and its time`));
   await checkA11y(page, 'a camera plugged into the camera port');
   await page.screenshot({ path: join(shots, 'settings-camera-port.png'), fullPage: true });
   await page.setViewportSize(PHONE);

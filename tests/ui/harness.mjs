@@ -272,7 +272,15 @@ export async function plugOnvifCamera(t, n) {
     }, 60000);
     return readFileSync(`${ready}.leases`, 'utf8').trim().split('\n')[0].split(' ')[1];
   };
-  return { interface: `kpo${n}-h`, boxAddress: `10.213.${n}.1`, ready: readyNow, unplug };
+  // A second DHCP client behind the port (the same cable, a client id of its own) asks for
+  // an address and takes none: busybox udhcpc, two DISCOVERs a second apart, its script a
+  // no-op so the camera's address is left alone. Resolves with its exit code.
+  const askAsAnother = () => new Promise((done) => {
+    const ask = spawn('ip', ['netns', 'exec', `kp-onvif-${n}`, 'busybox', 'udhcpc', '-i', `kpo${n}-c`, '-n', '-q',
+      '-t', '2', '-T', '1', '-s', '/bin/true', '-x', '0x3d:01020000000001'], { stdio: 'ignore' });
+    ask.on('exit', done);
+  });
+  return { interface: `kpo${n}-h`, boxAddress: `10.213.${n}.1`, ready: readyNow, unplug, askAsAnother };
 }
 
 export async function startRtspCamera(t) {

@@ -264,7 +264,7 @@ function portBlock(open, cameras) {
     head.replaceChildren(
       r.problem ? h('span.badge.bad', {}, 'Not serving') : h('span.badge.ok', {}, 'Serving'), ' ',
       r.problem ? `${r.problem} The box tries again every few seconds.`
-        : `Cameras plugged into ${c.interface} get an address from the box (${first} to ${lastIp}) and its time; they never reach the internet.`,
+        : `Cameras plugged into ${c.interface} get an address from the box (${first === lastIp ? first : `${first} to ${lastIp}`}) and its time; they never reach the internet.`,
       // A camera that asked when every address was taken: the pool is too small.
       r.dhcp && r.dhcp.counts.exhausted
         ? h('span.field-error.pool-full', {}, ` ${r.dhcp.counts.exhausted === 1 ? 'A request' : `${r.dhcp.counts.exhausted} requests`} found every address taken: give the cameras more addresses (Change).`)

@@ -678,6 +678,11 @@ pub const ARCHIVE_RETRY_MIN_MS: u64 = 1_000;
 /// The longest wait after a failure that may pass.
 pub const ARCHIVE_RETRY_MAX_MS: u64 = 60_000;
 
+/// Reads of an event's snapshot that may fail while the event is there (a bad sector)
+/// before the event is archived without it: one unreadable file must not hold back every
+/// event and recording behind it.
+pub const ARCHIVE_SNAPSHOT_TRIES: u32 = 3;
+
 /// The wait after a refusal that needs someone (the keys, the box's clock, a full bucket)
 /// before the target tries again.
 pub const ARCHIVE_REFUSED_WAIT_MS: u64 = 30_000;

@@ -125,6 +125,8 @@ struct Target {
     described: Mutex<Option<tokio::time::Instant>>,
     /// When its cap lets the next request go.
     next_send: Mutex<Option<tokio::time::Instant>>,
+    /// The event whose snapshot could not be read, and how many times.
+    snapshot_failed: Mutex<Option<(u64, u32)>>,
 }
 
 /// The archive's targets and their tasks.
@@ -246,6 +248,7 @@ impl Archive {
                 status: Mutex::new(status),
                 described: Mutex::new(None),
                 next_send: Mutex::new(None),
+                snapshot_failed: Mutex::new(None),
             });
             let task = tokio::spawn(self.clone().run(t.clone(), shutdown.clone()));
             let sweep = config.keep_days.map(|_| tokio::spawn(self.clone().sweeping(t.clone(), shutdown.clone())));
@@ -472,12 +475,29 @@ impl Archive {
                         Some(manifest::SnapshotEntry { key, bytes: len, etag, width: s.width, height: s.height });
                 }
                 // Its file went with the event (trimmed or deleted meanwhile): it goes without
-                // it. While the event is there, its file is tried again.
+                // it. While the event is there, its file is tried again, up to
+                // ARCHIVE_SNAPSHOT_TRIES times: a file that cannot be read (a bad sector) must
+                // not hold back every event and recording behind it.
                 Err(why) => {
-                    if self.catalog.event(e.id)?.is_some_and(|now| now.rev == e.rev) {
+                    let tries = {
+                        let mut failed = t.snapshot_failed.lock().expect("lock");
+                        let tries = failed.filter(|(id, _)| *id == e.id).map_or(1, |(_, n)| n + 1);
+                        *failed = Some((e.id, tries));
+                        tries
+                    };
+                    let there = self.catalog.event(e.id)?.is_some_and(|now| now.rev == e.rev);
+                    if there && tries < limits::ARCHIVE_SNAPSHOT_TRIES {
                         return Err(why);
                     }
-                    warn!(target = t.config.id, event = e.id, "archive: the event went with its snapshot: {why}");
+                    if there {
+                        warn!(
+                            target = t.config.id,
+                            event = e.id,
+                            "archive: the event goes without its snapshot, unread {tries} times: {why}"
+                        );
+                    } else {
+                        warn!(target = t.config.id, event = e.id, "archive: the event went with its snapshot: {why}");
+                    }
                 }
             }
         }
@@ -723,7 +743,17 @@ impl Archive {
         let path = self.data_dir.join(&row.path);
         let len = row.bytes;
         let now = || self.clocks.wall_us();
-        let noted = self.catalog.archive_upload(&t.config.id, rec)?.filter(|u| u.key == key);
+        let noted = match self.catalog.archive_upload(&t.config.id, rec)? {
+            // Noted for another key (the target's prefix changed): its parts would not make
+            // this object. It is given up in the bucket, so its parts are not kept there, and
+            // the recording goes anew.
+            Some(u) if u.key != key => {
+                let _ = t.bucket.abort_upload(&u.key, &u.id, now()).await;
+                self.catalog.set_archive_upload(&t.config.id, rec, None)?;
+                None
+            }
+            noted => noted,
+        };
         let etag = match way(len, t.config.max_kbit_s, t.bucket.confirms_crc32(), noted.is_some()) {
             Way::Streamed => {
                 let crc32 = crc32_of(path.clone(), len).await?;
@@ -811,7 +841,17 @@ impl Archive {
             self.catalog.set_archive_upload(id, rec, Some(&upload))?;
         }
         match t.bucket.complete_upload(key, &upload.id, &upload.parts, now()).await {
-            Ok(etag) => Ok(etag),
+            // The object its parts made must be the file: parts noted at another size (by a
+            // firmware of another ARCHIVE_PART_BYTES) would make another, which is not kept.
+            Ok(etag) if t.bucket.head(key, now()).await?.is_some_and(|(size, _)| size == len) => Ok(etag),
+            Ok(_) => {
+                let _ = t.bucket.delete(key, now()).await;
+                self.catalog.set_archive_upload(id, rec, None)?;
+                Err(S3Error::BadAnswer(format!(
+                    "{key}: put together from its parts, not the file's size; it goes again"
+                ))
+                .into())
+            }
             Err(e) => {
                 let gone = self.upload_gone(t, key, &e).await?;
                 // The server put it together but its answer was lost (a timeout, a crash

@@ -523,10 +523,13 @@ fn kill_9_during_uploads_resumes_at_the_first_part_missing() {
 
 /// The window `kill -9` seldom hits, made on purpose: an upload the server put together
 /// whose note the box never wrote (its answer came, the box was killed), and an upload the
-/// server never knew (or dropped). `s3s-fs` answers a request of either with 403
+/// server never knew (or dropped); and one whose first part was noted at another size, as a
+/// firmware of another `ARCHIVE_PART_BYTES` would have cut it. `s3s-fs` answers a request of
+/// either of the first two with 403
 /// `AccessDenied` (S3 says 404 `NoSuchUpload`): the box tells that from refused keys (a HEAD
 /// with them passes), takes the first as stored without sending it again, and starts the
-/// second afresh.
+/// second afresh; the object the third's parts make is not the file's size, so it is deleted
+/// and the recording goes again.
 #[test]
 fn an_upload_the_server_no_longer_knows_is_taken_as_stored_or_started_again() {
     let tmp = tempfile::tempdir().unwrap();
@@ -537,11 +540,11 @@ fn an_upload_the_server_no_longer_knows_is_taken_as_stored_or_started_again() {
     // Recordings of about 24 MiB (three or four parts): the 8 Mbit/s clip.
     let port = archived_config(&dir, &place, ("site", ""), &["gate"], ("h264-heavy.mp4", "192 MiB"));
     let mut d = Daemon::start(&dir);
-    let closed = wait_until(Duration::from_secs(90), || d.log_text().matches("recording to").count() >= 3);
-    assert!(closed, "two recordings closed: {}", d.log_text());
+    let closed = wait_until(Duration::from_secs(120), || d.log_text().matches("recording to").count() >= 4);
+    assert!(closed, "three recordings closed: {}", d.log_text());
     d.stop();
     let recs: Vec<Value> = d.recordings().into_iter().filter(|r| !r["open"].as_bool().unwrap()).collect();
-    assert!(recs.len() >= 2, "{recs:?}");
+    assert!(recs.len() >= 3, "{recs:?}");
     let server = S3Server::start_on(&s3_dir, "nvr", place.port);
     drop(place);
     let bucket = Bucket::new(server.place("nvr", SECRET_KEY)).unwrap();
@@ -576,16 +579,30 @@ fn an_upload_the_server_no_longer_knows_is_taken_as_stored_or_started_again() {
     // The second: an upload id the server never gave.
     let unknown = "0b2cd7a4-5a4e-4a43-9d1c-1d7e3f7b2a10";
     catalog.set_archive_upload("offsite", id_of(dropped), Some(&upload(key_of(dropped), unknown, vec![]))).unwrap();
+    // The third: its first part noted at another size (as a firmware of another
+    // ARCHIVE_PART_BYTES would have cut it): the parts sent after it would make another
+    // object, which is not kept.
+    let recut = &recs[2];
+    let (recut_id, recut_part) = runtime().block_on(async {
+        let key = key_of(recut);
+        let id = bucket.start_upload(&key, wall_us()).await.unwrap();
+        let first = bytes_of(recut).slice(..5 << 20);
+        (id.clone(), bucket.upload_part(&key, &id, 1, first, wall_us()).await.unwrap())
+    });
+    catalog
+        .set_archive_upload("offsite", id_of(recut), Some(&upload(key_of(recut), &recut_id, vec![recut_part])))
+        .unwrap();
     drop(catalog);
 
     let mut d = Daemon::start(&dir);
     let stored = server.dir.join("nvr");
-    let both = wait_until(Duration::from_secs(90), || {
-        [done, dropped].iter().all(|r| std::fs::read(stored.join(key_of(r))).is_ok_and(|b| b == bytes_of(r)))
+    let all = wait_until(Duration::from_secs(120), || {
+        [done, dropped, recut].iter().all(|r| std::fs::read(stored.join(key_of(r))).is_ok_and(|b| b == bytes_of(r)))
     });
     let log = d.log_text();
-    assert!(both, "both stored, byte for byte:\n{log}");
+    assert!(all, "all three stored, byte for byte:\n{log}");
     assert!(log.contains("the server no longer knows the upload"), "the unknown upload started again:\n{log}");
+    assert!(log.contains("not the file's size; it goes again"), "the recut one started again:\n{log}");
     let key = key_of(done);
     assert!(
         !log.lines().any(|l| l.contains("archive part stored") && l.contains(&key)),
@@ -701,7 +718,7 @@ fn a_server_away_for_a_minute_or_refusing_the_keys_never_stops_recording_and_the
 #[test]
 fn a_target_of_events_only_archives_the_footage_around_an_event_and_the_event() {
     let tmp = tempfile::tempdir().unwrap();
-    let server = S3Server::start(&tmp.path().join("s3"), "nvr");
+    let mut server = S3Server::start(&tmp.path().join("s3"), "nvr");
     let dir = tmp.path().join("box");
     std::fs::create_dir_all(&dir).unwrap();
     let port = archived_config(&dir, &server, ("house", "what = \"events\""), &["porch"], ("h264.mp4", "2 MiB"));
@@ -756,6 +773,29 @@ fn a_target_of_events_only_archives_the_footage_around_an_event_and_the_event() 
     let bad = format!("/api/archive/offsite/recordings?stream=../x/main&{q}");
     assert_eq!(get_bytes(port, &token, &bad).0, 400, "a camera's name names no other place");
     assert!(target_state(port, &token)["uploaded_events"].as_u64().unwrap() >= 1);
+
+    // A snapshot that cannot be read (a bad sector; here a directory where its file was)
+    // holds nothing back: after ARCHIVE_SNAPSHOT_TRIES reads the event goes without it.
+    server.kill();
+    let envelope = format!(
+        r#"{{"id":"gate-2","camera":"porch","time_us":{},"labels":["cat"],"text":"unreadable","record":false}}"#,
+        wall_us()
+    );
+    let (code, body) = crate::events::post_event(port, &token, &envelope, Some(&crate::events::snapshot(3)));
+    assert_eq!(code, 201, "{body}");
+    let unread = body["id"].as_u64().unwrap();
+    let file = d.data().join(keeppeek::events::snapshot_path(unread, 1));
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    let server = S3Server::start_on(&server.dir, "nvr", server.port);
+    let without = wait_until(Duration::from_secs(60), || {
+        events_described(&bucket).iter().any(|e| e.id == unread && e.snapshot.is_none())
+    });
+    let log = d.log_text();
+    assert!(without, "the event archived without its snapshot:\n{log}");
+    let said = format!("goes without its snapshot, unread {} times", keeppeek::limits::ARCHIVE_SNAPSHOT_TRIES);
+    assert!(log.contains(&said), "{said}:\n{log}");
+    drop(server);
     d.stop();
     let recs = d.recordings();
     let closed_before = recs.iter().filter(|r| r["wall_end_us"].as_i64().unwrap() < at_us - 10_000_000).count();
